@@ -1,0 +1,203 @@
+"""MCM's validation of its objects: every problem at once, each naming the field it is about.
+
+A controller skips an object that has problems (and says why in an event); it never half-acts on it.
+Beyond upstream, durations that do not parse are reported here: upstream's decoder would refuse the
+whole object, we read it and let validation say what is wrong.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from mcm_tasks.api.enums import MachineDeploymentStrategyType, OrchestrationType
+from mcm_tasks.api.intstr import INT32_MAX, INT32_MIN, resolve_int_or_percent
+from mcm_tasks.api.machine import ClassSpec, Machine, MachineConfiguration, MachineTemplateSpec
+from mcm_tasks.api.machineclass import MachineClass
+from mcm_tasks.api.machinedeployment import MachineDeployment
+from mcm_tasks.api.machineset import MachineSet
+from mcm_tasks.api.meta import LabelSelector
+from mcm_tasks.durations import parse_duration
+
+__all__ = [
+    "ErrorType",
+    "FieldError",
+    "validate_machine",
+    "validate_machine_class",
+    "validate_machine_deployment",
+    "validate_machine_set",
+]
+
+
+class ErrorType(StrEnum):
+    REQUIRED = "Required"
+    INVALID = "Invalid"
+    NOT_SUPPORTED = "NotSupported"
+
+
+class FieldError(BaseModel):
+    """One problem, as Kubernetes' ``field.Error`` reports it."""
+
+    field: str
+    type: ErrorType
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.type}: {self.message}"
+
+
+def _required(field: str, message: str) -> FieldError:
+    return FieldError(field=field, type=ErrorType.REQUIRED, message=message)
+
+
+def _invalid(field: str, message: str) -> FieldError:
+    return FieldError(field=field, type=ErrorType.INVALID, message=message)
+
+
+# --- pieces shared by the kinds ---
+
+
+def _class_reference(spec: ClassSpec, path: str) -> list[FieldError]:
+    errors = []
+    if not spec.kind:
+        errors.append(_required(f"{path}.kind", "Kind is required"))
+    if not spec.name:
+        errors.append(_required(f"{path}.name", "Name is required"))
+    return errors
+
+
+def _configuration(config: MachineConfiguration, path: str) -> list[FieldError]:
+    errors = []
+    for name in MachineConfiguration.DURATION_FIELDS:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        alias = MachineConfiguration.model_fields[name].alias or name
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            errors.append(_invalid(f"{path}.{alias}", f"{value!r} is not a duration (e.g. 10m, 1h30m)"))
+            continue
+        if seconds < 0:
+            errors.append(_invalid(f"{path}.{alias}", f"{value!r} must not be negative"))
+    return errors
+
+
+def _replicas(replicas: int, path: str) -> list[FieldError]:
+    return [_invalid(path, "Replicas has to be a whole number")] if replicas < 0 else []
+
+
+def _selector_in_template(selector: LabelSelector | None, template: MachineTemplateSpec) -> list[FieldError]:
+    if selector is None:
+        return []
+    labels = template.metadata.labels
+    return [
+        _invalid(f"spec.selector.matchLabels[{key}]", "is not matching with spec.template.metadata.labels")
+        for key, value in selector.match_labels.items()
+        if labels.get(key) != value
+    ]
+
+
+def _template(template: MachineTemplateSpec) -> list[FieldError]:
+    return _class_reference(template.spec.class_, "spec.template.spec.class") + _configuration(
+        template.spec, "spec.template.spec"
+    )
+
+
+def _scaled_int32(value: int | str | None, replicas: int, round_up: bool, path: str) -> list[FieldError]:
+    try:
+        resolved = resolve_int_or_percent(value, replicas, round_up)
+    except ValueError as err:
+        if value is None:
+            return [_required(path, "must be set (an integer or a percentage)")]
+        return [_invalid(path, str(err))]
+    if not INT32_MIN <= resolved <= INT32_MAX:
+        return [_invalid(path, f"{value!r} does not fit in an int32")]
+    return []
+
+
+# --- the kinds ---
+
+
+def validate_machine(machine: Machine) -> list[FieldError]:
+    return _class_reference(machine.spec.class_, "spec.class") + _configuration(machine.spec, "spec")
+
+
+def validate_machine_set(machine_set: MachineSet) -> list[FieldError]:
+    spec = machine_set.spec
+    return (
+        _replicas(spec.replicas, "spec.replicas")
+        + _selector_in_template(spec.selector, spec.template)
+        + _template(spec.template)
+    )
+
+
+def validate_machine_deployment(deployment: MachineDeployment) -> list[FieldError]:
+    spec = deployment.spec
+    errors = _replicas(spec.replicas, "spec.replicas")
+    strategy = spec.strategy
+    supported = [t.value for t in MachineDeploymentStrategyType]
+    if not strategy.type:
+        errors.append(_required("spec.strategy.type", f"must be one of {', '.join(supported)}"))
+    elif strategy.type not in supported:
+        errors.append(
+            FieldError(
+                field="spec.strategy.type",
+                type=ErrorType.NOT_SUPPORTED,
+                message=f"{strategy.type!r} is not one of {', '.join(supported)}",
+            )
+        )
+    elif strategy.type == MachineDeploymentStrategyType.ROLLING_UPDATE:
+        path = "spec.strategy.rollingUpdate"
+        if strategy.rolling_update is None:
+            errors.append(_required(path, "is required for the RollingUpdate strategy"))
+        else:
+            update = strategy.rolling_update
+            errors += _scaled_int32(update.max_surge, spec.replicas, True, f"{path}.maxSurge")
+            errors += _scaled_int32(update.max_unavailable, spec.replicas, False, f"{path}.maxUnavailable")
+    elif strategy.type == MachineDeploymentStrategyType.IN_PLACE_UPDATE:
+        path = "spec.strategy.inPlaceUpdate"
+        if strategy.in_place_update is None:
+            errors.append(_required(path, "is required for the InPlaceUpdate strategy"))
+        else:
+            in_place = strategy.in_place_update
+            errors += _scaled_int32(in_place.max_surge, spec.replicas, True, f"{path}.maxSurge")
+            errors += _scaled_int32(in_place.max_unavailable, spec.replicas, False, f"{path}.maxUnavailable")
+            orchestrations = [o.value for o in OrchestrationType]
+            if not in_place.orchestration_type:
+                errors.append(
+                    _required(f"{path}.orchestrationType", f"must be one of {', '.join(orchestrations)}")
+                )
+            elif in_place.orchestration_type not in orchestrations:
+                errors.append(
+                    FieldError(
+                        field=f"{path}.orchestrationType",
+                        type=ErrorType.NOT_SUPPORTED,
+                        message=f"{in_place.orchestration_type!r} is not one of {', '.join(orchestrations)}",
+                    )
+                )
+    return errors + _selector_in_template(spec.selector, spec.template) + _template(spec.template)
+
+
+#: capacity entries the autoscaler needs to scale a node group from zero
+NODE_TEMPLATE_CAPACITY_KEYS = ("cpu", "gpu", "memory")
+
+
+def validate_machine_class(machine_class: MachineClass) -> list[FieldError]:
+    template = machine_class.node_template
+    if template is None:
+        return []
+    errors = [
+        _required(f"nodeTemplate.capacity.{key}", f"{key} is required in the node template's capacity")
+        for key in NODE_TEMPLATE_CAPACITY_KEYS
+        if key not in template.capacity
+    ]
+    for alias, value in (
+        ("instanceType", template.instance_type),
+        ("region", template.region),
+        ("zone", template.zone),
+    ):
+        if not value:
+            errors.append(_required(f"nodeTemplate.{alias}", f"{alias} is required"))
+    return errors

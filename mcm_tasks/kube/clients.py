@@ -1,0 +1,225 @@
+"""Clients of the control cluster (Machines, MachineSets, … and their Secrets) and the target
+cluster (Nodes, Pods, volumes), built the way MCM builds them from its flags.
+
+``--control-kubeconfig`` / ``--target-kubeconfig``: a path, ``""`` for the in-cluster service
+account, or (target only) ``none`` for no target cluster. Each cluster gets one ``ApiClient`` per
+process, rate limited through the cluster's shared bucket in Redis (``ratelimit``).
+
+Processes fork (Celery prefork): a urllib3 pool inherited from the parent would share sockets with
+it, so ``get_clusters()`` builds new clients in each process and never hands a child its
+parent's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.kube import rest
+from mcm_tasks.kube.errors import is_not_found
+from mcm_tasks.kube.ratelimit import cluster_bucket, install_rate_limit
+from mcm_tasks.kube.resources import MACHINE_API_VERSION, MCM_RESOURCES, Resource
+from mcm_tasks.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+TARGET_DISABLED = "none"
+CONTROL = "control"
+TARGET = "target"
+
+
+class ClusterConfigError(RuntimeError):
+    """A kubeconfig setting that cannot be turned into a client; the message names the setting."""
+
+
+class ControlPlaneNotReady(RuntimeError):
+    """The control cluster is unreachable, unhealthy, or does not serve MCM's resources."""
+
+
+def load_configuration(kubeconfig: str, setting: str, environ: dict[str, str] | None = None) -> Configuration:
+    """A client configuration from a kubeconfig path, or in-cluster when the path is empty.
+
+    Outside a pod an empty path is an error, as it is for MCM (clientcmd falls back to an empty
+    configuration there, which cannot reach anything).
+    """
+    env = os.environ if environ is None else environ
+    flag = f"--{setting.replace('_', '-')} (MCM_{setting.upper()})"
+    cfg = Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg, persist_config=False)
+        elif env.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            raise ClusterConfigError(
+                f"{flag} is empty, which means in-cluster, but this process is not running in a pod "
+                "(KUBERNETES_SERVICE_HOST is not set); give a kubeconfig path"
+            )
+    except ClusterConfigError:
+        raise
+    except (config.ConfigException, OSError, ValueError, TypeError) as err:
+        where = repr(kubeconfig) if kubeconfig else "in-cluster"
+        raise ClusterConfigError(f"{flag}: cannot load {where}: {err}") from err
+    return cfg
+
+
+@dataclass
+class Cluster:
+    """One cluster's ``ApiClient`` and the typed APIs over it (all sharing its pool and limit)."""
+
+    name: str
+    api: ApiClient
+
+    @cached_property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @cached_property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @cached_property
+    def policy(self) -> client.PolicyV1Api:
+        return client.PolicyV1Api(self.api)
+
+    @cached_property
+    def storage(self) -> client.StorageV1Api:
+        return client.StorageV1Api(self.api)
+
+    @cached_property
+    def coordination(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self.api)
+
+    @property
+    def host(self) -> str:
+        return str(self.api.configuration.host)
+
+    def close(self) -> None:
+        self.api.close()
+
+
+@dataclass
+class Clusters:
+    control: Cluster
+    #: None in no-target mode (``--target-kubeconfig=none``)
+    target: Cluster | None
+    pid: int = field(default_factory=os.getpid)
+
+    def require_target(self) -> Cluster:
+        if self.target is None:
+            raise ClusterConfigError("no target cluster: --target-kubeconfig=none")
+        return self.target
+
+    def close(self) -> None:
+        self.control.close()
+        if self.target is not None and self.target is not self.control:
+            self.target.close()
+
+
+def new_cluster(name: str, kubeconfig: str, settings: Settings) -> Cluster:
+    """A cluster client; rate limited through Redis unless no Redis URL is configured."""
+    api = ApiClient(load_configuration(kubeconfig, f"{name}_kubeconfig"))
+    api.user_agent = f"mcm-tasks/{name}"
+    if settings.redis_url:
+        bucket = cluster_bucket(name, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
+        install_rate_limit(api, bucket)
+    return Cluster(name, api)
+
+
+def build_clusters(settings: Settings | None = None) -> Clusters:
+    s = settings or get_settings()
+    control = new_cluster(CONTROL, s.control_kubeconfig, s)
+    target = None if s.target_kubeconfig == TARGET_DISABLED else new_cluster(TARGET, s.target_kubeconfig, s)
+    return Clusters(control, target)
+
+
+_lock = threading.Lock()
+_current: Clusters | None = None
+
+
+def get_clusters() -> Clusters:
+    """This process's clients, built on first use from the settings; a forked child builds its own."""
+    global _current
+    found = _current
+    if found is not None and found.pid == os.getpid():
+        return found
+    with _lock:
+        if _current is None or _current.pid != os.getpid():
+            # the parent's clients are dropped, not closed: closing would touch sockets it still uses
+            _current = build_clusters()
+        return _current
+
+
+def reset_clusters() -> None:
+    """Close and forget this process's clients (settings changed; tests)."""
+    global _current
+    with _lock:
+        if _current is not None and _current.pid == os.getpid():
+            _current.close()
+        _current = None
+
+
+# --- start-up check ------------------------------------------------------------------------------
+
+
+def wait_for_healthz(cluster: Cluster, timeout: float = 10.0, interval: float = 1.0) -> None:
+    """Poll ``/healthz`` until it answers 200, like MCM's start-up (1 s poll, 10 s)."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while True:
+        try:
+            code, text = rest.get_text(cluster.api, "/healthz", timeout=max(interval, 1.0))
+            if code == 200:
+                return
+            last = f"{code} {text.strip()[:200]}"
+        except Exception as err:  # connection refused, DNS, TLS: all mean "not yet"
+            last = f"{type(err).__name__}: {err}"
+        if time.monotonic() >= deadline:
+            raise ControlPlaneNotReady(
+                f"{cluster.name} cluster API server {cluster.host} not healthy after {timeout:g}s: {last}"
+            )
+        time.sleep(interval)
+
+
+def served_resources(cluster: Cluster, group_version: str) -> set[str]:
+    """Plurals the server lists under a group/version (discovery); empty when it is not served."""
+    path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
+    try:
+        doc: dict[str, Any] = rest.request(cluster.api, "GET", path)
+    except ApiException as err:
+        if is_not_found(err):
+            return set()
+        raise
+    return {str(r.get("name")) for r in doc.get("resources") or [] if "/" not in str(r.get("name"))}
+
+
+def check_control_cluster(
+    clusters: Clusters,
+    *,
+    timeout: float = 10.0,
+    interval: float = 1.0,
+    required: tuple[Resource, ...] = MCM_RESOURCES,
+) -> None:
+    """MCM's start-up check: the control API server is healthy and serves MCM's resources.
+
+    Worker and informer commands call this before anything else, so a missing CRD is one clear
+    message at start instead of a stream of 404s later.
+    """
+    wait_for_healthz(clusters.control, timeout, interval)
+    served = served_resources(clusters.control, MACHINE_API_VERSION)
+    missing = sorted(r.plural for r in required if r.plural not in served)
+    if missing:
+        raise ControlPlaneNotReady(
+            f"control cluster {clusters.control.host} does not serve {MACHINE_API_VERSION} "
+            f"{', '.join(missing)}: install the CRDs (`mcm-tasks crds | kubectl apply -f -`)"
+        )
+    log.info("control cluster %s ready, serving %s", clusters.control.host, MACHINE_API_VERSION)

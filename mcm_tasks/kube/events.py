@@ -1,0 +1,332 @@
+"""Kubernetes Events on the objects the controller acts on, with repeats folded into one Event.
+
+client-go's EventCorrelator keeps, per process, a cache from "the same event" (source,
+involvedObject, type, reason, message) to the Event it last wrote, and bumps that Event's ``count``
+and ``lastTimestamp`` with a PATCH instead of creating another. Here any of N worker processes may
+record the next repeat, so that cache is a Redis hash per event key (name, count, firstTimestamp)
+that expires ``window`` seconds after the last repeat, and writes of one key are serialised by a
+short Redis lock so counts only go up. The per-object spam filter (burst 25, then one per 5 min)
+is client-go's, on a shared token bucket.
+
+Events are best effort, as in client-go: a failure to write one is logged, never raised.
+
+Secrets: an Event copies only the involved object's identity (kind, name, namespace, uid, …) and
+the caller's reason and message. Callers must not put secret material (userData, credentials) in
+messages; the recorder refuses Secret objects outright so none ever travels through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets as token_source
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+import redis
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_already_exists, is_not_found
+from mcm_tasks.kube.resources import EVENTS
+from mcm_tasks.ratelimit import SharedTokenBucket
+from mcm_tasks.redisdb import get_redis, rkey
+
+log = logging.getLogger(__name__)
+
+NORMAL: Final = "Normal"
+WARNING: Final = "Warning"
+EventType = Literal["Normal", "Warning"]
+DEFAULT_COMPONENT = "machine-controller-manager"
+
+#: client-go's spam filter: 25 events per object at once, then one every 5 minutes
+SPAM_BURST = 25
+SPAM_QPS = 1.0 / 300.0
+
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The involved object: identity only, never content."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+
+    @classmethod
+    def of(cls, obj: ops.Obj) -> ObjectRef:
+        body = ops.to_dict(obj)
+        kind = str(body.get("kind") or "")
+        if not kind or not body.get("apiVersion"):
+            raise ValueError("an involved object needs apiVersion and kind")
+        if kind == "Secret":
+            raise TypeError("events are not recorded on Secrets (their objects must not reach the recorder)")
+        meta = body.get("metadata") or {}
+        if not meta.get("name"):
+            raise ValueError("an involved object needs metadata.name")
+        return cls(
+            api_version=str(body["apiVersion"]),
+            kind=kind,
+            name=str(meta["name"]),
+            namespace=str(meta.get("namespace") or ""),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+    def as_involved_object(self) -> dict[str, str]:
+        ref = {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+            "resourceVersion": self.resource_version,
+        }
+        return {k: v for k, v in ref.items() if v}
+
+    @property
+    def event_namespace(self) -> str:
+        """Events of cluster-scoped objects (Nodes) go to ``default``, as client-go puts them."""
+        return self.namespace or "default"
+
+
+def _identity(ref: ObjectRef, component: str, host: str) -> list[str]:
+    # resourceVersion is left out on purpose: every write changes it, and a repeat is a repeat
+    return [component, host, ref.kind, ref.namespace, ref.name, ref.uid, ref.api_version]
+
+
+def event_key(ref: ObjectRef, type_: str, reason: str, message: str, component: str, host: str = "") -> str:
+    """What makes two events "the same" (client-go's getEventKey), as one string."""
+    return "\x1f".join([*_identity(ref, component, host), type_, reason, message])
+
+
+def spam_key(ref: ObjectRef, component: str, host: str = "") -> str:
+    """The spam filter's unit: one source and one object, whatever the reason."""
+    return "\x1f".join(_identity(ref, component, host))
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_name(ref: ObjectRef, now_ns: int) -> str:
+    """``<object>.<hex nanoseconds>``, client-go's naming."""
+    return f"{ref.name}.{now_ns:x}"
+
+
+def new_event(
+    ref: ObjectRef,
+    type_: str,
+    reason: str,
+    message: str,
+    *,
+    name: str,
+    count: int,
+    first: str,
+    last: str,
+    component: str,
+    host: str = "",
+) -> dict[str, Any]:
+    source = {"component": component, **({"host": host} if host else {})}
+    event: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": ref.event_namespace},
+        "involvedObject": ref.as_involved_object(),
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "source": source,
+        "count": count,
+        "firstTimestamp": first,
+        "lastTimestamp": last,
+        "reportingComponent": component,
+    }
+    if host:
+        event["reportingInstance"] = host
+    return event
+
+
+def _as_text(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """Redis answers in bytes unless the client decodes; the recorder accepts either client."""
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): (v.decode() if isinstance(v, bytes) else str(v))
+        for k, v in raw.items()
+    }
+
+
+class EventRecorder:
+    """Writes Events through ``api`` (the control cluster's client, rate limited like the rest).
+
+    ``redis_client=None`` uses the process's shared Redis; ``aggregate=False`` writes every event
+    as a new object (used where there is no Redis at all).
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        component: str = DEFAULT_COMPONENT,
+        *,
+        host: str = "",
+        redis_client: redis.Redis | None = None,
+        aggregate: bool = True,
+        window: float = 600.0,
+        spam_filter: bool = True,
+        lock_wait: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.component = component
+        self.host = host
+        self.aggregate = aggregate
+        self.window = window
+        self.spam_filter = spam_filter
+        self.lock_wait = lock_wait
+        self.clock = clock
+        self._redis = redis_client if redis_client is not None else (get_redis() if aggregate else None)
+
+    # --- public ----------------------------------------------------------------------------------
+
+    def event(
+        self, obj: ops.Obj | ObjectRef, type_: EventType, reason: str, message: str
+    ) -> dict[str, Any] | None:
+        """Record an event on ``obj``; the Event as written, or None when dropped or failed."""
+        if type_ not in (NORMAL, WARNING):
+            raise ValueError(f"event type must be Normal or Warning, got {type_!r}")
+        ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
+        try:
+            if not self._allowed(ref):
+                log.debug("event %s on %s/%s dropped by the spam filter", reason, ref.kind, ref.name)
+                return None
+            return self._record(ref, type_, reason, message)
+        except (ApiException, redis.RedisError, OSError) as err:
+            log.warning("could not record event %s on %s %s/%s: %s",
+                        reason, ref.kind, ref.namespace, ref.name, describe(err))  # fmt: skip
+            return None
+
+    def eventf(
+        self, obj: ops.Obj | ObjectRef, type_: EventType, reason: str, fmt: str, *args: Any
+    ) -> dict[str, Any] | None:
+        return self.event(obj, type_, reason, fmt % args if args else fmt)
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _allowed(self, ref: ObjectRef) -> bool:
+        if not self.spam_filter or self._redis is None:
+            return True
+        key = rkey("events", "spam", digest(spam_key(ref, self.component, self.host)))
+        return SharedTokenBucket(self._redis, key, rate=SPAM_QPS, burst=SPAM_BURST).try_take()
+
+    def _record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> dict[str, Any]:
+        now = self.clock()
+        if self._redis is None:
+            return self._create(
+                ref, type_, reason, message, event_name(ref, time.time_ns()), 1, rfc3339(now), now
+            )
+        state_key = rkey("events", digest(event_key(ref, type_, reason, message, self.component, self.host)))
+        token = self._lock(state_key + ":lock")
+        try:
+            state = _as_text(self._redis.hgetall(state_key))  # type: ignore[arg-type]
+            if state.get("name"):
+                written = self._bump(ref, type_, reason, message, state, now)
+            else:
+                name = event_name(ref, time.time_ns())
+                written = self._create(ref, type_, reason, message, name, 1, rfc3339(now), now)
+            meta = written.get("metadata") or {}
+            pipe = self._redis.pipeline()
+            pipe.hset(state_key, mapping={
+                "name": str(meta.get("name")),
+                "namespace": str(meta.get("namespace") or ref.event_namespace),
+                "count": str(written.get("count") or 1),
+                "first": str(written.get("firstTimestamp") or rfc3339(now)),
+            })  # fmt: skip
+            pipe.expire(state_key, max(1, int(self.window)))
+            pipe.execute()
+            return written
+        finally:
+            if token:
+                self._redis.eval(_RELEASE, 1, state_key + ":lock", token)
+
+    def _bump(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, state: Mapping[str, str], now: float
+    ) -> dict[str, Any]:
+        """PATCH count and lastTimestamp; if the Event is gone (expired on the server), create it
+        again under the same name and count, as client-go does."""
+        count = int(state.get("count") or 1) + 1
+        name, namespace = state["name"], state.get("namespace") or ref.event_namespace
+        body = {"count": count, "lastTimestamp": rfc3339(now), "message": message}
+        try:
+            return ops.patch(self.api, EVENTS, name, body, namespace)
+        except ApiException as err:
+            if not is_not_found(err):
+                raise
+        first = state.get("first") or rfc3339(now)
+        return self._create(ref, type_, reason, message, name, count, first, now)
+
+    def _create(
+        self,
+        ref: ObjectRef,
+        type_: str,
+        reason: str,
+        message: str,
+        name: str,
+        count: int,
+        first: str,
+        now: float,
+    ) -> dict[str, Any]:
+        event = new_event(
+            ref, type_, reason, message, name=name, count=count, first=first, last=rfc3339(now),
+            component=self.component, host=self.host,
+        )  # fmt: skip
+        try:
+            return ops.create(self.api, EVENTS, event, ref.event_namespace)
+        except ApiException as err:
+            if not is_already_exists(err):
+                raise
+            # written meanwhile by a recorder that did not hold the lock: count on top of it
+            current = ops.get(self.api, EVENTS, name, ref.event_namespace) or event
+            body = {"count": int(current.get("count") or 0) + 1, "lastTimestamp": rfc3339(now)}
+            return ops.patch(self.api, EVENTS, name, body, ref.event_namespace)
+
+    def _lock(self, key: str) -> str | None:
+        """Bounded wait for the per-key write lock; None (write anyway) when it stays taken."""
+        assert self._redis is not None
+        token = token_source.token_hex(8)
+        ttl_ms = max(1000, int(self.lock_wait * 2000))
+        deadline = time.monotonic() + self.lock_wait
+        while True:
+            if self._redis.set(key, token, nx=True, px=ttl_ms):
+                return token
+            if time.monotonic() >= deadline:
+                log.debug("event lock %s still held after %ss; writing without it", key, self.lock_wait)
+                return None
+            time.sleep(0.005)
+
+
+_recorders: dict[tuple[int, int, str], EventRecorder] = {}
+
+
+def recorder_for(api: ApiClient, component: str) -> EventRecorder:
+    """One recorder per process, client and component: the recorder keeps per-client state, and a
+    forked child or rebuilt client must not reuse its parent's."""
+    pid = os.getpid()
+    ident = (pid, id(api), component)
+    found = _recorders.get(ident)
+    if found is None:
+        for stale in [key for key in _recorders if key[0] != pid]:  # a forked parent's
+            del _recorders[stale]
+        found = _recorders[ident] = EventRecorder(api, component)
+    return found

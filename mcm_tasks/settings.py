@@ -1,0 +1,331 @@
+"""One settings object for the whole controller: every MCM and machine-controller flag with
+MCM's defaults, plus the engine's own knobs (Redis, queues, retry periods).
+
+Sources, lowest to highest precedence: defaults, environment (``MCM_`` + the flag in upper snake
+case, e.g. ``MCM_MACHINE_HEALTH_TIMEOUT=5m``), then command-line flags spelled as MCM spells them
+(``--machine-health-timeout=5m``). Durations accept Go strings. Every period and timeout can be
+shortened, which is how tests run on compressed time.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from mcm_tasks.durations import format_duration, parse_duration
+
+#: seconds, parsed from Go duration strings (``90s``, ``10m``) or plain numbers
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+
+#: The queues of the contract, one per resource kind (ARCHITECTURE.md).
+QUEUES = (
+    "machine",
+    "machine-termination",
+    "machineset",
+    "machinedeployment",
+    "machineclass",
+    "secret",
+    "node",
+    "safety",
+)
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message names it by its flag and its environment variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MCM_", extra="forbid", validate_default=True)
+
+    # --- shared flags (MCM and MC) ---
+    port: int = Field(10258, description="metrics/health endpoint port (MCM 10258, MC 10259)")
+    address: str = Field("0.0.0.0", description="address the metrics/health endpoint binds")
+    concurrent_syncs: int = Field(
+        10, description="reconciles per queue per process upstream; here the default worker concurrency hint"
+    )
+    min_resync_period: Duration = Field(
+        12 * 3600.0, description="period of the informer's full resync (every key enqueued again)"
+    )
+    control_kubeconfig: str = Field(
+        "", description='kubeconfig of the control cluster (machine objects, secrets); "" = in-cluster'
+    )
+    target_kubeconfig: str = Field(
+        "", description='kubeconfig of the target cluster (nodes, pods); "" = in-cluster, `none` = no target'
+    )
+    namespace: str = Field("default", description="namespace of the machine objects in the control cluster")
+    kube_api_qps: float = Field(
+        20.0, description="API requests per second per cluster, shared by all processes through Redis"
+    )
+    kube_api_burst: int = Field(30, description="burst of the shared per-cluster API request budget")
+    leader_elect: bool = Field(True, description="elect one active informer (and beat) through a Lease")
+    leader_elect_lease_duration: Duration = Field(
+        15.0, description="how long a lease is valid; a standby takes over after it"
+    )
+    leader_elect_renew_deadline: Duration = Field(
+        10.0, description="the leader gives up if it cannot renew within this"
+    )
+    leader_elect_retry_period: Duration = Field(
+        2.0, description="how often candidates try to acquire or renew"
+    )
+    leader_elect_resource_lock: str = Field("leases", description="lock object kind (only `leases`)")
+
+    # --- machine-controller-manager (MachineSet / MachineDeployment / overshooting) ---
+    safety_up: int = Field(2, description="overshooting: freeze a MachineSet at replicas + maxSurge + this")
+    safety_down: int = Field(1, description="overshooting: unfreeze this many below the freeze threshold")
+    machine_safety_overshooting_period: Duration = Field(
+        60.0, description="period of the overshooting safety job"
+    )
+    autoscaler_scaledown_annotation_during_rollout: bool = Field(
+        True, description="annotate nodes scale-down-disabled for the cluster-autoscaler during rollouts"
+    )
+
+    # --- machine-controller ---
+    machine_creation_timeout: Duration = Field(
+        20 * 60.0, description="a machine that has not joined after this is Failed"
+    )
+    machine_health_timeout: Duration = Field(
+        10 * 60.0, description="an Unknown machine unhealthy this long is Failed (rate-limited)"
+    )
+    machine_drain_timeout: Duration = Field(
+        2 * 3600.0, description="a drain running longer than this is forced"
+    )
+    machine_inplace_update_timeout: Duration = Field(
+        20 * 60.0, description="in-place update timeout (strategy not supported yet)"
+    )
+    machine_preserve_timeout: Duration = Field(
+        96 * 3600.0, description="how long a preserved machine is kept"
+    )
+    machine_max_evict_retries: int = Field(360, description="eviction retries on 429 before a pod is deleted")
+    machine_pv_detach_timeout: Duration = Field(
+        2 * 60.0, description="wait for a drained pod's volumes to detach"
+    )
+    machine_pv_reattach_timeout: Duration = Field(
+        90.0, description="wait for a drained pod's volumes to re-attach elsewhere (warning only)"
+    )
+    machine_safety_orphan_vms_period: Duration = Field(
+        15 * 60.0, description="period of the orphan-VM collection (15m as in MCM's code; its docs say 30m)"
+    )
+    machine_safety_apiserver_statuscheck_period: Duration = Field(
+        60.0, description="period of the API-server health probe"
+    )
+    machine_safety_apiserver_statuscheck_timeout: Duration = Field(
+        30.0, description="API servers down this long freeze the machine controller"
+    )
+    safety_event_min_interval: Duration = Field(
+        10.0,
+        description="orphan-VM and overshooting runs start at most once per this; requests in between "
+        "(bursts of Machine events, beat) wait for its end (not in MCM; 0 = every request runs)",
+    )
+    node_conditions: str = Field(
+        "KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable",
+        description="node conditions that make a machine unhealthy when not False",
+    )
+    bootstrap_token_auth_extra_groups: str = Field(
+        "", description="extra groups of generated bootstrap tokens"
+    )
+    resource_exhausted_retry: Duration = Field(
+        10 * 60.0, description="retry period after a ResourceExhausted create error"
+    )
+
+    # --- retry periods (constants upstream; settings here so tests can compress time) ---
+    short_retry: Duration = Field(
+        15.0, description="ShortRetry (15s as in the seeds; current MCM code uses 5s)"
+    )
+    medium_retry: Duration = Field(3 * 60.0, description="MediumRetry")
+    long_retry: Duration = Field(10 * 60.0, description="LongRetry")
+    conflict_retry: Duration = Field(0.2, description="requeue after a write conflict")
+    health_recheck_period: Duration = Field(
+        60.0, description="re-check of Pending/Unknown machines that have not timed out yet"
+    )
+    pod_eviction_retry_interval: Duration = Field(
+        20.0, description="eviction retry interval on 429 and between volume-pod rounds (constant upstream)"
+    )
+    force_drain_unhealthy_after: Duration = Field(
+        5 * 60.0,
+        description="NotReady / ReadonlyFilesystem this long forces a deletion's drain (constant upstream)",
+    )
+    force_drain_timeout: Duration = Field(
+        60.0, description="drain timeout once a drain is forced (constant upstream)"
+    )
+    permit_stale_after: Duration = Field(
+        3600.0, description="permit giver: permits older than this are dropped"
+    )
+    class_resync_period: Duration = Field(
+        10 * 60.0, description="MachineClass / Secret reconciles come back after this"
+    )
+
+    # --- engine: Redis, queues, workers ---
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis for the cache, queues (Celery broker), locks and permits",
+    )
+    key_prefix: str = Field(
+        "mcm",
+        description="prefix of every Redis key and queue name (several installations can share one Redis)",
+    )
+    worker_concurrency: int = Field(2, description="processes per `mcm-tasks worker`")
+    reconcile_lock_ttl: Duration = Field(
+        60.0, description="per-key reconcile lock lifetime; exceeds any reconcile's run time"
+    )
+    visibility_timeout: Duration = Field(
+        3600.0, description="Celery redelivers an unacknowledged message after this; above every countdown"
+    )
+    error_backoff_base: Duration = Field(
+        0.005, description="per-key error backoff start (doubles per failure)"
+    )
+    error_backoff_max: Duration = Field(1000.0, description="per-key error backoff ceiling")
+    dead_letter_after: int = Field(
+        15, description="consecutive failures before a key is parked in the dead-letter list"
+    )
+    expectations_timeout: Duration = Field(
+        5 * 60.0, description="MachineSet expectations expire after this (client-go's ExpectationsTimeout)"
+    )
+    watch_timeout: Duration = Field(5 * 60.0, description="watch timeoutSeconds asked of the API server")
+    watch_client_timeout: Duration = Field(
+        6 * 60.0, description="client-side read timeout of a watch stream, so a silent stream cannot stall"
+    )
+
+    @property
+    def node_condition_list(self) -> list[str]:
+        return [c.strip() for c in self.node_conditions.split(",") if c.strip()]
+
+    @property
+    def no_target(self) -> bool:
+        return self.target_kubeconfig == "none"
+
+    def queue_name(self, kind: str) -> str:
+        if kind not in QUEUES:
+            raise KeyError(f"unknown queue {kind!r}")
+        return f"{self.key_prefix}.{kind}"
+
+    @model_validator(mode="after")
+    def _mcm_rules(self) -> Settings:
+        """MCM's own flag validation, so a bad value stops start-up instead of misbehaving later."""
+        problems: list[tuple[str, str]] = []
+        if not 1 <= self.port <= 65535:
+            problems.append(("port", f"must be between 1 and 65535, got {self.port}"))
+        try:
+            ipaddress.ip_address(self.address)
+        except ValueError:
+            problems.append(("address", f"{self.address!r} is not an IP address"))
+        for name in ("concurrent_syncs", "worker_concurrency", "dead_letter_after"):
+            if getattr(self, name) <= 0:
+                problems.append((name, "must be greater than 0"))
+        if self.kube_api_qps <= 0:
+            problems.append(("kube_api_qps", "must be greater than 0"))
+        for name in ("kube_api_burst", "safety_up", "safety_down", "machine_max_evict_retries"):
+            if getattr(self, name) < 0:
+                problems.append((name, "must not be negative"))
+        check_period = self.machine_safety_apiserver_statuscheck_period
+        if check_period < self.machine_safety_apiserver_statuscheck_timeout:
+            problems.append(
+                (
+                    "machine_safety_apiserver_statuscheck_period",
+                    "must be at least machine-safety-apiserver-statuscheck-timeout",
+                )
+            )
+        if self.no_target and not self.control_kubeconfig:
+            problems.append(("control_kubeconfig", "is required when --target-kubeconfig=none"))
+        longest = max(self.long_retry, self.resource_exhausted_retry, self.class_resync_period)
+        if 2 * longest > self.visibility_timeout:
+            # a countdown is held unacknowledged in a worker; past the visibility timeout Celery
+            # delivers it again, so the queue caps countdowns at half of it
+            problems.append(
+                (
+                    "visibility_timeout",
+                    f"must be at least twice the longest requeue ({format_duration(longest)})",
+                )
+            )
+        if problems:
+            raise ValueError("; ".join(f"{_describe(n)}: {msg}" for n, msg in problems))
+        return self
+
+
+def _describe(field: str) -> str:
+    return f"--{field.replace('_', '-')} (MCM_{field.upper()})"
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from the environment plus overrides (flag or field names), or SettingsError."""
+    values = {_field_name(k): v for k, v in (overrides or {}).items()}
+    try:
+        return Settings(**values)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e["loc"])
+            lines.append(f"{_describe(loc)}: {e['msg']}" if loc else e["msg"].removeprefix("Value error, "))
+        raise SettingsError("invalid settings: " + "; ".join(lines)) from None
+
+
+def _field_name(flag: str) -> str:
+    name = flag.lstrip("-").replace("-", "_").lower()
+    if name not in Settings.model_fields:
+        raise SettingsError(f"unknown setting {flag!r}")
+    return name
+
+
+def parse_flags(args: Sequence[str]) -> dict[str, str]:
+    """MCM-style flags (``--machine-health-timeout=5m`` or ``--safety-up 3``) to overrides."""
+    out: dict[str, str] = {}
+    it = iter(args)
+    for arg in it:
+        if not arg.startswith("--"):
+            raise SettingsError(f"unexpected argument {arg!r}")
+        name, eq, value = arg[2:].partition("=")
+        if not eq:
+            nxt = next(it, None)
+            if nxt is None:
+                raise SettingsError(f"flag --{name} needs a value")
+            value = nxt
+        out[_field_name(f"--{name}")] = value
+    return out
+
+
+_current: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """The process-wide settings: what configure() set, else the environment's (loaded once)."""
+    global _current
+    if _current is None:
+        _current = load_settings()
+    return _current
+
+
+def configure(overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Replace the process-wide settings: CLI start-up with flags, and tests."""
+    global _current
+    _current = load_settings(overrides)
+    return _current
+
+
+def reset_settings() -> None:
+    """Forget the process-wide settings so the next get_settings() reads the environment again."""
+    global _current
+    _current = None
+
+
+def _is_duration(field: FieldInfo) -> bool:
+    return any(isinstance(m, BeforeValidator) and m.func is parse_duration for m in field.metadata)
+
+
+def settings_table() -> str:
+    """The README's configuration table, generated so it cannot drift from the code."""
+    rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        if _is_duration(field):
+            shown = format_duration(default)
+        elif isinstance(default, bool):
+            shown = str(default).lower()
+        else:
+            shown = str(default) if default != "" else '""'
+        flag = "--" + name.replace("_", "-")
+        rows.append(f"| `{flag}` | `MCM_{name.upper()}` | `{shown}` | {field.description} |")
+    return "\n".join(rows)

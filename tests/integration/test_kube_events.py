@@ -1,0 +1,127 @@
+"""Event aggregation against the sandbox API server and a real Redis: repeats bump one Event's
+count, from one process or several."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from mcm_tasks.kube import clients, ops
+from mcm_tasks.kube.events import SPAM_BURST, WARNING, EventRecorder
+from mcm_tasks.kube.resources import EVENTS
+from mcm_tasks.sandbox.procs import ApiServer
+from mcm_tasks.settings import configure, load_settings
+
+pytestmark = pytest.mark.integration
+
+
+def settings_for(apiserver: ApiServer, redis_url: str) -> dict[str, Any]:
+    return {
+        "control_kubeconfig": str(apiserver.kubeconfig),
+        "target_kubeconfig": "none",
+        "redis_url": redis_url,
+    }
+
+
+@pytest.fixture()
+def control(apiserver: ApiServer, redis_url: str) -> Iterator[clients.Cluster]:
+    cluster = clients.new_cluster(
+        "control", str(apiserver.kubeconfig), load_settings(settings_for(apiserver, redis_url))
+    )
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture()
+def recorder(control: clients.Cluster, redis_client: redis.Redis) -> EventRecorder:
+    return EventRecorder(control.api, redis_client=redis_client)
+
+
+def machine(name: str | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "Machine",
+        "metadata": {
+            "name": name or f"m-{uuid.uuid4().hex[:8]}", "namespace": "default", "uid": str(uuid.uuid4()),
+            "resourceVersion": "1",
+        },
+    }  # fmt: skip
+
+
+def events_of(control: clients.Cluster, obj: dict[str, Any]) -> list[dict[str, Any]]:
+    meta = obj["metadata"]
+    found = ops.list_(
+        control.api, EVENTS, meta["namespace"], field_selector=f"involvedObject.name={meta['name']}"
+    )
+    return list(found["items"])
+
+
+def test_a_repeat_bumps_count_instead_of_creating(control: clients.Cluster, recorder: EventRecorder) -> None:
+    obj = machine()
+    first = recorder.event(obj, WARNING, "FailedCreate", "quota exceeded")
+    assert first is not None and first["count"] == 1
+    newer = dict(obj, metadata=dict(obj["metadata"], resourceVersion="2"))  # the object moved on meanwhile
+    second = recorder.event(newer, WARNING, "FailedCreate", "quota exceeded")
+    assert second is not None and second["metadata"]["name"] == first["metadata"]["name"]
+
+    (only,) = events_of(control, obj)
+    assert only["count"] == 2
+    assert only["firstTimestamp"] == first["firstTimestamp"]
+    assert only["involvedObject"]["uid"] == obj["metadata"]["uid"]
+    assert only["source"] == {"component": "machine-controller-manager"}
+
+    recorder.event(obj, WARNING, "FailedCreate", "another message")
+    assert sorted(e["count"] for e in events_of(control, obj)) == [1, 2]
+
+
+def test_event_deleted_on_the_server_is_recreated_with_its_count(
+    control: clients.Cluster, recorder: EventRecorder
+) -> None:
+    obj = machine()
+    first = recorder.event(obj, WARNING, "FailedDelete", "x")
+    assert first is not None
+    ops.delete(control.api, EVENTS, first["metadata"]["name"], "default")
+    again = recorder.event(obj, WARNING, "FailedDelete", "x")
+    assert again is not None
+    (only,) = events_of(control, obj)
+    assert (only["metadata"]["name"], only["count"]) == (first["metadata"]["name"], 2)
+
+
+def test_spam_filter_drops_past_the_burst(control: clients.Cluster, recorder: EventRecorder) -> None:
+    obj = machine()
+    written = [recorder.event(obj, "Normal", "Tick", f"message {i}") for i in range(SPAM_BURST + 1)]
+    assert all(written[:SPAM_BURST])
+    assert written[SPAM_BURST] is None
+    assert len(events_of(control, obj)) == SPAM_BURST
+
+
+def _record(settings: dict[str, Any], obj: dict[str, Any], times: int, barrier: Any) -> None:
+    configure(settings)
+    rec = EventRecorder(clients.get_clusters().control.api)
+    barrier.wait(30)
+    for _ in range(times):
+        assert rec.event(obj, WARNING, "FailedCreate", "quota exceeded") is not None
+
+
+def test_two_processes_share_one_event(
+    apiserver: ApiServer, redis_url: str, control: clients.Cluster
+) -> None:
+    obj = machine()
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [
+        ctx.Process(target=_record, args=(settings_for(apiserver, redis_url), obj, 4, barrier))
+        for _ in range(2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    (only,) = events_of(control, obj)
+    assert only["count"] == 8

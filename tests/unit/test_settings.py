@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import pytest
+
+from mcm_tasks.durations import format_duration, parse_duration
+from mcm_tasks.settings import QUEUES, SettingsError, load_settings, parse_flags
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90.0),
+        ("10m", 600.0),
+        ("2h", 7200.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("300ms", 0.3),
+        ("0", 0.0),
+        ("45", 45.0),
+        (12, 12.0),
+        ("1m30.5s", 90.5),
+    ],
+)
+def test_go_durations(text: str | int, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "10x", "m", "1h 30m", "abc", "5mm"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_format_duration_is_go_like() -> None:
+    assert format_duration(5400) == "1h30m0s"
+    assert format_duration(90) == "1m30s"
+    assert format_duration(0) == "0s"
+
+
+def test_defaults_are_mcms(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in list(__import__("os").environ):
+        if var.startswith("MCM_"):
+            monkeypatch.delenv(var)
+    s = load_settings()
+    assert s.machine_creation_timeout == 20 * 60
+    assert s.machine_health_timeout == 10 * 60
+    assert s.machine_drain_timeout == 2 * 3600
+    assert s.machine_max_evict_retries == 360
+    assert s.machine_pv_detach_timeout == 120 and s.machine_pv_reattach_timeout == 90
+    assert s.machine_safety_orphan_vms_period == 15 * 60
+    assert s.machine_safety_apiserver_statuscheck_period == 60
+    assert s.machine_safety_apiserver_statuscheck_timeout == 30
+    assert s.node_condition_list == [
+        "KernelDeadlock",
+        "ReadonlyFilesystem",
+        "DiskPressure",
+        "NetworkUnavailable",
+    ]
+    assert s.resource_exhausted_retry == 600
+    assert (s.safety_up, s.safety_down, s.machine_safety_overshooting_period) == (2, 1, 60)
+    assert (s.kube_api_qps, s.kube_api_burst) == (20, 30)
+    assert (s.short_retry, s.medium_retry, s.long_retry) == (15, 180, 600)
+    assert s.min_resync_period == 12 * 3600
+    assert s.namespace == "default" and s.leader_elect
+    assert s.autoscaler_scaledown_annotation_during_rollout
+
+
+def test_environment_uses_mcm_flag_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCM_MACHINE_HEALTH_TIMEOUT", "5m")
+    monkeypatch.setenv("MCM_SAFETY_UP", "4")
+    monkeypatch.setenv("MCM_SHORT_RETRY", "2s")
+    s = load_settings()
+    assert (s.machine_health_timeout, s.safety_up, s.short_retry) == (300, 4, 2)
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCM_MACHINE_DRAIN_TIMEOUT", "1h")
+    s = load_settings(parse_flags(["--machine-drain-timeout=30s", "--namespace", "shoot--x"]))
+    assert s.machine_drain_timeout == 30 and s.namespace == "shoot--x"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"port": 0}, "--port (MCM_PORT)"),
+        ({"address": "not-an-ip"}, "--address"),
+        ({"concurrent_syncs": 0}, "--concurrent-syncs"),
+        ({"kube_api_qps": 0}, "--kube-api-qps"),
+        ({"kube_api_burst": -1}, "--kube-api-burst"),
+        ({"machine_health_timeout": "-5m"}, "--machine-health-timeout (MCM_MACHINE_HEALTH_TIMEOUT)"),
+        ({"machine_drain_timeout": "soon"}, "--machine-drain-timeout"),
+        (
+            {"machine_safety_apiserver_statuscheck_period": "10s"},
+            "--machine-safety-apiserver-statuscheck-period",
+        ),
+        ({"target_kubeconfig": "none"}, "--control-kubeconfig"),
+        ({"visibility_timeout": "15m"}, "--visibility-timeout"),
+        ({"resource_exhausted_retry": "40m"}, "--visibility-timeout"),
+    ],
+)
+def test_invalid_settings_name_the_setting(overrides: dict[str, object], named: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(overrides)
+    assert named in str(err.value)
+
+
+def test_unknown_flag_is_refused() -> None:
+    with pytest.raises(SettingsError, match="unknown setting '--no-such-flag'"):
+        parse_flags(["--no-such-flag=1"])
+
+
+def test_no_target_mode_needs_control_kubeconfig() -> None:
+    s = load_settings({"target-kubeconfig": "none", "control-kubeconfig": "/k"})
+    assert s.no_target
+
+
+def test_queue_names_are_prefixed() -> None:
+    s = load_settings({"key_prefix": "x"})
+    assert [s.queue_name(q) for q in QUEUES][:2] == ["x.machine", "x.machine-termination"]
+    with pytest.raises(KeyError):
+        s.queue_name("pods")
+
+
+def test_readme_configuration_table_is_current() -> None:
+    from pathlib import Path
+
+    from mcm_tasks.settings import settings_table
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert settings_table() in readme, "regenerate the README table from settings_table()"
