@@ -1,0 +1,69 @@
+"""``mcm-tasks informer``: list+watch both clusters, mirror into Redis, route events to the queues."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import uuid
+from types import FrameType
+
+import typer
+
+from mcm_tasks.cli_support import command_settings
+
+app = typer.Typer(add_completion=False)
+log = logging.getLogger("informers")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def informer(
+    ctx: typer.Context,
+    identity: str = typer.Option("", help="Leader-election identity (default: <hostname>_<uuid>)."),
+    sink: str = typer.Option("queue", help="Where routed keys go: queue (Celery), list (a Redis list)."),
+    loglevel: str = typer.Option("info", help="Log level."),
+) -> None:
+    """Mirror the control and target clusters into Redis and enqueue what changed. MCM flags
+    (--namespace=…, --min-resync-period=…, --leader-elect=false …) follow."""
+    settings = command_settings(ctx.args)
+    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from informers.leader import LeaderElector
+    from informers.runner import Informer
+    from informers.sink import make_sink
+    from mcm_tasks.kube.clients import build_clusters, check_control_cluster
+    from mcm_tasks.observability import serve
+    from mcm_tasks.redisdb import get_redis
+
+    me = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    clusters = build_clusters(settings)
+    check_control_cluster(clusters)
+    serve(settings)
+    apis = {"control": clusters.control.api}
+    if clusters.target is not None:
+        apis["target"] = clusters.target.api
+    client = get_redis(settings.redis_url, decode=False)
+    runner = Informer(settings, apis, client, make_sink(sink, client), me)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if settings.leader_elect:
+        elector = LeaderElector(
+            clusters.control.api,
+            settings.namespace,
+            me,
+            settings.leader_elect_lease_duration,
+            settings.leader_elect_renew_deadline,
+            settings.leader_elect_retry_period,
+        )
+        elector.run(runner.lead, stop)
+    else:
+        runner.lead(stop)
+    clusters.close()

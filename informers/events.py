@@ -1,0 +1,95 @@
+"""The vocabulary of routing: events, what they ask for, and the read-only view routing may use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from informers.resources import Obj, meta
+from mcm_tasks.settings import QUEUES
+
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+
+Q_MACHINE, Q_TERMINATION, Q_MACHINESET, Q_DEPLOYMENT, Q_CLASS, Q_SECRET, Q_NODE, Q_SAFETY = QUEUES
+
+#: keys on the ``safety`` queue (one job each, not one per object)
+SAFETY_ORPHAN_VMS = "orphan-vms"
+SAFETY_OVERSHOOTING = "overshooting"
+
+
+class View(Protocol):
+    """What routing may read: the informer's store, after the event was applied to it."""
+
+    #: the control namespace, where the Machines are
+    namespace: str
+
+    def get(self, kind: str, key: str) -> Obj | None: ...
+
+    def by_index(self, kind: str, index: str, value: str) -> list[Obj]: ...
+
+    def index_keys(self, kind: str, index: str, value: str) -> set[str]: ...
+
+    def values(self, kind: str) -> Iterable[Obj]: ...
+
+
+@dataclass(frozen=True)
+class Event:
+    """A watch event on a kind, with the object before and after as the informer remembers them."""
+
+    kind: str
+    type: str
+    old: Obj | None = None
+    new: Obj | None = None
+
+    @property
+    def obj(self) -> Obj:
+        found = self.new if self.new is not None else self.old
+        if found is None:
+            raise ValueError("an event carries at least one object")
+        return found
+
+
+@dataclass
+class Routing:
+    """What events ask for, in arrival order and without duplicates."""
+
+    enqueue: dict[tuple[str, str], None] = field(default_factory=dict)
+    #: MachineSet keys that saw one of their machines created
+    creations_observed: list[str] = field(default_factory=list)
+    #: (MachineSet key, machine name) of deletions seen
+    deletions_observed: dict[tuple[str, str], None] = field(default_factory=dict)
+
+    def add(self, queue: str, key: str | None) -> None:
+        if key:
+            self.enqueue[(queue, key)] = None
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self.enqueue)
+
+    def merge(self, other: Routing) -> None:
+        self.enqueue.update(other.enqueue)
+        self.creations_observed.extend(other.creations_observed)
+        self.deletions_observed.update(other.deletions_observed)
+
+    def __bool__(self) -> bool:
+        return bool(self.enqueue or self.creations_observed or self.deletions_observed)
+
+
+def is_deleting(obj: Obj | None) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def labels_of(obj: Obj | None) -> dict[str, str]:
+    return dict(meta(obj).get("labels") or {})
+
+
+def annotations_of(obj: Obj | None) -> dict[str, str]:
+    return dict(meta(obj).get("annotations") or {})
+
+
+def machine_queue(machine: Obj) -> str:
+    """Machines being deleted go to their own queue, so long drains cannot starve creations."""
+    return Q_TERMINATION if is_deleting(machine) else Q_MACHINE

@@ -1,0 +1,113 @@
+"""The Redis side of the mirror: one writer applying object changes with their index entries.
+
+Each change (the object's JSON or its removal, plus the index values it leaves and enters) goes into
+a MULTI with the rest of its batch, so a reader sees an object and its index entries change together.
+Very large batches (the first list of 100k pods) are cut into chunks so Redis is never blocked long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import orjson
+import redis
+
+from mcm_tasks.cache import layout
+
+CHUNK = 500
+
+
+@dataclass
+class Change:
+    kind: str
+    key: str
+    #: the stored JSON, or None to remove the object
+    stored: bytes | None
+    old_index: dict[str, list[str]] = field(default_factory=dict)
+    new_index: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Commit:
+    """Everything one batch writes: object changes and kinds whose list completed (kind → rv)."""
+
+    changes: list[Change] = field(default_factory=list)
+    synced: dict[str, str] = field(default_factory=dict)
+    sentinel: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.changes or self.synced or self.sentinel)
+
+
+class Mirror:
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+
+    def write(self, commit: Commit) -> str | None:
+        """Apply a commit; returns the sentinel as it stands afterwards. The writer compares it with
+        the one it set: gone or different means Redis lost its data (or another writer took over)."""
+        changes = commit.changes
+        chunks = [changes[i : i + CHUNK] for i in range(0, len(changes), CHUNK)] or [[]]
+        sentinel: str | None = None
+        for n, chunk in enumerate(chunks):
+            pipe = self.redis.pipeline(transaction=True)
+            for change in chunk:
+                _queue_change(pipe, change)
+            last = n == len(chunks) - 1
+            if last:
+                if commit.synced:
+                    pipe.hset(layout.synced_key(), mapping=cast(Any, dict(commit.synced)))
+                if commit.sentinel is not None:
+                    pipe.set(layout.sentinel_key(), commit.sentinel)
+                pipe.get(layout.sentinel_key())
+            results = pipe.execute()
+            if last:
+                sentinel = _text(results[-1])
+        return sentinel
+
+    def sentinel(self) -> str | None:
+        return _text(self.redis.get(layout.sentinel_key()))
+
+    def scan(self, kind: str, count: int = 1000) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every stored object of a kind (to seed a new leader's memory from what is already there)."""
+        for key, raw in self.redis.hscan_iter(layout.objects_key(kind), count=count):
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            yield name, orjson.loads(cast(bytes, raw))
+
+    def forget_synced(self) -> None:
+        self.redis.delete(layout.synced_key())
+
+
+def _queue_change(pipe: Any, change: Change) -> None:
+    objects = layout.objects_key(change.kind)
+    if change.stored is None:
+        pipe.hdel(objects, change.key)
+    else:
+        pipe.hset(objects, change.key, change.stored)
+    for index in change.old_index.keys() | change.new_index.keys():
+        before, after = change.old_index.get(index, []), change.new_index.get(index, [])
+        if before == after:
+            continue
+        for value in before:
+            if value not in after:
+                pipe.srem(layout.index_key(change.kind, index, value), change.key)
+        for value in after:
+            if value not in before:
+                pipe.sadd(layout.index_key(change.kind, index, value), change.key)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return orjson.dumps(obj)
+
+
+def chunks_of(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,289 @@
+"""The resources the informers list and watch, and for each: its key, what is stored in the mirror,
+what the informer keeps in memory, and the index values it is filed under.
+
+Three forms of one object:
+- *stored* (Redis, what workers read): the API object without ``metadata.managedFields``; Nodes also
+  without ``status.images`` (large, never read); Pods as a projection of the fields the drain and
+  the safety checks read, to keep 100k pods affordable.
+- *remembered* (the informer's memory): enough to compute index values and route the next event
+  (an UPDATE needs the old object). Control-cluster kinds keep the stored form; target kinds keep a
+  small subset, so memory does not grow with node status or pod specs.
+- *indexed*: the values under which the object is filed (``mcm_tasks.cache.layout.INDEXES``).
+
+Writers must patch, not PUT, objects read from the mirror: a projection lacks fields a PUT would drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcm_tasks.api.constants import NODE_LABEL_KEY, NODE_MACHINE_NAME_LABEL_KEY
+from mcm_tasks.cache import layout
+from mcm_tasks.kube import resources as kres
+from mcm_tasks.settings import Settings
+
+Obj = dict[str, Any]
+IndexFunc = Callable[[Obj], list[str]]
+
+CONTROL = "control"
+TARGET = "target"
+
+
+def meta(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    return layout.object_key(m.get("namespace"), m.get("name", ""))
+
+
+def resource_version(obj: Mapping[str, Any] | None) -> str:
+    return str(meta(obj).get("resourceVersion", "")) if obj else ""
+
+
+def controller_ref(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The ownerReference with ``controller: true`` (``metav1.GetControllerOf``)."""
+    if not obj:
+        return None
+    for ref in meta(obj).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def pick(obj: Mapping[str, Any], paths: Iterable[tuple[str, ...]]) -> Obj:
+    """A copy holding only the given paths (those present), nested as in the original."""
+    out: Obj = {}
+    for path in paths:
+        src: Any = obj
+        for part in path:
+            if not isinstance(src, Mapping) or part not in src:
+                break
+            src = src[part]
+        else:
+            dst = out
+            for part in path[:-1]:
+                dst = dst.setdefault(part, {})
+            dst[path[-1]] = src
+    return out
+
+
+def _without_managed_fields(obj: Obj) -> Obj:
+    m = obj.get("metadata")
+    if m and "managedFields" in m:
+        obj = {**obj, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
+    return obj
+
+
+def _node_stored(obj: Obj) -> Obj:
+    obj = _without_managed_fields(obj)
+    status = obj.get("status")
+    if status and "images" in status:
+        obj = {**obj, "status": {k: v for k, v in status.items() if k != "images"}}
+    return obj
+
+
+_POD_FIELDS = (
+    *(
+        ("metadata", f)
+        for f in (
+            "name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences",
+            "deletionTimestamp", "deletionGracePeriodSeconds", "creationTimestamp",
+        )
+    ),
+    ("spec", "nodeName"),
+    ("spec", "volumes"),
+    ("spec", "priority"),
+    ("spec", "terminationGracePeriodSeconds"),
+    ("status", "phase"),
+    ("status", "conditions"),
+)  # fmt: skip
+
+
+def _pod_stored(obj: Obj) -> Obj:
+    return pick(obj, _POD_FIELDS)
+
+
+def _values(*candidates: Any) -> list[str]:
+    return [str(v) for v in candidates if v]
+
+
+def _label(name: str) -> IndexFunc:
+    return lambda obj: _values((meta(obj).get("labels") or {}).get(name))
+
+
+def _controller_uid(obj: Obj) -> list[str]:
+    ref = controller_ref(obj)
+    return _values(ref.get("uid")) if ref else []
+
+
+def _secret_refs(obj: Obj) -> list[str]:
+    """Keys of the secrets a MachineClass references; a ref without namespace means the class's own."""
+    own = meta(obj).get("namespace")
+    out: list[str] = []
+    for field_name in ("secretRef", "credentialsSecretRef"):
+        ref = obj.get(field_name) or {}
+        if ref.get("name"):
+            key = layout.object_key(ref.get("namespace") or own, ref["name"])
+            if key not in out:
+                out.append(key)
+    return out
+
+
+def _spec(*path: str) -> IndexFunc:
+    def get(obj: Obj) -> list[str]:
+        value: Any = obj.get("spec") or {}
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return _values(value)
+
+    return get
+
+
+def _claim(obj: Obj) -> list[str]:
+    ref = (obj.get("spec") or {}).get("claimRef") or {}
+    return [layout.object_key(ref.get("namespace"), ref["name"])] if ref.get("name") else []
+
+
+def _namespace(obj: Obj) -> list[str]:
+    return _values(meta(obj).get("namespace"))
+
+
+_META_BASICS = (("metadata", "name"), ("metadata", "namespace"), ("metadata", "resourceVersion"))
+
+
+@dataclass(frozen=True)
+class WatchedResource:
+    kind: str
+    api: kres.Resource
+    cluster: str
+    indexes: Mapping[str, IndexFunc] = field(default_factory=dict)
+    stored: Callable[[Obj], Obj] = _without_managed_fields
+    #: paths kept in memory; None keeps the whole stored object
+    remembered_paths: tuple[tuple[str, ...], ...] | None = None
+
+    def remember(self, stored: Obj) -> Obj:
+        return stored if self.remembered_paths is None else pick(stored, self.remembered_paths)
+
+    def index_values(self, obj: Obj | None) -> dict[str, list[str]]:
+        if obj is None:
+            return {}
+        return {name: fn(obj) for name, fn in self.indexes.items()}
+
+    def collection_path(self, namespace: str | None) -> str:
+        return self.api.path(namespace if self.api.namespaced else None)
+
+
+MACHINES = WatchedResource(
+    layout.MACHINES,
+    kres.MACHINES,
+    CONTROL,
+    {
+        layout.BY_OWNER: _controller_uid,
+        layout.BY_CLASS: _spec("class", "name"),
+        layout.BY_NODE: _label(NODE_LABEL_KEY),
+        layout.BY_DEPLOYMENT_NAME: _label("name"),
+    },
+)
+MACHINE_SETS = WatchedResource(
+    layout.MACHINE_SETS, kres.MACHINE_SETS, CONTROL, {layout.BY_OWNER: _controller_uid}
+)
+MACHINE_DEPLOYMENTS = WatchedResource(layout.MACHINE_DEPLOYMENTS, kres.MACHINE_DEPLOYMENTS, CONTROL)
+MACHINE_CLASSES = WatchedResource(
+    layout.MACHINE_CLASSES, kres.MACHINE_CLASSES, CONTROL, {layout.BY_SECRET: _secret_refs}
+)
+SECRETS = WatchedResource(layout.SECRETS, kres.SECRETS, CONTROL)
+NODES = WatchedResource(
+    layout.NODES,
+    kres.NODES,
+    TARGET,
+    {layout.BY_MACHINE_NAME: _label(NODE_MACHINE_NAME_LABEL_KEY)},
+    stored=_node_stored,
+    remembered_paths=(
+        ("metadata",),
+        ("spec", "taints"),
+        ("status", "conditions"),
+        ("status", "volumesAttached"),
+    ),
+)
+PODS = WatchedResource(
+    layout.PODS,
+    kres.PODS,
+    TARGET,
+    {layout.BY_NODE: _spec("nodeName")},
+    stored=_pod_stored,
+    remembered_paths=(*_META_BASICS, ("metadata", "deletionTimestamp"), ("spec", "nodeName")),
+)
+POD_DISRUPTION_BUDGETS = WatchedResource(
+    layout.POD_DISRUPTION_BUDGETS,
+    kres.POD_DISRUPTION_BUDGETS,
+    TARGET,
+    {layout.BY_NAMESPACE: _namespace},
+    remembered_paths=_META_BASICS,
+)
+PERSISTENT_VOLUMES = WatchedResource(
+    layout.PERSISTENT_VOLUMES,
+    kres.PERSISTENT_VOLUMES,
+    TARGET,
+    {layout.BY_CLAIM: _claim},
+    remembered_paths=(*_META_BASICS, ("spec", "claimRef")),
+)
+PERSISTENT_VOLUME_CLAIMS = WatchedResource(
+    layout.PERSISTENT_VOLUME_CLAIMS,
+    kres.PERSISTENT_VOLUME_CLAIMS,
+    TARGET,
+    {layout.BY_VOLUME: _spec("volumeName")},
+    remembered_paths=(*_META_BASICS, ("spec", "volumeName")),
+)
+VOLUME_ATTACHMENTS = WatchedResource(
+    layout.VOLUME_ATTACHMENTS,
+    kres.VOLUME_ATTACHMENTS,
+    TARGET,
+    {layout.BY_NODE: _spec("nodeName"), layout.BY_PERSISTENT_VOLUME: _spec("source", "persistentVolumeName")},
+    remembered_paths=(*_META_BASICS, ("spec", "nodeName"), ("spec", "source")),
+)
+
+#: in listing order: what routing looks up (classes, sets) is known before what refers to it
+ALL: tuple[WatchedResource, ...] = (
+    MACHINE_CLASSES,
+    SECRETS,
+    MACHINE_DEPLOYMENTS,
+    MACHINE_SETS,
+    MACHINES,
+    NODES,
+    PODS,
+    POD_DISRUPTION_BUDGETS,
+    PERSISTENT_VOLUMES,
+    PERSISTENT_VOLUME_CLAIMS,
+    VOLUME_ATTACHMENTS,
+)
+BY_KIND: dict[str, WatchedResource] = {r.kind: r for r in ALL}
+
+
+def watched_resources(settings: Settings) -> list[WatchedResource]:
+    """Control kinds always; target kinds unless ``--target-kubeconfig=none``."""
+    return [r for r in ALL if r.cluster == CONTROL or not settings.no_target]
+
+
+def watch_namespace(resource: WatchedResource, settings: Settings) -> str | None:
+    """Control kinds live in the control namespace; target kinds are watched across all namespaces."""
+    return settings.namespace if resource.cluster == CONTROL else None
+
+
+def secret_for_mirror(secret: Obj, referenced: bool) -> Obj:
+    """A Secret as the mirror stores it: with its data only while a MachineClass references it.
+
+    Workers need the data of class secrets (userData, cloud credentials) on every machine reconcile,
+    too often to GET them live under the API rate limit; the data of every other secret in the
+    namespace has no business in Redis.
+    """
+    if referenced:
+        return secret
+    m = meta(secret)
+    annotations = {**(m.get("annotations") or {}), layout.DATA_OMITTED_ANNOTATION: "true"}
+    slim = {k: v for k, v in secret.items() if k not in ("data", "stringData")}
+    slim["metadata"] = {**m, "annotations": annotations}
+    return slim

@@ -1,0 +1,323 @@
+"""Event routing: which watch event enqueues which (queue, key), as MCM's event handlers do.
+
+A pure function of the event (old and new object, as the informer remembers them) and a read-only
+view of the informer's store, which already holds the event's outcome (client-go runs handlers after
+the indexer is updated). The table, per kind (MCM reference §4 "Event routing", §5, §6):
+
+Machine
+- ADD: itself on ``machine``, or ``machine-termination`` when it has a deletionTimestamp; its class;
+  its controlling MachineSet (creation observed), or every MachineSet selecting an orphan; the
+  ``overshooting`` safety check.
+- UPDATE with a new resourceVersion: itself only when the spec changed (generation), the preserve
+  annotation changed or a deletionTimestamp appeared — status-only echoes of our own writes reconcile
+  nothing (quirk §11.6). Always its MachineSet (status accounting), the old one too when the
+  ownerRef or labels moved. Old and new class when the class changed. ``orphan-vms`` when the
+  description first reports OutOfRange (several VMs behind one machine).
+- DELETE: itself on ``machine-termination``; its MachineSet (deletion observed); its class;
+  ``orphan-vms``; its MachineDeployment if that uses Recreate and has no machine left.
+MachineSet: itself; its controlling MachineDeployment (or those selecting an orphan).
+MachineDeployment: itself.
+MachineClass: itself; the secrets it references (old and new); its machines on ADD and when its
+  content or finalizers change (machines wait for the class finalizer).
+Secret: itself on ADD/DELETE and when finalizers or deletion change; the classes that reference it
+  on ADD/DELETE and when its data changes.
+Node, Pod, VolumeAttachment: see ``informers.routing_target``.
+PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim: mirror only (drains poll them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from informers import routing_target
+from informers.events import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    Q_CLASS,
+    Q_DEPLOYMENT,
+    Q_MACHINESET,
+    Q_NODE,
+    Q_SAFETY,
+    Q_SECRET,
+    Q_TERMINATION,
+    SAFETY_ORPHAN_VMS,
+    SAFETY_OVERSHOOTING,
+    Event,
+    Routing,
+    View,
+    annotations_of,
+    is_deleting,
+    labels_of,
+    machine_queue,
+)
+from informers.resources import MACHINE_CLASSES, Obj, controller_ref, key_of, meta, resource_version
+from mcm_tasks.api.constants import PRESERVE_ANNOTATION
+from mcm_tasks.api.meta import LabelSelector
+from mcm_tasks.cache import layout
+
+#: a machine whose description says this has several VMs behind it (GetMachineStatus)
+OUT_OF_RANGE = "OutOfRange"
+
+
+def route(event: Event, view: View, into: Routing | None = None) -> Routing:
+    out = into if into is not None else Routing()
+    if event.type == MODIFIED and resource_version(event.old) == resource_version(event.new):
+        return out  # a re-list that found nothing new
+    handler = _HANDLERS.get(event.kind)
+    if handler is not None:
+        handler(event, view, out)
+    return out
+
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+
+def resolve_controller(view: View, kind: str, child: Obj | None, ref: Mapping[str, Any] | None) -> str | None:
+    """The key of the object a controller ref names, unless the store knows a different object (uid)
+    under that name. Unknown objects still resolve: the reconcile of a missing key is a no-op, while
+    a dropped key could be a lost event."""
+    expected = {layout.MACHINE_SETS: "MachineSet", layout.MACHINE_DEPLOYMENTS: "MachineDeployment"}[kind]
+    if not ref or ref.get("kind") != expected or not ref.get("name"):
+        return None
+    key = layout.object_key(meta(child).get("namespace"), ref["name"])
+    known = view.get(kind, key)
+    if known is not None and ref.get("uid") and meta(known).get("uid") != ref.get("uid"):
+        return None
+    return key
+
+
+def selecting(view: View, kind: str, child: Obj | None) -> list[str]:
+    """Keys of the objects of ``kind`` whose selector matches an orphan (adoption candidates).
+    An empty or missing selector selects nothing here, as in MCM."""
+    child_labels = labels_of(child)
+    if not child_labels:
+        return []
+    namespace = meta(child).get("namespace")
+    out = []
+    for owner in view.values(kind):
+        if meta(owner).get("namespace") != namespace:
+            continue
+        raw = (owner.get("spec") or {}).get("selector")
+        if not raw:
+            continue
+        selector = LabelSelector.model_validate(raw)
+        if not selector.is_empty and selector.matches(child_labels):
+            out.append(key_of(owner))
+    return sorted(out)
+
+
+def _content(obj: Obj | None) -> dict[str, Any]:
+    return {k: v for k, v in (obj or {}).items() if k not in ("metadata", "status")}
+
+
+# --- machines ----------------------------------------------------------------------------------------------
+
+
+def _machine(ev: Event, view: View, out: Routing) -> None:
+    old, new = ev.old, ev.new
+    key = key_of(ev.obj)
+    if ev.type == ADDED:
+        assert new is not None
+        out.add(machine_queue(new), key)
+        out.add(Q_CLASS, _class_key(new))
+        out.add(Q_SAFETY, SAFETY_OVERSHOOTING)
+    elif ev.type == MODIFIED:
+        assert new is not None and old is not None
+        if (
+            meta(old).get("generation") != meta(new).get("generation")
+            or annotations_of(old).get(PRESERVE_ANNOTATION) != annotations_of(new).get(PRESERVE_ANNOTATION)
+            or is_deleting(new) != is_deleting(old)
+        ):
+            out.add(machine_queue(new), key)
+        if _class_key(old) != _class_key(new):
+            out.add(Q_CLASS, _class_key(old))
+            out.add(Q_CLASS, _class_key(new))
+        if OUT_OF_RANGE in _description(new) and OUT_OF_RANGE not in _description(old):
+            out.add(Q_SAFETY, SAFETY_ORPHAN_VMS)
+    else:
+        assert old is not None
+        out.add(Q_TERMINATION, key)
+        out.add(Q_CLASS, _class_key(old))
+        out.add(Q_SAFETY, SAFETY_ORPHAN_VMS)
+        _recreate_deployment_emptied(view, old, out)
+    _machine_to_machine_sets(ev, view, out)
+
+
+def _class_key(machine: Obj | None) -> str | None:
+    cls = ((machine or {}).get("spec") or {}).get("class") or {}
+    if not cls.get("name") or cls.get("kind", "MachineClass") != "MachineClass":
+        return None
+    return layout.object_key(meta(machine).get("namespace"), cls["name"])
+
+
+def _description(machine: Obj | None) -> str:
+    return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
+
+
+def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
+    """MCM's add/update/deleteMachineToMachineSet, with its expectations bookkeeping."""
+    old, new = ev.old, ev.new
+    if ev.type == DELETED:
+        assert old is not None
+        _machine_gone(view, old, out)
+        return
+    assert new is not None
+    if ev.type == ADDED:
+        if is_deleting(new):
+            _machine_gone(view, new, out)
+            return
+        ms = resolve_controller(view, layout.MACHINE_SETS, new, controller_ref(new))
+        if ms:
+            out.creations_observed.append(ms)
+            out.add(Q_MACHINESET, ms)
+        elif controller_ref(new) is None:
+            for candidate in selecting(view, layout.MACHINE_SETS, new):
+                out.add(Q_MACHINESET, candidate)
+        return
+    labels_changed = labels_of(old) != labels_of(new)
+    if is_deleting(new):
+        if not is_deleting(old):
+            _machine_gone(view, new, out)
+        else:
+            _enqueue_owner(view, layout.MACHINE_SETS, new, Q_MACHINESET, out)
+        if labels_changed:
+            _enqueue_owner(view, layout.MACHINE_SETS, old, Q_MACHINESET, out)
+        return
+    _owner_moved(view, layout.MACHINE_SETS, Q_MACHINESET, old, new, out)
+
+
+def _machine_gone(view: View, machine: Obj, out: Routing) -> None:
+    ms = resolve_controller(view, layout.MACHINE_SETS, machine, controller_ref(machine))
+    if ms:
+        out.deletions_observed[(ms, str(meta(machine).get("name")))] = None
+        out.add(Q_MACHINESET, ms)
+
+
+def _enqueue_owner(view: View, kind: str, child: Obj | None, queue: str, out: Routing) -> None:
+    out.add(queue, resolve_controller(view, kind, child, controller_ref(child)))
+
+
+def _owner_moved(view: View, kind: str, queue: str, old: Obj | None, new: Obj | None, out: Routing) -> None:
+    """Upstream's update handlers for owned objects: old and new controller, else adoption candidates."""
+    old_ref, new_ref = controller_ref(old), controller_ref(new)
+    if old_ref != new_ref and old_ref is not None:
+        out.add(queue, resolve_controller(view, kind, old, old_ref))
+    if new_ref is not None:
+        out.add(queue, resolve_controller(view, kind, new, new_ref))
+    elif labels_of(old) != labels_of(new) or old_ref != new_ref:
+        for candidate in selecting(view, kind, new):
+            out.add(queue, candidate)
+
+
+def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None:
+    """A Recreate rollout waits until no old machine is left; the last deletion wakes it up."""
+    ms_key = resolve_controller(view, layout.MACHINE_SETS, machine, controller_ref(machine))
+    ms = view.get(layout.MACHINE_SETS, ms_key) if ms_key else None
+    if ms is None:
+        return
+    mcd_key = resolve_controller(view, layout.MACHINE_DEPLOYMENTS, ms, controller_ref(ms))
+    mcd = view.get(layout.MACHINE_DEPLOYMENTS, mcd_key) if mcd_key else None
+    if mcd is None or ((mcd.get("spec") or {}).get("strategy") or {}).get("type") != "Recreate":
+        return
+    owned_sets = view.by_index(layout.MACHINE_SETS, layout.BY_OWNER, str(meta(mcd).get("uid")))
+    if not any(
+        view.index_keys(layout.MACHINES, layout.BY_OWNER, str(meta(s).get("uid"))) for s in owned_sets
+    ):
+        out.add(Q_DEPLOYMENT, mcd_key)
+
+
+# --- machine sets and deployments --------------------------------------------------------------------------
+
+
+def _machine_set(ev: Event, view: View, out: Routing) -> None:
+    out.add(Q_MACHINESET, key_of(ev.obj))
+    old, new = ev.old, ev.new
+    if ev.type == DELETED or (ev.type == ADDED and is_deleting(new)):
+        _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, ev.obj, Q_DEPLOYMENT, out)
+    elif ev.type == ADDED:
+        assert new is not None
+        if controller_ref(new) is not None:
+            _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, new, Q_DEPLOYMENT, out)
+        else:
+            for candidate in selecting(view, layout.MACHINE_DEPLOYMENTS, new):
+                out.add(Q_DEPLOYMENT, candidate)
+    else:
+        _owner_moved(view, layout.MACHINE_DEPLOYMENTS, Q_DEPLOYMENT, old, new, out)
+
+
+def _machine_deployment(ev: Event, view: View, out: Routing) -> None:
+    out.add(Q_DEPLOYMENT, key_of(ev.obj))
+
+
+# --- classes and secrets -----------------------------------------------------------------------------------
+
+
+def _secret_keys(cls: Obj | None) -> list[str]:
+    return MACHINE_CLASSES.index_values(cls).get(layout.BY_SECRET, [])
+
+
+def _machine_class(ev: Event, view: View, out: Routing) -> None:
+    key = key_of(ev.obj)
+    out.add(Q_CLASS, key)
+    old, new = ev.old, ev.new
+    old_secrets, new_secrets = _secret_keys(old), _secret_keys(new)
+    if ev.type != MODIFIED or old_secrets != new_secrets:
+        for secret in (*old_secrets, *new_secrets):
+            out.add(Q_SECRET, secret)
+    wake_machines = ev.type == ADDED or (
+        ev.type == MODIFIED
+        and (_content(old) != _content(new) or meta(old).get("finalizers") != meta(new).get("finalizers"))
+    )
+    if wake_machines:
+        name = str(meta(ev.obj).get("name"))
+        for machine in view.by_index(layout.MACHINES, layout.BY_CLASS, name):
+            if meta(machine).get("namespace") == meta(ev.obj).get("namespace"):
+                out.add(machine_queue(machine), key_of(machine))
+
+
+def _secret(ev: Event, view: View, out: Routing) -> None:
+    key = key_of(ev.obj)
+    old, new = ev.old, ev.new
+    if ev.type != MODIFIED:
+        out.add(Q_SECRET, key)
+        data_changed = True
+    else:
+        if meta(old).get("finalizers") != meta(new).get("finalizers") or is_deleting(old) != is_deleting(new):
+            out.add(Q_SECRET, key)
+        data_changed = any((old or {}).get(f) != (new or {}).get(f) for f in ("data", "stringData"))
+    if data_changed:
+        for cls in view.by_index(layout.MACHINE_CLASSES, layout.BY_SECRET, key):
+            out.add(Q_CLASS, key_of(cls))
+
+
+def full_resync(view: View) -> Routing:
+    """Every key of every reconciled kind: MCM's informer resync, and the cure for lost messages."""
+    out = Routing()
+    for machine in view.values(layout.MACHINES):
+        out.add(machine_queue(machine), key_of(machine))
+    for kind, queue in (
+        (layout.MACHINE_SETS, Q_MACHINESET),
+        (layout.MACHINE_DEPLOYMENTS, Q_DEPLOYMENT),
+        (layout.MACHINE_CLASSES, Q_CLASS),
+        (layout.SECRETS, Q_SECRET),
+    ):
+        for obj in view.values(kind):
+            out.add(queue, key_of(obj))
+    for node in view.values(layout.NODES):
+        if routing_target.node_is_managed(node):
+            out.add(Q_NODE, key_of(node))
+    return out
+
+
+_HANDLERS: dict[str, Callable[[Event, View, Routing], None]] = {
+    layout.MACHINES: _machine,
+    layout.MACHINE_SETS: _machine_set,
+    layout.MACHINE_DEPLOYMENTS: _machine_deployment,
+    layout.MACHINE_CLASSES: _machine_class,
+    layout.SECRETS: _secret,
+    layout.NODES: routing_target.route_node,
+    layout.PODS: routing_target.route_pod,
+    layout.VOLUME_ATTACHMENTS: routing_target.route_volume_attachment,
+}

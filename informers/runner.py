@@ -1,0 +1,212 @@
+"""The active informer: one reflector thread per resource, one writer (this thread) for everything.
+
+The writer takes events in batches (whatever has arrived, up to ``BATCH_MAX``), applies them to the
+store, writes the batch to Redis in one MULTI and only then enqueues its keys in one call, so a
+reconcile always finds at least the state that woke it. Redis errors are retried with backoff
+(writes are idempotent), never dropped.
+
+Redis losing its data is noticed through the sentinel: the writer reads it back with every commit
+(and every half second when idle); gone or changed means the mirror is no longer what the store
+believes, so the store is dropped and every resource re-listed as if starting, which enqueues every
+key again. The periodic resync (``min_resync_period``, jittered like MCM's informer factory)
+enqueues every key from the store, so a lost message costs at most one period.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import redis
+from kubernetes.client import ApiClient
+
+from informers.events import Routing
+from informers.informer import Backoff, Reflector
+from informers.mirror import Mirror
+from informers.processor import Item, Outcome, Processor
+from informers.resources import WatchedResource, watch_namespace, watched_resources
+from informers.routing import full_resync
+from informers.sink import Sink, deliver
+from informers.store import Store
+from mcm_tasks.redisdb import rkey
+from mcm_tasks.settings import Settings
+
+log = logging.getLogger(__name__)
+
+BATCH_MAX = 500
+QUEUE_MAX = 50_000
+IDLE_CHECK = 0.5
+STATUS_EVERY = 1.0
+STATUS_TTL = 60
+
+T = TypeVar("T")
+
+
+def status_key(identity: str) -> str:
+    return rkey("informer", "status", identity)
+
+
+class Informer:
+    def __init__(
+        self,
+        settings: Settings,
+        apis: Mapping[str, ApiClient],
+        client: redis.Redis,
+        sink: Sink,
+        identity: str = "",
+        resources: list[WatchedResource] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.apis = apis
+        self.mirror = Mirror(client)
+        self.redis = client
+        self.sink = sink
+        self.identity = identity or uuid.uuid4().hex
+        self.resources = resources if resources is not None else watched_resources(settings)
+        self.reflectors: list[Reflector] = []
+        self.counters = {"batches": 0, "events": 0, "enqueued": 0, "resyncs": 0, "redis_lost": 0}
+
+    def lead(self, stop: threading.Event) -> None:
+        """Mirror and route until ``stop`` is set (leadership lost, or shutdown)."""
+        store = Store(self.settings.namespace)
+        processor = Processor(store)
+        inbox: queue.Queue[Item] = queue.Queue(QUEUE_MAX)
+        expected = self._retry(self.mirror.sentinel, stop)
+        for res in self.resources:
+            self._retry(lambda res=res: processor.seed(res.kind, self.mirror.scan(res.kind)), stop)  # type: ignore[misc]
+        log.info("leading as %s: %d objects already mirrored", self.identity, len(store))
+
+        def emit(item: Item) -> None:
+            """Hand an item to the writer; a full inbox holds the reflector back, until stop."""
+            while not stop.is_set():
+                try:
+                    inbox.put(item, timeout=IDLE_CHECK)
+                    return
+                except queue.Full:
+                    continue
+
+        reflectors = [
+            Reflector(
+                res,
+                self.apis[res.cluster],
+                watch_namespace(res, self.settings),
+                emit,
+                self.settings,
+                stop,
+            )
+            for res in self.resources
+        ]
+        self.reflectors = reflectors
+        for reflector in reflectors:
+            reflector.start()
+        try:
+            self._write_loop(stop, processor, inbox, reflectors, expected)
+        finally:
+            for reflector in reflectors:
+                reflector.stop()
+            for reflector in reflectors:
+                reflector.join(5.0)
+            self._publish_status(reflectors, leading=False)
+
+    def _write_loop(
+        self,
+        stop: threading.Event,
+        processor: Processor,
+        inbox: queue.Queue[Item],
+        reflectors: list[Reflector],
+        expected: str | None,
+    ) -> None:
+        unlisted = {r.kind for r in self.resources}
+        epoch: str | None = None
+        next_resync = time.monotonic() + self._resync_period()
+        next_status = 0.0
+        while not stop.is_set():
+            batch = _take_batch(inbox, IDLE_CHECK)
+            outcome = processor.process(batch) if batch else Outcome()
+            unlisted.difference_update(outcome.listed)
+            if epoch is None and not unlisted:
+                epoch = expected = f"{self.identity}:{uuid.uuid4().hex}"
+                outcome.commit.sentinel = epoch
+                log.info("all %d resources listed; mirror complete", len(self.resources))
+            seen = self._retry(lambda c=outcome.commit: self.mirror.write(c), stop)  # type: ignore[misc]
+            if stop.is_set():
+                return
+            if expected is not None and seen != expected:
+                log.warning(
+                    "the mirror lost its data (sentinel %r, expected %r): re-listing everything",
+                    seen,
+                    expected,
+                )
+                self.counters["redis_lost"] += 1
+                processor.store.clear()
+                unlisted, epoch, expected = {r.kind for r in self.resources}, None, None
+                for reflector in reflectors:
+                    reflector.relist(initial=True)
+            self._deliver(outcome.routing, stop)
+            self.counters["batches"] += bool(batch)
+            self.counters["events"] += outcome.events
+            now = time.monotonic()
+            if epoch is not None and now >= next_resync:
+                self.counters["resyncs"] += 1
+                self._deliver(full_resync(processor.store), stop)
+                next_resync = now + self._resync_period()
+            if now >= next_status:
+                self._publish_status(reflectors, leading=True, epoch=epoch)
+                next_status = now + STATUS_EVERY
+
+    def _resync_period(self) -> float:
+        return self.settings.min_resync_period * (1.0 + random.random())
+
+    def _deliver(self, routing: Routing, stop: threading.Event) -> None:
+        if not routing:
+            return
+        try:
+            self.counters["enqueued"] += self._retry(lambda: deliver(self.sink, routing), stop) or 0
+        except Exception:  # a bug in the sink: the periodic resync heals what is dropped here
+            log.exception("could not enqueue %d keys", len(routing.enqueue))
+
+    def _retry(self, fn: Callable[[], T], stop: threading.Event) -> T | None:
+        """Run ``fn`` until it gets through to Redis (or ``stop``): the writer never drops a batch."""
+        backoff = Backoff(base=0.05, cap=5.0)
+        while True:
+            try:
+                return fn()
+            except (redis.RedisError, OSError) as err:
+                if stop.is_set():
+                    return None
+                delay = backoff.next()
+                log.warning("Redis unavailable (%s); retrying in %.2fs", err, delay)
+                stop.wait(delay)
+
+    def _publish_status(self, reflectors: list[Reflector], leading: bool, epoch: str | None = None) -> None:
+        fields = {"identity": self.identity, "leading": "1" if leading else "0", "epoch": epoch or ""}
+        fields.update({k: str(v) for k, v in self.counters.items()})
+        for reflector in reflectors:
+            fields.update(reflector.stats.as_fields(reflector.resource.kind))
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hset(status_key(self.identity), mapping=fields)  # type: ignore[arg-type]
+            pipe.expire(status_key(self.identity), STATUS_TTL)
+            pipe.execute()
+        except (redis.RedisError, OSError):
+            log.debug("status not published", exc_info=True)
+
+
+def _take_batch(inbox: queue.Queue[Item], wait: float) -> list[Item]:
+    try:
+        first = inbox.get(timeout=wait)
+    except queue.Empty:
+        return []
+    batch = [first]
+    while len(batch) < BATCH_MAX:
+        try:
+            batch.append(inbox.get_nowait())
+        except queue.Empty:
+            break
+    return batch

@@ -1,0 +1,211 @@
+"""Typed listers over the mirror, named like client-go's: what tasks use to read the cluster state.
+
+MCM kinds come back as ``mcm_tasks.api`` models; Kubernetes kinds (nodes, pods, volumes) as plain API
+dicts, pods as the projection the informer stores (see ``informers.resources``). Every lister also has
+a ``raw`` twin returning dicts, for hot paths that do not need a model, and a ``shared`` twin returning
+models reused from the process's parsed-object cache (read-only: see ``mcm_tasks.cache.models``).
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from mcm_tasks.api import Machine, MachineClass, MachineDeployment, MachineSet
+from mcm_tasks.cache import layout
+from mcm_tasks.cache.models import ParsedCache, get_parsed_cache
+from mcm_tasks.cache.reader import CacheReader, Obj, get_reader
+
+T = TypeVar("T")
+
+
+@dataclass
+class Lister(Generic[T]):
+    """One kind. ``namespace`` is the default for ``get`` on namespaced kinds (the control namespace)."""
+
+    kind: str
+    parse: Callable[[Obj], T]
+    namespace: str | None = None
+    reader: CacheReader = field(default_factory=get_reader)
+    #: set on the ``shared`` view: results come from (and go into) this cache
+    parsed: ParsedCache | None = None
+
+    def key(self, name: str, namespace: str | None = None) -> str:
+        return layout.object_key(namespace if namespace is not None else self.namespace, name)
+
+    def get(self, name: str, namespace: str | None = None) -> T | None:
+        return self.get_by_key(self.key(name, namespace))
+
+    def get_by_key(self, key: str) -> T | None:
+        if self.parsed is not None:
+            stored = self.reader.get_stored(self.kind, key)
+            if stored is None:
+                self.parsed.forget(self.kind, self.parse, key)
+                return None
+            return self.parsed.one(self.kind, self.parse, key, stored)  # type: ignore[no-any-return]
+        found = self.reader.get(self.kind, key)
+        return None if found is None else self.parse(found)
+
+    def list(self) -> builtins.list[T]:
+        if self.parsed is not None:
+            return self.parsed.every(self.kind, self.parse, self.reader.list_stored(self.kind))
+        return [self.parse(o) for o in self.reader.list(self.kind)]
+
+    def list_if_synced(self) -> builtins.list[T] | None:
+        """``list``, or None when the kind is not synced, read together (see ``list_stored_if_synced``)."""
+        stored = self.reader.list_stored_if_synced(self.kind)
+        if stored is None:
+            return None
+        if self.parsed is not None:
+            return self.parsed.every(self.kind, self.parse, stored)
+        return [self.parse(orjson.loads(raw)) for raw in stored.values()]
+
+    def by_index(self, index: str, value: str) -> builtins.list[T]:
+        if self.parsed is not None:
+            stored = self.reader.by_index_stored(self.kind, index, value)
+            return self.parsed.some(self.kind, self.parse, stored)
+        return [self.parse(o) for o in self.reader.by_index(self.kind, index, value)]
+
+    def keys(self) -> builtins.list[str]:
+        return self.reader.keys(self.kind)
+
+    def synced(self) -> bool:
+        return self.reader.synced(self.kind)
+
+    @property
+    def raw(self) -> Any:
+        """The same lister (same helpers) returning the stored dicts instead of models."""
+        return replace(self, parse=_identity, parsed=None)  # type: ignore[arg-type]
+
+    @property
+    def shared(self) -> Any:
+        """The same lister returning objects shared through the process's parsed-object cache: an
+        unchanged object is not decoded or parsed again. The caller must not change them."""
+        return replace(self, parsed=get_parsed_cache())
+
+
+def _identity(obj: Obj) -> Obj:
+    return obj
+
+
+class MachineLister(Lister[T]):
+    def owned_by(self, owner_uid: str) -> builtins.list[T]:
+        """Machines whose controller ownerReference has this uid (a MachineSet's machines)."""
+        return self.by_index(layout.BY_OWNER, owner_uid)
+
+    def of_class(self, class_name: str) -> builtins.list[T]:
+        return self.by_index(layout.BY_CLASS, class_name)
+
+    def on_node(self, node_name: str) -> builtins.list[T]:
+        """Machines whose ``node`` label names this node (MCM's ``getMachineFromNode``)."""
+        return self.by_index(layout.BY_NODE, node_name)
+
+    def with_deployment_name(self, name: str) -> builtins.list[T]:
+        """Machines whose ``name`` label is this (the meltdown-protection count)."""
+        return self.by_index(layout.BY_DEPLOYMENT_NAME, name)
+
+
+class MachineSetLister(Lister[T]):
+    def owned_by(self, owner_uid: str) -> builtins.list[T]:
+        return self.by_index(layout.BY_OWNER, owner_uid)
+
+
+class MachineClassLister(Lister[T]):
+    def referencing_secret(self, secret_key: str) -> builtins.list[T]:
+        """Classes whose ``secretRef`` or ``credentialsSecretRef`` is this secret (``namespace/name``)."""
+        return self.by_index(layout.BY_SECRET, secret_key)
+
+
+class SecretLister(Lister[Obj]):
+    def data(self, name: str, namespace: str | None = None) -> dict[str, bytes] | None:
+        """The decoded data of a secret, or None when absent. The mirror holds the data of secrets a
+        MachineClass references only; for any other secret this is an empty dict."""
+        secret = self.get(name, namespace)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+class NodeLister(Lister[Obj]):
+    def for_machine(self, machine_name: str) -> builtins.list[Obj]:
+        """Nodes labelled ``node.gardener.cloud/machine-name=<machine>``."""
+        return self.by_index(layout.BY_MACHINE_NAME, machine_name)
+
+
+class PodLister(Lister[Obj]):
+    def on_node(self, node_name: str) -> builtins.list[Obj]:
+        return self.by_index(layout.BY_NODE, node_name)
+
+
+class PodDisruptionBudgetLister(Lister[Obj]):
+    def in_namespace(self, namespace: str) -> builtins.list[Obj]:
+        return self.by_index(layout.BY_NAMESPACE, namespace)
+
+
+class PersistentVolumeLister(Lister[Obj]):
+    def bound_to(self, claim_key: str) -> builtins.list[Obj]:
+        return self.by_index(layout.BY_CLAIM, claim_key)
+
+
+class PersistentVolumeClaimLister(Lister[Obj]):
+    def for_volume(self, volume_name: str) -> builtins.list[Obj]:
+        return self.by_index(layout.BY_VOLUME, volume_name)
+
+
+class VolumeAttachmentLister(Lister[Obj]):
+    def on_node(self, node_name: str) -> builtins.list[Obj]:
+        return self.by_index(layout.BY_NODE, node_name)
+
+    def for_volume(self, pv_name: str) -> builtins.list[Obj]:
+        return self.by_index(layout.BY_PERSISTENT_VOLUME, pv_name)
+
+
+@dataclass
+class Listers:
+    machines: MachineLister[Machine]
+    machine_sets: MachineSetLister[MachineSet]
+    machine_deployments: Lister[MachineDeployment]
+    machine_classes: MachineClassLister[MachineClass]
+    secrets: SecretLister
+    nodes: NodeLister
+    pods: PodLister
+    pod_disruption_budgets: PodDisruptionBudgetLister
+    persistent_volumes: PersistentVolumeLister
+    persistent_volume_claims: PersistentVolumeClaimLister
+    volume_attachments: VolumeAttachmentLister
+
+
+def _model(cls: Any) -> Callable[[Obj], Any]:
+    return cls.model_validate  # type: ignore[no-any-return]
+
+
+def new_listers(namespace: str, reader: CacheReader | None = None) -> Listers:
+    """Listers for a control namespace (the namespace of MCM objects and their secrets)."""
+    r = reader or get_reader()
+    return Listers(
+        machines=MachineLister(layout.MACHINES, _model(Machine), namespace, r),
+        machine_sets=MachineSetLister(layout.MACHINE_SETS, _model(MachineSet), namespace, r),
+        machine_deployments=Lister(layout.MACHINE_DEPLOYMENTS, _model(MachineDeployment), namespace, r),
+        machine_classes=MachineClassLister(layout.MACHINE_CLASSES, _model(MachineClass), namespace, r),
+        secrets=SecretLister(layout.SECRETS, _identity, namespace, r),
+        nodes=NodeLister(layout.NODES, _identity, None, r),
+        pods=PodLister(layout.PODS, _identity, None, r),
+        pod_disruption_budgets=PodDisruptionBudgetLister(layout.POD_DISRUPTION_BUDGETS, _identity, None, r),
+        persistent_volumes=PersistentVolumeLister(layout.PERSISTENT_VOLUMES, _identity, None, r),
+        persistent_volume_claims=PersistentVolumeClaimLister(
+            layout.PERSISTENT_VOLUME_CLAIMS, _identity, None, r
+        ),
+        volume_attachments=VolumeAttachmentLister(layout.VOLUME_ATTACHMENTS, _identity, None, r),
+    )
+
+
+def get_listers() -> Listers:
+    """Listers for the settings' control namespace, over the process's reader."""
+    from mcm_tasks.settings import get_settings
+
+    return new_listers(get_settings().namespace)

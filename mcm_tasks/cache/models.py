@@ -1,0 +1,120 @@
+"""Parsed objects kept per process, reused while their stored JSON is unchanged.
+
+Parsing (JSON, then pydantic with timestamps) costs far more than reading: at a thousand machines it is
+most of a MachineSet reconcile, and the set is reconciled again after every machine status write. The
+mirror's stored bytes identify a version exactly (the informer writes a new value on every change), so
+an entry is reused only when the bytes Redis returns now are equal to the ones it was parsed from.
+
+The objects handed out are shared between every reader of the process: callers must treat them as
+read-only (copy before changing anything). A copy (``model_copy(deep=True)``) costs more than a fresh
+parse, which is why sharing is opt-in (``Lister.shared``) and the plain listers still parse afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from mcm_tasks.cache import layout
+
+Parse = Callable[[Any], Any]
+
+
+class ParsedCache:
+    """(kind, parser) → object key → (stored bytes, parsed object)."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[str, Parse], dict[str, tuple[bytes, Any]]] = {}
+        #: id of a cached object → (the object, name → value derived from it); see ``derived``
+        self._derived: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def _table(self, kind: str, parse: Parse) -> dict[str, tuple[bytes, Any]]:
+        table = self._tables.get((kind, parse))
+        if table is None:
+            with self._lock:
+                table = self._tables.setdefault((kind, parse), {})
+        return table
+
+    def one(self, kind: str, parse: Parse, key: str, raw: bytes) -> Any:
+        """The parsed object stored as ``raw`` under ``key``; parsed only when the bytes changed."""
+        table = self._table(kind, parse)
+        hit = table.get(key)
+        if hit is not None and hit[0] == raw:
+            return hit[1]
+        parsed = parse(orjson.loads(raw))
+        table[key] = (raw, parsed)
+        if hit is not None:
+            self._derived.pop(id(hit[1]), None)
+        return parsed
+
+    def some(self, kind: str, parse: Parse, items: Iterable[tuple[str, bytes]]) -> list[Any]:
+        return [self.one(kind, parse, key, raw) for key, raw in items]
+
+    def every(self, kind: str, parse: Parse, items: dict[str, bytes]) -> list[Any]:
+        """All objects of a kind: entries of objects no longer stored are dropped."""
+        out = self.some(kind, parse, items.items())
+        table = self._table(kind, parse)
+        for key in [k for k in list(table) if k not in items]:
+            self.forget(kind, parse, key)
+        return out
+
+    def forget(self, kind: str, parse: Parse, key: str) -> None:
+        hit = self._table(kind, parse).pop(key, None)
+        if hit is not None:
+            self._derived.pop(id(hit[1]), None)
+
+    def derived(self, obj: Any, name: str, compute: Callable[[Any], Any]) -> Any:
+        """``compute(obj)``, remembered with ``obj`` while it is the cached version of its object.
+
+        For values that cost as much as parsing and depend only on the object (a dump of part of it,
+        say). An object that did not come from this cache is not remembered: only the cached ones are
+        known to stay unchanged.
+        """
+        entry = self._derived.get(id(obj))
+        if entry is not None and entry[0] is obj:
+            values = entry[1]
+        elif self._is_cached(obj):
+            values = {}
+            self._derived[id(obj)] = (obj, values)
+        else:
+            return compute(obj)
+        if name not in values:
+            values[name] = compute(obj)
+        return values[name]
+
+    def _is_cached(self, obj: Any) -> bool:
+        key = _key_of(obj)
+        if key is None:
+            return False
+        return any(table.get(key, (b"", None))[1] is obj for table in list(self._tables.values()))
+
+    def size(self, kind: str, parse: Parse) -> int:
+        return len(self._table(kind, parse))
+
+
+def _key_of(obj: Any) -> str | None:
+    """The mirror's key of a parsed object (a model with ``metadata``, or a dict), if it has one."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
+    if meta is None:
+        return None
+    name = meta.get("name") if isinstance(meta, dict) else getattr(meta, "name", None)
+    namespace = meta.get("namespace") if isinstance(meta, dict) else getattr(meta, "namespace", None)
+    return None if not name else layout.object_key(namespace, name)
+
+
+_caches: dict[int, ParsedCache] = {}
+
+
+def get_parsed_cache() -> ParsedCache:
+    """The process's cache (per pid: a forked worker starts empty rather than sharing its parent's)."""
+    import os
+
+    pid = os.getpid()
+    cache = _caches.get(pid)
+    if cache is None:
+        cache = _caches[pid] = ParsedCache()
+    return cache

@@ -1,0 +1,167 @@
+"""Untyped reads of the mirror: get, list and by-index, each one Redis round trip.
+
+Index reads run as one Lua script so the set of keys and the objects behind it come from the same
+instant: the informer changes an object and its index entries in one MULTI, and a reader never sees
+an object under an index value it no longer has.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import orjson
+import redis
+
+from mcm_tasks.cache import layout
+from mcm_tasks.redisdb import get_redis
+
+Obj = dict[str, Any]
+
+# HMGET in slices: Lua's unpack() has a limit on how many values it can spread into one call
+_BY_INDEX = """
+local keys = redis.call('SMEMBERS', KEYS[1])
+local out = {}
+for i = 1, #keys, 1000 do
+  local last = math.min(i + 999, #keys)
+  local vals = redis.call('HMGET', KEYS[2], unpack(keys, i, last))
+  for j = 1, #vals do
+    if vals[j] then out[#out + 1] = vals[j] end
+  end
+end
+return out
+"""
+
+# the same, as key, value, key, value…: what the parsed-object cache needs to recognise unchanged objects
+_BY_INDEX_ITEMS = """
+local keys = redis.call('SMEMBERS', KEYS[1])
+local out = {}
+for i = 1, #keys, 1000 do
+  local last = math.min(i + 999, #keys)
+  local vals = redis.call('HMGET', KEYS[2], unpack(keys, i, last))
+  for j = 1, #vals do
+    if vals[j] then
+      out[#out + 1] = keys[i + j - 1]
+      out[#out + 1] = vals[j]
+    end
+  end
+end
+return out
+"""
+
+
+class CacheReader:
+    """Reads one Redis; a worker process keeps one (``get_reader()``)."""
+
+    def __init__(self, client: redis.Redis | None = None) -> None:
+        self.redis = client if client is not None else get_redis(decode=False)
+        self._by_index = self.redis.register_script(_BY_INDEX)
+        self._by_index_items = self.redis.register_script(_BY_INDEX_ITEMS)
+        #: kinds seen synced inside the current ``remembering_synced`` scope
+        self._synced_seen: set[str] = set()
+        self._scopes = 0
+
+    def get(self, kind: str, key: str) -> Obj | None:
+        raw = self.redis.hget(layout.objects_key(kind), key)
+        return orjson.loads(cast(bytes, raw)) if raw else None
+
+    def get_stored(self, kind: str, key: str) -> bytes | None:
+        """The stored JSON, undecoded."""
+        return cast(bytes | None, self.redis.hget(layout.objects_key(kind), key)) or None
+
+    def get_many(self, kind: str, keys: Iterable[str]) -> builtins.list[Obj]:
+        """The objects that exist among ``keys``, in the order asked."""
+        wanted = list(keys)
+        if not wanted:
+            return []
+        raws = cast(list[bytes | None], self.redis.hmget(layout.objects_key(kind), wanted))
+        return [orjson.loads(raw) for raw in raws if raw]
+
+    def list(self, kind: str) -> builtins.list[Obj]:
+        raws = cast(list[bytes], self.redis.hvals(layout.objects_key(kind)))
+        return [orjson.loads(raw) for raw in raws]
+
+    def list_stored(self, kind: str) -> dict[str, bytes]:
+        """Every object of the kind as key → stored JSON, undecoded."""
+        raws = cast(dict[bytes, bytes], self.redis.hgetall(layout.objects_key(kind)))
+        return {k.decode(): v for k, v in raws.items()}
+
+    def list_stored_if_synced(self, kind: str) -> dict[str, bytes] | None:
+        """``list_stored``, or None when the kind is not synced, both from one instant: for decisions
+        that count objects (an empty mirror after Redis lost its data must not read as "none left")."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hexists(layout.synced_key(), kind)
+        pipe.hgetall(layout.objects_key(kind))
+        synced, raws = pipe.execute()
+        if not synced:
+            self._synced_seen.discard(kind)
+            return None
+        return {k.decode(): v for k, v in cast(dict[bytes, bytes], raws).items()}
+
+    def keys(self, kind: str) -> builtins.list[str]:
+        return [k.decode() for k in cast(list[bytes], self.redis.hkeys(layout.objects_key(kind)))]
+
+    def count(self, kind: str) -> int:
+        return int(cast(int, self.redis.hlen(layout.objects_key(kind))))
+
+    def by_index(self, kind: str, index: str, value: str) -> builtins.list[Obj]:
+        _check_index(kind, index)
+        raws = self._by_index(keys=[layout.index_key(kind, index, value), layout.objects_key(kind)])
+        return [orjson.loads(raw) for raw in cast(list[bytes], raws)]
+
+    def by_index_stored(self, kind: str, index: str, value: str) -> builtins.list[tuple[str, bytes]]:
+        """The objects under an index value as (key, stored JSON), undecoded."""
+        _check_index(kind, index)
+        flat = cast(list[bytes], self._by_index_items(keys=[layout.index_key(kind, index, value),
+                                                            layout.objects_key(kind)]))  # fmt: skip
+        return [(flat[i].decode(), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+    def synced(self, kind: str) -> bool:
+        """Whether the informer has written a complete list of the kind (client-go's ``HasSynced``).
+
+        Inside ``remembering_synced``, a yes is remembered until the scope ends; a no never is.
+        """
+        if kind in self._synced_seen:
+            return True
+        synced = bool(self.redis.hexists(layout.synced_key(), kind))
+        if synced and self._scopes:
+            self._synced_seen.add(kind)
+        return synced
+
+    @contextmanager
+    def remembering_synced(self) -> Iterator[None]:
+        """One synced check per kind for the duration of the scope (one reconcile), instead of one
+        Redis round trip before every read: asked that often, it was a noticeable share of task time.
+
+        Not longer than one pass: a remembered yes would outlive Redis losing its data, and reading
+        an emptied mirror as complete would have a set create every machine again. Within one pass a
+        lagging read is already tolerated (expectations, resourceVersion-guarded writes).
+        """
+        self._scopes += 1
+        try:
+            yield
+        finally:
+            self._scopes -= 1
+            if not self._scopes:
+                self._synced_seen.clear()
+
+
+def _check_index(kind: str, index: str) -> None:
+    if index not in layout.INDEXES.get(kind, ()):
+        raise KeyError(f"{kind} has no index {index!r} (known: {layout.INDEXES.get(kind, ())})")
+
+
+_readers: dict[int, CacheReader] = {}
+
+
+def get_reader() -> CacheReader:
+    """The process's reader over the settings' Redis (per pid, so forked workers get their own)."""
+    import os
+
+    pid = os.getpid()
+    reader = _readers.get(pid)
+    if reader is None:
+        reader = _readers[pid] = CacheReader()
+    return reader

@@ -1,0 +1,88 @@
+"""The Celery application: Redis broker, JSON only, one queue per kind.
+
+Choices that carry the queue contract (see mcm_tasks/queue/README.md):
+
+- ``task_acks_late``: a message is acknowledged after its reconcile, so a worker that dies
+  mid-reconcile does not lose the key; its message comes back.
+- ``task_reject_on_worker_lost``: when a pool process dies, its message is requeued at once
+  instead of being dropped. Celery warns this can loop on a task that kills its worker; the
+  contract counts such a redelivery (same message id still holding the key's lock) as a failure,
+  so a crash loop ends in the dead letter after ``dead_letter_after`` attempts.
+- ``task_acks_on_timeout`` off: a reconcile killed by the hard time limit is redelivered likewise.
+  The time limits sit below ``reconcile_lock_ttl`` so a lock never expires under a running
+  reconcile (the soft limit raises inside the reconciler: an ordinary failure with backoff).
+- ``visibility_timeout`` from settings, and every countdown below half of it: a held countdown
+  message is acknowledged long before the broker would redeliver it. The restore sweep runs
+  every visibility_timeout/10 (at most 10 s) so short test timeouts recover promptly.
+- prefetch multiplier 1: a waiting message sits in Redis, where any free worker can take it,
+  rather than behind a busy one.
+- no result backend: nothing reads results; replay works from the dead letter (kind, key).
+- task events on for Flower; kombu's keys live under ``<key_prefix>:broker:``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_init
+from kombu import Queue
+
+from mcm_tasks.queue.messages import broker_prefix, task_name
+from mcm_tasks.settings import QUEUES, Settings, get_settings
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    queues = [settings.queue_name(kind) for kind in QUEUES]
+    ttl = settings.reconcile_lock_ttl
+    return {
+        "broker_url": settings.redis_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_max_retries": None,
+        "broker_transport_options": {
+            "visibility_timeout": settings.visibility_timeout,
+            "global_keyprefix": broker_prefix(settings),
+            "unacked_restore_interval": max(1.0, min(10.0, settings.visibility_timeout / 10)),
+            "unacked_restore_throttle": 1,
+        },
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure": True,
+        "task_acks_on_timeout": False,
+        "task_soft_time_limit": ttl * 0.8,
+        "task_time_limit": ttl * 0.95,
+        "task_queues": [Queue(name, routing_key=name) for name in queues],
+        "task_default_queue": f"{settings.key_prefix}.default",
+        "task_routes": {task_name(kind): {"queue": settings.queue_name(kind)} for kind in QUEUES},
+        "worker_prefetch_multiplier": 1,
+        "worker_concurrency": settings.worker_concurrency,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        # running reconciles finish on a broker blip; the contract tolerates the redelivery
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+    }
+
+
+app = Celery("mcm_tasks", include=["mcm_tasks.tasks"])
+app.conf.update(celery_config(get_settings()))
+
+
+def apply_settings(settings: Settings) -> None:
+    """After ``configure()`` (CLI flags): rebuild the broker and queue options from the new settings."""
+    app.conf.update(celery_config(settings))
+
+
+@worker_init.connect
+def _load_reconcilers(**_: Any) -> None:
+    """Import the reconcilers in the main process before the pool forks, so start-up fails fast on
+    a bad module and every pool process has them."""
+    from mcm_tasks.queue.registry import load_reconciler_modules
+
+    load_reconciler_modules()

@@ -1,0 +1,138 @@
+"""Redis key names of the contract and ready-to-push Celery messages.
+
+The contract publishes by pushing a Celery (protocol 2, JSON) message onto the broker's list from
+inside the same Lua script that decides to publish. That makes "mark the key pending" and "put its
+message on the queue" one atomic step (a crash cannot leave a marker without a message) and lets
+``enqueue_many`` publish a whole batch in one round trip instead of one ``apply_async`` each.
+The message is what ``apply_async`` would produce for ``mcm.reconcile.<kind>(key)``; the
+integration tests run it through real workers, so a format change in Celery shows up there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+
+from mcm_tasks.settings import QUEUES, Settings, get_settings
+
+TASK_PREFIX = "mcm.reconcile."
+_EMBED = '{"callbacks": null, "errbacks": null, "chain": null, "chord": null}'
+_ORIGIN = f"mcm{os.getpid()}@{socket.gethostname()}"
+
+
+def task_name(kind: str) -> str:
+    return TASK_PREFIX + kind
+
+
+def broker_prefix(settings: Settings | None = None) -> str:
+    """kombu's ``global_keyprefix``: the broker's own keys live under the installation's prefix too."""
+    return f"{(settings or get_settings()).key_prefix}:broker:"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The Redis keys of one kind's queue (passed to the Lua scripts in this order)."""
+
+    kind: str
+    pending: str  # hash key → "enqueued_at|message id": an immediate message is on its way
+    locks: str  # hash key → "expires_at|started_at|message id": a reconcile is running
+    dirty: str  # set of keys that got an event while locked
+    delayed: str  # hash key → "due|message id": the one countdown message that counts
+    failures: str  # hash key → consecutive failures
+    metrics: str  # hash of counters and histogram buckets
+    broker_list: str  # the Celery queue (a Redis list)
+    deadletter: str  # hash "kind:key" → JSON entry (shared by all kinds)
+    superseded: str  # set of countdown message ids replaced by an earlier countdown
+
+    def as_list(self) -> list[str]:
+        return [
+            self.pending,
+            self.locks,
+            self.dirty,
+            self.delayed,
+            self.failures,
+            self.metrics,
+            self.broker_list,
+            self.deadletter,
+            self.superseded,
+        ]
+
+
+_keys_cache: dict[tuple[str, str], QueueKeys] = {}
+
+
+def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
+    s = settings or get_settings()
+    cached = _keys_cache.get((s.key_prefix, kind))
+    if cached is not None:
+        return cached
+    if kind not in QUEUES:
+        raise ValueError(f"unknown queue kind {kind!r}; known: {', '.join(QUEUES)}")
+    base = f"{s.key_prefix}:q:{kind}:"
+    keys = QueueKeys(
+        kind=kind,
+        pending=base + "pending",
+        locks=base + "locks",
+        dirty=base + "dirty",
+        delayed=base + "delayed",
+        failures=base + "failures",
+        metrics=base + "metrics",
+        broker_list=broker_prefix(s) + s.queue_name(kind),
+        deadletter=f"{s.key_prefix}:q:deadletter",
+        superseded=base + "superseded",
+    )
+    _keys_cache[(s.key_prefix, kind)] = keys
+    return keys
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def build_message(kind: str, key: str, message_id: str, queue: str, eta: float | None = None) -> str:
+    """The JSON a kombu Redis producer would LPUSH for ``mcm.reconcile.<kind>(key)``."""
+    body = f"[[{json.dumps(key)}], {{}}, {_EMBED}]"
+    return orjson.dumps(
+        {
+            "body": base64.b64encode(body.encode()).decode(),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": {
+                "lang": "py",
+                "task": task_name(kind),
+                "id": message_id,
+                "shadow": None,
+                "eta": None if eta is None else datetime.fromtimestamp(eta, UTC).isoformat(),
+                "expires": None,
+                "group": None,
+                "group_index": None,
+                "retries": 0,
+                "timelimit": [None, None],
+                "root_id": message_id,
+                "parent_id": None,
+                "argsrepr": repr((key,)),
+                "kwargsrepr": "{}",
+                "origin": _ORIGIN,
+                "ignore_result": True,
+                "replaced_task_nesting": 0,
+                "stamped_headers": None,
+                "stamps": {},
+            },
+            "properties": {
+                "correlation_id": message_id,
+                "reply_to": "",
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": message_id + ".d",
+            },
+        }
+    ).decode()

@@ -1,0 +1,115 @@
+"""Pure decisions of the queue contract: what a reconcile's result or error means for its key.
+
+Kept free of I/O so the table tests pin the rules (backoff doubling, the dead-letter threshold,
+countdown capping, redaction) without Redis or Celery.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from mcm_tasks.settings import Settings, get_settings
+
+#: longest error message kept in a dead-letter entry; enough to diagnose, too short to hold a dump
+MAX_MESSAGE = 300
+#: fraction of visibility_timeout a countdown may use: a held ETA message must be acknowledged
+#: before the broker considers it lost and delivers it a second time
+COUNTDOWN_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """A reconciler's "come back in ``after`` seconds" (MCM's ShortRetry / MediumRetry / LongRetry)."""
+
+    after: float
+
+    @classmethod
+    def short(cls) -> Requeue:
+        return cls(get_settings().short_retry)
+
+    @classmethod
+    def medium(cls) -> Requeue:
+        return cls(get_settings().medium_retry)
+
+    @classmethod
+    def long(cls) -> Requeue:
+        return cls(get_settings().long_retry)
+
+    @classmethod
+    def conflict(cls) -> Requeue:
+        return cls(get_settings().conflict_retry)
+
+
+class Action(StrEnum):
+    DONE = "done"  # forget the key's backoff
+    REQUEUE = "requeue"  # success, but come back later
+    RETRY = "retry"  # failure: back off and try again
+    DEAD = "dead"  # failure too many times in a row: park it in the dead letter
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    action: Action
+    #: seconds until the key comes back (REQUEUE, RETRY); 0 means at once
+    after: float = 0.0
+    #: consecutive failures including this one (RETRY, DEAD)
+    failures: int = 0
+
+
+def max_countdown(settings: Settings) -> float:
+    return settings.visibility_timeout * COUNTDOWN_SHARE
+
+
+def clamp_countdown(seconds: float, settings: Settings) -> float:
+    """A countdown the broker cannot redeliver by accident; coming back early is harmless."""
+    return max(0.0, min(float(seconds), max_countdown(settings)))
+
+
+def backoff(failures: int, settings: Settings) -> float:
+    """client-go's per-item exponential backoff: base · 2^(failures-1), capped."""
+    if failures <= 0:
+        return 0.0
+    exponent = min(failures - 1, 64)
+    return float(min(settings.error_backoff_base * (2.0**exponent), settings.error_backoff_max))
+
+
+def outcome_of_result(result: object, settings: Settings) -> Outcome:
+    """A reconciler returned: ``None`` is done, ``Requeue`` comes back; anything else counts as done."""
+    if isinstance(result, Requeue):
+        return Outcome(Action.REQUEUE, after=clamp_countdown(result.after, settings))
+    return Outcome(Action.DONE)
+
+
+def outcome_of_error(failures_before: int, settings: Settings) -> Outcome:
+    failures = failures_before + 1
+    if failures >= settings.dead_letter_after:
+        return Outcome(Action.DEAD, failures=failures)
+    return Outcome(
+        Action.RETRY, after=clamp_countdown(backoff(failures, settings), settings), failures=failures
+    )
+
+
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b([\w-]*(?:secret|password|passwd|token|credential|userdata|user_data|private[_-]?key|"
+    r"access[_-]?key|api[_-]?key)[\w-]*)(\s*[=:]\s*|\"\s*:\s*\"?|'\s*:\s*'?)(\S+)"
+)
+#: long base64/hex-looking runs: cloud-init payloads, keys, tokens
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
+
+
+def redact(text: str) -> str:
+    """An error message fit for the dead letter (shown in the admin CLI): no values of secret-looking
+    fields and no long opaque tokens, truncated. Reconcilers should not put secrets into errors in
+    the first place; this is the safety net."""
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}<redacted>", text)
+    text = _LONG_TOKEN.sub("<redacted>", text)
+    if len(text) > MAX_MESSAGE:
+        text = text[: MAX_MESSAGE - 1] + "…"
+    return text
+
+
+def error_summary(exc: BaseException) -> tuple[str, str]:
+    """(error class, redacted message) for logs and the dead letter."""
+    return type(exc).__name__, redact(str(exc))

@@ -1,0 +1,102 @@
+"""A snapshot of every queue read from Redis in one round trip: the admin CLI's table and the
+Prometheus collector both read it, so they agree."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.queue.scripts import BUCKETS
+from mcm_tasks.redisdb import get_redis
+from mcm_tasks.settings import QUEUES, get_settings
+
+
+@dataclass
+class Histogram:
+    #: non-cumulative counts per bucket of BUCKETS, then +Inf
+    counts: list[int]
+    total: float
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, running = [], 0
+        for bound, n in zip([*(repr(b) for b in BUCKETS), "+Inf"], self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+@dataclass
+class QueueStats:
+    kind: str
+    queued_messages: int  # messages in the broker list (immediate and not yet fetched countdowns)
+    pending: int  # keys with an immediate message on its way: the workqueue depth
+    delayed: int  # keys with a countdown message
+    running: int
+    dirty: int
+    failing: int
+    adds: int
+    retries: int
+    unfinished_seconds: float
+    longest_running_seconds: float
+    queue_duration: Histogram = field(repr=False)
+    work_duration: Histogram = field(repr=False)
+
+
+def _histogram(metrics: dict[str, str], name: str) -> Histogram:
+    counts = [int(metrics.get(f"{name}:{i}", 0)) for i in range(1, len(BUCKETS) + 2)]
+    return Histogram(counts, int(metrics.get(f"{name}:sum_us", 0)) / 1e6)
+
+
+def read_stats(client: redis.Redis | None = None) -> list[QueueStats]:
+    client = client or get_redis()
+    settings = get_settings()
+    pipe = client.pipeline(transaction=False)
+    for kind in QUEUES:
+        qk = queue_keys(kind, settings)
+        pipe.llen(qk.broker_list)
+        pipe.hlen(qk.pending)
+        pipe.hlen(qk.delayed)
+        pipe.hgetall(qk.locks)
+        pipe.scard(qk.dirty)
+        pipe.hlen(qk.failures)
+        pipe.hgetall(qk.metrics)
+    replies = pipe.execute()
+    now = time.time()
+    out = []
+    for i, kind in enumerate(QUEUES):
+        llen, pending, delayed, locks, dirty, failing, metrics = replies[i * 7 : i * 7 + 7]
+        metrics = {_text(k): _text(v) for k, v in metrics.items()}
+        ages = []
+        for value in locks.values():
+            expires, started, _ = _text(value).split("|", 2)
+            if float(expires) > now:
+                ages.append(max(0.0, now - float(started)))
+        out.append(
+            QueueStats(
+                kind=kind,
+                queued_messages=llen,
+                pending=pending,
+                delayed=delayed,
+                running=len(ages),
+                dirty=dirty,
+                failing=failing,
+                adds=int(metrics.get("adds", 0)),
+                retries=int(metrics.get("retries", 0)),
+                unfinished_seconds=sum(ages),
+                longest_running_seconds=max(ages, default=0.0),
+                queue_duration=_histogram(metrics, "queue"),
+                work_duration=_histogram(metrics, "work"),
+            )
+        )
+    return out
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,48 @@
+"""The Celery tasks ``mcm.reconcile.<kind>``: thin shells that take the key (a string, nothing
+else: arguments are visible in Flower) and hand it to the queue contract."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+
+from mcm_tasks.celery_app import app
+from mcm_tasks.queue.messages import task_name
+from mcm_tasks.queue.processing import process
+from mcm_tasks.queue.producer import MAX_KEY_LENGTH
+from mcm_tasks.settings import QUEUES
+
+log = logging.getLogger(__name__)
+
+
+def key_from_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The key, or None for anything else (dropped: retrying garbage would never succeed)."""
+    if kwargs or len(args) != 1:
+        return None
+    key = args[0]
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+        return None
+    return key
+
+
+def _shell(kind: str) -> Task:
+    @app.task(name=task_name(kind), bind=True, typing=False, ignore_result=True)
+    def reconcile(self: Task, *args: Any, **kwargs: Any) -> str:
+        key = key_from_arguments(args, kwargs)
+        if key is None:
+            log.error(
+                "dropped %s message %s: expected one key string, got %d args %d kwargs",
+                task_name(kind),
+                self.request.id,
+                len(args),
+                len(kwargs),
+            )
+            return "invalid"
+        return process(kind, key, str(self.request.id), delayed=self.request.eta is not None)
+
+    return reconcile
+
+
+RECONCILE_TASKS: dict[str, Task] = {kind: _shell(kind) for kind in QUEUES}

@@ -1,0 +1,189 @@
+"""``mcm-tasks worker`` (a Celery worker on the reconcile queues) and ``mcm-tasks admin`` (the
+dead letter, manual enqueue, queue depths)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+from datetime import UTC, datetime
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mcm_tasks.cli_support import command_settings
+from mcm_tasks.observability import MULTIPROC_ENV, serve
+from mcm_tasks.settings import QUEUES, Settings, configure, get_settings
+
+app = typer.Typer(add_completion=False)
+admin_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Inspect and steer the queues.")
+deadletter_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keys that kept failing.")
+app.add_typer(admin_app, name="admin")
+admin_app.add_typer(deadletter_app, name="deadletter")
+#: piped output (grep, tests) is not cut to 80 columns
+console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+def queue_names(spec: str) -> list[str]:
+    """Kinds (``machine,node``) to queue names; anything that is not a kind is taken as a queue name."""
+    settings = get_settings()
+    items = [item.strip() for item in spec.split(",") if item.strip()] or list(QUEUES)
+    return [settings.queue_name(item) if item in QUEUES else item for item in items]
+
+
+def worker_argv(queues: list[str], concurrency: int, hostname: str, loglevel: str) -> list[str]:
+    return [
+        "worker",
+        "--queues",
+        ",".join(queues),
+        "--concurrency",
+        str(concurrency),
+        "--hostname",
+        hostname,
+        "--loglevel",
+        loglevel,
+        "--without-mingle",
+        "--without-gossip",
+        "--task-events",
+    ]
+
+
+#: set by the re-exec: the multiprocess directory was made for this worker alone
+_OWNED_METRICS_DIR = "MCM_WORKER_OWNS_METRICS_DIR"
+
+
+def _ensure_multiprocess_metrics() -> None:
+    """Pool processes record metrics into files the main process serves (prometheus_client's
+    multiprocess mode). prometheus_client picks its value store when first imported, which the CLI
+    has done by now, so a worker started without the directory re-executes itself once with it."""
+    owned = os.environ.get(_OWNED_METRICS_DIR)
+    if owned and owned == os.environ.get(MULTIPROC_ENV):
+        # the directory is this worker's own: nobody reads it once the worker is gone
+        atexit.register(shutil.rmtree, owned, ignore_errors=True)
+        return
+    if os.environ.get(MULTIPROC_ENV) or sys.argv[1:2] != ["worker"]:
+        return
+    directory = tempfile.mkdtemp(prefix="mcm-worker-metrics-")
+    os.environ[MULTIPROC_ENV] = os.environ[_OWNED_METRICS_DIR] = directory
+    os.execv(sys.executable, [sys.executable, "-m", "mcm_tasks.cli", *sys.argv[1:]])
+
+
+def prepare_worker(flags: list[str], reconcilers: str = "") -> Settings:
+    """Settings from MCM flags, applied to the Celery app before it starts (pool processes fork
+    from this process, so they inherit both)."""
+    settings = command_settings(flags)
+    if reconcilers:
+        os.environ["MCM_RECONCILER_MODULES"] = reconcilers
+    from mcm_tasks.celery_app import apply_settings
+
+    apply_settings(settings)
+    return settings
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker(
+    ctx: typer.Context,
+    queues: str = typer.Option("", help="Kinds to consume, comma-separated (default: all queues)."),
+    concurrency: int = typer.Option(0, help="Pool processes (default: the worker-concurrency setting)."),
+    hostname: str = typer.Option("", help="Celery node name (default: mcm-<pid>@<host>)."),
+    loglevel: str = typer.Option("info", help="Celery log level."),
+    reconcilers: str = typer.Option("", help="Reconciler modules to load (sets MCM_RECONCILER_MODULES)."),
+) -> None:
+    """Run a Celery worker on the reconcile queues. MCM flags (--reconcile-lock-ttl=30s …) follow;
+    /metrics, /healthz and /configz are served on --port."""
+    _ensure_multiprocess_metrics()
+    settings = prepare_worker(ctx.args, reconcilers)
+    from mcm_tasks.celery_app import app as celery
+
+    serve(settings)
+    name = hostname or f"mcm-{os.getpid()}@%h"
+    celery.worker_main(
+        worker_argv(queue_names(queues), concurrency or settings.worker_concurrency, name, loglevel)
+    )
+
+
+def _kind(kind: str) -> str:
+    if kind not in QUEUES:
+        raise typer.BadParameter(f"unknown kind {kind!r}; one of {', '.join(QUEUES)}")
+    return kind
+
+
+@admin_app.callback()
+def admin(redis_url: str = typer.Option("", help="Redis to use (default: MCM_REDIS_URL).")) -> None:
+    if redis_url:
+        configure({"redis_url": redis_url})
+
+
+@admin_app.command("enqueue")
+def admin_enqueue(kind: str, key: str) -> None:
+    """Reconcile one key now (coalesces with a waiting message)."""
+    from mcm_tasks.queue import enqueue
+
+    published = enqueue(_kind(kind), key)
+    console.print(f"{kind} {key}: " + ("enqueued" if published else "already waiting or running (coalesced)"))
+
+
+@admin_app.command("queues")
+def admin_queues() -> None:
+    """Depth and state of every queue."""
+    from mcm_tasks.queue.stats import read_stats
+
+    table = Table("queue", "messages", "pending", "delayed", "running", "dirty", "failing", "adds", "retries")
+    for s in read_stats():
+        table.add_row(
+            s.kind,
+            *(
+                str(v)
+                for v in (
+                    s.queued_messages,
+                    s.pending,
+                    s.delayed,
+                    s.running,
+                    s.dirty,
+                    s.failing,
+                    s.adds,
+                    s.retries,
+                )
+            ),
+        )
+    console.print(table)
+
+
+@deadletter_app.command("ls")
+def deadletter_ls() -> None:
+    """Dead-lettered keys with their last error."""
+    from mcm_tasks.queue.deadletter import list_dead_letters
+
+    entries = list_dead_letters()
+    table = Table("kind", "key", "failures", "since", "error")
+    for e in entries:
+        when = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(e.kind, e.key, str(e.count), when, f"{e.error}: {e.message}")
+    console.print(table if entries else "no dead-lettered keys")
+
+
+@deadletter_app.command("replay")
+def deadletter_replay(
+    kind: str = typer.Argument("", help="Kind of the key to replay."),
+    key: str = typer.Argument("", help="The key."),
+    all_: bool = typer.Option(False, "--all", help="Replay every dead-lettered key."),
+) -> None:
+    """Forget a key's failures and reconcile it again."""
+    from mcm_tasks.queue.deadletter import replay, replay_all
+
+    if all_:
+        console.print(f"replayed {replay_all()} keys")
+        return
+    if not kind or not key:
+        raise typer.BadParameter("give KIND KEY, or --all")
+    if not replay(_kind(kind), key):
+        console.print(f"{kind} {key} is not dead-lettered")
+        raise typer.Exit(1)
+    console.print(f"replayed {kind} {key}")
+
+
+if __name__ == "__main__":
+    app()

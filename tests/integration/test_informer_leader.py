@@ -1,0 +1,156 @@
+"""Leader election of the informer over a Lease in the sandbox: two replicas, one leads; the standby takes
+over within the lease duration when the leader is killed; a leader that cannot renew stops its watches."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from kubernetes.client import ApiClient
+
+from informers import fixtures as fx
+from informers.leader import LEASE_NAME, LeaderElector
+from informers.runner import status_key
+from informers.sink import routed_list_key
+from informers.testing import InformerThread, sandbox_settings
+from mcm_tasks.api.crds import install_crds
+from mcm_tasks.cache import layout
+from mcm_tasks.kube import ops
+from mcm_tasks.kube import resources as kres
+from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, wait_until
+from tests.integration.test_informer_sandbox import clear_faults, create, fault
+
+pytestmark = pytest.mark.integration
+
+LEASE, RENEW, RETRY = 3.0, 2.0, 0.3
+TIMEOUT = 30.0
+
+
+@pytest.fixture()
+def namespace(kube_api: ApiClient, apiserver: ApiServer) -> str:
+    install_crds(kube_api)
+    name = f"lead-{uuid.uuid4().hex[:8]}"
+    ops.create(
+        kube_api,
+        kres.Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+        {"metadata": {"name": name}},
+    )
+    return name
+
+
+def holder(api: ApiClient, namespace: str) -> str:
+    lease = ops.get(api, kres.LEASES, LEASE_NAME, namespace, missing_ok=True)
+    return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+
+def informer_process(
+    identity: str, apiserver: ApiServer, redis_url: str, namespace: str, logs: Path
+) -> ManagedProcess:
+    env = {
+        **os.environ,
+        "MCM_CONTROL_KUBECONFIG": str(apiserver.kubeconfig),
+        "MCM_TARGET_KUBECONFIG": str(apiserver.kubeconfig),
+        "MCM_NAMESPACE": namespace,
+        "MCM_REDIS_URL": redis_url,
+        "MCM_LEADER_ELECT_LEASE_DURATION": str(LEASE),
+        "MCM_LEADER_ELECT_RENEW_DEADLINE": str(RENEW),
+        "MCM_LEADER_ELECT_RETRY_PERIOD": str(RETRY),
+        "MCM_WATCH_TIMEOUT": "5",
+        "MCM_WATCH_CLIENT_TIMEOUT": "8",
+    }
+    args = [sys.executable, "-m", "informers", "--identity", identity, "--sink", "list"]
+    proc = ManagedProcess(args, logs / f"informer-{identity}.log", env=env)
+    proc.start()
+    return proc
+
+
+@pytest.fixture()
+def replicas(
+    apiserver: ApiServer, redis_url: str, namespace: str, tmp_path: Path
+) -> Iterator[dict[str, ManagedProcess]]:
+    procs = {name: informer_process(name, apiserver, redis_url, namespace, tmp_path) for name in ("a", "b")}
+    yield procs
+    for proc in procs.values():
+        proc.stop()
+
+
+def test_the_standby_takes_over_within_the_lease_duration_when_the_leader_is_killed(
+    kube_api: ApiClient, replicas: dict[str, ManagedProcess], redis_url: str, namespace: str
+) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    def mirrored(name: str) -> bool:
+        return bool(client.hexists(layout.objects_key(layout.MACHINES), f"{namespace}/{name}"))
+
+    wait_until(lambda: holder(kube_api, namespace) in replicas, TIMEOUT, what="a leader")
+    leader = holder(kube_api, namespace)
+    standby = next(name for name in replicas if name != leader)
+    wait_until(
+        lambda: client.exists(layout.sentinel_key()) == 1, TIMEOUT, what="the leader's first full list"
+    )
+    assert client.hget(status_key(leader), "leading") == "1"
+    assert not client.exists(status_key(standby)), "the standby neither mirrors nor routes"
+    create(kube_api, kres.MACHINES, fx.machine("before"), namespace)
+    wait_until(lambda: mirrored("before"), TIMEOUT, what="mirrored by the leader")
+
+    replicas[leader].kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: holder(kube_api, namespace) == standby, LEASE + 10, interval=0.05, what="takeover")
+    takeover = time.monotonic() - killed_at
+    assert takeover <= LEASE + 2 * RETRY + 1.0, f"took {takeover:.2f}s with a {LEASE}s lease"
+
+    create(kube_api, kres.MACHINES, fx.machine("after"), namespace)
+    wait_until(lambda: mirrored("after"), TIMEOUT, what="mirrored by the new leader")
+    wait_until(
+        lambda: f"machine {namespace}/after" in client.lrange(routed_list_key(), 0, -1),
+        TIMEOUT,
+        what="routed",
+    )
+    assert replicas[standby].alive()
+    client.close()
+
+
+def test_a_leader_that_cannot_renew_stops_its_watches_and_leads_again_later(
+    kube_api: ApiClient, apiserver: ApiServer, redis_url: str, namespace: str
+) -> None:
+    settings = sandbox_settings(apiserver.kubeconfig, redis_url, namespace)
+    running = InformerThread(settings, identity="solo")
+    elector = LeaderElector(running.api, namespace, "solo", LEASE, RENEW, RETRY)
+    stop = threading.Event()
+    leading = threading.Thread(target=elector.run, args=(running.informer.lead, stop), daemon=True)
+    leading.start()
+    try:
+        wait_until(running.synced, TIMEOUT, what="leading and synced")
+        reflectors = list(running.informer.reflectors)
+        assert reflectors and all(r.thread.is_alive() for r in reflectors)
+
+        rule = fault(
+            apiserver, {"action": "error", "status_code": 503, "verbs": ["update"], "resources": ["leases"]}
+        )
+        assert rule
+        wait_until(
+            lambda: not any(r.thread.is_alive() for r in reflectors), RENEW + 10, what="watches stopped"
+        )
+        assert running.status().get("leading") == "0"
+
+        clear_faults(apiserver)
+        wait_until(lambda: running.informer.reflectors != reflectors, TIMEOUT, what="leading again")
+        create(kube_api, kres.MACHINES, fx.machine("later"), namespace)
+        wait_until(
+            lambda: running.redis.hexists(layout.objects_key(layout.MACHINES), f"{namespace}/later"),
+            TIMEOUT,
+            what="mirroring again",
+        )
+    finally:
+        clear_faults(apiserver)
+        stop.set()
+        leading.join(15)
+        running.close()
+    assert holder(kube_api, namespace) == "", "a clean stop releases the lease"

@@ -1,0 +1,155 @@
+"""The mirror in a real Redis, read back through the listers tasks use: objects and index entries
+move together, vanished objects leave no index entry behind, secrets keep data only while referenced."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from informers import fixtures as fx
+from informers.events import ADDED, DELETED, MODIFIED
+from informers.mirror import Mirror
+from informers.processor import Processor, Relisted, WatchEvent
+from informers.store import Store
+from mcm_tasks.api import Machine
+from mcm_tasks.cache import layout
+from mcm_tasks.cache.listers import Listers, new_listers
+from mcm_tasks.cache.reader import CacheReader
+
+pytestmark = pytest.mark.integration
+NS = fx.NS
+
+
+@pytest.fixture()
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+class Writer:
+    def __init__(self, client: redis.Redis) -> None:
+        self.processor = Processor(Store(NS))
+        self.mirror = Mirror(client)
+
+    def apply(self, *items: WatchEvent | Relisted) -> str | None:
+        return self.mirror.write(self.processor.process(items).commit)
+
+
+@pytest.fixture()
+def writer(client: redis.Redis) -> Writer:
+    return Writer(client)
+
+
+@pytest.fixture()
+def listers(client: redis.Redis) -> Listers:
+    return new_listers(NS, CacheReader(client))
+
+
+def test_machines_are_readable_as_models_and_through_every_index(writer: Writer, listers: Listers) -> None:
+    writer.apply(
+        WatchEvent(layout.MACHINES, ADDED, fx.machine("a", machine_set="s", node="n1", labels={"name": "d"})),
+        WatchEvent(layout.MACHINES, ADDED, fx.machine("b", machine_set="s", cls="other")),
+    )
+    got = listers.machines.get("a")
+    assert isinstance(got, Machine) and got.metadata.name == "a"
+    assert sorted(str(m.metadata.name) for m in listers.machines.owned_by("uid-s")) == ["a", "b"]
+    assert [m.metadata.name for m in listers.machines.of_class("other")] == ["b"]
+    assert [m.metadata.name for m in listers.machines.on_node("n1")] == ["a"]
+    assert [m.metadata.name for m in listers.machines.with_deployment_name("d")] == ["a"]
+    assert listers.machines.raw.get("a")["metadata"]["labels"]["node"] == "n1"
+    assert sorted(listers.machines.keys()) == [f"{NS}/a", f"{NS}/b"]
+
+
+def test_an_object_and_its_index_entries_change_together(
+    writer: Writer, listers: Listers, client: redis.Redis
+) -> None:
+    writer.apply(WatchEvent(layout.PODS, ADDED, fx.pod("p", node_name="n1")))
+    writer.apply(WatchEvent(layout.PODS, MODIFIED, fx.pod("p", node_name="n2", rv="2")))
+    assert listers.pods.on_node("n1") == []
+    assert [p["metadata"]["name"] for p in listers.pods.on_node("n2")] == ["p"]
+    writer.apply(WatchEvent(layout.PODS, DELETED, fx.pod("p", node_name="n2", rv="3")))
+    assert listers.pods.get("p", "default") is None
+    assert listers.pods.on_node("n2") == []
+    assert client.keys(layout.index_pattern(layout.PODS)) == [], "no empty index sets are left behind"
+
+
+def test_relist_removes_what_vanished_while_the_watch_was_down(writer: Writer, listers: Listers) -> None:
+    writer.apply(
+        *(
+            WatchEvent(
+                layout.NODES, ADDED, fx.node(f"n{i}", labels={"node.gardener.cloud/machine-name": f"m{i}"})
+            )
+            for i in range(3)
+        )
+    )
+    writer.apply(
+        Relisted(layout.NODES, [fx.node("n0", labels={"node.gardener.cloud/machine-name": "m0"})], "9")
+    )
+    assert listers.nodes.keys() == ["n0"]
+    assert listers.nodes.for_machine("m1") == []
+    assert [n["metadata"]["name"] for n in listers.nodes.for_machine("m0")] == ["n0"]
+    assert listers.nodes.synced()
+    assert not listers.machines.synced()
+
+
+def test_large_batches_are_written_in_chunks_completely(writer: Writer, listers: Listers) -> None:
+    pods = [fx.pod(f"p{i}", node_name=f"n{i % 7}") for i in range(1234)]
+    writer.apply(Relisted(layout.PODS, pods, "5", initial=True))
+    assert listers.pods.reader.count(layout.PODS) == 1234
+    assert len(listers.pods.on_node("n3")) == len([p for p in pods if p["spec"]["nodeName"] == "n3"])
+
+
+def test_secret_data_reaches_redis_only_while_a_class_references_it(writer: Writer, listers: Listers) -> None:
+    writer.apply(WatchEvent(layout.SECRETS, ADDED, fx.secret("s", data={"userData": "aGVsbG8="})))
+    assert listers.secrets.data("s") == {}
+    writer.apply(WatchEvent(layout.MACHINE_CLASSES, ADDED, fx.machine_class("c", secret="s")))
+    assert listers.secrets.data("s") == {"userData": b"hello"}
+    assert [c.metadata.name for c in listers.machine_classes.referencing_secret(f"{NS}/s")] == ["c"]
+    writer.apply(WatchEvent(layout.MACHINE_CLASSES, DELETED, fx.machine_class("c", secret="s")))
+    assert listers.secrets.data("s") == {}
+
+
+def test_the_sentinel_reports_what_redis_holds(writer: Writer, client: redis.Redis) -> None:
+    from informers.mirror import Commit
+
+    assert writer.mirror.write(Commit()) is None
+    assert writer.mirror.write(Commit(sentinel="epoch-1")) == "epoch-1"
+    client.flushall()
+    assert writer.mirror.write(Commit()) is None
+
+
+def test_a_new_leader_seeds_its_memory_from_the_mirror(
+    writer: Writer, client: redis.Redis, listers: Listers
+) -> None:
+    writer.apply(
+        WatchEvent(layout.PODS, ADDED, fx.pod("gone", node_name="n")),
+        WatchEvent(layout.PODS, ADDED, fx.pod("kept", node_name="n")),
+    )
+    successor = Writer(client)
+    assert successor.processor.seed(layout.PODS, successor.mirror.scan(layout.PODS)) == 2
+    successor.apply(Relisted(layout.PODS, [fx.pod("kept", node_name="n")], "7", initial=True))
+    assert [p["metadata"]["name"] for p in listers.pods.on_node("n")] == ["kept"]
+
+
+def test_the_bench_hook_mirrors_each_synthetic_event_and_routes_it_to_the_machine_queue(
+    client: redis.Redis,
+) -> None:
+    from informers.bench_hook import mirror_and_enqueue
+    from informers.sink import ListSink
+
+    sink = ListSink(client)
+    reader = CacheReader(client)
+    assert mirror_and_enqueue(client, [("machine", "m1"), ("machine", "m2"), ("node", "n1")], sink) == 3
+    first = reader.get(layout.MACHINES, "m1")
+    assert first is not None and first["metadata"]["generation"] == 1
+    mirror_and_enqueue(client, [("machine", "m1")], sink)
+    assert reader.get(layout.MACHINES, "m1")["metadata"]["generation"] == 2  # type: ignore[index]
+    assert [i.decode() for i in client.lrange(sink.key, 0, -1)] == [  # type: ignore[union-attr]
+        "machine m1",
+        "machine m2",
+        "node n1",
+        "machine m1",
+    ]

@@ -1,0 +1,103 @@
+"""Shared reads of the mirror in a real Redis: unchanged objects come back as the same parsed object,
+changed ones are parsed again, a list and its synced check come from one instant, and a synced kind
+is remembered within one scope (a reconcile) while an unsynced one is asked again every time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+import redis
+
+from informers import fixtures as fx
+from informers.events import ADDED, DELETED, MODIFIED
+from informers.mirror import Mirror
+from informers.processor import Processor, Relisted, WatchEvent
+from informers.store import Store
+from mcm_tasks.cache import layout
+from mcm_tasks.cache.listers import Listers, new_listers
+from mcm_tasks.cache.reader import CacheReader
+
+pytestmark = pytest.mark.integration
+NS = fx.NS
+
+
+@pytest.fixture()
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+class Writer:
+    def __init__(self, client: redis.Redis) -> None:
+        self.processor = Processor(Store(NS))
+        self.mirror = Mirror(client)
+
+    def apply(self, *items: WatchEvent | Relisted) -> None:
+        self.mirror.write(self.processor.process(items).commit)
+
+
+@pytest.fixture()
+def listers(client: redis.Redis) -> Listers:
+    return new_listers(NS, CacheReader(client))
+
+
+def names(objs: Sequence[object]) -> list[str]:
+    return sorted(str(o.metadata.name) for o in objs)  # type: ignore[attr-defined]
+
+
+def test_shared_reads_reuse_unchanged_objects_and_follow_changes(
+    client: redis.Redis, listers: Listers
+) -> None:
+    writer = Writer(client)
+    writer.apply(
+        Relisted(layout.MACHINES, [fx.machine("a", machine_set="s"), fx.machine("b")], "5", initial=True)
+    )
+    shared = listers.machines.shared
+    first = {m.metadata.name: m for m in shared.list()}
+    again = {m.metadata.name: m for m in shared.list()}
+    assert first["a"] is again["a"] and first["b"] is again["b"]
+    assert shared.get("a") is first["a"]
+    assert shared.owned_by("uid-s") == [first["a"]] and shared.owned_by("uid-s")[0] is first["a"]
+    # the plain lister still parses afresh: its objects are the caller's to change
+    assert listers.machines.get("a") is not first["a"]
+
+    writer.apply(
+        WatchEvent(layout.MACHINES, MODIFIED, fx.machine("a", rv="6", generation=2, machine_set="s"))
+    )
+    changed = shared.get("a")
+    assert changed is not first["a"] and changed.metadata.generation == 2
+    assert {m.metadata.name: m for m in shared.list()}["b"] is first["b"]
+
+    writer.apply(WatchEvent(layout.MACHINES, DELETED, fx.machine("b", rv="7")))
+    assert names(shared.list()) == ["a"]
+    assert shared.get("b") is None
+
+
+def test_list_if_synced_is_none_until_the_kind_is_listed(client: redis.Redis, listers: Listers) -> None:
+    writer = Writer(client)
+    writer.apply(WatchEvent(layout.MACHINES, ADDED, fx.machine("early")))
+    assert listers.machines.list_if_synced() is None
+    assert listers.machines.shared.list_if_synced() is None
+    writer.apply(Relisted(layout.MACHINES, [fx.machine("early"), fx.machine("late")], "9", initial=True))
+    assert names(listers.machines.list_if_synced() or []) == ["early", "late"]
+    assert names(listers.machines.shared.list_if_synced() or []) == ["early", "late"]
+
+
+def test_a_synced_kind_is_remembered_within_a_scope_an_unsynced_one_never(client: redis.Redis) -> None:
+    reader = CacheReader(client)
+    with reader.remembering_synced():
+        assert not reader.synced(layout.MACHINES)
+        Writer(client).apply(Relisted(layout.MACHINES, [], "3", initial=True))
+        assert reader.synced(layout.MACHINES), "a no is not remembered"
+        Mirror(client).forget_synced()
+        assert reader.synced(layout.MACHINES), "a yes is remembered in the scope"
+    assert not reader.synced(layout.MACHINES), "nor after it"
+    Writer(client).apply(Relisted(layout.MACHINES, [], "4"))
+    with reader.remembering_synced():
+        assert reader.synced(layout.MACHINES)
+        Mirror(client).forget_synced()
+        # the combined read never relies on the remembered yes
+        assert reader.list_stored_if_synced(layout.MACHINES) is None
+        assert not reader.synced(layout.MACHINES)

@@ -1,0 +1,311 @@
+"""The informer against the sandbox API server and a real Redis: the mirror follows the cluster, every
+change is routed, and cut watches, expired resourceVersions, an emptied Redis and a periodic resync are
+all ridden out without losing an event."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+
+from informers import fixtures as fx
+from informers.testing import InformerThread, sandbox_settings
+from mcm_tasks.api.crds import install_crds
+from mcm_tasks.cache import layout
+from mcm_tasks.cache.listers import Listers, new_listers
+from mcm_tasks.cache.reader import CacheReader
+from mcm_tasks.kube import ops
+from mcm_tasks.kube import resources as kres
+from mcm_tasks.sandbox.procs import ApiServer, RedisServer, wait_until
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 20.0
+
+
+@pytest.fixture(scope="module")
+def crds(apiserver: ApiServer) -> ApiServer:
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=str(apiserver.kubeconfig))
+    install_crds(api)
+    api.close()
+    return apiserver
+
+
+@pytest.fixture()
+def namespace(kube_api: ApiClient, crds: ApiServer) -> str:
+    name = f"inf-{uuid.uuid4().hex[:8]}"
+    ops.create(
+        kube_api,
+        kres.Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+        {"metadata": {"name": name}},
+    )
+    return name
+
+
+def in_ns(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """A fixture object moved into ``namespace``, with server-owned fields dropped."""
+    meta = {
+        k: v
+        for k, v in obj["metadata"].items()
+        if k not in ("uid", "resourceVersion", "deletionTimestamp", "generation")
+    }
+    if meta.get("namespace"):
+        meta["namespace"] = namespace
+    moved = {k: v for k, v in {**obj, "metadata": meta}.items() if k != "status"}
+    for ref_field in ("secretRef", "credentialsSecretRef"):
+        if ref_field in moved:
+            moved[ref_field] = {**moved[ref_field], "namespace": namespace}
+    return moved
+
+
+def create(api: ApiClient, res: kres.Resource, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    return ops.create(api, res, in_ns(obj, namespace), namespace if res.namespaced else None)
+
+
+@pytest.fixture()
+def informer(apiserver: ApiServer, redis_url: str, namespace: str) -> Iterator[InformerThread]:
+    with InformerThread(sandbox_settings(apiserver.kubeconfig, redis_url, namespace)) as running:
+        wait_until(running.synced, TIMEOUT, what="informer synced")
+        yield running
+
+
+@pytest.fixture()
+def listers(informer: InformerThread, namespace: str) -> Listers:
+    return new_listers(namespace, CacheReader(informer.redis))
+
+
+def mirrored_versions(reader: CacheReader, kind: str, namespace: str) -> dict[str, str]:
+    return {
+        key: obj["metadata"]["resourceVersion"]
+        for key, obj in ((f"{namespace}/{o['metadata']['name']}", o) for o in reader.list(kind))
+        if obj["metadata"].get("namespace") == namespace
+    }
+
+
+def listed_versions(api: ApiClient, res: kres.Resource, namespace: str) -> dict[str, str]:
+    items = ops.list_(api, res, namespace)["items"]
+    return {f"{namespace}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in items}
+
+
+def fault(server: ApiServer, rule: dict[str, Any]) -> str:
+    req = urllib.request.Request(
+        f"{server.url}/sandbox/faults",
+        data=json.dumps(rule).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return str(json.loads(resp.read())["id"])
+
+
+def clear_faults(server: ApiServer) -> None:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{server.url}/sandbox/faults", method="DELETE"), timeout=5
+    ):
+        pass
+
+
+# --- the mirror follows the cluster ---------------------------------------------------------------
+
+
+def test_mirror_follows_creates_updates_deletes_with_indexes_and_routing(
+    kube_api: ApiClient, informer: InformerThread, listers: Listers, namespace: str
+) -> None:
+    create(kube_api, kres.SECRETS, fx.secret("cred", data={"userData": "aGk="}), namespace)
+    create(kube_api, kres.MACHINE_CLASSES, fx.machine_class("cls", secret="cred"), namespace)
+    ms = create(kube_api, kres.MACHINE_SETS, fx.machine_set("set", selector={"app": "a"}), namespace)
+    ms_uid = ms["metadata"]["uid"]
+    owned = fx.machine("m1", machine_set="set", machine_set_uid=ms_uid, labels={"app": "a"})
+    create(kube_api, kres.MACHINES, owned, namespace)
+    create(kube_api, kres.MACHINES, fx.machine("m2", machine_set="set", machine_set_uid=ms_uid), namespace)
+
+    wait_until(lambda: len(listers.machines.owned_by(ms_uid)) == 2, TIMEOUT, what="machines indexed by owner")
+    wait_until(
+        lambda: listers.secrets.data("cred") == {"userData": b"hi"}, TIMEOUT, what="class secret with data"
+    )
+    assert [c.metadata.name for c in listers.machine_classes.referencing_secret(f"{namespace}/cred")] == [
+        "cls"
+    ]
+
+    ops.patch(kube_api, kres.MACHINES, "m1", {"metadata": {"labels": {"node": "node-1"}}}, namespace)
+    wait_until(
+        lambda: [m.metadata.name for m in listers.machines.on_node("node-1")] == ["m1"],
+        TIMEOUT,
+        what="node index",
+    )
+
+    ops.delete(kube_api, kres.MACHINES, "m2", namespace)
+    wait_until(lambda: listers.machines.get("m2") is None, TIMEOUT, what="deleted machine leaves the mirror")
+    assert [m.metadata.name for m in listers.machines.owned_by(ms_uid)] == ["m1"]
+
+    informer.wait_routed(
+        (
+            f"machine {namespace}/m1",
+            f"machine {namespace}/m2",
+            f"machineset {namespace}/set",
+            f"machineclass {namespace}/cls",
+            f"secret {namespace}/cred",
+            f"machine-termination {namespace}/m2",
+            f"creation {namespace}/set 1",
+            f"deletion {namespace}/set m2",
+        ),
+        TIMEOUT,
+    )
+    assert mirrored_versions(listers.machines.reader, layout.MACHINES, namespace) == listed_versions(
+        kube_api, kres.MACHINES, namespace
+    )
+
+
+# --- watches that break ---------------------------------------------------------------------------
+
+
+def test_cut_watches_recover_without_losing_an_event(
+    kube_api: ApiClient, apiserver: ApiServer, informer: InformerThread, listers: Listers, namespace: str
+) -> None:
+    for round_ in range(3):
+        watches = informer.stat("machines.watches")
+        fault(apiserver, {"action": "cut-watches", "resources": ["machines"], "duration_seconds": 0.3})
+        for i in range(round_ * 10, round_ * 10 + 10):
+            create(kube_api, kres.MACHINES, fx.machine(f"m{i}"), namespace)
+        ops.patch(
+            kube_api, kres.MACHINES, f"m{round_ * 10 + 2}", {"spec": {"providerID": f"p{round_}"}}, namespace
+        )
+
+        def reopened(before: int = watches) -> bool:
+            return informer.stat("machines.watches") > before
+
+        wait_until(reopened, TIMEOUT, what="the cut watch re-opened")
+    ops.delete(kube_api, kres.MACHINES, "m0", namespace)
+    listed = listed_versions(kube_api, kres.MACHINES, namespace)
+    wait_until(
+        lambda: mirrored_versions(listers.machines.reader, layout.MACHINES, namespace) == listed,
+        TIMEOUT,
+        what="mirror equal to a fresh LIST",
+    )
+    assert informer.stat("machines.errors") >= 3, "every cut was seen"
+    assert informer.stat("machines.lists") == 1, "re-watching from the last version needs no re-list"
+    routed = informer.wait_routed([f"machine-termination {namespace}/m0"], TIMEOUT)
+    assert all(f"machine {namespace}/m{i}" in routed for i in range(30))
+    assert all(f"machine {namespace}/m{i}" in routed for i in (2, 12, 22))  # the spec patches
+
+
+def test_a_silent_watch_is_ended_by_the_client_read_timeout_and_watched_again(
+    kube_api: ApiClient, apiserver: ApiServer, redis_url: str, namespace: str
+) -> None:
+    """The server would keep the stream open for a minute without a byte (no events, bookmarks only
+    every 5 s): the client's 1 s read timeout ends it, and the next watch still gets events."""
+    settings = sandbox_settings(
+        apiserver.kubeconfig, redis_url, namespace, watch_timeout=60, watch_client_timeout=1
+    )
+    with InformerThread(settings) as running:
+        wait_until(running.synced, TIMEOUT, what="informer synced")
+        wait_until(lambda: running.stat("machinedeployments.timeouts") >= 2, TIMEOUT, what="read timeouts")
+        assert running.stat("machinedeployments.errors") == 0, "a read timeout is a normal end, no backoff"
+        create(kube_api, kres.MACHINE_DEPLOYMENTS, fx.machine_deployment("d"), namespace)
+        wait_until(
+            lambda: f"machinedeployment {namespace}/d" in running.routed(),
+            TIMEOUT,
+            what="event after timeouts",
+        )
+
+
+def test_expired_resource_version_is_re_listed_and_what_vanished_is_routed(
+    kube_api: ApiClient, redis_url: str, tmp_path: Path
+) -> None:
+    from kubernetes import config
+
+    server = ApiServer(tmp_path / "small-history", extra_args=["--history-window", "5"]).start()
+    try:
+        api = config.new_client_from_config(config_file=str(server.kubeconfig))
+        install_crds(api)
+        ns = "expiry"
+        ops.create(
+            api,
+            kres.Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+            {"metadata": {"name": ns}},
+        )
+        create(api, kres.MACHINES, fx.machine("doomed"), ns)
+        with InformerThread(sandbox_settings(server.kubeconfig, redis_url, ns)) as running:
+            wait_until(running.synced, TIMEOUT, what="informer synced")
+            reader = CacheReader(running.redis)
+            wait_until(
+                lambda: reader.get(layout.MACHINES, f"{ns}/doomed") is not None, TIMEOUT, what="mirrored"
+            )
+            fault(server, {"action": "cut-watches", "resources": ["machines"], "duration_seconds": 1.5})
+            ops.delete(api, kres.MACHINES, "doomed", ns)
+            for i in range(12):  # push the informer's version out of a 5-event history
+                create(api, kres.MACHINES, fx.machine(f"m{i}"), ns)
+            listed = listed_versions(api, kres.MACHINES, ns)
+            wait_until(
+                lambda: mirrored_versions(reader, layout.MACHINES, ns) == listed, TIMEOUT, what="re-listed"
+            )
+            assert running.stat("machines.gone") >= 1
+            assert running.stat("machines.lists") >= 2
+            # a deletion missed by the watch is routed
+            running.wait_routed(
+                [f"machine-termination {ns}/doomed", *(f"machine {ns}/m{i}" for i in range(12))], TIMEOUT
+            )
+        api.close()
+    finally:
+        server.stop()
+
+
+# --- Redis loses everything -----------------------------------------------------------------------
+
+
+def test_redis_restarted_empty_is_noticed_and_every_key_is_enqueued_again(
+    kube_api: ApiClient, apiserver: ApiServer, namespace: str, tmp_path: Path
+) -> None:
+    redis_server = RedisServer(tmp_path / "redis").start()
+    try:
+        create(kube_api, kres.SECRETS, fx.secret("cred"), namespace)
+        create(kube_api, kres.MACHINE_CLASSES, fx.machine_class("cls", secret="cred"), namespace)
+        create(kube_api, kres.MACHINE_SETS, fx.machine_set("set"), namespace)
+        for i in range(5):
+            create(kube_api, kres.MACHINES, fx.machine(f"m{i}"), namespace)
+        settings = sandbox_settings(apiserver.kubeconfig, redis_server.url, namespace)
+        with InformerThread(settings) as running:
+            wait_until(running.synced, TIMEOUT, what="informer synced")
+            redis_server.restart_empty()
+            assert not running.synced()
+            wait_until(running.synced, TIMEOUT, what="informer re-synced after the restart")
+            reader = CacheReader(running.redis)
+            listed = listed_versions(kube_api, kres.MACHINES, namespace)
+            assert mirrored_versions(reader, layout.MACHINES, namespace) == listed
+            expected = {f"machine {namespace}/m{i}" for i in range(5)} | {
+                f"machineset {namespace}/set",
+                f"machineclass {namespace}/cls",
+                f"secret {namespace}/cred",
+            }
+            running.wait_routed(expected, TIMEOUT)
+            assert reader.get(layout.SECRETS, f"{namespace}/cred")["data"] == {"userData": "c2VjcmV0"}  # type: ignore[index]
+            assert running.informer.counters["redis_lost"] == 1
+    finally:
+        redis_server.stop()
+
+
+# --- periodic resync ------------------------------------------------------------------------------
+
+
+def test_periodic_resync_enqueues_every_key_without_any_change(
+    kube_api: ApiClient, apiserver: ApiServer, redis_url: str, namespace: str
+) -> None:
+    create(kube_api, kres.MACHINES, fx.machine("m"), namespace)
+    create(kube_api, kres.MACHINE_DEPLOYMENTS, fx.machine_deployment("d"), namespace)
+    settings = sandbox_settings(apiserver.kubeconfig, redis_url, namespace, min_resync_period=1)
+    with InformerThread(settings) as running:
+        wait_until(running.synced, TIMEOUT, what="informer synced")
+        wait_until(lambda: running.informer.counters["resyncs"] >= 1, TIMEOUT, what="a resync")
+        running.redis.delete("mcm:informer:routed")
+        wait_until(
+            lambda: {f"machine {namespace}/m", f"machinedeployment {namespace}/d"} <= set(running.routed()),
+            TIMEOUT,
+            what="keys enqueued again by the resync alone",
+        )

@@ -1,0 +1,318 @@
+"""The queue contract with real Celery worker processes (two workers, two pool processes each),
+a real redis-server and the recording reconciler (mcm_tasks.queue.testing).
+
+Time is compressed through MCM_ settings in the workers' environment: lock TTL 4 s, visibility
+timeout 8 s, retries in fractions of a second, dead letter after 4 failures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+import redis
+from kombu.exceptions import OperationalError
+
+from mcm_tasks.queue import enqueue, enqueue_after, enqueue_many
+from mcm_tasks.queue.deadletter import list_dead_letters
+from mcm_tasks.queue.messages import broker_prefix, queue_keys
+from mcm_tasks.queue.stats import read_stats
+from mcm_tasks.queue.testing import RecorderKeys, Run, read_runs, set_behaviour
+from mcm_tasks.redisdb import get_redis
+from mcm_tasks.sandbox.procs import ManagedProcess, RedisServer, wait_until
+from mcm_tasks.settings import configure, reset_settings
+
+pytestmark = pytest.mark.integration
+
+COMPRESSED = {
+    "reconcile_lock_ttl": "4",
+    "visibility_timeout": "8",
+    "long_retry": "2",
+    "resource_exhausted_retry": "2",
+    "class_resync_period": "2",
+    "medium_retry": "1",
+    "short_retry": "0.5",
+    "error_backoff_base": "0.02",
+    "error_backoff_max": "0.3",
+    "dead_letter_after": "4",
+    "expectations_timeout": "2",
+}
+WORKERS = 2
+
+
+class Cluster:
+    """Two worker processes on their own redis-server, restartable one by one."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.redis = RedisServer(workdir / "redis").start()
+        self.env = {
+            **os.environ,
+            "MCM_REDIS_URL": self.redis.url,
+            "MCM_RECONCILER_MODULES": "mcm_tasks.queue.testing:install_recorder",
+            **{f"MCM_{k.upper()}": v for k, v in COMPRESSED.items()},
+        }
+        self.workers: list[ManagedProcess | None] = [None] * WORKERS
+        self.starts = 0
+
+    def start(self, i: int) -> None:
+        self.starts += 1
+        proc = ManagedProcess(
+            [sys.executable, "-m", "mcm_tasks.worker_cli", "worker", "--concurrency", "2",
+             "--loglevel", "warning", "--hostname", f"w{i}-{self.starts}@%h"],
+            self.workdir / f"worker{i}.log",
+            env=self.env,
+        )  # fmt: skip
+        proc.start()
+        self.workers[i] = proc
+
+    def ensure_running(self) -> None:
+        for i, proc in enumerate(self.workers):
+            if proc is None or not proc.alive():
+                self.start(i)
+        wait_until(self.all_answer, timeout=90, interval=0.5, what="workers to answer a ping")
+
+    def all_answer(self) -> bool:
+        from mcm_tasks.celery_app import app
+
+        for proc in self.workers:
+            if proc is not None and not proc.alive():
+                raise RuntimeError(f"worker exited:\n{proc.log_tail()}")
+        try:
+            replies = app.control.ping(timeout=0.5) or []
+        except (redis.exceptions.ConnectionError, OSError, OperationalError):
+            return False  # our own broker connection died with a restarted Redis; the next poll reconnects
+        return len(replies) >= WORKERS
+
+    def worker_of(self, pid: int) -> ManagedProcess:
+        group = os.getpgid(pid)
+        return next(p for p in self.workers if p is not None and p.pid == group)
+
+    def stop(self) -> None:
+        for proc in self.workers:
+            if proc is not None:
+                proc.stop()
+        self.redis.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    from mcm_tasks.celery_app import apply_settings
+
+    c = Cluster(tmp_path_factory.mktemp("queue-contract"))
+    apply_settings(configure({"redis_url": c.redis.url, **COMPRESSED}))
+    try:
+        c.ensure_running()
+        yield c
+    finally:
+        c.stop()
+        reset_settings()
+
+
+@pytest.fixture()
+def client(cluster: Cluster) -> Iterator[redis.Redis]:
+    cluster.ensure_running()
+    r = get_redis()
+    wait_until(lambda: quiet(r), timeout=60, what="the previous test's work to drain")
+    for pattern in ("mcm:q:*", "mcm:test:*", "mcm:exp:*"):
+        keys = list(r.scan_iter(pattern))
+        if keys:
+            r.delete(*keys)
+    yield r
+
+
+def quiet(r: redis.Redis) -> bool:
+    busy = any(s.queued_messages or s.pending or s.delayed or s.running or s.dirty for s in read_stats(r))
+    return not busy and r.hlen(broker_prefix() + "unacked") == 0
+
+
+def runs_of(r: redis.Redis, key: str, after: float = 0.0) -> list[Run]:
+    return [run for run in read_runs(r) if run.key == key and run.start > after]
+
+
+def check_no_overlap(r: redis.Redis, runs: list[Run]) -> None:
+    assert r.smembers(RecorderKeys.make().overlaps) == set()
+    by_key: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        by_key[(run.kind, run.key)].append(run)
+    for key, key_runs in by_key.items():
+        key_runs.sort(key=lambda run: run.start)
+        for before, after in itertools.pairwise(key_runs):
+            assert after.start >= before.end, f"{key}: runs overlap {before} {after}"
+
+
+def _more_runs_than(r: redis.Redis, n: int) -> bool:
+    return int(r.llen(RecorderKeys.make().runs)) > n
+
+
+def test_storm_of_10000_events_over_200_keys(client: redis.Redis) -> None:
+    keys = [f"ns/m{i:03d}" for i in range(200)]
+    client.hset(RecorderKeys.make().behaviour, "*", '{"sleep": 0.002}')
+    rng = random.Random(4)
+    last_event: dict[str, float] = {}
+    broker_list = queue_keys("machine").broker_list
+    delayed = queue_keys("machine").delayed
+    runs_key = RecorderKeys.make().runs
+    worst = 0
+    for _ in range(100):
+        batch = [("machine", rng.choice(keys)) for _ in range(100)]
+        seen = int(client.llen(runs_key))
+        sent_at = time.time()
+        enqueue_many(batch)
+        for _, key in batch:
+            last_event[key] = sent_at
+        waiting = client.llen(broker_list)
+        worst = max(worst, waiting)
+        assert waiting <= len(keys) + client.hlen(delayed), "queue length beyond distinct keys + requeues"
+        # let the workers make progress between batches so events keep landing on running keys
+        wait_until(partial(_more_runs_than, client, seen), timeout=30, interval=0.002)
+    wait_until(lambda: quiet(client), timeout=180, interval=0.2, what="the storm to drain")
+
+    runs = read_runs(client)
+    check_no_overlap(client, runs)
+    last_start: dict[str, float] = {}
+    for run in runs:
+        last_start[run.key] = max(last_start.get(run.key, 0.0), run.start)
+    missed = [key for key, at in last_event.items() if last_start.get(key, 0.0) <= at]
+    assert missed == [], "events not followed by a reconcile that started after them"
+    assert len(runs) < 10_000, "coalescing"
+    assert len({os.getpgid(run.pid) for run in runs if _alive(run.pid)}) == WORKERS, "both workers took part"
+    dirty_reruns = read_stats(client)[0].adds
+    print(f"storm: {len(runs)} reconciles for 10000 events, worst queue length {worst}, adds {dirty_reruns}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_events_during_a_reconcile_cause_exactly_one_more(client: redis.Redis) -> None:
+    set_behaviour(client, "node", "n1", sleep=1.0, sleep_runs=1)
+    enqueue("node", "n1")
+    current = RecorderKeys.make().current
+    wait_until(lambda: client.hexists(current, "node:n1"), timeout=20, what="the first reconcile")
+    assert [enqueue("node", "n1") for _ in range(5)] == [False] * 5
+    wait_until(lambda: len(runs_of(client, "n1")) == 2 and quiet(client), timeout=30)
+    assert len(runs_of(client, "n1")) == 2
+    check_no_overlap(client, read_runs(client))
+
+
+def _start_victim(client: redis.Redis, key: str) -> int:
+    set_behaviour(client, "machine", key, sleep=3.0, sleep_runs=1)
+    enqueue("machine", key)
+    current = RecorderKeys.make().current
+    wait_until(lambda: client.hexists(current, f"machine:{key}"), timeout=20, what="the victim to start")
+    return int(str(client.hget(current, f"machine:{key}")).split("|")[1])
+
+
+def test_pool_process_killed_mid_reconcile_is_reconciled_again(client: redis.Redis) -> None:
+    pid = _start_victim(client, "victim-1")
+    killed_at = time.time()
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: bool(runs_of(client, "victim-1", after=killed_at)), timeout=30, what="the rerun")
+    wait_until(lambda: quiet(client), timeout=30)
+    assert len(runs_of(client, "victim-1")) == 1, "only the rerun completed"
+    assert client.hget(queue_keys("machine").failures, "victim-1") is None, "success reset the count"
+
+
+def test_worker_killed_mid_reconcile_is_reconciled_again(cluster: Cluster, client: redis.Redis) -> None:
+    pid = _start_victim(client, "victim-2")
+    killed_at = time.time()
+    victim = cluster.worker_of(pid)
+    victim.kill()  # the whole worker: main process and pool, SIGKILL
+    # its unacknowledged message comes back after the visibility timeout, via the other worker
+    wait_until(lambda: bool(runs_of(client, "victim-2", after=killed_at)), timeout=60, what="the rerun")
+    [run] = runs_of(client, "victim-2")
+    assert os.getpgid(run.pid) != victim.pid
+    check_no_overlap(client, read_runs(client))
+
+
+def test_redis_restarted_empty_then_resync_reconciles_every_key(
+    cluster: Cluster, client: redis.Redis
+) -> None:
+    keys = [f"ns/r{i}" for i in range(50)]
+    client.hset(RecorderKeys.make().behaviour, "*", '{"sleep": 0.05}')
+    enqueue_many(("machineset", key) for key in keys)
+    wait_until(lambda: read_stats(client)[2].running > 0, timeout=20, what="reconciles in flight")
+    restarted_at = time.time()
+    cluster.redis.restart_empty()
+    wait_until(cluster.all_answer, timeout=60, interval=0.5, what="workers to reconnect")
+    assert enqueue_many(("machineset", key) for key in keys) == len(keys)  # the informer's resync
+
+    def every_key_ran() -> bool:
+        return {run.key for run in read_runs(client) if run.start > restarted_at} >= set(keys)
+
+    wait_until(every_key_ran, timeout=60, what="every key reconciled after the restart")
+    check_no_overlap(client, [run for run in read_runs(client) if run.start > restarted_at])
+
+
+def test_requeue_after_comes_back_by_countdown(client: redis.Redis) -> None:
+    set_behaviour(client, "machineclass", "c1", requeue=0.5, requeue_runs=2)
+    enqueue("machineclass", "c1")
+    wait_until(lambda: len(runs_of(client, "c1")) == 3 and quiet(client), timeout=30)
+    runs = sorted(runs_of(client, "c1"), key=lambda run: run.start)
+    assert len(runs) == 3
+    for before, after in itertools.pairwise(runs):
+        assert after.start - before.end >= 0.45, "came back before its countdown"
+
+
+def test_countdowns_per_key_keep_only_the_earliest(client: redis.Redis) -> None:
+    for _ in range(5):
+        enqueue_after("machineclass", "c2", 3.0)
+    enqueue_after("machineclass", "c2", 0.5)
+    wait_until(lambda: bool(runs_of(client, "c2")), timeout=20)
+    wait_until(lambda: quiet(client), timeout=30, what="the superseded countdown to fire")
+    assert len(runs_of(client, "c2")) == 1
+
+
+def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcm_tasks.worker_cli", "admin", *args],
+        env=cluster.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_failures_back_off_then_dead_letter_and_replay(cluster: Cluster, client: redis.Redis) -> None:
+    set_behaviour(client, "machine", "bad", fail=100, message="boom password=hunter2")
+    enqueue("machine", "bad")
+    wait_until(lambda: bool(list_dead_letters(client)), timeout=30, what="the dead letter")
+    wait_until(lambda: quiet(client), timeout=30)
+    assert len(runs_of(client, "bad")) == 4, "dead letter after dead_letter_after failures, no more retries"
+    [entry] = list_dead_letters(client)
+    assert entry.error == "InjectedFailure" and entry.count == 4 and "hunter2" not in entry.message
+
+    listing = _cli(cluster, "deadletter", "ls")
+    assert listing.returncode == 0 and "bad" in listing.stdout and "hunter2" not in listing.stdout
+    set_behaviour(client, "machine", "bad")
+    replayed = _cli(cluster, "deadletter", "replay", "machine", "bad")
+    assert replayed.returncode == 0, replayed.stderr
+    wait_until(lambda: len(runs_of(client, "bad")) == 5 and quiet(client), timeout=30)
+    assert list_dead_letters(client) == []
+    assert client.hget(queue_keys("machine").failures, "bad") is None
+    queues = _cli(cluster, "queues")
+    assert queues.returncode == 0 and "machine-termination" in queues.stdout
+
+
+def test_garbage_messages_are_dropped_and_workers_carry_on(client: redis.Redis) -> None:
+    from mcm_tasks.celery_app import app
+
+    app.send_task("mcm.reconcile.machine", args=[123])
+    app.send_task("mcm.reconcile.machine", args=["a", "b"])
+    app.send_task("mcm.reconcile.machine", kwargs={"key": "x"})
+    app.send_task("mcm.reconcile.bogus", args=["x"], queue="mcm.machine")
+    enqueue("machine", "after-garbage")
+    wait_until(lambda: bool(runs_of(client, "after-garbage")) and quiet(client), timeout=30)
+    assert {run.key for run in read_runs(client)} == {"after-garbage"}

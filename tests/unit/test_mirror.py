@@ -1,0 +1,138 @@
+"""What the single writer decides to write: stored forms, index moves, secrets with or without data,
+and the bookkeeping of a re-list (vanished objects deleted and routed, initial lists announced)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import orjson
+
+from informers import fixtures as fx
+from informers.events import ADDED, DELETED, MODIFIED
+from informers.mirror import Change
+from informers.processor import Outcome, Processor, Relisted, WatchEvent
+from informers.store import Store
+from mcm_tasks.cache import layout
+
+NS = fx.NS
+
+
+def changes_of(out: Outcome, kind: str) -> dict[str, Change]:
+    return {c.key: c for c in out.commit.changes if c.kind == kind}
+
+
+def stored(change: Change) -> dict[str, Any]:
+    assert change.stored is not None
+    return cast(dict[str, Any], orjson.loads(change.stored))
+
+
+def test_pods_are_stored_as_a_projection_and_remembered_smaller_still() -> None:
+    proc = Processor(Store(NS))
+    out = proc.process([WatchEvent(layout.PODS, ADDED, fx.pod("p", node_name="n1"))])
+    pod = stored(changes_of(out, layout.PODS)["default/p"])
+    assert set(pod) == {"metadata", "spec", "status"}
+    assert set(pod["spec"]) == {"nodeName", "volumes", "priority", "terminationGracePeriodSeconds"}
+    assert set(pod["status"]) == {"phase", "conditions"}
+    assert "managedFields" not in pod["metadata"]
+    remembered = proc.store.get(layout.PODS, "default/p")
+    assert remembered == {
+        "metadata": {"name": "p", "namespace": "default", "resourceVersion": "1"},
+        "spec": {"nodeName": "n1"},
+    }
+
+
+def test_nodes_are_stored_without_images() -> None:
+    out = Processor(Store(NS)).process([WatchEvent(layout.NODES, ADDED, fx.node("n"))])
+    node = stored(changes_of(out, layout.NODES)["n"])
+    assert "images" not in node["status"]
+    assert node["status"]["conditions"]
+
+
+def test_a_pod_moving_nodes_leaves_one_index_value_and_enters_the_other() -> None:
+    proc = Processor(Store(NS))
+    proc.process([WatchEvent(layout.PODS, ADDED, fx.pod("p", node_name="a"))])
+    change = changes_of(
+        proc.process([WatchEvent(layout.PODS, MODIFIED, fx.pod("p", node_name="b", rv="2"))]), layout.PODS
+    )
+    assert change["default/p"].old_index == {layout.BY_NODE: ["a"]}
+    assert change["default/p"].new_index == {layout.BY_NODE: ["b"]}
+    assert proc.store.index_keys(layout.PODS, layout.BY_NODE, "a") == set()
+
+
+def test_a_duplicate_event_writes_nothing() -> None:
+    proc = Processor(Store(NS))
+    proc.process([WatchEvent(layout.MACHINES, ADDED, fx.machine("m"))])
+    out = proc.process([WatchEvent(layout.MACHINES, MODIFIED, fx.machine("m"))])
+    assert not out.commit.changes and not out.routing
+
+
+def test_secret_data_is_mirrored_only_while_a_class_references_it() -> None:
+    proc = Processor(Store(NS))
+    out = proc.process([WatchEvent(layout.SECRETS, ADDED, fx.secret("s"))])
+    alone = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    assert "data" not in alone
+    assert alone["metadata"]["annotations"] == {layout.DATA_OMITTED_ANNOTATION: "true"}
+
+    out = proc.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, fx.machine_class("c", secret="s"))])
+    referenced = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    assert referenced["data"] == {"userData": "c2VjcmV0"}
+    assert "annotations" not in referenced["metadata"]
+
+    out = proc.process(
+        [WatchEvent(layout.SECRETS, MODIFIED, fx.secret("s", rv="2", data={"userData": "bmV3"}))]
+    )
+    assert stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])["data"] == {"userData": "bmV3"}
+
+    out = proc.process([WatchEvent(layout.MACHINE_CLASSES, DELETED, fx.machine_class("c", secret="s"))])
+    assert "data" not in stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+
+
+def test_relist_deletes_and_routes_what_vanished_and_skips_what_did_not_change() -> None:
+    proc = Processor(Store(NS))
+    proc.process(
+        [WatchEvent(layout.MACHINES, ADDED, fx.machine(n, machine_set="s")) for n in ("a", "b", "c")]
+    )
+    out = proc.process(
+        [
+            Relisted(
+                layout.MACHINES,
+                [fx.machine("a", machine_set="s"), fx.machine("b", rv="9", machine_set="s")],
+                "10",
+            )
+        ]
+    )
+    assert {c.key: c.stored is None for c in out.commit.changes} == {f"{NS}/b": False, f"{NS}/c": True}
+    assert ("machine-termination", f"{NS}/c") in out.routing.items()
+    assert list(out.routing.deletions_observed) == [(f"{NS}/s", "c")]
+    assert out.commit.synced == {layout.MACHINES: "10"}
+    assert proc.store.keys(layout.MACHINES) == [f"{NS}/a", f"{NS}/b"]
+
+
+def test_initial_list_announces_every_object_but_does_not_recount_creations_already_seen() -> None:
+    proc = Processor(Store(NS))
+    proc.seed(layout.MACHINES, [(f"{NS}/old", fx.machine("old", machine_set="s"))])
+    out = proc.process(
+        [
+            Relisted(
+                layout.MACHINES,
+                [fx.machine("old", machine_set="s"), fx.machine("new", machine_set="s")],
+                "5",
+                initial=True,
+            )
+        ]
+    )
+    assert [c.key for c in out.commit.changes] == [f"{NS}/new"], "what the mirror holds is not rewritten"
+    assert ("machine", f"{NS}/old") in out.routing.items()
+    assert ("machine", f"{NS}/new") in out.routing.items()
+    assert out.routing.creations_observed == [f"{NS}/s"]
+
+
+def test_a_seeded_object_that_vanished_before_the_first_list_is_deleted_with_its_index_entries() -> None:
+    proc = Processor(Store(NS))
+    proc.seed(
+        layout.PODS,
+        [("default/p", {"metadata": {"name": "p", "namespace": "default"}, "spec": {"nodeName": "n"}})],
+    )
+    out = proc.process([Relisted(layout.PODS, [], "3", initial=True)])
+    (change,) = out.commit.changes
+    assert change.stored is None and change.old_index == {layout.BY_NODE: ["n"]}

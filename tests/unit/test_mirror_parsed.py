@@ -1,0 +1,82 @@
+"""The parsed-object cache: an object is parsed again only when its stored bytes change, vanished
+objects are dropped, and derived values live exactly as long as the cached object they came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from informers import fixtures as fx
+from mcm_tasks.api import Machine
+from mcm_tasks.cache import layout
+from mcm_tasks.cache.models import ParsedCache
+
+
+class CountingParse:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, obj: Any) -> Machine:
+        self.calls += 1
+        return Machine.model_validate(obj)
+
+
+def stored(name: str, generation: int = 1) -> tuple[str, bytes]:
+    obj = fx.machine(name)
+    obj["metadata"]["generation"] = generation
+    return layout.object_key(obj["metadata"]["namespace"], name), orjson.dumps(obj)
+
+
+def test_unchanged_bytes_give_the_same_object_changed_bytes_a_new_parse() -> None:
+    cache, parse = ParsedCache(), CountingParse()
+    key, raw = stored("a")
+    first = cache.one(layout.MACHINES, parse, key, raw)
+    assert cache.one(layout.MACHINES, parse, key, bytes(raw)) is first
+    assert parse.calls == 1
+    _, changed = stored("a", generation=2)
+    second = cache.one(layout.MACHINES, parse, key, changed)
+    assert second is not first and second.metadata.generation == 2
+    assert parse.calls == 2
+
+
+def test_a_full_list_drops_objects_no_longer_stored() -> None:
+    cache, parse = ParsedCache(), CountingParse()
+    a, b = stored("a"), stored("b")
+    assert len(cache.every(layout.MACHINES, parse, dict([a, b]))) == 2
+    assert [m.metadata.name for m in cache.every(layout.MACHINES, parse, dict([b]))] == ["b"]
+    assert cache.size(layout.MACHINES, parse) == 1
+    assert parse.calls == 2
+
+
+def test_parsers_do_not_share_entries() -> None:
+    cache, models, dicts = ParsedCache(), CountingParse(), CountingParse()
+    key, raw = stored("a")
+    cache.one(layout.MACHINES, models, key, raw)
+    cache.one(layout.MACHINES, dicts, key, raw)
+    assert (models.calls, dicts.calls) == (1, 1)
+
+
+def test_derived_values_are_remembered_only_for_the_cached_version() -> None:
+    cache, parse = ParsedCache(), CountingParse()
+    computed: list[str] = []
+
+    def name_of(m: Machine) -> str:
+        computed.append(m.metadata.name or "")
+        return m.metadata.name or ""
+
+    key, raw = stored("a")
+    cached = cache.one(layout.MACHINES, parse, key, raw)
+    assert cache.derived(cached, "name", name_of) == "a"
+    assert cache.derived(cached, "name", name_of) == "a"
+    assert computed == ["a"]
+    # an object that did not come from the cache (a fresh parse, say) is computed every time
+    fresh = Machine.model_validate(orjson.loads(raw))
+    cache.derived(fresh, "name", name_of)
+    cache.derived(fresh, "name", name_of)
+    assert computed == ["a", "a", "a"]
+    # a new version is a new object: computed again for it
+    _, changed = stored("a", generation=2)
+    newer = cache.one(layout.MACHINES, parse, key, changed)
+    cache.derived(newer, "name", name_of)
+    assert computed == ["a", "a", "a", "a"]

@@ -1,0 +1,113 @@
+"""The contract's pure decisions: backoff, countdown caps, outcomes, redaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcm_tasks.queue.policy import (
+    MAX_MESSAGE,
+    Action,
+    Outcome,
+    Requeue,
+    backoff,
+    clamp_countdown,
+    error_summary,
+    outcome_of_error,
+    outcome_of_result,
+    redact,
+)
+from mcm_tasks.settings import Settings
+
+
+@pytest.fixture()
+def settings() -> Settings:
+    return Settings(
+        error_backoff_base=0.005,
+        error_backoff_max=1000,
+        dead_letter_after=4,
+        visibility_timeout=3600,
+        long_retry=600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected"),
+    [(0, 0.0), (1, 0.005), (2, 0.01), (3, 0.02), (11, 5.12), (18, 655.36), (19, 1000.0), (500, 1000.0)],
+)
+def test_backoff_doubles_from_base_up_to_max(settings: Settings, failures: int, expected: float) -> None:
+    assert backoff(failures, settings) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"), [(-1, 0.0), (0, 0.0), (15, 15.0), (1800, 1800.0), (5000, 1800.0)]
+)
+def test_countdowns_stay_below_half_the_visibility_timeout(
+    settings: Settings, seconds: float, expected: float
+) -> None:
+    assert clamp_countdown(seconds, settings) == expected
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (None, Outcome(Action.DONE)),
+        (Requeue(15), Outcome(Action.REQUEUE, after=15)),
+        (Requeue(0), Outcome(Action.REQUEUE, after=0)),
+        (Requeue(99999), Outcome(Action.REQUEUE, after=1800)),
+        ("something else", Outcome(Action.DONE)),
+    ],
+)
+def test_outcome_of_a_result(settings: Settings, result: object, expected: Outcome) -> None:
+    assert outcome_of_result(result, settings) == expected
+
+
+@pytest.mark.parametrize(
+    ("failures_before", "expected"),
+    [
+        (0, Outcome(Action.RETRY, after=0.005, failures=1)),
+        (2, Outcome(Action.RETRY, after=0.02, failures=3)),
+        (3, Outcome(Action.DEAD, failures=4)),
+        (10, Outcome(Action.DEAD, failures=11)),
+    ],
+)
+def test_errors_back_off_then_dead_letter(
+    settings: Settings, failures_before: int, expected: Outcome
+) -> None:
+    assert outcome_of_error(failures_before, settings) == expected
+
+
+def test_requeue_periods_come_from_settings() -> None:
+    from mcm_tasks.settings import configure, reset_settings
+
+    try:
+        configure({"short_retry": "7s", "medium_retry": "2m", "long_retry": "9m", "conflict_retry": "100ms"})
+        assert (Requeue.short(), Requeue.medium(), Requeue.long(), Requeue.conflict()) == (
+            Requeue(7),
+            Requeue(120),
+            Requeue(540),
+            Requeue(0.1),
+        )
+    finally:
+        reset_settings()
+
+
+@pytest.mark.parametrize(
+    ("text", "leaks"),
+    [
+        ("password=hunter2 while creating", "hunter2"),
+        ('{"userData": "I2Nsb3VkLWNvbmZpZwpydW5jbWQ6IFtlY2hvLCBoaV0K"}', "I2Nsb3Vk"),
+        ("aws_secret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY failed", "wJalrXUt"),
+        ("token abcdefghijabcdefghijabcdefghij0123456789 expired", "abcdefghijabcdefghij"),
+    ],
+)
+def test_redaction_removes_secret_values(text: str, leaks: str) -> None:
+    assert leaks not in redact(text)
+
+
+def test_redaction_keeps_ordinary_messages_and_truncates() -> None:
+    assert redact("machine default/m1: InstanceLimitExceeded") == "machine default/m1: InstanceLimitExceeded"
+    assert len(redact("x " * 1000)) == MAX_MESSAGE
+
+
+def test_error_summary_names_the_class() -> None:
+    assert error_summary(ValueError("password=x")) == ("ValueError", "password=<redacted>")

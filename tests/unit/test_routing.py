@@ -1,0 +1,300 @@
+"""Routing table for the control cluster: which Machine/MachineSet/MachineDeployment/MachineClass/Secret
+event enqueues which keys (MCM reference §4 "Event routing", §5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from informers import fixtures as fx
+from informers.events import ADDED, DELETED, MODIFIED, Routing
+from informers.processor import Processor, WatchEvent
+from informers.resources import Obj
+from informers.routing import full_resync
+from informers.store import Store
+from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION
+from mcm_tasks.cache import layout
+
+NS = fx.NS
+M, MS, MCD, CLS, SEC = (
+    layout.MACHINES,
+    layout.MACHINE_SETS,
+    layout.MACHINE_DEPLOYMENTS,
+    layout.MACHINE_CLASSES,
+    layout.SECRETS,
+)
+
+
+class World:
+    """The informer's store and processor; ``given`` fills it, ``then`` returns what one event routes."""
+
+    def __init__(self) -> None:
+        self.processor = Processor(Store(NS))
+
+    def given(self, kind: str, *objs: Obj) -> World:
+        self.processor.process([WatchEvent(kind, ADDED, o) for o in objs])
+        return self
+
+    def then(self, kind: str, type_: str, obj: Obj) -> Routing:
+        return self.processor.process([WatchEvent(kind, type_, obj)]).routing
+
+
+def k(name: str) -> str:
+    return f"{NS}/{name}"
+
+
+def world() -> World:
+    return (
+        World()
+        .given(CLS, fx.machine_class("cls"))
+        .given(MCD, fx.machine_deployment("d", selector={"app": "d"}))
+        .given(MS, fx.machine_set("s", deployment="d", selector={"app": "d"}))
+    )
+
+
+# --- machines ---------------------------------------------------------------------------------------------
+
+
+def test_machine_added_wakes_itself_its_class_its_set_and_the_overshooting_check() -> None:
+    r = world().then(M, ADDED, fx.machine("m", machine_set="s"))
+    assert r.items() == [
+        ("machine", k("m")),
+        ("machineclass", k("cls")),
+        ("safety", "overshooting"),
+        ("machineset", k("s")),
+    ]
+    assert r.creations_observed == [k("s")]
+    assert not r.deletions_observed
+
+
+def test_machine_added_while_deleting_goes_to_termination_and_counts_as_a_deletion() -> None:
+    r = world().then(M, ADDED, fx.machine("m", machine_set="s", deleting=True))
+    assert ("machine-termination", k("m")) in r.items()
+    assert ("machine", k("m")) not in r.items()
+    assert r.creations_observed == []
+    assert list(r.deletions_observed) == [(k("s"), "m")]
+
+
+def test_orphan_machine_wakes_every_set_that_selects_it() -> None:
+    w = world().given(
+        MS, fx.machine_set("other", selector={"app": "other"}), fx.machine_set("empty", selector={})
+    )
+    r = w.then(M, ADDED, fx.machine("m", labels={"app": "d"}))
+    assert [key for q, key in r.items() if q == "machineset"] == [k("s")]
+    assert r.creations_observed == []
+
+
+def test_orphan_machine_without_labels_wakes_no_set() -> None:
+    r = world().then(M, ADDED, fx.machine("m"))
+    assert not [q for q, _ in r.items() if q == "machineset"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reconciles_machine"),
+    [
+        ({"status": {"currentStatus": {"phase": "Running"}}}, False),  # our own status echo
+        ({"generation": 2}, True),  # spec change
+        ({"annotations": {PRESERVE_ANNOTATION: "now"}}, True),  # preservation asked
+        ({"labels": {"force-deletion": "true"}}, False),  # MCM ignores metadata-only updates
+    ],
+)
+def test_machine_update_reconciles_the_machine_only_for_spec_or_preserve_changes(
+    change: dict[str, object], reconciles_machine: bool
+) -> None:
+    base = fx.machine("m", machine_set="s")
+    w = world().given(M, base)
+    new = fx.bump(base, "2", **{f: v for f, v in change.items() if f != "status"})
+    if "status" in change:
+        new = {**new, "status": change["status"]}
+    r = w.then(M, MODIFIED, new)
+    assert (("machine", k("m")) in r.items()) is reconciles_machine
+    assert ("machineset", k("s")) in r.items(), "the set always recounts its machines"
+    assert r.creations_observed == []
+
+
+def test_machine_update_with_the_same_resource_version_routes_nothing() -> None:
+    base = fx.machine("m", machine_set="s")
+    assert not world().given(M, base).then(M, MODIFIED, base)
+
+
+def test_deletion_timestamp_appearing_sends_the_machine_to_termination_once_observed() -> None:
+    base = fx.machine("m", machine_set="s")
+    w = world().given(M, base)
+    r = w.then(M, MODIFIED, fx.bump(base, "2", deletionTimestamp="2026-01-01T00:00:00Z"))
+    assert r.items()[0] == ("machine-termination", k("m"))
+    assert list(r.deletions_observed) == [(k("s"), "m")]
+    # later status writes during the drain: the set hears of them, no second observation
+    r = w.then(M, MODIFIED, fx.bump(base, "3", deletionTimestamp="2026-01-01T00:00:00Z"))
+    assert r.items() == [("machineset", k("s"))]
+    assert not r.deletions_observed
+
+
+def test_machine_moved_to_another_set_wakes_both() -> None:
+    w = world().given(MS, fx.machine_set("s2", deployment="d"))
+    base = fx.machine("m", machine_set="s")
+    w.given(M, base)
+    moved = fx.machine("m", rv="2", machine_set="s2")
+    assert {key for q, key in w.then(M, MODIFIED, moved).items() if q == "machineset"} == {k("s"), k("s2")}
+
+
+def test_machine_whose_owner_uid_names_another_set_wakes_no_set() -> None:
+    r = world().then(M, ADDED, fx.machine("m", machine_set="s", machine_set_uid="stale"))
+    assert not [q for q, _ in r.items() if q == "machineset"]
+    assert r.creations_observed == []
+
+
+def test_class_change_wakes_old_and_new_class() -> None:
+    base = fx.machine("m", machine_set="s")
+    w = world().given(M, base)
+    r = w.then(M, MODIFIED, fx.machine("m", rv="2", generation=2, machine_set="s", cls="cls2"))
+    assert [key for q, key in r.items() if q == "machineclass"] == [k("cls"), k("cls2")]
+
+
+def test_out_of_range_description_triggers_the_orphan_vm_sweep_once() -> None:
+    base = fx.machine("m", machine_set="s")
+    w = world().given(M, base)
+    out_of_range = fx.machine("m", rv="2", machine_set="s", description="Cloud provider message - OutOfRange")
+    assert ("safety", "orphan-vms") in w.then(M, MODIFIED, out_of_range).items()
+    again = fx.machine("m", rv="3", machine_set="s", description="Cloud provider message - OutOfRange again")
+    assert ("safety", "orphan-vms") not in w.then(M, MODIFIED, again).items()
+
+
+def test_machine_deleted_goes_to_termination_its_set_its_class_and_the_orphan_sweep() -> None:
+    base = fx.machine("m", machine_set="s")
+    r = world().given(M, base).then(M, DELETED, base)
+    assert r.items() == [
+        ("machine-termination", k("m")),
+        ("machineclass", k("cls")),
+        ("safety", "orphan-vms"),
+        ("machineset", k("s")),
+    ]
+    assert list(r.deletions_observed) == [(k("s"), "m")]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "others_left", "wakes"), [("Recreate", 0, True), ("Recreate", 1, False)]
+)
+def test_last_machine_of_a_recreate_deployment_wakes_the_deployment(
+    strategy: str, others_left: int, wakes: bool
+) -> None:
+    w = (
+        World()
+        .given(MCD, fx.machine_deployment("d", strategy=strategy))
+        .given(MS, fx.machine_set("s", deployment="d"))
+    )
+    last = fx.machine("m", machine_set="s")
+    w.given(M, last, *(fx.machine(f"o{i}", machine_set="s") for i in range(others_left)))
+    assert (("machinedeployment", k("d")) in w.then(M, DELETED, last).items()) is wakes
+
+
+def test_rolling_deployment_is_not_woken_by_machine_deletion() -> None:
+    last = fx.machine("m", machine_set="s")
+    assert ("machinedeployment", k("d")) not in world().given(M, last).then(M, DELETED, last).items()
+
+
+# --- machine sets and deployments --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("type_", [ADDED, MODIFIED, DELETED])
+def test_machine_set_events_wake_the_set_and_its_deployment(type_: str) -> None:
+    w = World().given(MCD, fx.machine_deployment("d"))
+    ms = fx.machine_set("s", deployment="d")
+    if type_ != ADDED:
+        w.given(MS, ms)
+        ms = fx.bump(ms, "2") if type_ == MODIFIED else ms
+    assert w.then(MS, type_, ms).items() == [("machineset", k("s")), ("machinedeployment", k("d"))]
+
+
+def test_orphan_machine_set_wakes_deployments_that_select_it() -> None:
+    w = World().given(
+        MCD,
+        fx.machine_deployment("d", selector={"app": "d"}),
+        fx.machine_deployment("x", selector={"app": "x"}),
+    )
+    r = w.then(MS, ADDED, fx.machine_set("s", labels={"app": "d"}))
+    assert r.items() == [("machineset", k("s")), ("machinedeployment", k("d"))]
+
+
+def test_machine_deployment_events_wake_only_itself() -> None:
+    assert World().then(MCD, ADDED, fx.machine_deployment("d")).items() == [("machinedeployment", k("d"))]
+
+
+# --- classes and secrets -----------------------------------------------------------------------------------
+
+
+def test_class_added_wakes_itself_its_secrets_and_its_machines() -> None:
+    w = World().given(
+        M, fx.machine("m1", cls="c"), fx.machine("m2", cls="c", deleting=True), fx.machine("x", cls="o")
+    )
+    r = w.then(CLS, ADDED, fx.machine_class("c", secret="s1", credentials="s2"))
+    assert r.items() == [
+        ("machineclass", k("c")),
+        ("secret", k("s1")),
+        ("secret", k("s2")),
+        ("machine", k("m1")),
+        ("machine-termination", k("m2")),
+    ]
+
+
+def test_class_finalizer_added_releases_its_waiting_machines() -> None:
+    w = World().given(M, fx.machine("m1", cls="c")).given(CLS, fx.machine_class("c"))
+    r = w.then(CLS, MODIFIED, fx.machine_class("c", rv="2", finalizers=[MCM_FINALIZER]))
+    assert r.items() == [("machineclass", k("c")), ("machine", k("m1"))]
+
+
+def test_class_metadata_only_change_wakes_only_the_class() -> None:
+    w = World().given(M, fx.machine("m1", cls="c")).given(CLS, fx.machine_class("c"))
+    changed = fx.bump(fx.machine_class("c"), "2", labels={"a": "b"})
+    assert w.then(CLS, MODIFIED, changed).items() == [("machineclass", k("c"))]
+
+
+def test_class_secret_ref_change_wakes_old_and_new_secret() -> None:
+    w = World().given(CLS, fx.machine_class("c", secret="old"))
+    r = w.then(CLS, MODIFIED, fx.machine_class("c", rv="2", secret="new"))
+    assert [key for q, key in r.items() if q == "secret"] == [k("old"), k("new")]
+
+
+def test_secret_added_or_deleted_wakes_itself_and_the_classes_referencing_it() -> None:
+    w = World().given(
+        CLS, fx.machine_class("c1", secret="s"), fx.machine_class("c2", credentials="s", secret=None)
+    )
+    w.given(CLS, fx.machine_class("c3", secret="other"))
+    expected = [("secret", k("s")), ("machineclass", k("c1")), ("machineclass", k("c2"))]
+    assert w.then(SEC, ADDED, fx.secret("s")).items() == expected
+    assert w.then(SEC, DELETED, fx.secret("s")).items() == expected
+
+
+def test_secret_data_change_wakes_its_classes_but_not_the_secret_controller() -> None:
+    w = World().given(CLS, fx.machine_class("c1", secret="s")).given(SEC, fx.secret("s"))
+    r = w.then(SEC, MODIFIED, fx.secret("s", rv="2", data={"userData": "bmV3"}))
+    assert r.items() == [("machineclass", k("c1"))]
+
+
+def test_secret_finalizer_change_wakes_only_the_secret_controller() -> None:
+    w = World().given(CLS, fx.machine_class("c1", secret="s")).given(SEC, fx.secret("s"))
+    r = w.then(SEC, MODIFIED, fx.secret("s", rv="2", finalizers=["machine.sapcloud.io/machine-controller"]))
+    assert r.items() == [("secret", k("s"))]
+
+
+# --- periodic resync ----------------------------------------------------------------------------------------
+
+
+def test_full_resync_enqueues_every_key_of_every_reconciled_kind() -> None:
+    w = world().given(M, fx.machine("m", machine_set="s"), fx.machine("gone", deleting=True))
+    w.given(SEC, fx.secret("secret"))
+    w.given(
+        layout.NODES,
+        fx.node("n1"),
+        fx.node("n2", annotations={"node.machine.sapcloud.io/not-managed-by-mcm": "1"}),
+    )
+    w.given(layout.PODS, fx.pod("p", node_name="n1"))
+    assert sorted(full_resync(w.processor.store).items()) == sorted(
+        [
+            ("machine", k("m")),
+            ("machine-termination", k("gone")),
+            ("machineset", k("s")),
+            ("machinedeployment", k("d")),
+            ("machineclass", k("cls")),
+            ("secret", k("secret")),
+            ("node", "n1"),
+        ]
+    )

@@ -1,0 +1,162 @@
+"""Routing table for the target cluster: Node events wake their Machine (MCM's node handlers); Pod and
+VolumeAttachment deletions wake a draining machine; the other kinds are mirror-only."""
+
+from __future__ import annotations
+
+import pytest
+
+from informers import fixtures as fx
+from informers.events import ADDED, DELETED, MODIFIED
+from mcm_tasks.api.constants import (
+    CRITICAL_COMPONENTS_NOT_READY_TAINT,
+    NODE_MACHINE_NAME_LABEL_KEY,
+    NOT_MANAGED_BY_MCM_ANNOTATION,
+    PRESERVE_ANNOTATION,
+    TRIGGER_DELETION_BY_MCM_ANNOTATION,
+    UPDATE_RESULT_LABEL_KEY,
+)
+from mcm_tasks.cache import layout
+from tests.unit.test_routing import World, k
+
+M, N, P = layout.MACHINES, layout.NODES, layout.PODS
+READY = [{"type": "Ready", "status": "True"}]
+
+
+def running_machine(**kw: object) -> dict[str, object]:
+    return fx.machine("m", node="n", phase="Running", conditions=READY, **kw)  # type: ignore[arg-type]
+
+
+def with_node(node: dict[str, object] | None = None, machine: dict[str, object] | None = None) -> World:
+    w = World().given(M, machine or running_machine())
+    return w.given(N, node) if node else w
+
+
+# --- node ADD --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("machine", "wakes_machine"),
+    [
+        (fx.machine("m", node="n", phase="Pending"), True),  # node registered: conditions now known
+        (fx.machine("m", node="n", phase="Running", conditions=READY), False),  # already copied
+        (fx.machine("m", node="n", phase="CrashLoopBackOff"), False),
+        (fx.machine("m", node="n", phase="Terminating", deleting=True), False),
+    ],
+)
+def test_node_added_wakes_the_node_task_and_the_machine_when_conditions_differ(
+    machine: dict[str, object], wakes_machine: bool
+) -> None:
+    r = with_node(machine=machine).then(N, ADDED, fx.node("n"))
+    assert r.items()[0] == ("node", "n")
+    assert any(key == k("m") for _, key in r.items()) is wakes_machine
+
+
+def test_unmanaged_node_routes_nothing() -> None:
+    unmanaged = fx.node("n", annotations={NOT_MANAGED_BY_MCM_ANNOTATION: "1"})
+    w = with_node()
+    assert not w.then(N, ADDED, unmanaged)
+    assert not w.then(N, MODIFIED, fx.bump(unmanaged, "2"))
+    assert not w.then(N, DELETED, unmanaged)
+
+
+def test_node_without_machine_is_only_seen_by_the_node_task() -> None:
+    assert World().then(N, ADDED, fx.node("n")).items() == [("node", "n")]
+    assert (
+        not World()
+        .given(N, fx.node("n"))
+        .then(N, MODIFIED, fx.node("n", rv="2", conditions={"Ready": "False"}))
+    )
+
+
+def test_machine_found_through_the_machine_name_label_when_no_machine_has_the_node_label() -> None:
+    w = World().given(M, fx.machine("m", phase="Pending"))
+    r = w.then(N, ADDED, fx.node("n", labels={NODE_MACHINE_NAME_LABEL_KEY: "m"}))
+    assert ("machine", k("m")) in r.items()
+
+
+def test_two_machines_claiming_one_node_are_ambiguous() -> None:
+    w = World().given(
+        M, fx.machine("a", node="n", phase="Pending"), fx.machine("b", node="n", phase="Pending")
+    )
+    assert w.then(N, ADDED, fx.node("n")).items() == [("node", "n")]
+
+
+# --- node UPDATE -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        (fx.node("n", rv="2"), []),  # a heartbeat: same condition statuses
+        (fx.node("n", rv="2", conditions={"Ready": "False"}), [("machine", "mcm/m")]),
+        (fx.node("n", rv="2", conditions={"Ready": "True", "DiskPressure": "False"}), [("machine", "mcm/m")]),
+        (fx.node("n", rv="2", taints=[CRITICAL_COMPONENTS_NOT_READY_TAINT]), [("machine", "mcm/m")]),
+        (fx.node("n", rv="2", taints=["some-other-taint"]), []),
+        (fx.node("n", rv="2", labels={UPDATE_RESULT_LABEL_KEY: "successful"}), [("machine", "mcm/m")]),
+        (fx.node("n", rv="2", annotations={PRESERVE_ANNOTATION: "now"}), [("machine", "mcm/m")]),
+        (fx.node("n", rv="2", finalizers=[]), [("node", "n")]),
+        (fx.node("n", rv="2", deleting=True), [("node", "n")]),
+        (fx.node("n", rv="2", annotations={TRIGGER_DELETION_BY_MCM_ANNOTATION: "true"}), [("node", "n")]),
+    ],
+)
+def test_node_update_routing(after: dict[str, object], expected: list[tuple[str, str]]) -> None:
+    assert with_node(fx.node("n")).then(N, MODIFIED, after).items() == expected
+
+
+def test_conditions_of_a_crash_looping_machine_are_left_alone() -> None:
+    machine = fx.machine("m", node="n", phase="CrashLoopBackOff")
+    w = with_node(fx.node("n"), machine)
+    assert not w.then(N, MODIFIED, fx.node("n", rv="2", conditions={"Ready": "False"}))
+
+
+def test_detach_on_the_node_of_a_draining_machine_wakes_its_termination() -> None:
+    draining = fx.machine("m", node="n", phase="Terminating", deleting=True)
+    w = with_node(fx.node("n", volumes=["vol-1"]), draining)
+    assert w.then(N, MODIFIED, fx.node("n", rv="2")).items() == [("machine-termination", k("m"))]
+    assert not w.then(N, MODIFIED, fx.node("n", rv="3", conditions={"Ready": "False"}))
+
+
+# --- node DELETE -------------------------------------------------------------------------------------------
+
+
+def test_node_deleted_wakes_the_node_task_and_the_machine() -> None:
+    w = with_node(fx.node("n"))
+    assert w.then(N, DELETED, fx.node("n")).items() == [("node", "n"), ("machine", k("m"))]
+
+
+# --- pods, volume attachments, mirror-only kinds -----------------------------------------------------------
+
+
+def draining_world() -> World:
+    w = World().given(M, fx.machine("m", node="n", phase="Terminating", deleting=True))
+    return w.given(M, fx.machine("r", node="other", phase="Running"))
+
+
+def test_pod_gone_from_a_draining_node_wakes_the_termination() -> None:
+    w = draining_world().given(P, fx.pod("p", node_name="n"), fx.pod("q", node_name="other"))
+    assert w.then(P, MODIFIED, fx.pod("p", node_name="n", rv="2", deleting=True)).items() == [
+        ("machine-termination", k("m"))
+    ]
+    assert w.then(P, DELETED, fx.pod("p", node_name="n", rv="3", deleting=True)).items() == [
+        ("machine-termination", k("m"))
+    ]
+    assert not w.then(P, DELETED, fx.pod("q", node_name="other"))
+
+
+def test_pod_changes_that_are_not_a_departure_route_nothing() -> None:
+    w = draining_world().given(P, fx.pod("p", node_name="n"))
+    assert not w.then(P, MODIFIED, fx.pod("p", node_name="n", rv="2"))
+    assert not w.then(P, ADDED, fx.pod("new", node_name="n"))
+
+
+def test_volume_attachment_deleted_on_a_draining_node_wakes_the_termination() -> None:
+    va = fx.volume_attachment("va", node_name="n", pv="pv")
+    w = draining_world().given(layout.VOLUME_ATTACHMENTS, va)
+    assert w.then(layout.VOLUME_ATTACHMENTS, DELETED, va).items() == [("machine-termination", k("m"))]
+
+
+@pytest.mark.parametrize("type_", [ADDED, DELETED])
+def test_persistent_volumes_are_mirror_only(type_: str) -> None:
+    pv = fx.persistent_volume("pv", claim="default/pvc")
+    w = draining_world().given(layout.PERSISTENT_VOLUMES, pv) if type_ == DELETED else draining_world()
+    assert not w.then(layout.PERSISTENT_VOLUMES, type_, pv)
