@@ -1,0 +1,77 @@
+"""The MachineClass reconcile (§4.10).
+
+A class not being deleted carries the MCM finalizer; when the finalizer is first added, the class's
+machines are enqueued, since their reconciles wait for it. A class being deleted keeps its finalizer
+while machines still use it and loses it when none do. Every class comes back after
+``class_resync_period``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mcm_tasks.api import Machine, MachineClass
+from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.controllers.machine import context
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import MACHINE_CLASSES
+from mcm_tasks.queue import Requeue, enqueue_many
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+
+def finalizers_patch(
+    meta_finalizers: list[str],
+    resource_version: str | None,
+    *,
+    add: str | None = None,
+    remove: str | None = None,
+) -> dict[str, Any] | None:
+    """A conditional merge patch adding or removing one finalizer; None when nothing changes."""
+    finalizers = list(meta_finalizers)
+    if add is not None and add not in finalizers:
+        finalizers.append(add)
+    if remove is not None and remove in finalizers:
+        finalizers.remove(remove)
+    if finalizers == list(meta_finalizers):
+        return None
+    return {"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}}
+
+
+def machine_queue_items(machines: list[Machine]) -> list[tuple[str, str]]:
+    return [("machine-termination" if m.metadata.is_deleting else "machine", m.key) for m in machines]
+
+
+def reconcile_machine_class(key: str) -> Requeue | None:
+    namespace, name = context.namespace_of(key)
+    machine_class = context.get_machine_class(name, namespace)
+    if machine_class is None:
+        return None
+    resync = Requeue(get_settings().class_resync_period)
+    meta = machine_class.metadata
+    if not meta.is_deleting:
+        patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
+        if patch is not None:
+            _patch(machine_class, patch)
+            enqueue_many(machine_queue_items(context.machines_of_class(name, namespace)))
+        return resync
+    machines = context.machines_of_class(name, namespace)
+    if machines:
+        log.info("machine class %s: still used by %d machines, keeping its finalizer", key, len(machines))
+        return Requeue.short()
+    patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
+    if patch is not None:
+        _patch(machine_class, patch)
+    return None
+
+
+def _patch(machine_class: MachineClass, patch: dict[str, Any]) -> None:
+    ops.patch(
+        context.control_api(),
+        MACHINE_CLASSES,
+        machine_class.metadata.name or "",
+        patch,
+        machine_class.metadata.namespace,
+    )

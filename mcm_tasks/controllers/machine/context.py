@@ -1,0 +1,226 @@
+"""What a machine reconcile reads: the machine, its class, the class's secrets merged, its node.
+
+Reads come from the informers' Redis mirror when it holds a complete list of the kind, and from
+the API server otherwise (a worker started before the informer synced, tests without an informer,
+secrets whose data the mirror does not keep). Either way callers get models or API dicts and never
+know which; they write only the API server.
+
+Secrets: the merged data travels in a ``providers.driver.Secret`` (whose repr hides the values) and
+is handed to drivers only. Nothing here logs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import Machine, MachineClass, SecretReference
+from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.cache import Listers, get_listers
+from mcm_tasks.cache.layout import DATA_OMITTED_ANNOTATION, split_key
+from mcm_tasks.cache.listers import Lister
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.clients import get_clusters
+from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES, SECRETS
+from mcm_tasks.redisdb import get_redis, rkey
+from mcm_tasks.settings import get_settings
+from providers.driver import Secret
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+# --- clients ---------------------------------------------------------------------------------------------
+
+
+def control_api() -> ApiClient:
+    return get_clusters().control.api
+
+
+def target_api() -> ApiClient | None:
+    """The target cluster's client; None in no-target mode (``--target-kubeconfig=none``)."""
+    target = get_clusters().target
+    return None if target is None else target.api
+
+
+def _listers() -> Listers:
+    return get_listers()
+
+
+def mirror_has(lister: Lister[Any]) -> bool:
+    """Whether to trust the mirror for this kind: only once the informer listed it completely."""
+    try:
+        return lister.synced()
+    except redis.RedisError:
+        return False
+
+
+# --- machines and classes --------------------------------------------------------------------------------
+
+
+def namespace_of(key: str) -> tuple[str, str]:
+    """(namespace, name) of a queue key; a bare name is in the controller's namespace."""
+    namespace, name = split_key(key)
+    return namespace or get_settings().namespace, name
+
+
+def get_machine(key: str) -> Machine | None:
+    namespace, name = namespace_of(key)
+    lister = _listers().machines
+    if mirror_has(lister):
+        return lister.get(name, namespace)
+    return get_machine_live(name, namespace)
+
+
+def get_machine_live(name: str, namespace: str) -> Machine | None:
+    data = ops.get(control_api(), MACHINES, name, namespace, missing_ok=True)
+    return None if data is None else Machine.model_validate(data)
+
+
+def get_machine_class(name: str, namespace: str) -> MachineClass | None:
+    lister = _listers().machine_classes
+    if mirror_has(lister):
+        return lister.get(name, namespace)
+    data = ops.get(control_api(), MACHINE_CLASSES, name, namespace, missing_ok=True)
+    return None if data is None else MachineClass.model_validate(data)
+
+
+def machines_of_class(name: str, namespace: str) -> list[Machine]:
+    lister = _listers().machines
+    if mirror_has(lister):
+        return [m for m in lister.of_class(name) if m.metadata.namespace == namespace]
+    items = ops.list_(control_api(), MACHINES, namespace)["items"]
+    return [m for m in (Machine.model_validate(i) for i in items) if m.spec.class_.name == name]
+
+
+def machines_on_node(node_name: str) -> list[Machine]:
+    """Machines whose ``node`` label names this node (MCM's ``getMachineFromNode``)."""
+    lister = _listers().machines
+    if mirror_has(lister):
+        return lister.on_node(node_name)
+    selector = f"{NODE_LABEL_KEY}={node_name}"
+    items = ops.list_(control_api(), MACHINES, label_selector=selector)["items"]
+    return [Machine.model_validate(i) for i in items]
+
+
+def machines_with_label(key: str, value: str, namespace: str) -> list[Machine]:
+    """Live list by one label, for decisions that must not act on a lagging mirror (the permit count)."""
+    items = ops.list_(control_api(), MACHINES, namespace, label_selector=f"{key}={value}")["items"]
+    return [Machine.model_validate(i) for i in items]
+
+
+# --- secrets ---------------------------------------------------------------------------------------------
+
+
+def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, bytes]:
+    """A Secret's ``data`` (base64) with any ``stringData`` on top, as the API server merges them."""
+    out = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+    out.update({k: str(v).encode() for k, v in (secret.get("stringData") or {}).items()})
+    return out
+
+
+def get_secret_data(ref: SecretReference, default_namespace: str) -> dict[str, bytes] | None:
+    """The decoded data of a referenced secret, or None when it does not exist."""
+    namespace = ref.namespace or default_namespace
+    lister = _listers().secrets
+    if mirror_has(lister):
+        raw = lister.raw.get(ref.name, namespace)
+        if raw is None:
+            return None
+        annotations = (raw.get("metadata") or {}).get("annotations") or {}
+        if DATA_OMITTED_ANNOTATION not in annotations:
+            return decode_secret_data(raw)
+    found = ops.get(control_api(), SECRETS, ref.name, namespace, missing_ok=True)
+    return None if found is None else decode_secret_data(found)
+
+
+def merge_secret_data(*datas: Mapping[str, bytes]) -> dict[str, bytes]:
+    """MCM's ``mergeDataMaps``: later maps win on conflicting keys."""
+    out: dict[str, bytes] = {}
+    for data in datas:
+        out.update(data)
+    return out
+
+
+@dataclass
+class ClassContext:
+    """A machine's class with its secrets merged (``secretRef`` first, ``credentialsSecretRef`` wins)."""
+
+    machine_class: MachineClass
+    secret: Secret
+    #: ``namespace/name`` of referenced secrets that do not exist
+    missing_secrets: list[str] = field(default_factory=list)
+
+
+def secret_refs(machine_class: MachineClass) -> list[SecretReference]:
+    return [r for r in (machine_class.secret_ref, machine_class.credentials_secret_ref) if r and r.name]
+
+
+def load_class_context(machine_class: MachineClass) -> ClassContext:
+    namespace = machine_class.metadata.namespace or get_settings().namespace
+    datas, missing = [], []
+    for ref in secret_refs(machine_class):
+        data = get_secret_data(ref, namespace)
+        if data is None:
+            missing.append(f"{ref.namespace or namespace}/{ref.name}")
+        else:
+            datas.append(data)
+    return ClassContext(machine_class, Secret(data=merge_secret_data(*datas)), missing)
+
+
+def get_class_context(machine: Machine) -> ClassContext | None:
+    """The class context of a machine; None when its class does not exist."""
+    namespace = machine.metadata.namespace or get_settings().namespace
+    machine_class = (
+        get_machine_class(machine.spec.class_.name, namespace) if machine.spec.class_.name else None
+    )
+    return None if machine_class is None else load_class_context(machine_class)
+
+
+# --- nodes -----------------------------------------------------------------------------------------------
+
+
+def get_node(name: str) -> Obj | None:
+    """The target cluster's Node (an API dict); None when absent or in no-target mode."""
+    if not name:
+        return None
+    api = target_api()
+    if api is None:
+        return None
+    lister = _listers().nodes
+    if mirror_has(lister):
+        return lister.get(name)
+    return ops.get(api, NODES, name, missing_ok=True)
+
+
+# --- the creation marker ---------------------------------------------------------------------------------
+
+
+def _creation_key(machine_key: str) -> str:
+    return rkey("machine", "creating", machine_key)
+
+
+@contextmanager
+def creation_in_flight(machine_key: str) -> Iterator[None]:
+    """Mark a machine as being in its creation flow, for every worker to see (MCM's
+    ``pendingMachineCreationMap``): the deletion flow waits while a create call may be running.
+    The mark expires with the reconcile lock, so a killed worker cannot leave it behind."""
+    client = get_redis()
+    ttl = max(1, int(get_settings().reconcile_lock_ttl))
+    client.set(_creation_key(machine_key), "1", ex=ttl)
+    try:
+        yield
+    finally:
+        client.delete(_creation_key(machine_key))
+
+
+def creation_in_progress(machine_key: str) -> bool:
+    return bool(get_redis().exists(_creation_key(machine_key)))

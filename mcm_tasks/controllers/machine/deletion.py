@@ -1,0 +1,393 @@
+"""The deletion flow (reference §4.4), driven by ``status.lastOperation.description`` exactly as MCM
+drives it: each description names the next step, each reconcile runs one step and writes the next
+description, so a person reading the Machine sees MCM's words and any worker can pick the flow up.
+
+Steps, matched by the constants MCM's descriptions contain, in MCM's order:
+
+1. phase not Terminating (or a description no step recognises): phase Terminating, "Set machine
+   status to termination. Now, getting VM Status";
+2. find the node (``node`` label, else the Node labelled with the machine's name, else
+   GetMachineStatus), label the machine with it → "Initiate node drain";
+3. drain (``drain.drain_step``) → "Drain successful. Initiate VM deletion", or when forced
+   "Force Drain successful. Delete Volume Attachments";
+4. "Delete Volume Attachments": delete the node's live VolumeAttachments, then → VM deletion;
+5. "Initiate VM deletion": the Driver's DeleteMachine → "… Initiate node object deletion";
+6. remove the node finalizer and delete the Node → "… Initiate machine object finalizer removal";
+7. remove the Machine's finalizer: the API server then deletes it.
+
+A step that moves on comes back after ConflictRetry (upstream returns an error to be requeued at
+once; the short pause lets the mirror see our write first). Status writes that move to another step
+are never de-duplicated, since the description is the flow's state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Final
+
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState, now_utc
+from mcm_tasks.api.constants import (
+    MCM_FINALIZER,
+    NODE_FINALIZER,
+    NODE_LABEL_KEY,
+    NODE_TERMINATING_REASON_UNHEALTHY,
+)
+from mcm_tasks.controllers.machine import context, metrics, status
+from mcm_tasks.controllers.machine import drain as drain_mod
+from mcm_tasks.controllers.machine import drain_io as io
+from mcm_tasks.controllers.machine.drain_state import DrainStore
+from mcm_tasks.controllers.machine.drain_volumes import live_attachments_on
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_conflict
+from mcm_tasks.kube.events import WARNING
+from mcm_tasks.kube.resources import MACHINES, NODES, VOLUME_ATTACHMENTS
+from mcm_tasks.queue import Requeue
+from providers import UnknownProviderError, get_driver
+from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
+from providers.errors import TRANSIENT_CODES, Code, code_of
+
+log = logging.getLogger(__name__)
+
+# MCM's machineutils descriptions
+GET_VM_STATUS: Final = "Set machine status to termination. Now, getting VM Status"
+INITIATE_DRAIN: Final = "Initiate node drain"
+DELETE_VOLUME_ATTACHMENTS: Final = "Delete Volume Attachments"
+INITIATE_VM_DELETION: Final = "Initiate VM deletion"
+INITIATE_NODE_DELETION: Final = "Initiate node object deletion"
+INITIATE_FINALIZER_REMOVAL: Final = "Initiate machine object finalizer removal"
+
+
+class Step(StrEnum):
+    SET_TERMINATING = "set-terminating"
+    GET_VM_STATUS = "get-vm-status"
+    DRAIN = "drain"
+    DELETE_VOLUME_ATTACHMENTS = "delete-volume-attachments"
+    DELETE_VM = "delete-vm"
+    DELETE_NODE = "delete-node"
+    REMOVE_FINALIZER = "remove-finalizer"
+
+
+#: checked in this order, by substring, as MCM's ``triggerDeletionFlow`` does
+_STEPS_BY_DESCRIPTION: Final = (
+    (GET_VM_STATUS, Step.GET_VM_STATUS),
+    (INITIATE_DRAIN, Step.DRAIN),
+    (DELETE_VOLUME_ATTACHMENTS, Step.DELETE_VOLUME_ATTACHMENTS),
+    (INITIATE_VM_DELETION, Step.DELETE_VM),
+    (INITIATE_NODE_DELETION, Step.DELETE_NODE),
+    (INITIATE_FINALIZER_REMOVAL, Step.REMOVE_FINALIZER),
+)
+
+
+def step_of_description(description: str) -> Step:
+    """The step a description asks for; an unrecognised one restarts the flow at step 1."""
+    return next((step for text, step in _STEPS_BY_DESCRIPTION if text in description), Step.SET_TERMINATING)
+
+
+def step_of(machine: Machine) -> Step:
+    if machine.status.current_status.phase != MachinePhase.TERMINATING:
+        return Step.SET_TERMINATING
+    return step_of_description(machine.status.last_operation.description)
+
+
+class Retry(StrEnum):
+    NEXT_STEP = "next-step"
+    SHORT = "short"
+    MEDIUM = "medium"
+    LONG = "long"
+
+
+@dataclass(frozen=True)
+class Transition:
+    description: str
+    state: MachineState
+    retry: Retry
+
+
+def _moving_on(description: str) -> Transition:
+    return Transition(description, MachineState.PROCESSING, Retry.NEXT_STEP)
+
+
+def vm_status_transition(error: Exception | None) -> Transition:
+    """After GetMachineStatus in step 2 (None: it answered)."""
+    if error is None:
+        return _moving_on(INITIATE_DRAIN)
+    code = code_of(error)
+    if code in (Code.Unimplemented, Code.NotFound, Code.Uninitialized):
+        return _moving_on(INITIATE_DRAIN)
+    if code in TRANSIENT_CODES:
+        text = f"Error occurred while getting VM status, will retry - {error}. {GET_VM_STATUS}"
+        return Transition(text, MachineState.FAILED, Retry.SHORT)
+    text = f"Error occurred while getting VM status - {error}. {GET_VM_STATUS}"
+    return Transition(text, MachineState.FAILED, Retry.MEDIUM)
+
+
+def delete_vm_transition(error: Exception | None) -> Transition:
+    """After DeleteMachine in step 5 (None: it succeeded)."""
+    if error is None:
+        return _moving_on(f"VM deletion was successful. {INITIATE_NODE_DELETION}")
+    code = code_of(error)
+    if code is Code.NotFound:
+        return _moving_on(f"VM not found. Continuing deletion flow. {INITIATE_NODE_DELETION}")
+    if code in TRANSIENT_CODES:
+        text = (
+            f"VM deletion failed due to - {error}. However, will re-try in the next resync. "
+            f"{INITIATE_VM_DELETION}"
+        )
+        return Transition(text, MachineState.FAILED, Retry.SHORT)
+    text = f"VM deletion failed due to - {error}. Aborting operation. {INITIATE_VM_DELETION}"
+    return Transition(text, MachineState.FAILED, Retry.LONG)
+
+
+def drain_transition(result: drain_mod.DrainResult) -> Transition | None:
+    """After a drain step; None while the drain is still waiting."""
+    outcome = result.outcome
+    if outcome is drain_mod.Outcome.WAITING:
+        return None
+    if outcome is drain_mod.Outcome.SKIPPED:
+        return _moving_on(
+            f"Skipping drain as nodeName is not a valid one for machine. {INITIATE_VM_DELETION}"
+        )
+    if outcome is drain_mod.Outcome.SUCCEEDED:
+        if result.forced:
+            return _moving_on(f"Force Drain successful. {DELETE_VOLUME_ATTACHMENTS}")
+        return _moving_on(f"Drain successful. {INITIATE_VM_DELETION}")
+    if result.forced:
+        return _moving_on(
+            f"Drain failed due to - {result.message}. However, since it's a force deletion shall continue "
+            f"deletion of VM. {DELETE_VOLUME_ATTACHMENTS}"
+        )
+    if outcome is drain_mod.Outcome.CONDITION_FAILED:
+        text = (
+            f"Drain failed due to failure in update of node conditions - {result.message}. "
+            f"Will retry in next sync. {INITIATE_DRAIN}"
+        )
+        return Transition(text, MachineState.FAILED, Retry.SHORT)
+    text = f"Drain failed due to - {result.message}. Will retry in next sync. {INITIATE_DRAIN}"
+    return Transition(text, MachineState.FAILED, Retry.SHORT)
+
+
+def requeue(retry: Retry) -> Requeue:
+    if retry is Retry.NEXT_STEP:
+        return Requeue.conflict()
+    return {Retry.SHORT: Requeue.short, Retry.MEDIUM: Requeue.medium, Retry.LONG: Requeue.long}[retry]()
+
+
+# --- the reconciler ------------------------------------------------------------------------------------
+
+
+def reconcile_termination(key: str) -> Requeue | None:
+    """The ``machine-termination`` queue's reconciler (and the machine queue's for deleting machines)."""
+    machine = context.get_machine(key)
+    if machine is None:
+        DrainStore().clear(key)
+        return None
+    if not machine.metadata.is_deleting:
+        return None
+    try:
+        return terminate(machine)
+    except ApiException as err:
+        if is_conflict(err):
+            return Requeue.conflict()
+        raise
+
+
+def terminate(machine: Machine) -> Requeue | None:
+    """One step of the deletion flow for a machine being deleted."""
+    if context.creation_in_progress(machine.key):
+        return Requeue.medium()
+    if not machine.metadata.has_finalizer(MCM_FINALIZER):
+        log.warning("machine %s is missing finalizers, deletion cannot proceed", machine.key)
+        return Requeue.long()
+    step = step_of(machine)
+    log.debug("machine %s: deletion step %s", machine.key, step)
+    if step is Step.SET_TERMINATING:
+        return _set_terminating(machine)
+    if step is Step.GET_VM_STATUS:
+        return _get_vm_status(machine)
+    if step is Step.DRAIN:
+        return _drain(machine)
+    if step is Step.DELETE_VOLUME_ATTACHMENTS:
+        return _delete_volume_attachments(machine)
+    if step is Step.DELETE_VM:
+        return _delete_vm(machine)
+    if step is Step.DELETE_NODE:
+        return _delete_node(machine)
+    return _remove_finalizer(machine)
+
+
+def _write(machine: Machine, transition: Transition, *, last_known_state: str | None = None) -> Requeue:
+    moves = step_of_description(transition.description) != step_of(machine)
+    op = status.last_operation(transition.description, transition.state, MachineOperationType.DELETE)
+    new = status.updated_status(machine, last_op=op, last_known_state=last_known_state)
+    status.write_status(machine, new, dedup=not moves)
+    return requeue(transition.retry)
+
+
+def _driver(machine: Machine) -> tuple[context.ClassContext, Driver] | None:
+    """The class context and Driver, or None (with a Warning Event) when they cannot be had."""
+    found = context.get_class_context(machine)
+    if found is None:
+        status.record_event(
+            machine, WARNING, "DeleteBlocked", f"MachineClass {machine.spec.class_.name} not found"
+        )
+        return None
+    try:
+        return found, get_driver(found.machine_class.provider)
+    except UnknownProviderError as err:
+        status.record_event(machine, WARNING, "DeleteBlocked", str(err))
+        return None
+
+
+def _set_terminating(machine: Machine) -> Requeue:
+    DrainStore().clear(machine.key)
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    api = context.target_api()
+    if machine.status.current_status.phase == MachinePhase.FAILED and node_name and api is not None:
+        node = context.get_node(node_name)
+        if node is not None:
+            try:  # remember that a failed machine goes, before its phase no longer says so
+                io.set_terminating(api, node, NODE_TERMINATING_REASON_UNHEALTHY, datetime.now(UTC))
+            except ApiException as err:
+                log.warning("machine %s: Terminating condition not set: %s", machine.key, describe(err))
+    now = now_utc()
+    op = status.last_operation(GET_VM_STATUS, MachineState.PROCESSING, MachineOperationType.DELETE, now=now)
+    new = status.updated_status(
+        machine, last_op=op, current=status.current_status(MachinePhase.TERMINATING, now=now)
+    )
+    status.write_status(machine, new, dedup=False)  # a restart must be written even when it looks alike
+    return Requeue.conflict()
+
+
+def _get_vm_status(machine: Machine) -> Requeue | None:
+    if machine.metadata.labels.get(NODE_LABEL_KEY):
+        return _write(machine, _moving_on(INITIATE_DRAIN))
+    api = context.target_api()
+    node_name = io.node_for_machine(api, machine.metadata.name or "") if api is not None else ""
+    error: Exception | None = None
+    if not node_name:
+        found = _driver(machine)
+        if found is None:
+            return Requeue.long()
+        ctx, driver = found
+        request = GetMachineStatusRequest(machine=machine, machine_class=ctx.machine_class, secret=ctx.secret)
+        try:
+            node_name = driver.get_machine_status(request).node_name
+        except Exception as err:  # every failure is a code (code_of), as upstream decodes them
+            error = err
+    transition = vm_status_transition(error)
+    if node_name and context.target_api() is not None and transition.retry is Retry.NEXT_STEP:
+        patch = {"metadata": {"labels": {NODE_LABEL_KEY: node_name}}}
+        labelled = ops.patch(
+            context.control_api(), MACHINES, machine.metadata.name or "", patch, machine.metadata.namespace
+        )
+        machine = Machine.model_validate(labelled)
+    return _write(machine, transition)
+
+
+def _class_of(machine: Machine) -> MachineClass | None:
+    """The machine's class without its secrets: what the drain (volume IDs) and metrics need."""
+    name = machine.spec.class_.name
+    return context.get_machine_class(name, context.namespace_of(machine.key)[0]) if name else None
+
+
+def _drain(machine: Machine) -> Requeue | None:
+    machine_class = _class_of(machine)
+    driver = None
+    if machine_class is not None:
+        try:
+            driver = get_driver(machine_class.provider)
+        except UnknownProviderError:
+            driver = None  # volumes then go untracked; the detach barrier still holds the drain
+    result = drain_mod.drain_step(machine, machine_class, driver)
+    transition = drain_transition(result)
+    if transition is None:
+        return Requeue(after=result.wake_in)
+    return _write(machine, transition)
+
+
+def _delete_volume_attachments(machine: Machine) -> Requeue | None:
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    api = context.target_api()
+    node = context.get_node(node_name) if node_name and api is not None else None
+    if node is None or api is None:
+        text = (
+            f"Skipping deleteNodeVolAttachments due to - node {node_name!r} not found. Moving to VM Deletion."
+        )
+        return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
+    if not (node.get("status") or {}).get("volumesAttached"):
+        text = f"Node Volumes for node: {node_name} are already detached. Moving to VM Deletion."
+        return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
+    live = live_attachments_on(node_name, io.volume_attachments(api, node_name, ()))
+    if not live:
+        text = f"No Live VolumeAttachments for node: {node_name}. Moving to VM Deletion."
+        return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
+    for va in live:
+        ops.delete(api, VOLUME_ATTACHMENTS, str(va["metadata"]["name"]), missing_ok=True)
+    log.info("machine %s: deleted %d VolumeAttachments of node %s", machine.key, len(live), node_name)
+    return Requeue.short()
+
+
+def _delete_vm(machine: Machine) -> Requeue | None:
+    found = _driver(machine)
+    if found is None:
+        return Requeue.long()
+    ctx, driver = found
+    request = DeleteMachineRequest(machine=machine, machine_class=ctx.machine_class, secret=ctx.secret)
+    error: Exception | None = None
+    last_known_state = None
+    try:
+        last_known_state = driver.delete_machine(request).last_known_state or None
+    except Exception as err:  # every failure is a code (code_of), as upstream decodes them
+        error = err
+    return _write(machine, delete_vm_transition(error), last_known_state=last_known_state)
+
+
+def _delete_node(machine: Machine) -> Requeue | None:
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    api = context.target_api()
+    if not node_name or api is None:
+        text = (
+            f"Label {NODE_LABEL_KEY!r} not present on machine {machine.metadata.name!r} or no associated "
+            f"node object found, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
+        )
+        return _write(machine, _moving_on(text))
+    try:
+        node = ops.get(api, NODES, node_name, missing_ok=True)
+        if node is not None and NODE_FINALIZER in (node["metadata"].get("finalizers") or []):
+            rest = [f for f in node["metadata"]["finalizers"] if f != NODE_FINALIZER]
+            body = {"metadata": {"finalizers": rest, "resourceVersion": node["metadata"]["resourceVersion"]}}
+            ops.patch(api, NODES, node_name, body)
+        gone = node is None or ops.delete(api, NODES, node_name, missing_ok=True) is None
+    except ApiException as err:
+        if is_conflict(err):
+            raise
+        text = (
+            f"Deletion of Node Object {node_name!r} failed due to error: {describe(err)}. "
+            f"{INITIATE_NODE_DELETION}"
+        )
+        return _write(machine, Transition(text, MachineState.FAILED, Retry.SHORT))
+    if gone:
+        text = (
+            f"No node object found for {node_name!r}, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
+        )
+    else:
+        text = f"Deletion of Node Object {node_name!r} is successful. {INITIATE_FINALIZER_REMOVAL}"
+    return _write(machine, _moving_on(text))
+
+
+def _remove_finalizer(machine: Machine) -> Requeue | None:
+    rest = [f for f in machine.metadata.finalizers if f != MCM_FINALIZER]
+    body = {"metadata": {"finalizers": rest, "resourceVersion": machine.metadata.resource_version}}
+    ops.patch(context.control_api(), MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)
+    DrainStore().clear(machine.key)
+    deleted = machine.metadata.deletion_timestamp
+    if deleted is not None:
+        seconds = (now_utc() - deleted).total_seconds()
+        metrics.observe_duration("delete", machine, seconds, _class_of(machine))
+    log.info("machine %s: finalizer removed, deletion complete", machine.key)
+    return None

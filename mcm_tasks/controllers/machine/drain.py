@@ -1,0 +1,272 @@
+"""Node drain (reference §4.5) as one bounded step per reconcile: the "Initiate node drain" step of the
+deletion flow calls ``drain_step`` again and again; each call looks at the node, issues what is due,
+saves the progress (``drain_state``) and says when to come back, until the drain is over.
+
+What a call does, in MCM's order: decide the drain's parameters and whether it is forced
+(``drain_force``); set the node's ``Terminating`` condition and cordon it; select the pods
+(``drain_select``); bring their progress up to date and issue the due evictions or deletions
+(``drain_plan``, ``drain_pods``, ``drain_volumes``); conclude. It never sleeps: waits are progress
+plus the returned ``wake_in``.
+
+The outcome goes back to the deletion flow, which owns ``lastOperation`` (MCM's descriptions); the
+Events about the drain itself (started, succeeded, failed, warnings) are recorded here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.api import Machine, MachineClass
+from mcm_tasks.api.constants import (
+    NODE_LABEL_KEY,
+    NODE_TERMINATING_REASON_SCALE_DOWN,
+)
+from mcm_tasks.controllers.machine import context, metrics, status
+from mcm_tasks.controllers.machine import drain_io as io
+from mcm_tasks.controllers.machine import drain_plan as plan
+from mcm_tasks.controllers.machine import drain_pods as dp
+from mcm_tasks.controllers.machine import drain_select as ds
+from mcm_tasks.controllers.machine.drain_force import DrainParams, drain_params, force_due_in
+from mcm_tasks.controllers.machine.drain_state import DrainProgress, DrainStore, state_ttl
+from mcm_tasks.kube.errors import describe
+from mcm_tasks.kube.events import NORMAL, WARNING
+from mcm_tasks.settings import Settings, get_settings
+from providers.driver import Driver
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+#: evictions and deletions one reconcile may issue; the rest follow at once in the next one
+MAX_REMOVALS_PER_STEP: Final = 50
+#: upstream polls pod termination and volume detachment every 5 s; events usually come first
+POLL_INTERVAL: Final = 5.0
+
+
+class Outcome(StrEnum):
+    WAITING = "waiting"
+    #: no node to drain (never joined, or no target cluster)
+    SKIPPED = "skipped"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    #: the Terminating condition could not be set (upstream's separate message)
+    CONDITION_FAILED = "condition-failed"
+
+
+@dataclass
+class DrainResult:
+    outcome: Outcome
+    forced: bool = False
+    errors: list[str] = field(default_factory=list)
+    #: WAITING: seconds until the drain wants to look again
+    wake_in: float = 0.0
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.errors)
+
+
+def timing(settings: Settings) -> dp.Timing:
+    return dp.Timing(
+        retry_interval=settings.pod_eviction_retry_interval,
+        detach_timeout=settings.machine_pv_detach_timeout,
+        reattach_timeout=settings.machine_pv_reattach_timeout,
+    )
+
+
+def poll_interval(settings: Settings) -> float:
+    """Upstream's 5 s, never slower than the eviction retry interval (compressed in tests)."""
+    return min(POLL_INTERVAL, settings.pod_eviction_retry_interval)
+
+
+def drain_step(
+    machine: Machine,
+    machine_class: MachineClass | None,
+    driver: Driver | None,
+    store: DrainStore | None = None,
+) -> DrainResult:
+    """One reconcile's worth of draining the machine's node."""
+    settings = get_settings()
+    store = store or DrainStore()
+    api = context.target_api()
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    if not node_name or api is None:
+        store.clear(machine.key)
+        return DrainResult(Outcome.SKIPPED)
+    now_dt = datetime.now(UTC)
+    now = now_dt.timestamp()
+    node = context.get_node(node_name)
+    params = drain_params(machine, node, now_dt, settings)
+    progress = store.load(machine.key, machine.metadata.uid or "")
+    if progress is None or progress.node != node_name or (params.force and not progress.force_reason):
+        progress = DrainProgress(
+            machine_uid=machine.metadata.uid or "",
+            node=node_name,
+            started_at=now,
+            force_reason=params.force_reason,
+        )
+        _started(machine, node_name, params)
+    before = progress.fingerprint()
+
+    if node is not None:
+        try:
+            io.set_terminating(api, node, _termination_reason(node), now_dt)
+        except ApiException as err:
+            if not params.force:
+                return _finish(
+                    machine,
+                    machine_class,
+                    store,
+                    progress,
+                    DrainResult(Outcome.CONDITION_FAILED, errors=[describe(err)]),
+                    now,
+                )
+            log.warning(
+                "machine %s: Terminating condition not set (%s); the drain is forced, going on",
+                machine.key,
+                describe(err),
+            )
+        try:
+            io.cordon(api, node)
+        except ApiException as err:
+            result = DrainResult(
+                Outcome.FAILED, params.force, [f"cordoning node {node_name}: {describe(err)}"]
+            )
+            return _finish(machine, machine_class, store, progress, result, now)
+
+    pods = io.pods_on_node(api, node_name)
+    selected = ds.pods_for_deletion(pods, node_name)
+    progress = plan.track(progress, selected, _volume_infos(api, driver, progress, selected, params))
+    by_key = {ds.pod_key(p): p for p in selected}
+    tracked_pvs = [pv for r in progress.pods.values() for pv in r.pv_names]
+    vas = io.volume_attachments(api, node_name, tracked_pvs)
+    progress = plan.observe_all(progress, by_key, node, vas, params, timing(settings), now)
+    budget = _issue_removals(api, progress, by_key, node, params, settings, now)
+
+    staying = [p for p in pods if ds.node_name_of(p) == node_name and ds.skip_reason(p)]
+    pvs_in_use = [pv for names in io.pv_names_by_pod(api, staying).values() for pv in names]
+    conclusion = plan.conclude(
+        progress, node, vas, pvs_in_use, params, timing(settings), poll_interval(settings), now
+    )
+    for warning in conclusion.warnings:
+        status.record_event(machine, WARNING, "DrainWarning", warning)
+    if not conclusion.done:
+        progress.barrier_since = conclusion.barrier_since
+        if progress.fingerprint() != before:
+            store.save(machine.key, progress, state_ttl(params.timeout))
+        wake = 0.0 if budget <= 0 else conclusion.wake_in
+        due = force_due_in(machine, node, now_dt, settings)
+        if due is not None and not params.force:
+            wake = min(wake, due + 0.001)
+        return DrainResult(Outcome.WAITING, params.force, wake_in=wake)
+    outcome = Outcome.FAILED if conclusion.errors else Outcome.SUCCEEDED
+    return _finish(
+        machine, machine_class, store, progress, DrainResult(outcome, params.force, conclusion.errors), now
+    )
+
+
+def _termination_reason(node: dict[str, Any]) -> str:
+    """Keep the reason a condition already set carries (the deletion flow sets Unhealthy for a Failed
+    machine when it starts); otherwise this is a scale-down."""
+    found = io.terminating_condition(node)
+    return (
+        str(found.get("reason") or NODE_TERMINATING_REASON_SCALE_DOWN)
+        if found
+        else NODE_TERMINATING_REASON_SCALE_DOWN
+    )
+
+
+def _volume_infos(
+    api: ApiClient,
+    driver: Driver | None,
+    progress: DrainProgress,
+    selected: Sequence[Mapping[str, Any]],
+    params: DrainParams,
+) -> dict[str, plan.VolumeInfo]:
+    """Volume info for pods with claims about to be tracked; a forced drain waits for no volume."""
+    new = plan.untracked(progress, selected)
+    if not new or params.force:
+        return {}
+    names = io.unshared(io.pv_names_by_pod(api, [p for p in selected if ds.has_volumes(p)]))
+    out = {}
+    for pod in new:
+        key = ds.pod_key(pod)
+        pv_names, volume_ids = io.volume_ids_of(api, driver, names.get(key, []))
+        out[key] = plan.VolumeInfo(tuple(pv_names), tuple(volume_ids))
+    return out
+
+
+def _issue_removals(
+    api: ApiClient,
+    progress: DrainProgress,
+    by_key: Mapping[str, Mapping[str, Any]],
+    node: Mapping[str, Any] | None,
+    params: DrainParams,
+    settings: Settings,
+    now: float,
+) -> int:
+    """Issue due removals until none is due or the budget is spent; returns the budget left."""
+    budget = MAX_REMOVALS_PER_STEP
+    pdbs: dict[str, list[Obj]] = {}
+    while budget > 0:
+        due = plan.due_removals(progress, by_key, node, params, now)[:budget]
+        if not due:
+            break
+        for key, removal in due:
+            pod = by_key[key]
+            reply = io.remove_pod(api, pod, removal)
+            pdb = None
+            if reply.answer is dp.Answer.TOO_MANY_REQUESTS:
+                namespace = str(pod["metadata"].get("namespace") or "")
+                if namespace not in pdbs:
+                    pdbs[namespace] = io.pdbs_in(api, namespace)
+                pdb = dp.pdb_for_pod(pdbs[namespace], pod)
+            record = dp.after_reply(
+                progress.pods[key], pod, removal, reply, pdb, params, timing(settings), now
+            )
+            progress.pods[key] = record
+            log.debug("drain %s: %s %s -> %s", progress.node, removal, key, reply.answer)
+            budget -= 1
+    return budget
+
+
+def _started(machine: Machine, node_name: str, params: DrainParams) -> None:
+    if params.force:
+        message = f"Force-draining node {node_name}: {params.force_reason}"
+    else:
+        message = (
+            f"Draining node {node_name} (timeout {params.timeout:g}s, "
+            f"max evict retries {params.max_evict_retries})"
+        )
+    status.record_event(machine, NORMAL, "DrainStarted", message)
+
+
+def _finish(
+    machine: Machine,
+    machine_class: MachineClass | None,
+    store: DrainStore,
+    progress: DrainProgress,
+    result: DrainResult,
+    now: float,
+) -> DrainResult:
+    store.clear(machine.key)
+    node = progress.node
+    if result.outcome is Outcome.SUCCEEDED:
+        what = "Force drain" if result.forced else "Drain"
+        status.record_event(machine, NORMAL, "DrainSucceeded", f"{what} of node {node} successful")
+        _observe_duration(machine, machine_class, now - progress.started_at)
+    else:
+        status.record_event(machine, WARNING, "DrainFailed", f"Drain of node {node} failed: {result.message}")
+    return result
+
+
+def _observe_duration(machine: Machine, machine_class: MachineClass | None, seconds: float) -> None:
+    metrics.observe_duration("drain", machine, seconds, machine_class)

@@ -1,0 +1,235 @@
+"""The drain's edges: what it reads from the target cluster (the informers' mirror once it holds a
+complete list of the kind, else the API server) and what it writes there (node condition, cordon,
+evictions, deletions), each answer turned into the pure modules' vocabulary.
+
+Everything read here may lag the API server by the informer's delay. The drain tolerates it: a pod
+that is already gone is answered 404 and counted done, a detach seen late only delays the next step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import redis
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.api import format_time
+from mcm_tasks.api.constants import (
+    NODE_MACHINE_NAME_LABEL_KEY,
+    NODE_TERMINATING_CONDITION,
+    NODE_TERMINATING_REASON_SCALE_DOWN,
+    NODE_TERMINATING_REASON_UNHEALTHY,
+)
+from mcm_tasks.cache import Listers, get_listers
+from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.machine import drain_select as ds
+from mcm_tasks.controllers.machine.drain_pods import Answer, Removal, Reply
+from mcm_tasks.controllers.machine.drain_volumes import shared_pv_names
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_too_many_requests
+from mcm_tasks.kube.resources import (
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    VOLUME_ATTACHMENTS,
+)
+from providers.driver import Driver, GetVolumeIDsRequest
+from providers.errors import MachineError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+TERMINATION_MESSAGES: Final = {
+    NODE_TERMINATING_REASON_UNHEALTHY: "Machine Controller is terminating failed machine",
+    NODE_TERMINATING_REASON_SCALE_DOWN: "Machine Controller is scaling down machine",
+}
+
+
+def _listers() -> Listers:
+    return get_listers()
+
+
+def _cached(lister: Lister[Any]) -> bool:
+    try:
+        return lister.synced()
+    except redis.RedisError:
+        return False
+
+
+# --- reads ---------------------------------------------------------------------------------------------
+
+
+def pods_on_node(api: ApiClient, node_name: str) -> list[Obj]:
+    lister = _listers().pods
+    if _cached(lister):
+        return list(lister.on_node(node_name))
+    found = ops.list_(api, PODS, all_namespaces=True, field_selector=f"spec.nodeName={node_name}")
+    return list(found["items"])
+
+
+def node_for_machine(api: ApiClient, machine_name: str) -> str:
+    """The name of the Node labelled ``node.gardener.cloud/machine-name=<machine>``, "" when none."""
+    lister = _listers().nodes
+    if _cached(lister):
+        nodes = lister.for_machine(machine_name)
+    else:
+        selector = f"{NODE_MACHINE_NAME_LABEL_KEY}={machine_name}"
+        nodes = ops.list_(api, NODES, label_selector=selector)["items"]
+    return str(nodes[0]["metadata"]["name"]) if nodes else ""
+
+
+def pdbs_in(api: ApiClient, namespace: str) -> list[Obj]:
+    lister = _listers().pod_disruption_budgets
+    if _cached(lister):
+        return list(lister.in_namespace(namespace))
+    return list(ops.list_(api, POD_DISRUPTION_BUDGETS, namespace)["items"])
+
+
+def volume_attachments(api: ApiClient, node_name: str, pv_names: Iterable[str]) -> list[Obj]:
+    """Those on the node and those of the given PVs (wherever they are attached)."""
+    lister = _listers().volume_attachments
+    if _cached(lister):
+        found = {str(va["metadata"]["name"]): va for va in lister.on_node(node_name)}
+        for pv in set(pv_names):
+            found.update({str(va["metadata"]["name"]): va for va in lister.for_volume(pv)})
+        return list(found.values())
+    return list(ops.list_(api, VOLUME_ATTACHMENTS)["items"])
+
+
+def _claim(api: ApiClient, namespace: str, name: str) -> Obj | None:
+    lister = _listers().persistent_volume_claims
+    if _cached(lister):
+        return lister.get(name, namespace)
+    return ops.get(api, PERSISTENT_VOLUME_CLAIMS, name, namespace, missing_ok=True)
+
+
+def _volume(api: ApiClient, name: str) -> Obj | None:
+    lister = _listers().persistent_volumes
+    if _cached(lister):
+        return lister.get(name)
+    return ops.get(api, PERSISTENT_VOLUMES, name, missing_ok=True)
+
+
+def pv_names_of(api: ApiClient, pod: Mapping[str, Any]) -> list[str]:
+    """The PVs bound to the pod's claims; an unknown or unbound claim is skipped (upstream)."""
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    out = []
+    for claim_name in ds.claim_names(pod):
+        claim = _claim(api, namespace, claim_name)
+        volume = str(((claim or {}).get("spec") or {}).get("volumeName") or "")
+        if volume:
+            out.append(volume)
+    return out
+
+
+def volume_ids_of(
+    api: ApiClient, driver: Driver | None, pv_names: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """(PV names, volume IDs) of the PVs the Driver knows; others (another CSI driver, NFS, …) are not
+    tracked, and a Driver error skips that PV, as upstream."""
+    names: list[str] = []
+    ids: list[str] = []
+    if driver is None:
+        return names, ids
+    for name in pv_names:
+        pv = _volume(api, name)
+        if pv is None:
+            continue
+        try:
+            found = driver.get_volume_ids(GetVolumeIDsRequest(pv_specs=[dict(pv.get("spec") or {})]))
+        except MachineError as err:
+            log.warning("GetVolumeIDs failed for PV %s, not tracking it: %s", name, err)
+            continue
+        if found.volume_ids:
+            names.append(name)
+            ids.append(found.volume_ids[0])
+    return names, ids
+
+
+def pv_names_by_pod(api: ApiClient, pods: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    return {ds.pod_key(p): pv_names_of(api, p) for p in pods if ds.has_volumes(p)}
+
+
+def unshared(names_by_pod: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    shared = shared_pv_names(names_by_pod)
+    return {k: [n for n in names if n not in shared] for k, names in names_by_pod.items()}
+
+
+# --- writes --------------------------------------------------------------------------------------------
+
+
+def terminating_condition(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == NODE_TERMINATING_CONDITION:
+            return dict(condition)
+    return None
+
+
+def set_terminating(api: ApiClient, node: Mapping[str, Any], reason: str, now: datetime) -> bool:
+    """MCM's ``UpdateNodeTerminationCondition``: Terminating=True on the node, keeping the reason of one
+    already there. Returns whether it wrote; a Node that is gone is not an error."""
+    found = terminating_condition(node)
+    if found is not None and found.get("status") == "True":
+        return False
+    stamp = format_time(now)
+    condition = {
+        "type": NODE_TERMINATING_CONDITION,
+        "status": "True",
+        "reason": reason,
+        "message": TERMINATION_MESSAGES.get(reason, ""),
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+    name = str(node["metadata"]["name"])
+    try:
+        ops.patch(
+            api,
+            NODES,
+            name,
+            {"status": {"conditions": [condition]}},
+            patch_type=ops.PatchType.STRATEGIC,
+            subresource="status",
+        )
+    except ApiException as err:
+        if is_not_found(err):
+            return False
+        raise
+    return True
+
+
+def cordon(api: ApiClient, node: Mapping[str, Any]) -> bool:
+    """``spec.unschedulable=true``; returns whether it wrote (a Node that is gone is no error)."""
+    if (node.get("spec") or {}).get("unschedulable") is True:
+        return False
+    try:
+        ops.patch(api, NODES, str(node["metadata"]["name"]), {"spec": {"unschedulable": True}})
+    except ApiException as err:
+        if is_not_found(err):
+            return False
+        raise
+    return True
+
+
+def remove_pod(api: ApiClient, pod: Mapping[str, Any], removal: Removal) -> Reply:
+    """Evict (policy/v1), or delete with no grace and the pod's uid as precondition (never a namesake)."""
+    meta = pod.get("metadata") or {}
+    name, namespace, uid = str(meta.get("name")), str(meta.get("namespace")), ds.pod_uid(pod)
+    try:
+        if removal is Removal.EVICT:
+            ops.evict(api, name, namespace)
+        else:
+            ops.delete(api, PODS, name, namespace, uid=uid or None, grace_period_seconds=0)
+    except ApiException as err:
+        if is_not_found(err) or (removal is Removal.DELETE and is_conflict(err)):
+            return Reply(Answer.NOT_FOUND)
+        if is_too_many_requests(err):
+            return Reply(Answer.TOO_MANY_REQUESTS, describe(err))
+        return Reply(Answer.ERROR, describe(err))
+    return Reply(Answer.OK)

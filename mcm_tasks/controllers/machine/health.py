@@ -1,0 +1,260 @@
+"""The health check (§4.3) as pure decisions: from a machine, its node and the clock to the status it
+should have, without any I/O. ``healthcheck`` carries them out.
+
+The matrix:
+
+- node missing, machine Running with conditions → Unknown ("Node object went missing");
+- node present: its conditions are copied when any status differs; then
+  healthy and not Running (and not Pending with the critical-components taint) → Running
+  ("successfully joined" after a create, else "successfully re-joined");
+  unhealthy and Running → Unknown;
+- when nothing changed: Pending past the creation timeout (from creationTimestamp) → Failed; Unknown
+  past the health timeout (from currentStatus.lastUpdateTime) → Failed through the permit giver,
+  unless ``disableHealthTimeout``; otherwise look again after ``health_recheck_period``.
+
+Healthy means: conditions present, Ready is True, and every condition in the effective node-condition
+list is False (Unknown counts as unhealthy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from mcm_tasks.api import (
+    CurrentStatus,
+    Machine,
+    MachineOperationType,
+    MachinePhase,
+    MachineState,
+    MachineStatus,
+    NodeCondition,
+)
+from mcm_tasks.api.constants import (
+    CRITICAL_COMPONENTS_NOT_READY_TAINT,
+    EFFECTIVE_CREATION_TIMEOUT_ANNOTATION,
+    TAINT_EFFECT_NO_SCHEDULE,
+)
+from mcm_tasks.controllers.machine.status import current_status, last_operation
+from mcm_tasks.durations import format_duration, parse_duration
+from mcm_tasks.settings import Settings
+
+NODE_READY: Final = "Ready"
+#: phases that do not count as a replacement in flight (meltdown protection)
+SETTLED_PHASES: Final = frozenset({MachinePhase.UNKNOWN, MachinePhase.RUNNING})
+#: MCM's maxReplacements: failed machines being replaced at once per MachineDeployment
+MAX_REPLACEMENTS: Final = 1
+
+
+# --- effective configuration -----------------------------------------------------------------------------
+
+
+def _seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None
+
+
+def creation_timeout(machine: Machine, settings: Settings) -> float:
+    """The deployment's effective-creation-timeout annotation, else the machine's, else the flag."""
+    for value in (
+        machine.metadata.annotations.get(EFFECTIVE_CREATION_TIMEOUT_ANNOTATION),
+        machine.spec.creation_timeout,
+    ):
+        seconds = _seconds(value)
+        if seconds is not None:
+            return seconds
+    return settings.machine_creation_timeout
+
+
+def health_timeout(machine: Machine, settings: Settings) -> float:
+    seconds = _seconds(machine.spec.health_timeout)
+    return settings.machine_health_timeout if seconds is None else seconds
+
+
+def node_condition_types(machine: Machine, settings: Settings) -> list[str]:
+    if machine.spec.node_conditions:
+        return [c.strip() for c in machine.spec.node_conditions.split(",") if c.strip()]
+    return settings.node_condition_list
+
+
+# --- node reading ----------------------------------------------------------------------------------------
+
+
+def node_conditions(node: Mapping[str, Any]) -> list[NodeCondition]:
+    raw = (node.get("status") or {}).get("conditions") or []
+    return [NodeCondition.model_validate(c) for c in raw]
+
+
+def conditions_changed(old: Sequence[NodeCondition], new: Sequence[NodeCondition]) -> bool:
+    """MCM's ``nodeConditionsHaveChanged``: a type added or removed, or a status changed."""
+    return {c.type: c.status for c in old} != {c.type: c.status for c in new}
+
+
+def has_critical_components_taint(node: Mapping[str, Any]) -> bool:
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(
+        t.get("key") == CRITICAL_COMPONENTS_NOT_READY_TAINT and t.get("effect") == TAINT_EFFECT_NO_SCHEDULE
+        for t in taints
+    )
+
+
+def is_healthy(conditions: Sequence[NodeCondition], condition_types: Iterable[str]) -> bool:
+    if not conditions:
+        return False
+    watched = set(condition_types)
+    for c in conditions:
+        if c.type == NODE_READY and c.status != "True":
+            return False
+        if c.type in watched and c.status != "False":
+            return False
+    return True
+
+
+# --- the decision ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HealthDecision:
+    #: the status to write; None when nothing changed
+    status: MachineStatus | None = None
+    #: the machine joined for the first time (delete the bootstrap token, note the join duration)
+    joined: bool = False
+    #: the health timeout expired: mark Failed with this status, but only through the permit giver
+    failed_by_health_timeout: bool = False
+    #: come back after this many seconds for a timeout check (None: no timer needed)
+    recheck_after: float | None = None
+
+
+def _minutes(seconds: float) -> str:
+    return format_duration(seconds)
+
+
+def decide_health(
+    machine: Machine, node: Mapping[str, Any] | None, now: datetime, settings: Settings
+) -> HealthDecision:
+    name = machine.metadata.name or ""
+    phase = machine.status.current_status.phase
+    status = machine.status
+    changed = False
+
+    def transition(description: str, state: MachineState, type_: str, new: CurrentStatus) -> None:
+        nonlocal status, changed
+        status = status.model_copy(
+            update={
+                "last_operation": last_operation(description, state, type_, now=now),
+                "current_status": new,
+            }
+        )
+        changed = True
+
+    joined = False
+    if node is None:
+        if status.conditions and phase == MachinePhase.RUNNING:
+            transition(
+                f"Node object went missing. Machine {name} is unhealthy - changing MachinePhase to Unknown",
+                MachineState.PROCESSING,
+                MachineOperationType.HEALTH_CHECK,
+                current_status(MachinePhase.UNKNOWN, now=now),
+            )
+    else:
+        observed = node_conditions(node)
+        if conditions_changed(status.conditions, observed):
+            status = status.model_copy(update={"conditions": observed})
+            changed = True
+        healthy = is_healthy(status.conditions, node_condition_types(machine, settings))
+        if healthy and phase != MachinePhase.RUNNING:
+            if not (phase == MachinePhase.PENDING and has_critical_components_taint(node)):
+                op = status.last_operation
+                joined = op.type == MachineOperationType.CREATE and op.state != MachineState.SUCCESSFUL
+                transition(
+                    f"Machine {name} successfully {'joined' if joined else 're-joined'} the cluster",
+                    MachineState.SUCCESSFUL,
+                    MachineOperationType.CREATE if joined else MachineOperationType.HEALTH_CHECK,
+                    current_status(MachinePhase.RUNNING, now=now),
+                )
+        elif not healthy and phase == MachinePhase.RUNNING:
+            summary = ", ".join(f"{c.type}={c.status}" for c in status.conditions) or "none"
+            transition(
+                f"Machine {name} is unhealthy - changing MachinePhase to Unknown. Node conditions: {summary}",
+                MachineState.PROCESSING,
+                MachineOperationType.HEALTH_CHECK,
+                current_status(MachinePhase.UNKNOWN, now=now),
+            )
+    if changed:
+        return HealthDecision(status=status, joined=joined)
+    return _timeouts(machine, now, settings)
+
+
+def _timeouts(machine: Machine, now: datetime, settings: Settings) -> HealthDecision:
+    name = machine.metadata.name or ""
+    phase = machine.status.current_status.phase
+    if phase == MachinePhase.PENDING:
+        timeout = creation_timeout(machine, settings)
+        since = machine.metadata.creation_timestamp
+        if since is not None and (now - since).total_seconds() > timeout:
+            failed = machine.status.model_copy(
+                update={
+                    "last_operation": last_operation(
+                        f"Machine {name} failed to join the cluster in {_minutes(timeout)} minutes.",
+                        MachineState.FAILED,
+                        machine.status.last_operation.type or MachineOperationType.CREATE,
+                        now=now,
+                    ),
+                    "current_status": current_status(MachinePhase.FAILED, now=now),
+                }
+            )
+            return HealthDecision(status=failed)
+        return HealthDecision(recheck_after=settings.health_recheck_period)
+    if phase == MachinePhase.UNKNOWN:
+        if machine.spec.disable_health_timeout:
+            return HealthDecision(recheck_after=settings.health_recheck_period)
+        timeout = health_timeout(machine, settings)
+        since = machine.status.current_status.last_update_time
+        if since is not None and (now - since).total_seconds() > timeout:
+            summary = ", ".join(f"{c.type}={c.status}" for c in machine.status.conditions) or "none"
+            failed = machine.status.model_copy(
+                update={
+                    "last_operation": last_operation(
+                        f"Machine {name} health checks failing since last {_minutes(timeout)} minutes. "
+                        f"Updating machine phase to Failed. Node conditions: {summary}",
+                        MachineState.FAILED,
+                        machine.status.last_operation.type or MachineOperationType.HEALTH_CHECK,
+                        now=now,
+                    ),
+                    "current_status": current_status(MachinePhase.FAILED, now=now),
+                }
+            )
+            return HealthDecision(status=failed, failed_by_health_timeout=True)
+        return HealthDecision(recheck_after=settings.health_recheck_period)
+    return HealthDecision()
+
+
+# --- meltdown protection ---------------------------------------------------------------------------------
+
+
+def replacements_in_flight(machines: Iterable[Machine], exclude: str = "") -> int:
+    """Machines of one deployment that are neither Running nor Unknown (Terminating ones twice: they
+    are a machine leaving and, soon, one being created)."""
+    count = 0
+    for m in machines:
+        if m.metadata.name == exclude:
+            continue
+        phase = m.status.current_status.phase
+        if phase in SETTLED_PHASES:
+            continue
+        count += 2 if phase == MachinePhase.TERMINATING else 1
+    return count
+
+
+def can_mark_failed(machines: Iterable[Machine], name: str, max_replacements: int = MAX_REPLACEMENTS) -> bool:
+    return replacements_in_flight(machines, exclude=name) < max_replacements
+
+
+def not_marked_description(name: str) -> str:
+    return f"Machine {name} couldn't be marked FAILED, other machines are getting replaced"

@@ -1,0 +1,85 @@
+"""The Node reconcile: a Node's fate follows its Machine's, and the other way round.
+
+- nodes annotated ``not-managed-by-mcm`` (set by the orphan-node sweep) are ignored;
+- the machine of a node is the single machine whose ``node`` label names it (MCM's
+  ``getMachineFromNode``; no match or several → nothing to do);
+- a node that is gone, being deleted, or annotated ``trigger-deletion-by-mcm: "true"`` deletes its
+  machine (which then drains and deletes the rest through the deletion flow);
+- otherwise the node carries the node finalizer while its machine is not being deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from mcm_tasks.api import Machine
+from mcm_tasks.api.constants import (
+    NODE_FINALIZER,
+    NOT_MANAGED_BY_MCM_ANNOTATION,
+    TRIGGER_DELETION_BY_MCM_ANNOTATION,
+)
+from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.machine.classes import finalizers_patch
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import MACHINES, NODES
+from mcm_tasks.queue import Requeue
+
+log = logging.getLogger(__name__)
+
+
+def is_managed(node: Mapping[str, Any]) -> bool:
+    return NOT_MANAGED_BY_MCM_ANNOTATION not in ((node.get("metadata") or {}).get("annotations") or {})
+
+
+def wants_machine_deleted(node: Mapping[str, Any] | None) -> bool:
+    if node is None:
+        return True
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return (
+        bool(meta.get("deletionTimestamp")) or annotations.get(TRIGGER_DELETION_BY_MCM_ANNOTATION) == "true"
+    )
+
+
+def reconcile_node(key: str) -> Requeue | None:
+    name = key.rpartition("/")[2]
+    target = context.target_api()
+    if target is None:
+        return None
+    node = context.get_node(name)
+    if node is not None and not is_managed(node):
+        return None
+    machines = context.machines_on_node(name)
+    if len(machines) != 1:
+        if len(machines) > 1:
+            log.warning("node %s: %d machines claim it; leaving it alone", name, len(machines))
+        return None
+    machine = machines[0]
+    if wants_machine_deleted(node):
+        _delete_machine(machine, name, "is gone" if node is None else "is being deleted")
+        return None
+    assert node is not None
+    if not machine.metadata.is_deleting:
+        meta = node.get("metadata") or {}
+        patch = finalizers_patch(
+            list(meta.get("finalizers") or []), meta.get("resourceVersion"), add=NODE_FINALIZER
+        )
+        if patch is not None:
+            ops.patch(target, NODES, name, patch)
+    return None
+
+
+def _delete_machine(machine: Machine, node_name: str, why: str) -> None:
+    if machine.metadata.is_deleting:
+        return
+    log.info("node %s %s: deleting its machine %s", node_name, why, machine.key)
+    ops.delete(
+        context.control_api(),
+        MACHINES,
+        machine.metadata.name or "",
+        machine.metadata.namespace,
+        uid=machine.metadata.uid,
+        missing_ok=True,
+    )

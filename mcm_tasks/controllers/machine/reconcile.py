@@ -1,0 +1,166 @@
+"""The machine reconcile (§4.1), in MCM's order:
+
+1. add the machine finalizer (and carry on with the object as written);
+2. a machine with a deletionTimestamp goes to the ``machine-termination`` queue;
+3. frozen (API servers unreachable) → LongRetry;
+4. validate the Machine; 5. validate its MachineClass (exists, carries the MCM finalizer, valid node
+   template) and merge its secrets;
+6. with a node and a phase: health check, then node sync;
+7. (machine preservation, §4.8: not implemented yet);
+8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
+
+Bad input is reported on the machine (status + Warning Event, written once thanks to the status
+de-duplication) and retried at a sensible period, never raised: raising means backoff and, in the
+end, the dead-letter list, which is for failures of the controller, not of the user's objects.
+
+Deliberate difference: a Failed machine without a providerID (a stale node, or a create that timed
+out) is not created again; upstream would keep launching VMs for it until its MachineSet deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState
+from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
+from mcm_tasks.api.validation import validate_machine, validate_machine_class
+from mcm_tasks.cache.layout import object_key
+from mcm_tasks.controllers.machine import context, create, healthcheck
+from mcm_tasks.controllers.machine.frozen import is_frozen
+from mcm_tasks.controllers.machine.status import is_problem, write_operation, write_problem
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import is_conflict
+from mcm_tasks.kube.resources import MACHINES
+from mcm_tasks.queue import Requeue, enqueue
+
+log = logging.getLogger(__name__)
+
+TERMINATION_QUEUE = "machine-termination"
+CLASS_QUEUE = "machineclass"
+RESOLVED_DESCRIPTION = "Machine configuration is valid again"
+
+
+# --- pure decisions --------------------------------------------------------------------------------------
+
+
+def machine_problem(machine: Machine) -> str | None:
+    errors = validate_machine(machine)
+    return None if not errors else "validation of Machine failed: " + "; ".join(str(e) for e in errors)
+
+
+def class_problem(machine_class: MachineClass) -> str | None:
+    errors = validate_machine_class(machine_class)
+    if not errors:
+        return None
+    return f"MachineClass {machine_class.metadata.name} is invalid: " + "; ".join(str(e) for e in errors)
+
+
+def needs_creation(machine: Machine) -> bool:
+    phase = machine.status.current_status.phase
+    if phase == MachinePhase.FAILED:
+        return False
+    return not machine.spec.provider_id or phase in ("", MachinePhase.CRASH_LOOP_BACK_OFF)
+
+
+def needs_health_check(machine: Machine) -> bool:
+    return bool(machine.metadata.labels.get(NODE_LABEL_KEY)) and bool(machine.status.current_status.phase)
+
+
+def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
+    found = [r for r in requeues if r is not None]
+    return min(found, key=lambda r: r.after) if found else Requeue.long()
+
+
+# --- the reconcile ---------------------------------------------------------------------------------------
+
+
+def reconcile_machine(key: str) -> Requeue | None:
+    """The ``machine`` queue's reconciler."""
+    machine = context.get_machine(key)
+    if machine is None:
+        return None
+    try:
+        return _reconcile(machine)
+    except ApiException as err:
+        if is_conflict(err):
+            log.debug("machine %s: conflict, retrying soon", key)
+            return Requeue.conflict()
+        raise
+
+
+def _add_finalizer(machine: Machine) -> Machine:
+    patch = {
+        "metadata": {
+            "resourceVersion": machine.metadata.resource_version,
+            "finalizers": [*machine.metadata.finalizers, MCM_FINALIZER],
+        }
+    }
+    api = context.control_api()
+    return Machine.model_validate(
+        ops.patch(api, MACHINES, machine.metadata.name or "", patch, machine.metadata.namespace)
+    )
+
+
+def _reconcile(machine: Machine) -> Requeue | None:
+    meta = machine.metadata
+    if meta.is_deleting:
+        enqueue(TERMINATION_QUEUE, machine.key)
+        return None
+    if MCM_FINALIZER not in meta.finalizers:
+        machine = _add_finalizer(machine)
+    if is_frozen():
+        log.info("machine %s: machine controller frozen, not reconciling", machine.key)
+        return Requeue.long()
+    problem = machine_problem(machine)
+    if problem:
+        write_problem(machine, problem)
+        return Requeue.long()
+    namespace = meta.namespace or ""
+    class_name = machine.spec.class_.name
+    machine_class = context.get_machine_class(class_name, namespace)
+    if machine_class is None:
+        write_problem(machine, f"MachineClass {class_name} not found")
+        return Requeue.long()
+    if MCM_FINALIZER not in machine_class.metadata.finalizers:
+        enqueue(CLASS_QUEUE, object_key(machine_class.metadata.namespace, class_name))
+        return Requeue.short()
+    problem = class_problem(machine_class)
+    if problem:
+        write_problem(machine, problem)
+        return Requeue.short()
+    cc = context.load_class_context(machine_class)
+    machine = _resolve_problem(machine)
+
+    requeues: list[Requeue | None] = []
+    if needs_health_check(machine):
+        machine, recheck = healthcheck.reconcile_health(machine, cc)
+        requeues.append(recheck)
+        requeues.append(healthcheck.sync_node(machine, cc))
+    if needs_creation(machine):
+        requeues.append(create.trigger_creation_flow(machine, cc))
+    return earliest(requeues)
+
+
+def resolved_operation(machine: Machine) -> tuple[str, MachineState, MachineOperationType] | None:
+    """What lastOperation should say once a configuration problem reported on a machine past its
+    creation is fixed; None when there is nothing to clear. (In creation, the creation flow overwrites
+    it.) A Pending machine gets its create operation back, so that its join is still recognised as
+    the first one (bootstrap token, join duration)."""
+    if not is_problem(machine.status.last_operation):
+        return None
+    phase = machine.status.current_status.phase
+    if phase == MachinePhase.PENDING:
+        return create.CREATING_DESCRIPTION, MachineState.PROCESSING, MachineOperationType.CREATE
+    if phase in (MachinePhase.RUNNING, MachinePhase.UNKNOWN, MachinePhase.AVAILABLE):
+        return RESOLVED_DESCRIPTION, MachineState.SUCCESSFUL, MachineOperationType.HEALTH_CHECK
+    return None
+
+
+def _resolve_problem(machine: Machine) -> Machine:
+    resolved = resolved_operation(machine)
+    if resolved is None:
+        return machine
+    return write_operation(machine, *resolved) or machine

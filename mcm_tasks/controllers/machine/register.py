@@ -1,0 +1,21 @@
+"""Wires the machine controller's reconcilers into the queue contract. Importing this module is what
+a worker does to serve the ``machine``, ``machineclass``, ``secret`` and ``node`` queues (the
+``machine-termination`` queue is served by the deletion flow's own registration)."""
+
+from __future__ import annotations
+
+from mcm_tasks.controllers.machine.classes import reconcile_machine_class
+from mcm_tasks.controllers.machine.nodes import reconcile_node
+from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.controllers.machine.secrets import reconcile_secret
+from mcm_tasks.queue import register_reconciler
+
+
+def register() -> None:
+    register_reconciler("machine", reconcile_machine)
+    register_reconciler("machineclass", reconcile_machine_class)
+    register_reconciler("secret", reconcile_secret)
+    register_reconciler("node", reconcile_node)
+
+
+register()

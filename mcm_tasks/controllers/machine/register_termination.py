@@ -1,0 +1,12 @@
+"""Wires the deletion flow to the queue contract: machines being deleted are reconciled on their own
+``machine-termination`` queue, so long drains never hold up creations (MCM added that queue when
+drains starved its machine queue). Imported by the worker's reconciler modules."""
+
+from __future__ import annotations
+
+from mcm_tasks.controllers.machine.deletion import reconcile_termination
+from mcm_tasks.queue import register_reconciler
+
+TERMINATION_QUEUE = "machine-termination"
+
+register_reconciler(TERMINATION_QUEUE, reconcile_termination)

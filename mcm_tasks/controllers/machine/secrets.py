@@ -1,0 +1,71 @@
+"""The Secret reconcile (§4.10): a secret referenced by a MachineClass (``secretRef`` or
+``credentialsSecretRef``) carries the ``machine.sapcloud.io/machine-controller`` finalizer, so it
+cannot disappear under machines that still need it; an unreferenced one does not. Comes back after
+``class_resync_period``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mcm_tasks.api import MachineClass
+from mcm_tasks.api.constants import MC_SECRET_FINALIZER
+from mcm_tasks.cache import get_listers
+from mcm_tasks.cache.layout import object_key
+from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.machine.classes import finalizers_patch
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import MACHINE_CLASSES, SECRETS
+from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+
+def references(machine_class: MachineClass, secret_key: str) -> bool:
+    namespace = machine_class.metadata.namespace or ""
+    return any(
+        object_key(ref.namespace or namespace, ref.name) == secret_key
+        for ref in context.secret_refs(machine_class)
+    )
+
+
+def classes_referencing(secret_key: str) -> list[MachineClass]:
+    lister = get_listers().machine_classes
+    if context.mirror_has(lister):
+        return lister.referencing_secret(secret_key)
+    items = ops.list_(context.control_api(), MACHINE_CLASSES, all_namespaces=True)["items"]
+    return [c for c in (MachineClass.model_validate(i) for i in items) if references(c, secret_key)]
+
+
+def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
+    """The secret's metadata only: this reconcile never needs its data."""
+    lister = get_listers().secrets
+    found = (
+        lister.raw.get(name, namespace)
+        if context.mirror_has(lister)
+        else ops.get(context.control_api(), SECRETS, name, namespace, missing_ok=True)
+    )
+    return None if found is None else dict(found.get("metadata") or {})
+
+
+def reconcile_secret(key: str) -> Requeue | None:
+    namespace, name = context.namespace_of(key)
+    meta = get_secret_meta(name, namespace)
+    if meta is None:
+        return None
+    secret_key = object_key(namespace, name)
+    referenced = bool(classes_referencing(secret_key))
+    finalizers = list(meta.get("finalizers") or [])
+    deleting = bool(meta.get("deletionTimestamp"))
+    if referenced and deleting:
+        log.info("secret %s: still referenced by a MachineClass, keeping its finalizer", secret_key)
+        return Requeue.short()
+    if referenced:
+        patch = finalizers_patch(finalizers, meta.get("resourceVersion"), add=MC_SECRET_FINALIZER)
+    else:
+        patch = finalizers_patch(finalizers, meta.get("resourceVersion"), remove=MC_SECRET_FINALIZER)
+    if patch is not None:
+        ops.patch(context.control_api(), SECRETS, name, patch, namespace)
+    return None if deleting else Requeue(get_settings().class_resync_period)

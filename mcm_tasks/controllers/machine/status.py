@@ -1,0 +1,272 @@
+"""Machine status: building it, deciding whether it is worth writing, writing it, and telling people.
+
+Every status write of the machine controller goes through ``write_status`` so that three rules hold
+everywhere:
+
+- **De-duplication** (MCM's ``isMachineStatusSimilar``): a new status that differs from the current one
+  only in timestamps, or in a lastOperation description at least 75 % similar (the same cloud error
+  with another request ID), is not written, unless the current lastOperation is older than 30 minutes.
+  This keeps a machine stuck in a retry loop from writing on every reconcile.
+- **Optimistic concurrency**: the write carries the machine's resourceVersion; a Conflict propagates
+  (the reconcile shell turns it into a ConflictRetry requeue).
+- **Events**: each phase change is a Normal Event (Warning for Failed, CrashLoopBackOff, Unknown), and
+  each newly failed operation a Warning Event. Only written statuses produce events, so a repeated
+  error produces neither a write nor an event.
+
+Descriptions and event messages carry driver messages (scrubbed by the drivers) and our own text,
+never secret material.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from mcm_tasks.api import (
+    CurrentStatus,
+    LastOperation,
+    Machine,
+    MachineOperationType,
+    MachinePhase,
+    MachineState,
+    MachineStatus,
+    NodeCondition,
+    dump,
+    now_utc,
+)
+from mcm_tasks.api.constants import API_VERSION
+from mcm_tasks.controllers.machine import context
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef, recorder_for
+from mcm_tasks.kube.resources import MACHINES
+
+log = logging.getLogger(__name__)
+
+#: descriptions at least this similar count as the same (MCM's StringSimilarityRatio threshold)
+SIMILARITY_THRESHOLD: Final = 0.75
+#: a lastOperation older than this is rewritten even when nothing changed
+FORCE_REWRITE_AFTER: Final = timedelta(minutes=30)
+#: phases whose arrival is bad news
+WARNING_PHASES: Final = frozenset(
+    {MachinePhase.FAILED, MachinePhase.CRASH_LOOP_BACK_OFF, MachinePhase.UNKNOWN}
+)
+
+COMPONENT: Final = "machine-controller"
+#: lastOperation.errorCode of problems with the machine's own configuration (not the cloud's)
+CONFIGURATION_ERROR_CODE: Final = "ConfigurationError"
+
+
+# --- building ------------------------------------------------------------------------------------------
+
+
+def last_operation(
+    description: str,
+    state: MachineState | str,
+    type_: MachineOperationType | str,
+    *,
+    error_code: str = "",
+    now: datetime | None = None,
+) -> LastOperation:
+    return LastOperation(
+        description=description,
+        state=state,
+        type=type_,
+        error_code=error_code,
+        last_update_time=now or now_utc(),
+    )
+
+
+def current_status(
+    phase: MachinePhase | str, *, timeout_active: bool = False, now: datetime | None = None
+) -> CurrentStatus:
+    return CurrentStatus(phase=phase, timeout_active=timeout_active, last_update_time=now or now_utc())
+
+
+def updated_status(
+    machine: Machine,
+    *,
+    last_op: LastOperation | None = None,
+    current: CurrentStatus | None = None,
+    conditions: list[NodeCondition] | None = None,
+    last_known_state: str | None = None,
+) -> MachineStatus:
+    """A copy of the machine's status with the given parts replaced (the rest kept as it is)."""
+    update: dict[str, object] = {}
+    if last_op is not None:
+        update["last_operation"] = last_op
+    if current is not None:
+        update["current_status"] = current
+    if conditions is not None:
+        update["conditions"] = conditions
+    if last_known_state is not None:
+        update["last_known_state"] = last_known_state
+    return machine.status.model_copy(update=update)
+
+
+# --- de-duplication (pure) -----------------------------------------------------------------------------
+
+
+def description_similarity(a: str, b: str) -> float:
+    """0..1, how alike two descriptions are (difflib's ratio; 1.0 for two empty strings)."""
+    if a == b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def _without_times(op: LastOperation) -> tuple[str, str, str]:
+    return (op.error_code, str(op.state), str(op.type))
+
+
+def _current_without_time(cs: CurrentStatus) -> tuple[str, bool, object]:
+    return (str(cs.phase), cs.timeout_active, cs.preserve_expiry_time)
+
+
+def _conditions_key(conditions: list[NodeCondition]) -> list[tuple[str, str, str, str]]:
+    return [(c.type, c.status, c.reason, c.message) for c in conditions]
+
+
+def is_status_similar(new: MachineStatus, old: MachineStatus, now: datetime) -> bool:
+    """Whether writing ``new`` over ``old`` would tell nobody anything (see the module docstring).
+
+    Beyond MCM, the conditions (by type, status, reason, message), the addresses and lastKnownState
+    must be equal too, since this one check guards every status write here.
+    """
+    for op in (new.last_operation, old.last_operation):
+        if op.last_update_time is not None and op.last_update_time < now - FORCE_REWRITE_AFTER:
+            return False
+    if _without_times(new.last_operation) != _without_times(old.last_operation):
+        return False
+    similar = description_similarity(new.last_operation.description, old.last_operation.description)
+    if similar < SIMILARITY_THRESHOLD:
+        return False
+    if _current_without_time(new.current_status) != _current_without_time(old.current_status):
+        return False
+    if _conditions_key(new.conditions) != _conditions_key(old.conditions):
+        return False
+    return new.addresses == old.addresses and new.last_known_state == old.last_known_state
+
+
+# --- events (pure part) --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    type: EventType
+    reason: str
+    message: str
+
+
+def status_events(old: MachineStatus, new: MachineStatus) -> list[EventSpec]:
+    """The Events a written status change deserves: one per phase change, else one per newly failed
+    operation (a phase change into a failure already carries the description)."""
+    old_phase, new_phase = str(old.current_status.phase), str(new.current_status.phase)
+    op = new.last_operation
+    if new_phase != old_phase and new_phase:
+        type_: EventType = WARNING if new_phase in WARNING_PHASES else NORMAL
+        message = f"phase {old_phase or '<none>'} -> {new_phase}"
+        if op.description:
+            message += f": {op.description}"
+        return [EventSpec(type_, f"Machine{new_phase}", message)]
+    if op.state == MachineState.FAILED and (
+        old.last_operation.state != MachineState.FAILED
+        or old.last_operation.description != op.description
+        or old.last_operation.type != op.type
+    ):
+        reason = (
+            "ConfigurationError"
+            if op.error_code == CONFIGURATION_ERROR_CODE
+            else f"{op.type or 'Reconcile'}Failed"
+        )
+        return [EventSpec(WARNING, reason, op.description)]
+    return []
+
+
+# --- I/O -----------------------------------------------------------------------------------------------
+
+
+def recorder() -> EventRecorder:
+    """The process's recorder on the control cluster (rebuilt when the clients are)."""
+    return recorder_for(context.control_api(), COMPONENT)
+
+
+def machine_ref(machine: Machine) -> ObjectRef:
+    meta = machine.metadata
+    return ObjectRef(
+        api_version=API_VERSION,
+        kind="Machine",
+        name=meta.name or "",
+        namespace=meta.namespace or "",
+        uid=meta.uid or "",
+    )
+
+
+def record_event(machine: Machine, type_: EventType, reason: str, message: str) -> None:
+    """Best effort, as Kubernetes events are: never raises."""
+    recorder().event(machine_ref(machine), type_, reason, message)
+
+
+def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True) -> Machine | None:
+    """Write ``status`` over the machine's (PUT to the status subresource with its resourceVersion).
+
+    Returns the machine as written, or None when de-duplication skipped the write. A Conflict or any
+    other API error propagates.
+    """
+    if dedup and is_status_similar(status, machine.status, now_utc()):
+        log.debug("machine %s: status similar to the current one, not written", machine.key)
+        return None
+    body = machine.model_copy(update={"status": status})
+    written = Machine.model_validate(ops.update_status(context.control_api(), MACHINES, dump(body)))
+    from mcm_tasks.controllers.machine import metrics  # local: metrics imports this module's names
+
+    metrics.observe_status_write(machine.status, status)
+    for spec in status_events(machine.status, status):
+        record_event(written, spec.type, spec.reason, spec.message)
+    log.info(
+        "machine %s: phase %s, %s/%s: %s",
+        machine.key,
+        status.current_status.phase or "<none>",
+        status.last_operation.type,
+        status.last_operation.state,
+        status.last_operation.description,
+    )
+    return written
+
+
+def write_operation(
+    machine: Machine,
+    description: str,
+    state: MachineState | str,
+    type_: MachineOperationType | str,
+    *,
+    phase: MachinePhase | str | None = None,
+    timeout_active: bool = False,
+    error_code: str = "",
+    last_known_state: str | None = None,
+) -> Machine | None:
+    """MCM's ``machineStatusUpdate``: a new lastOperation and (when ``phase`` is given) a new
+    currentStatus, de-duplicated. The common case of every flow."""
+    now = now_utc()
+    status = updated_status(
+        machine,
+        last_op=last_operation(description, state, type_, error_code=error_code, now=now),
+        current=None if phase is None else current_status(phase, timeout_active=timeout_active, now=now),
+        last_known_state=last_known_state,
+    )
+    return write_status(machine, status)
+
+
+def write_problem(machine: Machine, description: str) -> Machine | None:
+    """Report bad input (invalid machine, missing class or secret or userData, invalid class, unknown
+    provider) on the machine: lastOperation Failed with the operation it was in (Create when none),
+    errorCode ``ConfigurationError``, phase unchanged."""
+    type_ = machine.status.last_operation.type or MachineOperationType.CREATE
+    return write_operation(
+        machine, description, MachineState.FAILED, type_, error_code=CONFIGURATION_ERROR_CODE
+    )
+
+
+def is_problem(op: LastOperation) -> bool:
+    return op.state == MachineState.FAILED and op.error_code == CONFIGURATION_ERROR_CODE

@@ -1,0 +1,123 @@
+"""The deletion flow's steps around the drain (reference §4.4) against the sandbox: forced deletion,
+a VM or Node already gone, a machine that never got either, and a description nobody recognises."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.sandbox.procs import wait_until
+from providers.driver import DeleteMachineRequest
+from tests.integration import test_deletion_env as sandbox
+from tests.integration.test_deletion_env import (
+    CLASS,
+    GROUP,
+    USER_DATA,
+    VERSION,
+    Env,
+    Trace,
+    assert_all_gone,
+    drive,
+    index,
+    unique,
+)
+
+pytestmark = pytest.mark.integration
+
+# the sandbox's fixtures, under their names
+server = sandbox.server
+env = sandbox.env
+mirror = sandbox.mirror
+
+
+def test_force_deletion_label_deletes_pods_at_once_and_cleans_volume_attachments(env: Env) -> None:
+    name = unique("force")
+    env.launch(name, labels={"force-deletion": "1"})
+    env.volume(f"{name}-f", f"vol-f-{name}")
+    env.run_pod("guarded", name, labels={"app": "g"})
+    env.run_pod("disk", name, claim=f"{name}-f")
+    env.budget("never", {"app": "g"}, maxUnavailable=0)
+    wait_until(lambda: env.running("guarded", "disk"), 15, what="pods running")
+    wait_until(lambda: bool(env.storage.list_volume_attachment().items), 10, what="volume attached")
+    env.delete_machine(name)
+    started = time.monotonic()
+    trace = drive(env, name)
+    assert time.monotonic() - started < 15
+    assert not any("Drain failed" in d for d in trace.descriptions)
+    assert index(trace, "Force Drain successful. Delete Volume Attachments") < index(
+        trace, "VM deletion was successful"
+    )
+    assert env.pod("guarded") is None and env.pod("disk") is None
+    assert not [va for va in env.storage.list_volume_attachment().items if va.spec.node_name == name]
+    assert_all_gone(env, name)
+
+
+def test_vm_already_gone_at_deletion(env: Env) -> None:
+    name = unique("novm")
+    env.launch(name)
+    env.run_pod("p", name)
+    wait_until(lambda: env.running("p"), 15, what="pod running")
+    request = DeleteMachineRequest(
+        machine=env.machine(name), machine_class=env.machine_class(), secret=USER_DATA
+    )
+    env.driver.delete_machine(request)
+    env.delete_machine(name)
+    drive(env, name)
+    assert env.pod("p") is None
+    assert_all_gone(env, name)
+
+
+def test_machine_without_node_or_vm_skips_the_drain(env: Env) -> None:
+    name = unique("bare")
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Machine",
+        "metadata": {"name": name, "namespace": "default", "finalizers": [MCM_FINALIZER]},
+        "spec": {"class": {"kind": "MachineClass", "name": CLASS}},
+    }
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, "default", "machines", body)
+    env.delete_machine(name)
+    trace = drive(env, name)
+    assert trace.descriptions == [
+        "Set machine status to termination. Now, getting VM Status",
+        "Initiate node drain",  # GetMachineStatus said NotFound
+        "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
+        "VM deletion was successful. Initiate node object deletion",  # nothing to delete is success
+        f"Label 'node' not present on machine '{name}' or no associated node object found, continuing "
+        "deletion flow. Initiate machine object finalizer removal",
+    ]
+    assert env.machine(name) is None
+
+
+def test_node_deleted_by_hand(env: Env) -> None:
+    name = unique("nonode")
+    env.launch(name)
+    env.run_pod("orphan", name)
+    wait_until(lambda: env.running("orphan"), 15, what="pod running")
+    env.core.delete_node(name)
+    wait_until(lambda: env.node(name) is None, 5, what="node gone")
+    env.delete_machine(name)
+    trace = drive(env, name)
+    assert env.pod("orphan") is None  # still evicted: it was bound to the node
+    assert any(
+        "Skipping deleteNodeVolAttachments" in d or "Drain successful" in d for d in trace.descriptions
+    )
+    assert f"No node object found for '{name}'" in trace.descriptions[-1]
+    assert_all_gone(env, name)
+
+
+def test_an_unrecognised_description_restarts_the_flow(env: Env) -> None:
+    name = unique("lost")
+    env.launch(name)
+    env.delete_machine(name)
+    drive(env, name, until=lambda t: "Initiate node drain" in t.descriptions)
+    machine = env.machine(name)
+    assert machine is not None
+    body = machine.to_api()
+    body["status"]["lastOperation"]["description"] = "written by someone else"
+    env.custom.replace_namespaced_custom_object_status(GROUP, VERSION, "default", "machines", name, body)
+    trace = drive(env, name, trace=Trace(descriptions=["written by someone else"]))
+    assert trace.descriptions[1] == "Set machine status to termination. Now, getting VM Status"
+    assert_all_gone(env, name)

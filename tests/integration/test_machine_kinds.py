@@ -1,0 +1,134 @@
+"""MachineClass, Secret and Node reconcilers against the sandbox (§4.10, node handling)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcm_tasks.api.constants import MC_SECRET_FINALIZER, MCM_FINALIZER, NODE_FINALIZER
+from mcm_tasks.controllers.machine.classes import reconcile_machine_class
+from mcm_tasks.controllers.machine.nodes import reconcile_node
+from mcm_tasks.controllers.machine.secrets import reconcile_secret
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import MACHINE_CLASSES, NODES, SECRETS
+from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.redisdb import get_redis
+from tests.integration.test_machine_support import Env, env, phase_is
+
+pytestmark = pytest.mark.integration
+__all__ = ["env"]
+
+
+def finalizers(obj: dict[str, Any] | None) -> list[str]:
+    assert obj is not None
+    return list(obj["metadata"].get("finalizers") or [])
+
+
+def pending_keys(kind: str) -> set[str]:
+    client = get_redis()
+    return {str(k) for k in client.hkeys(queue_keys(kind).pending)}  # type: ignore[union-attr]
+
+
+def test_class_finalizer_wakes_its_machines_and_holds_deletion(env: Env) -> None:
+    secret, cls = env.name("secret"), env.name("class")
+    env.secret(secret)
+    env.machine_class(cls, secret=secret, reconcile=False)
+    name = env.name("a")
+    env.machine(name, cls)
+
+    requeue = reconcile_machine_class(env.key(cls))
+    assert requeue is not None and requeue.after == 600.0
+    assert MCM_FINALIZER in finalizers(ops.get(env.api, MACHINE_CLASSES, cls, env.namespace))
+    assert env.key(name) in pending_keys("machine")
+
+    ops.delete(env.api, MACHINE_CLASSES, cls, env.namespace)
+    requeue = reconcile_machine_class(env.key(cls))
+    assert requeue is not None and requeue.after == 1.0
+    assert MCM_FINALIZER in finalizers(ops.get(env.api, MACHINE_CLASSES, cls, env.namespace))
+
+    ops.patch(env.api, ops.MACHINES, name, {"metadata": {"finalizers": []}}, env.namespace)
+    ops.delete(env.api, ops.MACHINES, name, env.namespace, missing_ok=True)
+    assert reconcile_machine_class(env.key(cls)) is None
+    assert ops.get(env.api, MACHINE_CLASSES, cls, env.namespace, missing_ok=True) is None
+
+
+def test_secret_finalizer_follows_references(env: Env) -> None:
+    secret, unused, cls = env.name("secret"), env.name("unused"), env.name("class")
+    env.secret(secret)
+    env.secret(unused)
+    env.machine_class(cls, secret=secret)
+    reconcile_secret(env.key(secret))
+    reconcile_secret(env.key(unused))
+    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, SECRETS, secret, env.namespace))
+    assert MC_SECRET_FINALIZER not in finalizers(ops.get(env.api, SECRETS, unused, env.namespace))
+
+    # deleting a referenced secret: held by the finalizer
+    ops.delete(env.api, SECRETS, secret, env.namespace)
+    reconcile_secret(env.key(secret))
+    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, SECRETS, secret, env.namespace))
+
+    # the class goes away: the secret is released and its deletion completes
+    ops.patch(env.api, MACHINE_CLASSES, cls, {"metadata": {"finalizers": []}}, env.namespace)
+    ops.delete(env.api, MACHINE_CLASSES, cls, env.namespace, missing_ok=True)
+    assert reconcile_secret(env.key(secret)) is None
+    assert ops.get(env.api, SECRETS, secret, env.namespace, missing_ok=True) is None
+
+
+def test_credentials_secret_is_protected_too(env: Env) -> None:
+    user, creds, cls = env.name("user"), env.name("creds"), env.name("class")
+    env.secret(user)
+    env.secret(creds, {"token": b"t"})
+    env.machine_class(cls, secret=user, credentialsSecretRef={"name": creds, "namespace": env.namespace})
+    reconcile_secret(env.key(creds))
+    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, SECRETS, creds, env.namespace))
+
+
+def running(env: Env, base: str) -> str:
+    env.start_kubelet()
+    cls = env.setup_class()
+    name = env.name(base)
+    env.machine(name, cls)
+    env.reconcile_until(name, phase_is("Running"))
+    return name
+
+
+def test_node_reconcile_adds_the_finalizer(env: Env) -> None:
+    name = running(env, "b")
+    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": []}})
+    reconcile_node(name)
+    assert NODE_FINALIZER in finalizers(env.node(name))
+
+
+def test_a_deleted_node_deletes_its_machine(env: Env) -> None:
+    name = running(env, "c")
+    ops.delete(env.api, NODES, name)  # held by the node finalizer: deletionTimestamp set
+    reconcile_node(name)
+    assert env.get(name).metadata.deletion_timestamp is not None
+
+
+def test_a_node_gone_for_good_deletes_its_machine(env: Env) -> None:
+    name = running(env, "d")
+    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": []}})
+    ops.delete(env.api, NODES, name)
+    assert env.node(name) is None
+    reconcile_node(name)
+    assert env.get(name).metadata.deletion_timestamp is not None
+
+
+def test_trigger_deletion_annotation_deletes_the_machine(env: Env) -> None:
+    name = running(env, "e")
+    env.annotate_node(name, {"node.machine.sapcloud.io/trigger-deletion-by-mcm": "true"})
+    reconcile_node(name)
+    assert env.get(name).metadata.deletion_timestamp is not None
+
+
+def test_not_managed_nodes_are_ignored(env: Env) -> None:
+    name = running(env, "f")
+    env.annotate_node(name, {"node.machine.sapcloud.io/not-managed-by-mcm": "1"})
+    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": ["example.com/hold"]}})
+    ops.delete(env.api, NODES, name)  # being deleted, but not ours to act on
+    reconcile_node(name)
+    assert env.get(name).metadata.deletion_timestamp is None
+    assert finalizers(env.node(name)) == ["example.com/hold"]
+    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": []}})

@@ -1,0 +1,184 @@
+"""The deletion flow's step machine over lastOperation.description, and each step's answer → next
+description, state and retry (deletion), as tables."""
+
+# ruff: noqa: E501 - the tables read best one case per line
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mcm_tasks.api import Machine, MachineState
+from mcm_tasks.controllers.machine import deletion as d
+from mcm_tasks.controllers.machine.drain import DrainResult, Outcome
+from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import configure, reset_settings
+from providers.errors import Code, MachineError
+
+
+@pytest.fixture(autouse=True)
+def _settings() -> Iterator[None]:
+    configure({"short_retry": "5s", "medium_retry": "3m", "long_retry": "10m", "conflict_retry": "0.2s"})
+    yield
+    reset_settings()
+
+
+def machine(phase: str, description: str) -> Machine:
+    return Machine.model_validate(
+        {
+            "metadata": {"name": "m", "namespace": "default"},
+            "status": {"currentStatus": {"phase": phase}, "lastOperation": {"description": description}},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("phase", "description", "step"),
+    [
+        ("Running", d.INITIATE_DRAIN, d.Step.SET_TERMINATING),  # not Terminating yet: step 1 whatever it says
+        ("", "", d.Step.SET_TERMINATING),
+        ("Failed", "Drain successful. Initiate VM deletion", d.Step.SET_TERMINATING),
+        ("Terminating", d.GET_VM_STATUS, d.Step.GET_VM_STATUS),
+        ("Terminating", "Error occurred while getting VM status - x. " + d.GET_VM_STATUS, d.Step.GET_VM_STATUS),
+        ("Terminating", d.INITIATE_DRAIN, d.Step.DRAIN),
+        ("Terminating", "Drain failed due to - x. Will retry in next sync. Initiate node drain", d.Step.DRAIN),
+        ("Terminating", "Force Drain successful. Delete Volume Attachments", d.Step.DELETE_VOLUME_ATTACHMENTS),
+        ("Terminating", "Drain failed due to - x. However, since it's a force deletion shall continue deletion of "
+         "VM. Delete Volume Attachments", d.Step.DELETE_VOLUME_ATTACHMENTS),
+        ("Terminating", "Drain successful. Initiate VM deletion", d.Step.DELETE_VM),
+        ("Terminating", "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
+         d.Step.DELETE_VM),
+        ("Terminating", "No Live VolumeAttachments for node: n. Moving to VM Deletion. Initiate VM deletion",
+         d.Step.DELETE_VM),
+        ("Terminating", "VM deletion was successful. Initiate node object deletion", d.Step.DELETE_NODE),
+        ("Terminating", "VM not found. Continuing deletion flow. Initiate node object deletion", d.Step.DELETE_NODE),
+        ("Terminating", "Deletion of Node Object 'n' is successful. Initiate machine object finalizer removal",
+         d.Step.REMOVE_FINALIZER),
+        ("Terminating", "something nobody wrote", d.Step.SET_TERMINATING),  # unrecognised: start over
+        ("Terminating", "", d.Step.SET_TERMINATING),
+        ("Terminating", "initiate node drain", d.Step.SET_TERMINATING),  # case matters, as upstream
+    ],
+)  # fmt: skip
+def test_step_of(phase: str, description: str, step: d.Step) -> None:
+    assert d.step_of(machine(phase, description)) is step
+
+
+def test_earlier_steps_win_when_a_description_names_two() -> None:
+    # MCM checks by substring in a fixed order; a driver message quoting a later step does not skip ahead
+    text = f"Error occurred while getting VM status - {d.INITIATE_VM_DELETION}. {d.GET_VM_STATUS}"
+    assert d.step_of_description(text) is d.Step.GET_VM_STATUS
+
+
+def err(code: Code) -> MachineError:
+    return MachineError(code, "cloud said no")
+
+
+@pytest.mark.parametrize(
+    ("error", "step", "state", "retry"),
+    [
+        (None, d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
+        (err(Code.NotFound), d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
+        (err(Code.Unimplemented), d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
+        (err(Code.Uninitialized), d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
+        (err(Code.Unknown), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
+        (err(Code.DeadlineExceeded), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
+        (err(Code.Aborted), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
+        (err(Code.Unavailable), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
+        (err(Code.Internal), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),
+        (err(Code.OutOfRange), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),
+        (err(Code.PermissionDenied), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),
+        (RuntimeError("boom"), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),  # Internal
+    ],
+)
+def test_vm_status_transition(
+    error: Exception | None, step: d.Step, state: MachineState, retry: d.Retry
+) -> None:
+    found = d.vm_status_transition(error)
+    assert d.step_of_description(found.description) is step
+    assert (found.state, found.retry) == (state, retry)
+    if error is not None and step is d.Step.GET_VM_STATUS:
+        assert str(error) in found.description
+
+
+@pytest.mark.parametrize(
+    ("error", "step", "state", "retry", "text"),
+    [
+        (None, d.Step.DELETE_NODE, MachineState.PROCESSING, d.Retry.NEXT_STEP,
+         "VM deletion was successful. Initiate node object deletion"),
+        (err(Code.NotFound), d.Step.DELETE_NODE, MachineState.PROCESSING, d.Retry.NEXT_STEP,
+         "VM not found. Continuing deletion flow. Initiate node object deletion"),
+        (err(Code.Unavailable), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT,
+         "VM deletion failed due to - machine codes error: code = [Unavailable] message = [cloud said no]. "
+         "However, will re-try in the next resync. Initiate VM deletion"),
+        (err(Code.Unknown), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT, None),
+        (err(Code.DeadlineExceeded), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT, None),
+        (err(Code.Aborted), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT, None),
+        (err(Code.InvalidArgument), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.LONG,
+         "VM deletion failed due to - machine codes error: code = [InvalidArgument] message = [cloud said no]. "
+         "Aborting operation. Initiate VM deletion"),
+        (err(Code.Internal), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.LONG, None),
+        (ValueError("bug"), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.LONG, None),
+    ],
+)  # fmt: skip
+def test_delete_vm_transition(
+    error: Exception | None, step: d.Step, state: MachineState, retry: d.Retry, text: str | None
+) -> None:
+    found = d.delete_vm_transition(error)
+    assert d.step_of_description(found.description) is step
+    assert (found.state, found.retry) == (state, retry)
+    if text is not None:
+        assert found.description == text
+
+
+@pytest.mark.parametrize(
+    ("result", "text", "state", "retry"),
+    [
+        (DrainResult(Outcome.SUCCEEDED), "Drain successful. Initiate VM deletion", MachineState.PROCESSING,
+         d.Retry.NEXT_STEP),
+        (DrainResult(Outcome.SUCCEEDED, forced=True), "Force Drain successful. Delete Volume Attachments",
+         MachineState.PROCESSING, d.Retry.NEXT_STEP),
+        (DrainResult(Outcome.FAILED, forced=True, errors=["e1", "e2"]),
+         "Drain failed due to - e1; e2. However, since it's a force deletion shall continue deletion of VM. "
+         "Delete Volume Attachments", MachineState.PROCESSING, d.Retry.NEXT_STEP),
+        (DrainResult(Outcome.FAILED, errors=["pdb misconfigured"]),
+         "Drain failed due to - pdb misconfigured. Will retry in next sync. Initiate node drain",
+         MachineState.FAILED, d.Retry.SHORT),
+        (DrainResult(Outcome.CONDITION_FAILED, errors=["500"]),
+         "Drain failed due to failure in update of node conditions - 500. Will retry in next sync. "
+         "Initiate node drain", MachineState.FAILED, d.Retry.SHORT),
+        (DrainResult(Outcome.SKIPPED),
+         "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
+         MachineState.PROCESSING, d.Retry.NEXT_STEP),
+    ],
+)  # fmt: skip
+def test_drain_transition(result: DrainResult, text: str, state: MachineState, retry: d.Retry) -> None:
+    found = d.drain_transition(result)
+    assert found is not None
+    assert (found.description, found.state, found.retry) == (text, state, retry)
+
+
+def test_a_waiting_drain_writes_nothing() -> None:
+    assert d.drain_transition(DrainResult(Outcome.WAITING, wake_in=3.0)) is None
+
+
+@pytest.mark.parametrize(
+    ("retry", "after"),
+    [(d.Retry.NEXT_STEP, 0.2), (d.Retry.SHORT, 5.0), (d.Retry.MEDIUM, 180.0), (d.Retry.LONG, 600.0)],
+)
+def test_requeue(retry: d.Retry, after: float) -> None:
+    assert d.requeue(retry) == Requeue(after=after)
+
+
+def test_every_step_description_leads_where_mcm_says() -> None:
+    chain: list[tuple[str, Any]] = [
+        (d.GET_VM_STATUS, d.Step.GET_VM_STATUS),
+        (d.INITIATE_DRAIN, d.Step.DRAIN),
+        (d.DELETE_VOLUME_ATTACHMENTS, d.Step.DELETE_VOLUME_ATTACHMENTS),
+        (d.INITIATE_VM_DELETION, d.Step.DELETE_VM),
+        (d.INITIATE_NODE_DELETION, d.Step.DELETE_NODE),
+        (d.INITIATE_FINALIZER_REMOVAL, d.Step.REMOVE_FINALIZER),
+    ]
+    for text, step in chain:
+        assert d.step_of_description(text) is step

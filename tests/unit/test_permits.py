@@ -1,0 +1,92 @@
+"""The permit giver against a real Redis: register, try, release, delete, stale holders and keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from mcm_tasks.permits import PermitGiver
+from mcm_tasks.settings import configure, reset_settings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture()
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture()
+def giver(redis_url: str, redis_client: redis.Redis, clock: Clock) -> Iterator[PermitGiver]:
+    configure({"redis_url": redis_url, "permit_stale_after": "1h", "reconcile_lock_ttl": "60s"})
+    yield PermitGiver(redis_client, clock=clock)
+    reset_settings()
+
+
+def test_an_unregistered_key_has_no_permits(giver: PermitGiver) -> None:
+    assert giver.try_permit("dep", 0) is None
+
+
+def test_one_permit_one_holder(giver: PermitGiver) -> None:
+    giver.register_permits("dep", 1)
+    token = giver.try_permit("dep", 0)
+    assert token is not None
+    assert giver.try_permit("dep", 0) is None
+    assert giver.held("dep") == 1
+    giver.release_permit("dep", token)
+    assert giver.held("dep") == 0
+    assert giver.try_permit("dep", 0) is not None
+
+
+def test_permits_are_per_key_and_capacity_bounded(giver: PermitGiver) -> None:
+    giver.register_permits("a", 2)
+    giver.register_permits("b", 1)
+    assert giver.try_permit("a", 0) is not None
+    assert giver.try_permit("a", 0) is not None
+    assert giver.try_permit("a", 0) is None
+    assert giver.try_permit("b", 0) is not None
+
+
+def test_shared_across_giver_instances(giver: PermitGiver, redis_url: str, clock: Clock) -> None:
+    other = PermitGiver(redis.Redis.from_url(redis_url, decode_responses=True), clock=clock)
+    giver.register_permits("dep", 1)
+    other.register_permits("dep", 1)  # idempotent
+    token = giver.try_permit("dep", 0)
+    assert token is not None
+    assert other.try_permit("dep", 0) is None
+    giver.release_permit("dep", token)
+    assert other.try_permit("dep", 0) is not None
+
+
+def test_a_holder_past_its_lease_is_reclaimed(giver: PermitGiver, clock: Clock) -> None:
+    giver.register_permits("dep", 1)
+    assert giver.try_permit("dep", 0) is not None
+    clock.now += 59
+    assert giver.try_permit("dep", 0) is None
+    clock.now += 2
+    assert giver.try_permit("dep", 0) is not None
+
+
+def test_delete_forgets_the_key(giver: PermitGiver) -> None:
+    giver.register_permits("dep", 1)
+    assert giver.try_permit("dep", 0) is not None
+    giver.delete_permits("dep")
+    assert giver.held("dep") == 0
+    assert giver.try_permit("dep", 0) is None  # must be registered again
+
+
+def test_stale_keys_expire(giver: PermitGiver, redis_client: redis.Redis) -> None:
+    giver.register_permits("dep", 1)
+    assert giver.try_permit("dep", 0) is not None
+    keys = redis_client.keys("*permits:dep*")
+    assert len(keys) == 2
+    for key in keys:
+        assert 3500 < int(redis_client.ttl(key)) <= 3600  # type: ignore[arg-type]
