@@ -1,0 +1,265 @@
+"""The reads and writes of a MachineDeployment reconcile, held by one ``Context`` per pass.
+
+Reads: the deployment itself from the API server (as MCM reads it: every decision starts from its
+latest spec); MachineSets, Machines and Nodes from the informers' mirror once it holds a complete
+list of the kind, else from the API server. A pass may also run with ``live=True``: everything from
+the API server (the reconcile's second attempt after a write met a Conflict).
+
+Writes carry the resourceVersion they were decided on, so a decision made on a stale read fails
+with a Conflict instead of overwriting a newer object; the reconcile then decides again on fresh
+reads. The context keeps the deployment and its sets as written, so later steps of the same pass
+build on the writes of earlier ones; the deployment's status is accumulated in memory
+(``ctx.deployment.status``) and written once at the end, only when it differs from what was read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump, now_utc
+from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.cache import get_listers
+from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.machinedeployment.status import status_key
+from mcm_tasks.controllers.machineset.control import recorder
+from mcm_tasks.controllers.machineset.sync import merge_diff
+from mcm_tasks.controllers.owners import selects
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.clients import get_clusters
+from mcm_tasks.kube.errors import is_not_found
+from mcm_tasks.kube.events import EventRecorder, EventType
+from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, NODES
+from mcm_tasks.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def _synced(lister: Lister[Any]) -> bool:
+    try:
+        return lister.synced()
+    except Exception:
+        return False
+
+
+def get_deployment(api: ApiClient, name: str, namespace: str) -> MachineDeployment | None:
+    data = ops.get(api, MACHINE_DEPLOYMENTS, name, namespace, missing_ok=True)
+    return None if data is None else MachineDeployment.model_validate(data)
+
+
+@dataclass
+class Context:
+    """One pass over one deployment."""
+
+    api: ApiClient
+    target: ApiClient | None
+    deployment: MachineDeployment
+    settings: Settings
+    live: bool = False
+    now: datetime = field(default_factory=now_utc)
+    #: the status as read, to write only a changed one
+    observed: MachineDeploymentStatus = field(init=False)
+    #: the sets the deployment controls (after claiming), as last read or written
+    sets: list[MachineSet] = field(default_factory=list)
+    _machines: dict[str, list[Obj]] | None = None
+
+    def __post_init__(self) -> None:
+        self.observed = self.deployment.status.model_copy(deep=True)
+
+    @classmethod
+    def start(cls, deployment: MachineDeployment, *, live: bool = False) -> Context:
+        clusters = get_clusters()
+        target = None if clusters.target is None else clusters.target.api
+        return cls(clusters.control.api, target, deployment, get_settings(), live=live)
+
+    @property
+    def key(self) -> str:
+        return self.deployment.key
+
+    @property
+    def namespace(self) -> str:
+        return self.deployment.metadata.namespace or self.settings.namespace
+
+    @property
+    def events(self) -> EventRecorder:
+        return recorder(self.api)
+
+    def event(self, type_: EventType, reason: str, message: str) -> None:
+        self.events.event(self.deployment, type_, reason, message)
+
+    # --- reads ---------------------------------------------------------------------------------------
+
+    def candidate_sets(self) -> list[MachineSet]:
+        """Sets the deployment controls, and orphans its selector picks (adoption candidates)."""
+        uid = self.deployment.metadata.uid or ""
+        selector = self.deployment.spec.selector
+        lister = get_listers().machine_sets
+        if not self.live and _synced(lister):
+            owned = [ms for ms in lister.owned_by(uid) if ms.metadata.namespace == self.namespace]
+            orphans = [
+                MachineSet.model_validate(raw)
+                for raw in lister.raw.list()
+                if _namespace(raw) == self.namespace
+                and not any(r.get("controller") for r in _meta(raw).get("ownerReferences") or ())
+                and selects(selector, _meta(raw).get("labels") or {})
+            ]
+            return owned + orphans
+        items = ops.list_(self.api, MACHINE_SETS, self.namespace)["items"]
+        out = []
+        for ms in (MachineSet.model_validate(i) for i in items):
+            ref = ms.metadata.controller_ref()
+            if (ref is not None and ref.uid == uid) or (
+                ref is None and selects(selector, ms.metadata.labels)
+            ):
+                out.append(ms)
+        return out
+
+    def machines_of(self, machine_set: MachineSet) -> list[Obj]:
+        """The machines a set controls, as API dicts (only names, labels, phases are read from them)."""
+        if self._machines is None:
+            self._machines = self._load_machines()
+        return self._machines.get(machine_set.metadata.uid or "", [])
+
+    def _load_machines(self) -> dict[str, list[Obj]]:
+        uids = {ms.metadata.uid or "" for ms in self.sets}
+        lister = get_listers().machines
+        grouped: dict[str, list[Obj]] = {uid: [] for uid in uids}
+        if not self.live and _synced(lister):
+            for uid in uids:
+                grouped[uid] = [m for m in lister.raw.owned_by(uid) if _namespace(m) == self.namespace]
+            return grouped
+        for machine in ops.list_(self.api, MACHINES, self.namespace)["items"]:
+            ref = next((r for r in _meta(machine).get("ownerReferences") or () if r.get("controller")), None)
+            if ref is not None and ref.get("uid") in grouped:
+                grouped[ref["uid"]].append(machine)
+        return grouped
+
+    def get_nodes(self, names: Sequence[str]) -> dict[str, Obj]:
+        """The named Nodes that exist (one round trip: a batched cache read, or one LIST)."""
+        if self.target is None or not names:
+            return {}
+        lister = get_listers().nodes
+        if not self.live and _synced(lister):
+            found = lister.reader.get_many(lister.kind, names)
+        else:
+            wanted = set(names)
+            found = [n for n in ops.list_(self.target, NODES)["items"] if _meta(n).get("name") in wanted]
+        return {str(_meta(n).get("name")): n for n in found}
+
+    def get_machine(self, name: str) -> Obj | None:
+        lister = get_listers().machines
+        if not self.live and _synced(lister):
+            found: Obj | None = lister.raw.get(name, self.namespace)
+            return found
+        return ops.get(self.api, MACHINES, name, self.namespace, missing_ok=True)
+
+    # --- the deployment ------------------------------------------------------------------------------
+
+    def _took(self, written: Obj) -> MachineDeployment:
+        """The deployment as the server wrote it, with the status this pass accumulated."""
+        fresh = MachineDeployment.model_validate(written)
+        self.deployment = fresh.model_copy(update={"status": self.deployment.status})
+        return self.deployment
+
+    def patch_deployment(self, body: dict[str, Any], *, guarded: bool = True) -> MachineDeployment:
+        """A merge patch of the deployment's metadata/spec; ``guarded`` adds its resourceVersion."""
+        if guarded:
+            meta = dict(body.get("metadata") or {})
+            meta["resourceVersion"] = self.deployment.metadata.resource_version
+            body = {**body, "metadata": meta}
+        written = ops.patch(
+            self.api, MACHINE_DEPLOYMENTS, self.deployment.metadata.name or "", body, self.namespace
+        )
+        return self._took(written)
+
+    def update_deployment(self, desired: MachineDeployment) -> MachineDeployment:
+        """Write the difference between the deployment and ``desired`` (labels, annotations, spec)."""
+        patch = merge_diff(_writable(self.deployment), _writable(desired))
+        return self.patch_deployment(patch) if patch else self.deployment
+
+    def set_finalizer(self, present: bool) -> None:
+        meta = self.deployment.metadata
+        if meta.has_finalizer(MCM_FINALIZER) == present:
+            return
+        others = [f for f in meta.finalizers if f != MCM_FINALIZER]
+        finalizers = [*others, MCM_FINALIZER] if present else others
+        self.patch_deployment({"metadata": {"finalizers": finalizers or None}})
+
+    def write_status(self, status: MachineDeploymentStatus | None = None) -> bool:
+        """Write the accumulated (or given) status if it differs from what was read; whether it wrote."""
+        if status is not None:
+            self.deployment = self.deployment.model_copy(update={"status": status})
+        if status_key(self.deployment.status) == status_key(self.observed):
+            return False
+        written = ops.update_status(self.api, MACHINE_DEPLOYMENTS, dump(self.deployment))
+        fresh = MachineDeployment.model_validate(written)
+        self.deployment = fresh
+        self.observed = fresh.status.model_copy(deep=True)
+        return True
+
+    # --- machine sets --------------------------------------------------------------------------------
+
+    def replace_set(self, written: MachineSet) -> MachineSet:
+        uid = written.metadata.uid
+        self.sets = [written if ms.metadata.uid == uid else ms for ms in self.sets]
+        return written
+
+    def update_set(self, current: MachineSet, desired: MachineSet) -> MachineSet:
+        """Write the difference between two versions of a set (metadata and spec), guarded."""
+        patch = merge_diff(_writable(current), _writable(desired))
+        if not patch:
+            return current
+        patch.setdefault("metadata", {})["resourceVersion"] = current.metadata.resource_version
+        name = current.metadata.name or ""
+        written = ops.patch(self.api, MACHINE_SETS, name, patch, current.metadata.namespace)
+        return self.replace_set(MachineSet.model_validate(written))
+
+    def create_set(self, body: MachineSet) -> MachineSet:
+        written = MachineSet.model_validate(ops.create(self.api, MACHINE_SETS, dump(body), self.namespace))
+        self.sets = [*self.sets, written]
+        return written
+
+    def read_set(self, name: str) -> MachineSet | None:
+        data = ops.get(self.api, MACHINE_SETS, name, self.namespace, missing_ok=True)
+        return None if data is None else MachineSet.model_validate(data)
+
+    def delete_set(self, machine_set: MachineSet) -> None:
+        """DELETE with a uid precondition (a namesake is not ours); gone already is fine."""
+        try:
+            ops.delete(
+                self.api,
+                MACHINE_SETS,
+                machine_set.metadata.name or "",
+                self.namespace,
+                uid=machine_set.metadata.uid,
+            )
+        except Exception as err:
+            if not is_not_found(err):
+                raise
+
+
+def _writable(obj: MachineSet | MachineDeployment) -> dict[str, Any]:
+    """What a controller may change on an object: labels, annotations and spec."""
+    data = dump(obj)
+    meta = data.get("metadata") or {}
+    return {
+        "metadata": {"annotations": meta.get("annotations") or {}, "labels": meta.get("labels") or {}},
+        "spec": data.get("spec") or {},
+    }
+
+
+def _meta(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _namespace(obj: Obj) -> str | None:
+    value = _meta(obj).get("namespace")
+    return value if isinstance(value, str) else None

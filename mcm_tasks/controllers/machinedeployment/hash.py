@@ -1,0 +1,76 @@
+"""Which template a MachineSet stands for: the rollout identity of a template, its hash and the name
+of the MachineSet made from it.
+
+A template's *rollout identity* is the template without what propagates in place (MCD → MCS →
+Machine → Node) and without the hash label itself: the node template, the machine configuration
+(timeouts, node conditions…) and the class kind. Two templates with the same identity are served by
+the same MachineSet, so changing only those fields never rolls out; a change of labels, annotations,
+class name or anything else in the spec does.
+
+The hash is ours (Go's FNV of the Go struct cannot be reproduced, and need not be): SHA-256 of the
+identity's canonical JSON and the collisionCount, written in Kubernetes' "safe" alphabet (no vowels,
+no look-alike digits). It is stable across processes and versions of this code as long as the wire
+form of the template does not change, and a different template or a bumped collisionCount gives a
+different hash. MachineSet names take its first five characters, like MCM's ``<mcd>-<hash[:5]>``; a
+clash of names between different templates is resolved by bumping collisionCount.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+
+import orjson
+
+from mcm_tasks.api import MachineTemplateSpec, dump
+from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY
+from mcm_tasks.controllers.machineset.sync import CONFIGURATION_FIELDS, pruned
+
+#: Kubernetes' rand.SafeEncodeString alphabet: no vowels (no words), no 0/1/3 (no look-alikes)
+SAFE_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
+#: characters of the hash label value
+HASH_LENGTH: Final = 10
+#: characters of the hash in a MachineSet's name
+NAME_HASH_LENGTH: Final = 5
+
+_IN_PLACE_SPEC_KEYS: Final = frozenset({"nodeTemplate", *(wire for _, wire in CONFIGURATION_FIELDS)})
+
+
+def rollout_identity(template: MachineTemplateSpec) -> Any:
+    """The part of a template whose change needs new machines (empty values dropped, so that ``{}``
+    and a missing field are the same template)."""
+    data = dump(template)
+    metadata = dict(data.get("metadata") or {})
+    labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k != MACHINE_TEMPLATE_HASH_LABEL_KEY}
+    metadata["labels"] = labels
+    spec = {k: v for k, v in (data.get("spec") or {}).items() if k not in _IN_PLACE_SPEC_KEYS}
+    spec["class"] = {k: v for k, v in (spec.get("class") or {}).items() if k != "kind"}
+    return pruned({**data, "metadata": metadata, "spec": spec})
+
+
+def equal_ignore_hash(a: MachineTemplateSpec, b: MachineTemplateSpec) -> bool:
+    """MCM's EqualIgnoreHash: the same rollout identity (hash label, node template, machine
+    configuration and class kind do not count)."""
+    return bool(rollout_identity(a) == rollout_identity(b))
+
+
+def _safe_encode(digest: bytes, length: int) -> str:
+    number = int.from_bytes(digest, "big")
+    chars = []
+    for _ in range(length):
+        number, index = divmod(number, len(SAFE_ALPHABET))
+        chars.append(SAFE_ALPHABET[index])
+    return "".join(chars)
+
+
+def template_hash(template: MachineTemplateSpec, collision_count: int | None) -> str:
+    """The ``machine-template-hash`` label value for a template and a collisionCount."""
+    canonical = orjson.dumps(rollout_identity(template), option=orjson.OPT_SORT_KEYS)
+    hasher = hashlib.sha256(canonical)
+    if collision_count is not None:
+        hasher.update(b"\x00collision=" + str(collision_count).encode())
+    return _safe_encode(hasher.digest(), HASH_LENGTH)
+
+
+def machine_set_name(deployment_name: str, template_hash_value: str) -> str:
+    return f"{deployment_name}-{template_hash_value[:NAME_HASH_LENGTH]}"

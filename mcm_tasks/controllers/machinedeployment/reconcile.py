@@ -1,0 +1,153 @@
+"""The MachineDeployment reconcile (MCM's reconcileClusterMachineDeployment), on the queue contract.
+
+Order: read the deployment (from the API server); gone → done; being deleted → delete all the sets
+it controls and drop the finalizer once none is left; invalid → skipped with a Warning event; add
+the finalizer; an empty selector → a SelectingAll Warning and nothing else; claim the MachineSets;
+the paused/resumed condition; the autoscaler's trigger-deletion annotation; then exactly one
+of: the InPlaceUpdate strategy (not supported yet: a condition says so, the sets are only scaled), a
+paused deployment (scale only), a rollback, a scaling event (proportional scaling), or the strategy
+(Recreate or RollingUpdate). Each ends with the status, written only when it changed.
+
+Deliberate difference: MCM validates and checks the selector before it looks at a deletion, so an
+invalid or select-all deployment, once deleted, keeps its finalizer forever; here deletion comes
+first and only needs the sets the deployment already controls.
+
+A pass decides on cached MachineSets and writes with their resourceVersions; when a write meets a
+Conflict (the mirror lagged), the pass runs once more on live reads. The deployment comes back
+after ShortRetry while a rollout is under way (besides the informer's events for its sets),
+after LongRetry once it is complete, and in time to notice a missed progress deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from mcm_tasks.api import MachineDeploymentStrategyType
+from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.enums import ConditionStatus
+from mcm_tasks.api.validation import validate_machine_deployment
+from mcm_tasks.cache.layout import split_key
+from mcm_tasks.controllers.machinedeployment import progress
+from mcm_tasks.controllers.machinedeployment import sets as machine_sets
+from mcm_tasks.controllers.machinedeployment.control import Context, get_deployment
+from mcm_tasks.controllers.machinedeployment.recreate import rollout_recreate
+from mcm_tasks.controllers.machinedeployment.rollback import rollback
+from mcm_tasks.controllers.machinedeployment.rolling import rollout_rolling
+from mcm_tasks.controllers.machinedeployment.scaling import is_scaling_event
+from mcm_tasks.controllers.machinedeployment.sync import status_only, sync
+from mcm_tasks.controllers.machinedeployment.trigger import handle_trigger_deletion
+from mcm_tasks.kube.clients import get_clusters
+from mcm_tasks.kube.errors import describe, is_conflict
+from mcm_tasks.kube.events import WARNING
+from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+INVALID_REASON: Final = "ValidationFailed"
+SELECTING_ALL_REASON: Final = "SelectingAll"
+SELECTING_ALL_MESSAGE: Final = "This deployment is selecting all machines. A non-empty selector is required."
+
+
+def reconcile_machine_deployment(key: str) -> Requeue | None:
+    settings = get_settings()
+    namespace, name = split_key(key)
+    namespace = namespace or settings.namespace
+    for live in (False, True):
+        try:
+            return reconcile_once(namespace, name, live=live)
+        except machine_sets.HashCollision:
+            return Requeue.conflict()
+        except Exception as err:
+            if not is_conflict(err):
+                raise
+            log.info("MachineDeployment %s: %s; deciding again on live reads", key, describe(err))
+    return Requeue.conflict()
+
+
+def reconcile_once(namespace: str, name: str, *, live: bool) -> Requeue | None:
+    deployment = get_deployment(get_clusters().control.api, name, namespace)
+    if deployment is None:
+        return None
+    ctx = Context.start(deployment, live=live)
+
+    deleting = deployment.metadata.is_deleting
+    if deleting:
+        # deletion needs neither a valid spec nor a selector: only the sets the deployment controls
+        machine_sets.claim_sets(ctx)
+        return _delete(ctx)
+
+    problems = validate_machine_deployment(deployment)
+    if problems:
+        message = "; ".join(str(p) for p in problems)
+        log.warning("MachineDeployment %s is invalid, skipped: %s", ctx.key, message)
+        ctx.event(WARNING, INVALID_REASON, message)
+        return None
+
+    ctx.set_finalizer(True)
+    selector = ctx.deployment.spec.selector
+    if selector is None or selector.is_empty:
+        ctx.event(WARNING, SELECTING_ALL_REASON, SELECTING_ALL_MESSAGE)
+        generation = ctx.deployment.metadata.generation or 0
+        if ctx.deployment.status.observed_generation < generation:
+            ctx.write_status(ctx.deployment.status.model_copy(update={"observed_generation": generation}))
+        return None
+
+    machine_sets.claim_sets(ctx)
+    paused = progress.paused_condition(ctx.deployment, ctx.now)
+    if paused is not None:
+        ctx.deployment.status = progress.with_condition(ctx.deployment.status, paused)
+    handle_trigger_deletion(ctx)
+
+    spec = ctx.deployment.spec
+    if spec.strategy.type == MachineDeploymentStrategyType.IN_PLACE_UPDATE:
+        ctx.deployment.status = progress.with_condition(
+            ctx.deployment.status,
+            progress.condition(progress.PROGRESSING, ConditionStatus.FALSE, progress.STRATEGY_NOT_SUPPORTED,
+                               progress.IN_PLACE_NOT_SUPPORTED_MESSAGE, ctx.now),
+        )  # fmt: skip
+        sync(ctx)
+        return Requeue.long()
+    if spec.paused:
+        sync(ctx)
+        return Requeue.long()
+    if spec.rollback_to is not None:
+        rollback(ctx)
+        ctx.write_status()
+        return Requeue.short()
+
+    new_set, old_sets = machine_sets.split(ctx.deployment, ctx.sets)
+    if is_scaling_event(ctx.deployment, new_set, old_sets):
+        log.info("MachineDeployment %s: scaling event (replicas %d)", ctx.key, spec.replicas)
+        sync(ctx)
+        return Requeue.short()
+
+    if spec.strategy.type == MachineDeploymentStrategyType.RECREATE:
+        deadline = rollout_recreate(ctx)
+    else:
+        deadline = rollout_rolling(ctx)
+    return _next_pass(ctx, deadline)
+
+
+def _delete(ctx: Context) -> Requeue | None:
+    """Delete every set; drop the finalizer once none is left (their machines go with them)."""
+    if not ctx.deployment.metadata.has_finalizer(MCM_FINALIZER):
+        return None
+    if not ctx.sets:
+        ctx.set_finalizer(False)
+        log.info("MachineDeployment %s: all machine sets gone, finalizer removed", ctx.key)
+        return None
+    machine_sets.delete_all_sets(ctx)
+    if not validate_machine_deployment(ctx.deployment):
+        new_set, old_sets = machine_sets.split(ctx.deployment, ctx.sets)
+        status_only(ctx, new_set, old_sets)
+    return Requeue.short()
+
+
+def _next_pass(ctx: Context, deadline: float | None) -> Requeue:
+    complete = progress.is_complete(ctx.deployment, ctx.deployment.status)
+    after = ctx.settings.long_retry if complete else ctx.settings.short_retry
+    if deadline is not None:
+        after = min(after, deadline)
+    return Requeue(after=after)

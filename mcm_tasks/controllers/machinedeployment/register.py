@@ -1,0 +1,11 @@
+"""Registers the MachineDeployment reconciler for the ``machinedeployment`` queue (imported by a
+worker's reconciler modules, see ``mcm_tasks.queue.registry``)."""
+
+from __future__ import annotations
+
+from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
+from mcm_tasks.queue import register_reconciler
+
+KIND = "machinedeployment"
+
+register_reconciler(KIND, reconcile_machine_deployment)

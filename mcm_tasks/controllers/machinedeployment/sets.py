@@ -1,0 +1,342 @@
+"""A deployment's MachineSets: claiming them, telling the new one from the old ones, keeping the new
+one in line with the deployment, creating it, scaling sets and cleaning up old ones.
+
+The new set is the oldest set whose template has the deployment's rollout identity (``hash``); the
+others are old. The new set is kept up to date in place on every pass: the deployment's annotations
+(except the per-set ones), its revision, minReadySeconds, and the fields that propagate without a
+rollout (node template, machine configuration, class kind), which the MachineSet controller then
+carries on to its machines. A new set is created as ``<deployment>-<hash[:5]>``; if a different
+template already holds that name, collisionCount is bumped and the next pass tries another name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+from mcm_tasks.api import (
+    ConditionStatus,
+    LabelSelector,
+    MachineDeployment,
+    MachineSet,
+    MachineSetSpec,
+    NodeTemplateSpec,
+    ObjectMeta,
+    dump,
+    new_controller_ref,
+)
+from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY, REVISION_ANNOTATION
+from mcm_tasks.controllers.machinedeployment import progress
+from mcm_tasks.controllers.machinedeployment.control import Context
+from mcm_tasks.controllers.machinedeployment.hash import equal_ignore_hash, machine_set_name, template_hash
+from mcm_tasks.controllers.machinedeployment.revisions import (
+    max_revision,
+    new_set_annotations,
+    replicas_annotations,
+    revision_of,
+)
+from mcm_tasks.controllers.machinedeployment.scaling import (
+    Sizes,
+    by_age,
+    max_surge,
+    new_set_replicas,
+)
+from mcm_tasks.controllers.machineset.claim import claim_children, recheck_owner
+from mcm_tasks.controllers.machineset.sync import CONFIGURATION_FIELDS, pruned
+from mcm_tasks.kube.errors import describe, is_already_exists
+from mcm_tasks.kube.events import NORMAL, WARNING
+from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS
+
+log = logging.getLogger(__name__)
+
+SCALING_MACHINE_SET: Final = "ScalingMachineSet"
+
+
+class HashCollision(RuntimeError):
+    """The new set's name is taken by a different template; collisionCount was bumped."""
+
+
+# --- claiming and sorting --------------------------------------------------------------------------------
+
+
+def claim_sets(ctx: Context) -> list[MachineSet]:
+    """Adopt selected orphan sets, release controlled sets no longer selected; the controlled ones."""
+    deployment = ctx.deployment
+    outcome = claim_children(
+        ctx.api, MACHINE_SETS, MachineSet, deployment, deployment.spec.selector, ctx.candidate_sets(),
+        recheck_owner(ctx.api, MACHINE_DEPLOYMENTS, deployment),
+    )  # fmt: skip
+    if outcome.adopted or outcome.released:
+        log.info(
+            "MachineDeployment %s: adopted sets %s, released %s", ctx.key, outcome.adopted, outcome.released
+        )
+    if outcome.errors:
+        raise outcome.errors[0]
+    ctx.sets = outcome.claimed
+    return ctx.sets
+
+
+def find_new_set(deployment: MachineDeployment, machine_sets: Sequence[MachineSet]) -> MachineSet | None:
+    """The oldest set with the deployment's template (ignoring what propagates in place)."""
+    for ms in by_age(machine_sets):
+        if equal_ignore_hash(ms.spec.template, deployment.spec.template):
+            return ms
+    return None
+
+
+def split(
+    deployment: MachineDeployment, machine_sets: Sequence[MachineSet]
+) -> tuple[MachineSet | None, list[MachineSet]]:
+    new = find_new_set(deployment, machine_sets)
+    olds = [ms for ms in machine_sets if new is None or ms.metadata.uid != new.metadata.uid]
+    return new, olds
+
+
+# --- the new set in line with the deployment -------------------------------------------------------------
+
+
+def synced_new_set(deployment: MachineDeployment, new_set: MachineSet, new_revision: int) -> MachineSet:
+    """The new set as it should be: annotations and revision, minReadySeconds, and the in-place fields
+    of the template (node template, machine configuration, class kind) taken from the deployment."""
+    want = deployment.spec.template.spec
+    spec = new_set.spec.template.spec
+    updates: dict[str, object] = {}
+    if pruned(_dump_node_template(spec.node_template)) != pruned(_dump_node_template(want.node_template)):
+        updates["node_template"] = want.node_template
+    for attribute, _ in CONFIGURATION_FIELDS:
+        if pruned(getattr(spec, attribute)) != pruned(getattr(want, attribute)):
+            updates[attribute] = getattr(want, attribute)
+    if spec.class_.kind != want.class_.kind:
+        updates["class_"] = spec.class_.model_copy(update={"kind": want.class_.kind})
+    template = new_set.spec.template
+    if updates:
+        template = template.model_copy(update={"spec": spec.model_copy(update=updates)})
+    annotations = new_set_annotations(
+        new_set.metadata.annotations, deployment.metadata.annotations, new_revision
+    )
+    return new_set.model_copy(
+        update={
+            "metadata": new_set.metadata.model_copy(update={"annotations": annotations}),
+            "spec": new_set.spec.model_copy(
+                update={"template": template, "min_ready_seconds": deployment.spec.min_ready_seconds}
+            ),
+        }
+    )
+
+
+def _dump_node_template(value: NodeTemplateSpec | None) -> object:
+    return None if value is None else dump(value)
+
+
+def sync_revision(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet]) -> MachineSet:
+    """Bring an existing new set in line, then record its revision on the deployment (and, when the
+    rollout has no Progressing condition yet, that the new set was found)."""
+    desired = synced_new_set(ctx.deployment, new_set, max_revision(old_sets) + 1)
+    new_set = ctx.update_set(new_set, desired)
+    revision = new_set.metadata.annotations.get(REVISION_ANNOTATION)
+    if revision is not None and ctx.deployment.metadata.annotations.get(REVISION_ANNOTATION) != revision:
+        ctx.patch_deployment({"metadata": {"annotations": {REVISION_ANNOTATION: revision}}}, guarded=False)
+    if progress.progressing(ctx.deployment.status) is None:
+        ctx.deployment.status = progress.with_condition(
+            ctx.deployment.status,
+            progress.condition(progress.PROGRESSING, ConditionStatus.TRUE, progress.FOUND_NEW_MACHINE_SET,
+                               f'Found new machine set "{new_set.metadata.name}"', ctx.now),
+        )  # fmt: skip
+    return new_set
+
+
+def new_and_old(ctx: Context, *, create: bool) -> tuple[MachineSet | None, list[MachineSet]]:
+    """MCM's getAllMachineSetsAndSyncRevision: the new set (synced; created when ``create`` and
+    missing) and the old sets."""
+    new_set, old_sets = split(ctx.deployment, ctx.sets)
+    if new_set is not None:
+        return sync_revision(ctx, new_set, old_sets), old_sets
+    if not create:
+        return None, old_sets
+    return create_new_set(ctx, old_sets), old_sets
+
+
+# --- creating the new set --------------------------------------------------------------------------------
+
+
+def new_set_body(deployment: MachineDeployment, old_sets: Sequence[MachineSet]) -> MachineSet:
+    """The new set for the deployment's template: hash label on its labels, selector and template;
+    the deployment as controller; its annotations, revision and replica annotations; its size."""
+    hash_value = template_hash(deployment.spec.template, deployment.status.collision_count)
+    labels = {**deployment.spec.template.metadata.labels, MACHINE_TEMPLATE_HASH_LABEL_KEY: hash_value}
+    template = deployment.spec.template.model_copy(
+        update={"metadata": deployment.spec.template.metadata.model_copy(update={"labels": labels})},
+        deep=True,
+    )
+    selector = deployment.spec.selector or LabelSelector()
+    selector = selector.model_copy(
+        update={"match_labels": {**selector.match_labels, MACHINE_TEMPLATE_HASH_LABEL_KEY: hash_value}},
+        deep=True,
+    )
+    replicas = deployment.spec.replicas
+    annotations = new_set_annotations({}, deployment.metadata.annotations, max_revision(old_sets) + 1)
+    annotations.update(replicas_annotations(replicas, replicas + max_surge(deployment)))
+    spec = MachineSetSpec(
+        replicas=0,
+        selector=selector,
+        template=template,
+        min_ready_seconds=deployment.spec.min_ready_seconds,
+    )
+    if deployment.spec.auto_preserve_failed_machine_max is not None:
+        spec.auto_preserve_failed_machine_max = deployment.spec.auto_preserve_failed_machine_max
+    body = MachineSet(
+        metadata=ObjectMeta(
+            name=machine_set_name(deployment.metadata.name or "", hash_value),
+            namespace=deployment.metadata.namespace,
+            labels=labels,
+            annotations=annotations,
+            owner_references=[new_controller_ref(deployment)],
+        ),
+        spec=spec,
+    )
+    size = new_set_replicas(deployment, [*old_sets, body], body)
+    body.spec.replicas = size
+    return body
+
+
+def create_new_set(ctx: Context, old_sets: Sequence[MachineSet]) -> MachineSet:
+    deployment = ctx.deployment
+    body = new_set_body(deployment, old_sets)
+    name = body.metadata.name or ""
+    try:
+        created = ctx.create_set(body)
+    except Exception as err:
+        if is_already_exists(err):
+            return _existing_new_set(ctx, body)
+        message = f'Failed to create new machine set "{name}": {describe(err)}'
+        ctx.deployment.status = progress.with_condition(
+            ctx.deployment.status,
+            progress.condition(progress.PROGRESSING, ConditionStatus.FALSE, progress.MACHINE_SET_CREATE_ERROR,
+                               message, ctx.now),
+        )  # fmt: skip
+        ctx.write_status()
+        ctx.event(WARNING, progress.MACHINE_SET_CREATE_ERROR, message)
+        raise
+    log.info(
+        "MachineDeployment %s: created MachineSet %s with %d replicas", ctx.key, name, created.spec.replicas
+    )
+    if created.spec.replicas > 0:
+        ctx.event(NORMAL, SCALING_MACHINE_SET, f"Scaled up machine set {name} to {created.spec.replicas}")
+    revision = created.metadata.annotations.get(REVISION_ANNOTATION, "")
+    if ctx.deployment.metadata.annotations.get(REVISION_ANNOTATION) != revision:
+        ctx.patch_deployment({"metadata": {"annotations": {REVISION_ANNOTATION: revision}}}, guarded=False)
+    ctx.deployment.status = progress.with_condition(
+        ctx.deployment.status,
+        progress.condition(progress.PROGRESSING, ConditionStatus.TRUE, progress.NEW_MACHINE_SET_CREATED,
+                           f'Created new machine set "{name}"', ctx.now),
+    )  # fmt: skip
+    return created
+
+
+def _existing_new_set(ctx: Context, body: MachineSet) -> MachineSet:
+    """The name is taken: ours when it has the deployment's template (a lagging cache), otherwise a
+    hash collision, resolved by bumping collisionCount (the next pass computes another name)."""
+    existing = ctx.read_set(body.metadata.name or "")
+    if existing is not None and equal_ignore_hash(existing.spec.template, ctx.deployment.spec.template):
+        if all(ms.metadata.uid != existing.metadata.uid for ms in ctx.sets):
+            ctx.sets = [*ctx.sets, existing]
+        return existing
+    count = (ctx.deployment.status.collision_count or 0) + 1
+    ctx.deployment.status = ctx.deployment.status.model_copy(update={"collision_count": count})
+    ctx.write_status()
+    log.info(
+        "MachineDeployment %s: hash collision on %s, collisionCount now %d",
+        ctx.key,
+        body.metadata.name,
+        count,
+    )
+    raise HashCollision(f"machine set {body.metadata.name} exists with another template")
+
+
+# --- scaling ---------------------------------------------------------------------------------------------
+
+
+def scale_set(ctx: Context, machine_set: MachineSet, size: int) -> bool:
+    """Set a set's replicas and its desired/max-replicas annotations; whether its size changed."""
+    deployment = ctx.deployment
+    annotations = {
+        **machine_set.metadata.annotations,
+        **replicas_annotations(deployment.spec.replicas, deployment.spec.replicas + max_surge(deployment)),
+    }
+    desired = machine_set.model_copy(
+        update={
+            "metadata": machine_set.metadata.model_copy(update={"annotations": annotations}),
+            "spec": machine_set.spec.model_copy(update={"replicas": size}),
+        }
+    )
+    before = machine_set.spec.replicas
+    written = ctx.update_set(machine_set, desired)
+    if before == size:
+        return False
+    direction = "up" if size > before else "down"
+    log.info("MachineDeployment %s: scaled %s MachineSet %s %d → %d",
+             ctx.key, direction, written.metadata.name, before, size)  # fmt: skip
+    ctx.event(
+        NORMAL, SCALING_MACHINE_SET, f"Scaled {direction} machine set {written.metadata.name} to {size}"
+    )
+    return True
+
+
+def apply_sizes(ctx: Context, sizes: Sizes) -> bool:
+    """Write each size (in order); whether any set changed size. Stops at the first error."""
+    by_name = {ms.metadata.name: ms for ms in ctx.sets}
+    scaled = False
+    for name, size in sizes.items():
+        machine_set = by_name.get(name)
+        if machine_set is None:
+            continue
+        scaled = scale_set(ctx, machine_set, size) or scaled
+    return scaled
+
+
+def current(ctx: Context, machine_set: MachineSet | None) -> MachineSet | None:
+    """A set as last written in this pass."""
+    if machine_set is None:
+        return None
+    return next((ms for ms in ctx.sets if ms.metadata.uid == machine_set.metadata.uid), machine_set)
+
+
+# --- cleanup and deletion --------------------------------------------------------------------------------
+
+
+def cleanup_candidates(deployment: MachineDeployment, old_sets: Sequence[MachineSet]) -> list[MachineSet]:
+    """revisionHistoryLimit: the oldest old sets beyond the limit that are empty and settled (spec and
+    status 0, latest generation observed). No limit, no cleanup."""
+    limit = deployment.spec.revision_history_limit
+    if limit is None:
+        return []
+    alive = by_age(ms for ms in old_sets if not ms.metadata.is_deleting)
+    excess = len(alive) - limit
+    if excess <= 0:
+        return []
+    return [
+        ms
+        for ms in alive[:excess]
+        if ms.spec.replicas == 0
+        and ms.status.replicas == 0
+        and (ms.metadata.generation or 0) <= ms.status.observed_generation
+    ]
+
+
+def cleanup(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
+    for ms in cleanup_candidates(ctx.deployment, old_sets):
+        log.info("MachineDeployment %s: deleting old MachineSet %s (revision history limit %s)",
+                 ctx.key, ms.metadata.name, ctx.deployment.spec.revision_history_limit)  # fmt: skip
+        # stop at the first failure: the API server may be overloaded
+        ctx.delete_set(ms)
+
+
+def delete_all_sets(ctx: Context) -> None:
+    for ms in ctx.sets:
+        if not ms.metadata.is_deleting:
+            ctx.delete_set(ms)
+
+
+def revision_number(machine_set: MachineSet) -> int | None:
+    return revision_of(machine_set.metadata.annotations)

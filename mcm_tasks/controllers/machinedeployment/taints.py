@@ -1,0 +1,215 @@
+"""What a rollout does to Nodes: the PreferNoSchedule taint on old machines' nodes, and the
+cluster-autoscaler's scale-down protection while the rollout runs.
+
+- ``deployment.machine.sapcloud.io/prefer-no-schedule=True:PreferNoSchedule`` goes on the nodes of
+  old sets, so the scheduler prefers the new machines for pods that move. A set carrying the
+  annotation of the same key has had its nodes tainted (so this is done once per set); the taint
+  and the annotation come off the nodes of a set that becomes new again (rollback) or is new when a
+  rollout completes.
+- ``cluster-autoscaler.kubernetes.io/scale-down-disabled=true`` with its marker
+  ``…-by-mcm=true`` goes on the nodes of all sets while old sets still have machines (behind the
+  ``autoscaler_scaledown_annotation_during_rollout`` flag), so the autoscaler does not remove nodes
+  the rollout is counting on; both come off when the rollout completes, only where the marker says
+  MCM put them. Deliberate difference: a node whose scale-down-disabled annotation was set by
+  someone else (no marker) is left alone, so MCM never removes a user's protection.
+
+Decisions are pure functions over a Node dict returning the merge patch to send (None: nothing to
+do); ``apply`` writes them to the target cluster. Node failures are logged and do not fail the
+rollout, as in MCM (tainting is a scheduling preference, not a safety property).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import MachineSet
+from mcm_tasks.api.constants import (
+    CA_SCALE_DOWN_DISABLED_ANNOTATION,
+    CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
+    CA_SCALE_DOWN_DISABLED_VALUE,
+    NODE_LABEL_KEY,
+    PREFER_NO_SCHEDULE_KEY,
+    PREFER_NO_SCHEDULE_TAINT_VALUE,
+    TAINT_EFFECT_PREFER_NO_SCHEDULE,
+)
+from mcm_tasks.controllers.machinedeployment.control import Context
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
+from mcm_tasks.kube.resources import NODES
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+#: a decision over a node: the merge patch to send, or None
+NodeChange = Callable[[Obj], dict[str, Any] | None]
+
+PREFER_NO_SCHEDULE_TAINT: Final = {
+    "key": PREFER_NO_SCHEDULE_KEY,
+    "value": PREFER_NO_SCHEDULE_TAINT_VALUE,
+    "effect": TAINT_EFFECT_PREFER_NO_SCHEDULE,
+}
+
+
+def _meta(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _taints(node: Obj) -> list[Obj]:
+    spec = node.get("spec")
+    taints = spec.get("taints") if isinstance(spec, dict) else None
+    return list(taints) if isinstance(taints, list) else []
+
+
+def _is_ours(taint: Obj) -> bool:
+    return (
+        taint.get("key") == PREFER_NO_SCHEDULE_KEY and taint.get("effect") == TAINT_EFFECT_PREFER_NO_SCHEDULE
+    )
+
+
+def _taints_patch(node: Obj, taints: list[Obj]) -> dict[str, Any]:
+    """Taints are a list (replaced whole by a merge patch): guard it with the node's resourceVersion."""
+    return {
+        "metadata": {"resourceVersion": _meta(node).get("resourceVersion")},
+        "spec": {"taints": taints or None},
+    }
+
+
+def add_prefer_no_schedule(node: Obj) -> dict[str, Any] | None:
+    taints = _taints(node)
+    if any(_is_ours(t) and t.get("value") == PREFER_NO_SCHEDULE_TAINT_VALUE for t in taints):
+        return None
+    kept = [t for t in taints if not _is_ours(t)]
+    return _taints_patch(node, [*kept, dict(PREFER_NO_SCHEDULE_TAINT)])
+
+
+def remove_prefer_no_schedule(node: Obj) -> dict[str, Any] | None:
+    taints = _taints(node)
+    kept = [t for t in taints if not _is_ours(t)]
+    return None if len(kept) == len(taints) else _taints_patch(node, kept)
+
+
+def add_scale_down_protection(node: Obj) -> dict[str, Any] | None:
+    annotations = _meta(node).get("annotations") or {}
+    if annotations.get(CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION) == CA_SCALE_DOWN_DISABLED_VALUE:
+        return None
+    if CA_SCALE_DOWN_DISABLED_ANNOTATION in annotations:
+        # someone else's protection: leave it (and its removal) to them
+        return None
+    value = CA_SCALE_DOWN_DISABLED_VALUE
+    return {"metadata": {"annotations": {CA_SCALE_DOWN_DISABLED_ANNOTATION: value,
+                                         CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION: value}}}  # fmt: skip
+
+
+def remove_scale_down_protection(node: Obj) -> dict[str, Any] | None:
+    annotations = _meta(node).get("annotations") or {}
+    if CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION not in annotations:
+        return None
+    return {"metadata": {"annotations": {CA_SCALE_DOWN_DISABLED_ANNOTATION: None,
+                                         CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION: None}}}  # fmt: skip
+
+
+# --- I/O -------------------------------------------------------------------------------------------------
+
+
+def node_names(ctx: Context, machine_sets: Iterable[MachineSet]) -> list[str]:
+    """Nodes of the sets' machines (the machines' ``node`` label), each once."""
+    names: dict[str, None] = {}
+    for ms in machine_sets:
+        for machine in ctx.machines_of(ms):
+            node = (_meta(machine).get("labels") or {}).get(NODE_LABEL_KEY)
+            if node:
+                names[node] = None
+    return list(names)
+
+
+def apply(ctx: Context, nodes: Sequence[str], change: NodeChange) -> int:
+    """Apply a decision to each node (re-deciding on a fresh read after a Conflict); the nodes
+    changed. Errors are logged, not raised."""
+    if ctx.target is None:
+        return 0
+    changed = 0
+    for name, node in ctx.get_nodes(nodes).items():
+        if change(node) is None:
+            continue
+        try:
+            changed += _apply_one(ctx.target, node, change)
+        except Exception as err:
+            log.warning("MachineDeployment %s: could not update node %s: %s", ctx.key, name, describe(err))
+    return changed
+
+
+def _apply_one(target: ApiClient, node: Obj, change: NodeChange) -> int:
+    name = str(_meta(node).get("name"))
+    current: list[Obj | None] = [node]
+
+    def attempt() -> int:
+        obj = current[0]
+        body = None if obj is None else change(obj)
+        if body is None:
+            return 0
+        try:
+            ops.patch(target, NODES, name, body)
+        except Exception as err:
+            if is_not_found(err):
+                return 0
+            if is_conflict(err):
+                current[0] = ops.get(target, NODES, name, missing_ok=True)
+            raise
+        return 1
+
+    return ops.retry_on_conflict(attempt)
+
+
+def _set_annotation(ctx: Context, machine_set: MachineSet, value: str | None) -> None:
+    annotations = dict(machine_set.metadata.annotations)
+    if value is None:
+        annotations.pop(PREFER_NO_SCHEDULE_KEY, None)
+    else:
+        annotations[PREFER_NO_SCHEDULE_KEY] = value
+    desired = machine_set.model_copy(
+        update={"metadata": machine_set.metadata.model_copy(update={"annotations": annotations})}
+    )
+    ctx.update_set(machine_set, desired)
+
+
+def taint_old_sets(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
+    """PreferNoSchedule on the nodes of old sets not tainted yet, then mark each such set."""
+    if ctx.target is None:
+        return
+    for ms in old_sets:
+        if PREFER_NO_SCHEDULE_KEY in ms.metadata.annotations:
+            continue
+        count = apply(ctx, node_names(ctx, [ms]), add_prefer_no_schedule)
+        log.info("MachineDeployment %s: tainted %d nodes of old MachineSet %s with %s",
+                 ctx.key, count, ms.metadata.name, PREFER_NO_SCHEDULE_KEY)  # fmt: skip
+        _set_annotation(ctx, ms, PREFER_NO_SCHEDULE_TAINT_VALUE)
+
+
+def untaint_set(ctx: Context, machine_set: MachineSet) -> None:
+    """Take PreferNoSchedule off a set's nodes and its marker off the set."""
+    if ctx.target is None or PREFER_NO_SCHEDULE_KEY not in machine_set.metadata.annotations:
+        return
+    count = apply(ctx, node_names(ctx, [machine_set]), remove_prefer_no_schedule)
+    log.info("MachineDeployment %s: removed %s from %d nodes of MachineSet %s",
+             ctx.key, PREFER_NO_SCHEDULE_KEY, count, machine_set.metadata.name)  # fmt: skip
+    _set_annotation(ctx, machine_set, None)
+
+
+def protect_from_scale_down(ctx: Context, machine_sets: Sequence[MachineSet]) -> None:
+    if ctx.settings.autoscaler_scaledown_annotation_during_rollout:
+        apply(ctx, node_names(ctx, machine_sets), add_scale_down_protection)
+
+
+def end_scale_down_protection(ctx: Context, machine_sets: Sequence[MachineSet]) -> None:
+    if ctx.settings.autoscaler_scaledown_annotation_during_rollout:
+        apply(ctx, node_names(ctx, machine_sets), remove_scale_down_protection)
+
+
+def rollout_running(old_sets: Sequence[MachineSet]) -> bool:
+    """Old sets still hold (or are about to hold) machines."""
+    return any(ms.spec.replicas > 0 or ms.status.replicas > 0 for ms in old_sets)

@@ -1,0 +1,209 @@
+"""The writes of manageReplicas: creating machines in slow-start batches and terminating machines,
+each with its expectations, Events and (for deletions) the Terminating status.
+
+Expectations (``mcm_tasks.queue.expectations``) are recorded before the writes and lowered for every
+write that will never be observed (a create skipped after a failing batch or refused, a DELETE that
+failed), so the informer's observations bring them to zero exactly when the cache has caught up.
+Within a batch the calls run concurrently on a small per-process thread pool, as MCM runs them on
+goroutines; the rate limit shared through Redis still bounds them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import (
+    API_VERSION,
+    Machine,
+    MachineOperationType,
+    MachinePhase,
+    MachineSet,
+    MachineState,
+    dump,
+    new_controller_ref,
+)
+from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION
+from mcm_tasks.controllers.machine.status import write_operation
+from mcm_tasks.controllers.machineset import metrics
+from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_timeout
+from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, recorder_for
+from mcm_tasks.kube.resources import MACHINES
+from mcm_tasks.queue import expectations
+
+log = logging.getLogger(__name__)
+
+COMPONENT: Final = "machine-controller-manager"
+SUCCESSFUL_CREATE: Final = "SuccessfulCreate"
+FAILED_CREATE: Final = "FailedCreate"
+SUCCESSFUL_DELETE: Final = "SuccessfulDelete"
+FAILED_DELETE: Final = "FailedDelete"
+DELETING_DESCRIPTION: Final = "Deleting machine from cloud provider"
+#: concurrent API calls of one batch; below the client's connection pool so connections are reused
+POOL_SIZE: Final = 8
+
+
+# --- per-process helpers ---------------------------------------------------------------------------------
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One pool per process: a pool inherited through fork has no threads behind it."""
+    pid = os.getpid()
+    pool = _pools.get(pid)
+    if pool is None:
+        pool = _pools[pid] = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="machineset")
+    return pool
+
+
+def recorder(api: ApiClient) -> EventRecorder:
+    return recorder_for(api, COMPONENT)
+
+
+def run_concurrently(n: int, fn: Callable[[], None]) -> list[Exception | None]:
+    """A slow-start batch: ``n`` calls at once, each call's error or None."""
+    if n == 1:
+        try:
+            fn()
+        except Exception as err:
+            return [err]
+        return [None]
+    futures = [_pool().submit(fn) for _ in range(n)]
+    return [f.exception() for f in futures]  # type: ignore[misc]
+
+
+def _each_concurrently(items: Sequence[Any], fn: Callable[[Any], None]) -> list[Exception | None]:
+    futures = [_pool().submit(fn, item) for item in items]
+    return [f.exception() for f in futures]  # type: ignore[misc]
+
+
+# --- creation --------------------------------------------------------------------------------------------
+
+
+def new_machine(machine_set: MachineSet) -> dict[str, Any]:
+    """A machine stamped from the set's template: generateName ``<set>-``, the template's labels,
+    annotations and finalizers, its spec, and the set as controller (blocking its foreground deletion)."""
+    template = machine_set.spec.template
+    annotations = dict(template.metadata.annotations)
+    timeout = machine_set.metadata.annotations.get(EFFECTIVE_CREATION_TIMEOUT_ANNOTATION)
+    if timeout:
+        annotations[EFFECTIVE_CREATION_TIMEOUT_ANNOTATION] = timeout
+    metadata: dict[str, Any] = {
+        "generateName": f"{machine_set.metadata.name}-",
+        "namespace": machine_set.metadata.namespace,
+        "labels": dict(template.metadata.labels),
+        "ownerReferences": [dump(new_controller_ref(machine_set))],
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    if template.metadata.finalizers:
+        metadata["finalizers"] = list(template.metadata.finalizers)
+    return {"apiVersion": API_VERSION, "kind": "Machine", "metadata": metadata, "spec": dump(template.spec)}
+
+
+def create_machines(
+    api: ApiClient, machine_set: MachineSet, key: str, count: int
+) -> tuple[int, Exception | None]:
+    """Create ``count`` machines in slow-start batches; (created, the first error)."""
+    expectations.expect_creations(key, count)
+    body = new_machine(machine_set)
+    events = recorder(api)
+
+    def create_one() -> None:
+        try:
+            created = ops.create(api, MACHINES, body, machine_set.metadata.namespace)
+        except Exception as err:
+            if is_timeout(err):
+                # it may exist after all: the informer will observe it, or the expectation expires
+                return
+            events.event(machine_set, WARNING, FAILED_CREATE, f"Error creating: {describe(err)}")
+            raise
+        name = (created.get("metadata") or {}).get("name")
+        events.event(machine_set, NORMAL, SUCCESSFUL_CREATE, f"Created Machine: {name}")
+
+    created, error = slow_start(count, create_one, run_concurrently)
+    skipped = count - created
+    if skipped > 0:
+        log.info("MachineSet %s: slow start stopped after %d of %d creations: %s",
+                 key, created, count, describe(error) if error else "")  # fmt: skip
+        expectations.creation_observed(key, skipped)
+    return created, error
+
+
+# --- termination -----------------------------------------------------------------------------------------
+
+
+def terminate_machines(
+    api: ApiClient, machine_set: MachineSet, key: str, machines: Sequence[Machine], *, expect: bool = True
+) -> Exception | None:
+    """DELETE each machine (those not already deleting) and mark it Terminating; the first error.
+
+    ``expect``: record deletion expectations (manageReplicas); a set being deleted does not wait
+    on them.
+    """
+    targets = [m for m in machines if not m.metadata.is_deleting]
+    if not targets:
+        return None
+    if expect:
+        expectations.expect_deletions(key, [m.metadata.name or "" for m in targets])
+    events = recorder(api)
+
+    def delete_one(machine: Machine) -> None:
+        name = machine.metadata.name or ""
+        try:
+            answer = ops.delete(api, MACHINES, name, machine.metadata.namespace, uid=machine.metadata.uid)
+        except Exception as err:
+            if expect:
+                # idempotent per name: lowering it here is safe even if the informer saw it go
+                expectations.deletion_observed(key, name)
+            if is_not_found(err) or is_conflict(err):
+                # gone already, or a namesake with another uid that is not ours to delete
+                return
+            events.event(machine_set, WARNING, FAILED_DELETE, f"Error deleting: {describe(err)}")
+            raise
+        events.event(machine_set, NORMAL, SUCCESSFUL_DELETE, f"Deleted machine: {name}")
+        if is_failed(machine) and machine.status.last_operation.type == MachineOperationType.HEALTH_CHECK:
+            metrics.count_stale_machine_removed()
+        if answer and answer.get("kind") == "Machine":
+            mark_terminating(api, Machine.model_validate(answer))
+
+    results = _each_concurrently(targets, delete_one)
+    return next((r for r in results if r is not None), None)
+
+
+def mark_terminating(api: ApiClient, machine: Machine) -> None:
+    """MCM's status after its DELETE: Terminating, "Deleting machine from cloud provider". Best effort:
+    the machine controller reaches the same state when it handles the deletion."""
+    current = [machine]
+
+    def attempt() -> None:
+        obj = current[0]
+        if str(obj.status.current_status.phase) == MachinePhase.TERMINATING:
+            return
+        try:
+            write_operation(
+                obj,
+                DELETING_DESCRIPTION,
+                MachineState.PROCESSING,
+                MachineOperationType.DELETE,
+                phase=MachinePhase.TERMINATING,
+            )
+        except Exception as err:
+            if is_conflict(err):
+                fresh = ops.get(api, MACHINES, obj.metadata.name or "", obj.metadata.namespace)
+                current[0] = Machine.model_validate(fresh)
+            raise
+
+    try:
+        ops.retry_on_conflict(attempt)
+    except Exception as err:
+        if not is_not_found(err):
+            log.warning("machine %s: could not mark it Terminating: %s", machine.key, describe(err))

@@ -1,0 +1,218 @@
+"""The MachineSet reconcile (MCM's reconcileClusterMachineSet), on the queue contract.
+
+Order: read the set; gone → forget its expectations; invalid → skip with a Warning event; add the
+finalizer; claim machines (adopt selected orphans, release the unselected); propagate the node
+template, machine configuration and class kind in place; then either manageReplicas (only when the
+expectations of the previous pass are met) or, for a set being deleted, delete every machine and drop
+the finalizer once none is left; finally the status, written only when it changed. It comes back
+after LongRetry (MCM's 10 minutes), sooner through the informer whenever a machine of the set changes.
+
+Reads come from the informers' mirror once it holds a complete list of the kind, else from the API
+server (tests without an informer, a worker that started first). Writes go to the API server only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import Machine, MachineSet, now_utc
+from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.validation import validate_machine_set
+from mcm_tasks.cache import get_listers, get_reader
+from mcm_tasks.cache.layout import split_key
+from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.machineset import control, status
+from mcm_tasks.controllers.machineset.claim import claim_children, recheck_owner
+from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
+from mcm_tasks.controllers.machineset.sync import propagate
+from mcm_tasks.controllers.owners import selects
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.clients import get_clusters
+from mcm_tasks.kube.errors import describe, is_conflict
+from mcm_tasks.kube.events import WARNING
+from mcm_tasks.kube.resources import MACHINE_SETS, MACHINES
+from mcm_tasks.queue import Requeue, expectations
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+INVALID_REASON: Final = "ValidationFailed"
+
+
+class ManageReplicasError(RuntimeError):
+    """manageReplicas failed; raised after the status was written, so the key backs off."""
+
+
+# --- reads -----------------------------------------------------------------------------------------------
+
+
+def control_api() -> ApiClient:
+    return get_clusters().control.api
+
+
+def _cached(lister: Lister[Any]) -> bool:
+    try:
+        return lister.synced()
+    except Exception:
+        return False
+
+
+def get_machine_set(name: str, namespace: str) -> MachineSet | None:
+    lister = get_listers().machine_sets
+    if _cached(lister):
+        return lister.get(name, namespace)
+    data = ops.get(control_api(), MACHINE_SETS, name, namespace, missing_ok=True)
+    return None if data is None else MachineSet.model_validate(data)
+
+
+def candidate_machines(machine_set: MachineSet) -> list[Machine]:
+    """The machines the set controls, and the orphans its selector picks (adoption candidates).
+
+    From the mirror, the models are the process's shared ones (``Lister.shared``): a machine whose
+    stored JSON has not changed since an earlier pass is not parsed again, and at a thousand machines
+    parsing was most of the pass. They are read-only here, as everywhere in this controller (writes
+    build patches; what the API server returns is parsed afresh). The synced check and the list are
+    one read, so an emptied mirror never reads as "no machines". Without the mirror, a live list.
+    """
+    listed = get_listers().machines.shared.list_if_synced()
+    if listed is None:
+        raws = ops.list_(control_api(), MACHINES, machine_set.metadata.namespace)["items"]
+        listed = [Machine.model_validate(raw) for raw in raws if _is_candidate_raw(raw, machine_set)]
+    return [m for m in listed if _is_candidate(m, machine_set)]
+
+
+def _is_candidate(machine: Machine, machine_set: MachineSet) -> bool:
+    meta = machine.metadata
+    if meta.namespace != machine_set.metadata.namespace:
+        return False
+    controller = meta.controller_ref()
+    if controller is not None:
+        return bool(controller.uid == machine_set.metadata.uid)
+    return selects(machine_set.spec.selector, meta.labels)
+
+
+def _is_candidate_raw(raw: dict[str, Any], machine_set: MachineSet) -> bool:
+    """``_is_candidate`` on a stored dict, so that a live list parses only the candidates."""
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict) or meta.get("namespace") != machine_set.metadata.namespace:
+        return False
+    controller = next((ref for ref in meta.get("ownerReferences") or () if ref.get("controller")), None)
+    if controller is not None:
+        return bool(controller.get("uid") == machine_set.metadata.uid)
+    return selects(machine_set.spec.selector, meta.get("labels") or {})
+
+
+# --- finalizers ------------------------------------------------------------------------------------------
+
+
+def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> MachineSet:
+    """Add or remove MCM's finalizer with a resourceVersion-guarded patch (fresh read on Conflict)."""
+    current = [machine_set]
+
+    def attempt() -> MachineSet:
+        obj = current[0]
+        if obj.metadata.has_finalizer(MCM_FINALIZER) == present:
+            return obj
+        others = [f for f in obj.metadata.finalizers if f != MCM_FINALIZER]
+        finalizers = [*others, MCM_FINALIZER] if present else others
+        body = {
+            "metadata": {"finalizers": finalizers or None, "resourceVersion": obj.metadata.resource_version}
+        }
+        try:
+            written = ops.patch(api, MACHINE_SETS, obj.metadata.name or "", body, obj.metadata.namespace)
+        except Exception as err:
+            if is_conflict(err):
+                fresh = ops.get(api, MACHINE_SETS, obj.metadata.name or "", obj.metadata.namespace)
+                current[0] = MachineSet.model_validate(fresh)
+            raise
+        return MachineSet.model_validate(written)
+
+    return ops.retry_on_conflict(attempt)
+
+
+# --- the reconcile ---------------------------------------------------------------------------------------
+
+
+def reconcile_machine_set(key: str) -> Requeue | None:
+    with get_reader().remembering_synced():
+        return _reconcile(key)
+
+
+def _reconcile(key: str) -> Requeue | None:
+    settings = get_settings()
+    namespace, name = split_key(key)
+    namespace = namespace or settings.namespace
+    api = control_api()
+    machine_set = get_machine_set(name, namespace)
+    if machine_set is None:
+        expectations.delete_expectations(key)
+        return None
+
+    problems = validate_machine_set(machine_set)
+    if problems:
+        message = "; ".join(str(p) for p in problems)
+        log.warning("MachineSet %s is invalid, skipped: %s", key, message)
+        control.recorder(api).event(machine_set, WARNING, INVALID_REASON, message)
+        return None
+
+    deleting = machine_set.metadata.is_deleting
+    if not deleting:
+        machine_set = set_finalizer(api, machine_set, True)
+
+    claim = claim_children(
+        api, MACHINES, Machine, machine_set, machine_set.spec.selector, candidate_machines(machine_set),
+        recheck_owner(api, MACHINE_SETS, machine_set),
+    )  # fmt: skip
+    if claim.adopted or claim.released:
+        log.info("MachineSet %s: adopted %s, released %s", key, claim.adopted, claim.released)
+    if claim.errors:
+        raise claim.errors[0]
+    machines = propagate(api, machine_set, claim.claimed)
+
+    failure: status.ReplicaFailure | None = None
+    requeue = Requeue.long()
+    if not deleting:
+        if expectations.satisfied(key):
+            failure = manage_replicas(api, machine_set, key, machines)
+        else:
+            log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
+            requeue = Requeue(after=min(settings.expectations_timeout, settings.long_retry))
+    elif not machines:
+        machine_set = set_finalizer(api, machine_set, False)
+    elif machine_set.metadata.has_finalizer(MCM_FINALIZER):
+        error = control.terminate_machines(api, machine_set, key, machines, expect=False)
+        if error is not None:
+            log.warning("MachineSet %s: deleting its machines: %s", key, describe(error))
+
+    now = now_utc()
+    status.write_status(api, machine_set, lambda ms: status.calculate_status(ms, machines, failure, now))
+    if failure is not None:
+        raise ManageReplicasError(f"MachineSet {key}: {failure.reason}: {failure.message}")
+    return requeue
+
+
+def manage_replicas(
+    api: ApiClient, machine_set: MachineSet, key: str, machines: list[Machine]
+) -> status.ReplicaFailure | None:
+    """Carry out this pass's plan; the failure to report, if any."""
+    plan = plan_replicas(machine_set, machines, now_utc())
+    if plan.skipped:
+        level = logging.INFO if plan.skipped == SKIP_FROZEN else logging.DEBUG
+        log.log(
+            level, "MachineSet %s: %d machines missing, scale-up blocked (%s)", key, -plan.diff, plan.skipped
+        )
+        return None
+    if plan.create:
+        log.info("MachineSet %s: too few replicas (need %d), creating %d",
+                 key, machine_set.spec.replicas, plan.create)  # fmt: skip
+        _, error = control.create_machines(api, machine_set, key, plan.create)
+        return None if error is None else status.ReplicaFailure(status.FAILED_CREATE, describe(error))
+    if plan.delete:
+        log.info("MachineSet %s: deleting %d machines (replicas %d): %s", key, len(plan.delete),
+                 machine_set.spec.replicas, [m.metadata.name for m in plan.delete])  # fmt: skip
+        error = control.terminate_machines(api, machine_set, key, plan.delete)
+        return None if error is None else status.ReplicaFailure(status.FAILED_DELETE, describe(error))
+    return None

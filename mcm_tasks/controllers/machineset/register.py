@@ -1,0 +1,11 @@
+"""Registers the MachineSet reconciler for the ``machineset`` queue (imported by a worker's reconciler
+modules, see ``mcm_tasks.queue.registry``)."""
+
+from __future__ import annotations
+
+from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
+from mcm_tasks.queue import register_reconciler
+
+KIND = "machineset"
+
+register_reconciler(KIND, reconcile_machine_set)

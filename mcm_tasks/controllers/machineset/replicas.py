@@ -1,0 +1,242 @@
+"""manageReplicas as pure decisions: how many machines to create, which ones to delete and in what
+order, and how creations are batched.
+
+One pass either creates or deletes, never both (as upstream): the expectations it records are of
+one kind. Scale-up: ``min(replicas − non-terminating, 100)`` machines, unless the set carries the
+``freeze=True`` label (the overshooting safety froze it) or the in-place update's scale-up-disabled
+label. Otherwise machines to delete, up to 100: the excess in deletion order, the machines the
+autoscaler marked (priority 1, marked no later than the set's last scaler change), and every Failed
+machine that is not preserved (it is replaced on the next pass).
+
+Deletion order, first deleted first: not preserved before preserved; lower ``machinepriority``
+(default 3); earlier marked-for-deletion time; phase Terminating < Failed < CrashLoopBackOff < Unknown <
+Pending < Available < Running (a machine still being created, with no phase, ranks with Terminating,
+as in MCM where an unknown phase ranks 0); older first; then by name, so the order is total.
+
+Deliberate difference: a machine with a deletionTimestamp counts as terminating even before its phase
+says so. MCM counts it as active until the phase changes, which can hold a replacement back and, when
+the status write after the DELETE fails, leaves the set waiting on an expectation nothing will meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from mcm_tasks.api import Machine, MachinePhase, MachineSet
+from mcm_tasks.api.constants import (
+    FREEZE_LABEL_KEY,
+    FREEZE_LABEL_VALUE,
+    LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
+    MACHINE_PRIORITY_ANNOTATION,
+    MACHINE_PRIORITY_DEFAULT,
+    MACHINE_PRIORITY_TRIGGERED,
+    MARKED_FOR_DELETION_TIME_ANNOTATION,
+    PRESERVE_ANNOTATION,
+    PRESERVE_AUTO_PRESERVED,
+    PRESERVE_NOW,
+    PRESERVE_WHEN_FAILED,
+    SCALE_UP_DISABLED_LABEL_KEY,
+)
+
+#: at most this many creations or deletions per pass (MCM's BurstReplicas)
+BURST_REPLICAS: Final = 100
+#: the first slow-start batch
+SLOW_START_INITIAL_BATCH_SIZE: Final = 1
+
+#: lower goes first; phases not listed (none yet, in-place update phases) rank 0
+PHASE_DELETION_RANK: Final[dict[str, int]] = {
+    MachinePhase.TERMINATING: 0,
+    MachinePhase.FAILED: 1,
+    MachinePhase.CRASH_LOOP_BACK_OFF: 2,
+    MachinePhase.UNKNOWN: 3,
+    MachinePhase.PENDING: 4,
+    MachinePhase.AVAILABLE: 5,
+    MachinePhase.RUNNING: 6,
+}
+
+_LATEST: Final = datetime.max.replace(tzinfo=UTC)
+
+SKIP_FROZEN: Final = "frozen"
+SKIP_SCALE_UP_DISABLED: Final = "scale-up-disabled"
+
+
+# --- machine predicates ----------------------------------------------------------------------------------
+
+
+def phase_of(machine: Machine) -> str:
+    return str(machine.status.current_status.phase)
+
+
+def is_terminating(machine: Machine) -> bool:
+    return machine.metadata.is_deleting or phase_of(machine) == MachinePhase.TERMINATING
+
+
+def is_failed(machine: Machine) -> bool:
+    return phase_of(machine) == MachinePhase.FAILED
+
+
+def is_active(machine: Machine) -> bool:
+    """MCM's IsMachineActive: neither terminating nor failed (these get template propagation)."""
+    return not is_terminating(machine) and not is_failed(machine)
+
+
+def is_preserved(machine: Machine, now: datetime) -> bool:
+    """Preserved now or on its way to it: an unexpired preservation, ``now`` / ``auto-preserved``, or
+    ``when-failed`` on a Failed machine. (Preservation itself is the machine controller's, later.)"""
+    expiry = machine.status.current_status.preserve_expiry_time
+    if expiry is not None:
+        return expiry > now
+    value = machine.metadata.annotations.get(PRESERVE_ANNOTATION, "")
+    if value in (PRESERVE_NOW, PRESERVE_AUTO_PRESERVED):
+        return True
+    return value == PRESERVE_WHEN_FAILED and is_failed(machine)
+
+
+def machine_priority(machine: Machine) -> int:
+    """The ``machinepriority`` annotation; the default (3) when absent or not a number, as MCM."""
+    raw = machine.metadata.annotations.get(MACHINE_PRIORITY_ANNOTATION, MACHINE_PRIORITY_DEFAULT)
+    try:
+        return int(raw)
+    except ValueError:
+        return int(MACHINE_PRIORITY_DEFAULT)
+
+
+def parse_rfc3339(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def marked_for_deletion_time(machine: Machine) -> datetime | None:
+    return parse_rfc3339(machine.metadata.annotations.get(MARKED_FOR_DELETION_TIME_ANNOTATION))
+
+
+# --- deletion order --------------------------------------------------------------------------------------
+
+
+def deletion_key(machine: Machine, now: datetime) -> tuple[bool, int, datetime, int, datetime, str]:
+    return (
+        is_preserved(machine, now),
+        machine_priority(machine),
+        marked_for_deletion_time(machine) or _LATEST,
+        PHASE_DELETION_RANK.get(phase_of(machine), 0),
+        machine.metadata.creation_timestamp or _LATEST,
+        machine.metadata.name or "",
+    )
+
+
+def deletion_order(machines: Iterable[Machine], now: datetime) -> list[Machine]:
+    return sorted(machines, key=lambda m: deletion_key(m, now))
+
+
+def marked_for_deletion(machines: Iterable[Machine], machine_set: MachineSet) -> list[Machine]:
+    """Machines the autoscaler triggered for deletion (priority 1) whose marked time is not after the
+    set's last-deployment-replica-change-by-scaler time: the replica count already accounts for them."""
+    changed = parse_rfc3339(
+        machine_set.metadata.annotations.get(LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION)
+    )
+    if changed is None:
+        return []
+    out = []
+    for machine in machines:
+        if machine.metadata.annotations.get(MACHINE_PRIORITY_ANNOTATION) != MACHINE_PRIORITY_TRIGGERED:
+            continue
+        marked = marked_for_deletion_time(machine)
+        if marked is not None and marked <= changed:
+            out.append(machine)
+    return out
+
+
+# --- the plan --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    #: machines to create in this pass
+    create: int = 0
+    #: machines to delete in this pass, in order
+    delete: tuple[Machine, ...] = ()
+    #: why a needed scale-up is not done ("" when it is, or none is needed)
+    skipped: str = ""
+    #: non-terminating machines − replicas
+    diff: int = 0
+
+
+def is_frozen(machine_set: MachineSet) -> bool:
+    """The overshooting freeze blocks scale-up of a set that is not being deleted."""
+    frozen = machine_set.metadata.labels.get(FREEZE_LABEL_KEY) == FREEZE_LABEL_VALUE
+    return frozen and not machine_set.metadata.is_deleting
+
+
+def plan_replicas(machine_set: MachineSet, machines: Sequence[Machine], now: datetime) -> ReplicaPlan:
+    """manageReplicas' decision over the set's claimed machines."""
+    active = [m for m in machines if not is_terminating(m)]
+    diff = len(active) - machine_set.spec.replicas
+    if diff < 0:
+        if is_frozen(machine_set):
+            return ReplicaPlan(skipped=SKIP_FROZEN, diff=diff)
+        if SCALE_UP_DISABLED_LABEL_KEY in machine_set.metadata.labels:
+            return ReplicaPlan(skipped=SKIP_SCALE_UP_DISABLED, diff=diff)
+        return ReplicaPlan(create=min(-diff, BURST_REPLICAS), diff=diff)
+    stale: list[Machine] = []
+    if diff > 0:
+        stale += deletion_order(active, now)[: min(diff, BURST_REPLICAS)]
+    stale += marked_for_deletion(active, machine_set)
+    stale += [m for m in active if is_failed(m) and not is_preserved(m, now)]
+    unique: dict[str, Machine] = {}
+    for machine in stale:
+        unique.setdefault(machine.metadata.name or "", machine)
+    return ReplicaPlan(delete=tuple(list(unique.values())[:BURST_REPLICAS]), diff=diff)
+
+
+# --- slow start ------------------------------------------------------------------------------------------
+
+
+def slow_start_batches(count: int, initial: int = SLOW_START_INITIAL_BATCH_SIZE) -> list[int]:
+    """Batch sizes 1, 2, 4, … that add up to ``count`` (the last one is what remains)."""
+    sizes, remaining, size = [], count, min(count, initial)
+    while size > 0:
+        sizes.append(size)
+        remaining -= size
+        size = min(2 * size, remaining)
+    return sizes
+
+
+#: runs ``fn`` ``n`` times (concurrently, for the real thing) and returns each call's error or None
+BatchRunner = Callable[[int, Callable[[], None]], list[Exception | None]]
+
+
+def run_sequentially(n: int, fn: Callable[[], None]) -> list[Exception | None]:
+    results: list[Exception | None] = []
+    for _ in range(n):
+        try:
+            fn()
+            results.append(None)
+        except Exception as err:
+            results.append(err)
+    return results
+
+
+def slow_start(
+    count: int,
+    fn: Callable[[], None],
+    run_batch: BatchRunner = run_sequentially,
+    initial: int = SLOW_START_INITIAL_BATCH_SIZE,
+) -> tuple[int, Exception | None]:
+    """MCM's slowStartBatch: call ``fn`` ``count`` times in doubling batches; a batch with a failure
+    is the last one. Returns (successful calls, the first error). A quota that refuses every create
+    costs one call, not a hundred."""
+    successes = 0
+    for size in slow_start_batches(count, initial):
+        errors = [e for e in run_batch(size, fn) if e is not None]
+        successes += size - len(errors)
+        if errors:
+            return successes, errors[0]
+    return successes, None

@@ -1,0 +1,153 @@
+"""MachineSet status: computed from the claimed machines, written only when it changed.
+
+replicas = claimed machines; fullyLabeledReplicas = those carrying every template label;
+readyReplicas = Running; availableReplicas = Running or Available; failedMachines = machines whose
+lastOperation failed (kept until the set is back to all-ready, as MCM keeps it); the
+``ReplicaFailure`` condition (JSON key ``machineSetCondition``) while manageReplicas fails;
+observedGeneration = the generation acted on.
+
+Deliberate difference: the condition's reason says which action failed (FailedCreate or
+FailedDelete); MCM guesses it from the replica difference and leaves it empty when that is zero.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import (
+    ConditionStatus,
+    Machine,
+    MachinePhase,
+    MachineSet,
+    MachineSetCondition,
+    MachineSetConditionType,
+    MachineSetStatus,
+    MachineState,
+    MachineSummary,
+    dump,
+    get_condition,
+    remove_condition,
+    set_condition,
+)
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import is_conflict, is_not_found
+from mcm_tasks.kube.resources import MACHINE_SETS
+
+log = logging.getLogger(__name__)
+
+FAILED_CREATE: Final = "FailedCreate"
+FAILED_DELETE: Final = "FailedDelete"
+#: longest condition message kept (API errors can be long; the message is for humans)
+MAX_MESSAGE: Final = 1000
+
+
+@dataclass(frozen=True)
+class ReplicaFailure:
+    """Why manageReplicas failed in this pass."""
+
+    reason: str
+    message: str
+
+
+def is_fully_labeled(machine: Machine, template_labels: dict[str, str]) -> bool:
+    labels = machine.metadata.labels
+    return all(labels.get(k) == v for k, v in template_labels.items())
+
+
+def failed_summary(machine: Machine) -> MachineSummary:
+    ref = machine.metadata.controller_ref()
+    return MachineSummary(
+        name=machine.metadata.name or "",
+        provider_id=machine.spec.provider_id,
+        last_operation=machine.status.last_operation,
+        owner_ref=ref.name if ref is not None else "",
+    )
+
+
+def calculate_status(
+    machine_set: MachineSet, machines: Sequence[Machine], failure: ReplicaFailure | None, now: datetime
+) -> MachineSetStatus:
+    """The status the set should have (MCM's calculateMachineSetStatus)."""
+    old = machine_set.status
+    template_labels = machine_set.spec.template.metadata.labels
+    phases = [str(m.status.current_status.phase) for m in machines]
+    ready = phases.count(MachinePhase.RUNNING)
+    available = ready + phases.count(MachinePhase.AVAILABLE)
+    update: dict[str, Any] = {
+        "replicas": len(machines),
+        "fully_labeled_replicas": sum(is_fully_labeled(m, template_labels) for m in machines),
+        "ready_replicas": ready,
+        "available_replicas": available,
+        "observed_generation": machine_set.metadata.generation or old.observed_generation,
+    }
+    failed = [failed_summary(m) for m in machines if m.status.last_operation.state == MachineState.FAILED]
+    if failed:
+        update["failed_machines"] = failed
+    elif ready == old.replicas:
+        update["failed_machines"] = []
+    conditions = old.conditions
+    current = get_condition(conditions, MachineSetConditionType.REPLICA_FAILURE)
+    if failure is not None:
+        condition = MachineSetCondition(
+            type=MachineSetConditionType.REPLICA_FAILURE,
+            status=ConditionStatus.TRUE,
+            reason=failure.reason,
+            message=failure.message[:MAX_MESSAGE],
+            last_transition_time=now,
+        )
+        update["conditions"] = set_condition(conditions, condition)
+    elif current is not None:
+        update["conditions"] = remove_condition(conditions, MachineSetConditionType.REPLICA_FAILURE)
+    return old.model_copy(update=update)
+
+
+def _managed(status: MachineSetStatus) -> tuple[Any, ...]:
+    return (
+        status.replicas,
+        status.fully_labeled_replicas,
+        status.ready_replicas,
+        status.available_replicas,
+        status.observed_generation,
+        [dump(c) for c in status.conditions],
+        [dump(f) for f in status.failed_machines],
+    )
+
+
+def status_changed(machine_set: MachineSet, new: MachineSetStatus) -> bool:
+    """Whether writing ``new`` would change anything this controller manages."""
+    return _managed(machine_set.status) != _managed(new)
+
+
+def write_status(
+    api: ApiClient, machine_set: MachineSet, compute: Callable[[MachineSet], MachineSetStatus]
+) -> MachineSet | None:
+    """Write the status ``compute`` gives for the set, if it changed; on a Conflict the set is read
+    afresh and the status computed again for it. None when the set is gone."""
+    current: list[MachineSet] = [machine_set]
+
+    def attempt() -> MachineSet:
+        obj = current[0]
+        new = compute(obj)
+        if not status_changed(obj, new):
+            return obj
+        body = obj.model_copy(update={"status": new})
+        try:
+            return MachineSet.model_validate(ops.update_status(api, MACHINE_SETS, dump(body)))
+        except Exception as err:
+            if is_conflict(err):
+                fresh = ops.get(api, MACHINE_SETS, obj.metadata.name or "", obj.metadata.namespace)
+                current[0] = MachineSet.model_validate(fresh)
+            raise
+
+    try:
+        return ops.retry_on_conflict(attempt)
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise

@@ -1,0 +1,151 @@
+"""Propagation of the MachineSet's template to machines it already has, in place (no rollout):
+the node template and the machine configuration (timeouts, node conditions…) to active machines, the
+class kind to all of them. The machine controller then carries the node template on to the Node.
+
+``propagation_patch`` decides, as a JSON merge patch of the machine's spec (None when the machine is
+up to date); ``propagate`` writes. Empty and missing values compare equal, as Kubernetes' semantic
+equality has them, so a template that spells "no labels" as ``{}`` does not rewrite every machine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import Machine, MachineConfiguration, MachineSet, MachineSpec, dump
+from mcm_tasks.cache.models import get_parsed_cache
+from mcm_tasks.controllers.machineset.replicas import is_active
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_not_found
+from mcm_tasks.kube.resources import MACHINES
+
+log = logging.getLogger(__name__)
+
+#: name of ``carried_of`` in the parsed-object cache
+CARRIED = "machineset.carried"
+
+#: the MachineConfiguration fields as (attribute, wire name)
+CONFIGURATION_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (name, info.alias or name) for name, info in MachineConfiguration.model_fields.items()
+)
+
+
+def pruned(value: Any) -> Any:
+    """The value without empty containers, strings or nulls, recursively (for comparisons only)."""
+    if isinstance(value, dict):
+        out = {k: pruned(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, {}, [], "")}
+    if isinstance(value, list):
+        return [pruned(v) for v in value]
+    return value
+
+
+def merge_diff(current: Any, desired: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``desired``: objects recurse, keys
+    that go away become null, anything else is replaced whole."""
+    if not isinstance(current, dict) or not isinstance(desired, dict):
+        return desired
+    patch: dict[str, Any] = {k: None for k in current if k not in desired}
+    for key, value in desired.items():
+        if key not in current:
+            patch[key] = value
+        elif current[key] != value:
+            patch[key] = merge_diff(current[key], value)
+    return patch
+
+
+def _node_template(spec: MachineSpec) -> dict[str, Any] | None:
+    return None if spec.node_template is None else dump(spec.node_template)
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What the set's template says its machines should carry, computed once per reconcile."""
+
+    node_template: dict[str, Any] | None
+    node_template_pruned: Any
+    #: (attribute, wire name, value, pruned value) per configuration field
+    configuration: tuple[tuple[str, str, Any, Any], ...]
+    class_kind: str
+
+
+def desired_of(machine_set: MachineSet) -> Desired:
+    template = machine_set.spec.template.spec
+    node_template = _node_template(template)
+    configuration = tuple(
+        (attribute, wire, getattr(template, attribute), pruned(getattr(template, attribute)))
+        for attribute, wire in CONFIGURATION_FIELDS
+    )
+    return Desired(node_template, pruned(node_template or {}), configuration, template.class_.kind)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a machine carries now, in the form ``propagation_patch`` compares (costly to compute: it
+    dumps the node template), so a machine shared through the parsed-object cache computes it once."""
+
+    node_template: dict[str, Any] | None
+    node_template_pruned: Any
+    #: pruned value per configuration field, in ``CONFIGURATION_FIELDS`` order
+    configuration: tuple[Any, ...]
+
+
+def carried_of(machine: Machine) -> Carried:
+    current = _node_template(machine.spec)
+    configuration = tuple(pruned(getattr(machine.spec, attribute)) for attribute, _ in CONFIGURATION_FIELDS)
+    return Carried(current, pruned(current or {}), configuration)
+
+
+def propagation_patch(
+    machine: Machine, desired: Desired, carried: Carried | None = None
+) -> dict[str, Any] | None:
+    """What to change on one claimed machine so that it carries the set's node template, machine
+    configuration and class kind; None when nothing needs to change. ``carried``: the machine's
+    ``carried_of``, when the caller has it already."""
+    spec: dict[str, Any] = {}
+    if is_active(machine):
+        now = carried if carried is not None else carried_of(machine)
+        if now.node_template_pruned != desired.node_template_pruned:
+            want, current = desired.node_template, now.node_template
+            spec["nodeTemplate"] = merge_diff(current, want) if current and want else want
+        for (_, wire, value, value_pruned), current_pruned in zip(
+            desired.configuration, now.configuration, strict=True
+        ):
+            if current_pruned != value_pruned:
+                spec[wire] = value
+    if desired.class_kind != machine.spec.class_.kind:
+        spec["class"] = {"kind": desired.class_kind or None}
+    return {"spec": spec} if spec else None
+
+
+def propagate(api: ApiClient, machine_set: MachineSet, machines: Sequence[Machine]) -> list[Machine]:
+    """Write the propagation patches; the machines as they are now (patched ones as written).
+
+    A machine that vanished meanwhile is dropped from the list; any other error propagates, as MCM
+    fails the reconcile when a machine cannot be brought up to date.
+    """
+    out: list[Machine] = []
+    desired = desired_of(machine_set)
+    cache = get_parsed_cache()
+    for machine in machines:
+        body = propagation_patch(machine, desired, cache.derived(machine, CARRIED, carried_of))
+        if body is None:
+            out.append(machine)
+            continue
+        try:
+            written = ops.patch(api, MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)
+        except Exception as err:
+            if is_not_found(err):
+                continue
+            raise RuntimeError(
+                f"could not propagate the template of MachineSet {machine_set.key} to machine "
+                f"{machine.key}: {describe(err)}"
+            ) from err
+        log.info("machine %s: template of MachineSet %s propagated (%s)",
+                 machine.key, machine_set.key, ", ".join(sorted(body["spec"])))  # fmt: skip
+        out.append(Machine.model_validate(written))
+    return out

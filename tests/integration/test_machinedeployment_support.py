@@ -1,0 +1,238 @@
+"""Harness for the MachineDeployment integration tests (no tests here): the sandbox API server as
+control and target cluster, a real Redis, the MachineDeployment and MachineSet reconcilers called
+in-process, and a stand-in for the machine controller that boots machines (phase Running, a Node
+labelled with the machine) when a test says so. Without informers every read goes to the API
+server; expectations expire at once so the MachineSet acts on every pass."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import MachineDeployment, MachineSet
+from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.api.crds import install_crds
+from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
+from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.clients import get_clusters, reset_clusters
+from mcm_tasks.kube.resources import EVENTS, MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, NODES, Resource
+from mcm_tasks.queue import Requeue
+from mcm_tasks.sandbox.procs import ApiServer
+from mcm_tasks.settings import configure, get_settings, reset_settings
+
+SETTINGS: dict[str, Any] = {
+    "short_retry": 0.2,
+    "medium_retry": 1.0,
+    "long_retry": 5.0,
+    "resource_exhausted_retry": 5.0,
+    "class_resync_period": 5.0,
+    "visibility_timeout": 60.0,
+    "expectations_timeout": 0.001,
+}
+LABELS = {"name": "pool"}
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+
+
+def template(class_name: str = "class-v1", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": dict(LABELS)},
+        "spec": {"class": {"kind": "MachineClass", "name": class_name}, **spec},
+    }
+
+
+def deployment_body(
+    name: str,
+    replicas: int,
+    *,
+    strategy: str = "RollingUpdate",
+    surge: int | str = 2,
+    unavailable: int | str = 1,
+    tmpl: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    strat: dict[str, Any] = {"type": strategy}
+    if strategy == "RollingUpdate":
+        strat["rollingUpdate"] = {"maxSurge": surge, "maxUnavailable": unavailable}
+    if strategy == "InPlaceUpdate":
+        strat["inPlaceUpdate"] = {
+            "maxSurge": surge,
+            "maxUnavailable": unavailable,
+            "orchestrationType": "Auto",
+        }
+    return {
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "MachineDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": dict(LABELS)},
+            "strategy": strat,
+            "template": tmpl or template(),
+            **spec,
+        },
+    }
+
+
+@dataclass
+class World:
+    api: ApiClient
+    namespace: str
+    name: str = "pool"
+    #: the largest machine count and smallest available count seen by ``check``
+    seen_max_total: int = 0
+    seen_min_available: int = 1 << 30
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    # --- objects -------------------------------------------------------------------------------------
+
+    def create(self, body: dict[str, Any]) -> MachineDeployment:
+        self.name = body["metadata"]["name"]
+        return MachineDeployment.model_validate(
+            ops.create(self.api, MACHINE_DEPLOYMENTS, body, self.namespace)
+        )
+
+    def deployment(self) -> MachineDeployment | None:
+        data = ops.get(self.api, MACHINE_DEPLOYMENTS, self.name, self.namespace, missing_ok=True)
+        return None if data is None else MachineDeployment.model_validate(data)
+
+    def patch(self, body: dict[str, Any]) -> None:
+        ops.patch(self.api, MACHINE_DEPLOYMENTS, self.name, body, self.namespace)
+
+    def sets(self) -> list[MachineSet]:
+        items = ops.list_(self.api, MACHINE_SETS, self.namespace)["items"]
+        return sorted(
+            (MachineSet.model_validate(i) for i in items), key=lambda s: s.metadata.creation_timestamp or 0
+        )
+
+    def machines(self) -> list[dict[str, Any]]:
+        return list(ops.list_(self.api, MACHINES, self.namespace)["items"])
+
+    def machines_of(self, machine_set: MachineSet) -> list[dict[str, Any]]:
+        return [m for m in self.machines() if _controller_uid(m) == machine_set.metadata.uid]
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return ops.get(self.api, NODES, name, missing_ok=True)
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        items = ops.list_(self.api, EVENTS, self.namespace)["items"]
+        mine = [e for e in items if (e.get("involvedObject") or {}).get("name") == self.name]
+        return [e for e in mine if reason is None or e.get("reason") == reason]
+
+    def reconfigure(self, **overrides: Any) -> None:
+        configure({**get_settings().model_dump(), **overrides})
+
+    # --- controllers ---------------------------------------------------------------------------------
+
+    def reconcile(self) -> Requeue | None:
+        return reconcile_machine_deployment(self.key)
+
+    def reconcile_sets(self) -> None:
+        for ms in self.sets():
+            reconcile_machine_set(f"{self.namespace}/{ms.metadata.name}")
+
+    def boot(self, count: int | None = None, machine_set: MachineSet | None = None) -> int:
+        """The machine controller's part: new machines become Running with a Node of their name."""
+        booted = 0
+        for machine in self.machines() if machine_set is None else self.machines_of(machine_set):
+            if count is not None and booted >= count:
+                break
+            meta = machine["metadata"]
+            phase = ((machine.get("status") or {}).get("currentStatus") or {}).get("phase")
+            if phase or meta.get("deletionTimestamp"):
+                continue
+            name = meta["name"]
+            if self.node(name) is None:
+                ops.create(self.api, NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+            ops.patch(
+                self.api, MACHINES, name, {"metadata": {"labels": {NODE_LABEL_KEY: name}}}, self.namespace
+            )
+            fresh = ops.get(self.api, MACHINES, name, self.namespace)
+            assert fresh is not None
+            fresh["status"] = {"currentStatus": {"phase": "Running"}}
+            ops.update_status(self.api, MACHINES, fresh, self.namespace)
+            booted += 1
+        return booted
+
+    def check(self, total_limit: int, min_available: int) -> None:
+        """The budgets over the machine objects as they are now."""
+        machines = self.machines()
+        total = len(machines)
+        available = sum(
+            1 for m in machines if _phase(m) == "Running" and not m["metadata"].get("deletionTimestamp")
+        )
+        self.seen_max_total = max(self.seen_max_total, total)
+        self.seen_min_available = min(self.seen_min_available, available)
+        assert total <= total_limit, f"{total} machines > {total_limit}"
+        assert available >= min_available, f"{available} available < {min_available}"
+
+    def settle(self, *, boot: bool = True, rounds: int = 40, until: Any = None) -> None:
+        """Run the controllers (and boot machines) until ``until()`` holds (default: the deployment
+        reports a complete rollout); bounded by ``rounds``."""
+        done = until or self.complete
+        for _ in range(rounds):
+            self.reconcile()
+            self.reconcile_sets()
+            if boot:
+                self.boot()
+                self.reconcile_sets()
+            if done():
+                self.reconcile()
+                return
+        raise AssertionError(f"not settled after {rounds} rounds: {self.describe()}")
+
+    def complete(self) -> bool:
+        d = self.deployment()
+        if d is None:
+            return False
+        s = d.status
+        replicas = d.spec.replicas
+        reason = next((c.reason for c in s.conditions if c.type == "Progressing"), "")
+        return (
+            s.updated_replicas == s.replicas == s.available_replicas == replicas
+            and reason == "NewMachineSetAvailable"
+            and len(self.machines()) == replicas
+        )
+
+    def describe(self) -> str:
+        d = self.deployment()
+        sets = ", ".join(
+            f"{s.metadata.name}:{s.spec.replicas}/{s.status.replicas}/{s.status.available_replicas}"
+            for s in self.sets()
+        )
+        status = "" if d is None else d.status.model_dump_json(exclude_none=True)
+        return f"sets {sets}; deployment status {status}"
+
+
+def _controller_uid(obj: dict[str, Any]) -> str | None:
+    ref = next((r for r in obj["metadata"].get("ownerReferences") or () if r.get("controller")), None)
+    return None if ref is None else ref.get("uid")
+
+
+def _phase(machine: dict[str, Any]) -> str:
+    return str(((machine.get("status") or {}).get("currentStatus") or {}).get("phase") or "")
+
+
+@pytest.fixture()
+def world(apiserver: ApiServer, kube_api: ApiClient, redis_url: str) -> Iterator[World]:
+    install_crds(kube_api)
+    namespace = f"mcd-{uuid.uuid4().hex[:8]}"
+    configure(
+        {**SETTINGS, "redis_url": redis_url, "namespace": namespace,
+         "control_kubeconfig": str(apiserver.kubeconfig), "target_kubeconfig": str(apiserver.kubeconfig)}
+    )  # fmt: skip
+    reset_clusters()
+    api = get_clusters().control.api
+    ops.create(api, NAMESPACES, {"metadata": {"name": namespace}})
+    yield World(api, namespace)
+    reset_clusters()
+    reset_settings()

@@ -1,0 +1,306 @@
+"""manageReplicas decisions: the diff, burst limit, freeze, Failed and marked machines, deletion order,
+slow-start batches (``mcm_tasks.controllers.machineset.replicas``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mcm_tasks.api import Machine, MachineSet
+from mcm_tasks.api.constants import (
+    FREEZE_LABEL_KEY,
+    LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
+    MACHINE_PRIORITY_ANNOTATION,
+    MARKED_FOR_DELETION_TIME_ANNOTATION,
+    PRESERVE_ANNOTATION,
+    SCALE_UP_DISABLED_LABEL_KEY,
+)
+from mcm_tasks.controllers.machineset.replicas import (
+    BURST_REPLICAS,
+    SKIP_FROZEN,
+    SKIP_SCALE_UP_DISABLED,
+    deletion_order,
+    is_preserved,
+    machine_priority,
+    marked_for_deletion,
+    plan_replicas,
+    slow_start,
+    slow_start_batches,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def machine(
+    name: str,
+    phase: str = "Running",
+    *,
+    age: int = 0,
+    priority: str | None = None,
+    marked: str | None = None,
+    deleting: bool = False,
+    preserve: str | None = None,
+    preserve_until: datetime | None = None,
+) -> Machine:
+    annotations: dict[str, str] = {}
+    if priority is not None:
+        annotations[MACHINE_PRIORITY_ANNOTATION] = priority
+    if marked is not None:
+        annotations[MARKED_FOR_DELETION_TIME_ANNOTATION] = marked
+    if preserve is not None:
+        annotations[PRESERVE_ANNOTATION] = preserve
+    meta: dict[str, Any] = {
+        "name": name,
+        "annotations": annotations,
+        "creationTimestamp": (T0 - timedelta(minutes=age)).isoformat(),
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-03-01T11:00:00Z"
+    current: dict[str, Any] = {"phase": phase}
+    if preserve_until is not None:
+        current["preserveExpiryTime"] = preserve_until.isoformat()
+    return Machine.model_validate({"metadata": meta, "status": {"currentStatus": current}})
+
+
+def machine_set(
+    replicas: int, labels: dict[str, str] | None = None, *, scaler: str | None = None
+) -> MachineSet:
+    annotations = {} if scaler is None else {LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION: scaler}
+    return MachineSet.model_validate(
+        {"metadata": {"name": "ms", "labels": labels or {}, "annotations": annotations},
+         "spec": {"replicas": replicas}}
+    )  # fmt: skip
+
+
+def names(machines: Any) -> list[str]:
+    return [m.metadata.name for m in machines]
+
+
+# --- the diff -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replicas", "machines", "create", "delete"),
+    [
+        (0, [], 0, []),
+        (1, [], 1, []),
+        (6, [machine("a")], 5, []),
+        (3, [machine("a"), machine("b"), machine("c")], 0, []),
+        (1, [machine("a", age=2), machine("b", age=1), machine("c", age=3)], 0, ["c", "a"]),
+        (0, [machine("a")], 0, ["a"]),
+        # terminating machines (phase or deletionTimestamp) do not count
+        (2, [machine("a"), machine("t", "Terminating"), machine("d", deleting=True)], 1, []),
+        # a Failed machine counts until it is deleted, then it is replaced
+        (2, [machine("a"), machine("f", "Failed")], 0, ["f"]),
+        (2, [machine("a"), machine("f", "Failed", deleting=True)], 1, []),
+        # more than the excess: the excess by order plus every Failed one
+        (2, [machine("a"), machine("b"), machine("c"), machine("f", "Failed")], 0, ["f", "a"]),
+    ],
+)
+def test_plan(replicas: int, machines: list[Machine], create: int, delete: list[str]) -> None:
+    plan = plan_replicas(machine_set(replicas), machines, NOW)
+    assert plan.create == create
+    assert names(plan.delete) == delete
+
+
+def test_excess_and_failed_are_both_deleted() -> None:
+    machines = [machine("a", age=1), machine("b", age=2), machine("f", "Failed"), machine("g", "Failed")]
+    plan = plan_replicas(machine_set(3), machines, NOW)
+    # excess 1 → the first in deletion order (a Failed one), then every Failed one, once each
+    assert names(plan.delete) == ["f", "g"]
+
+
+def test_failed_deleted_even_without_excess() -> None:
+    machines = [machine("a"), machine("f", "Failed"), machine("b")]
+    assert names(plan_replicas(machine_set(3), machines, NOW).delete) == ["f"]
+
+
+def test_preserved_failed_machine_is_kept() -> None:
+    machines = [
+        machine("a"),
+        machine("p", "Failed", preserve_until=NOW + timedelta(hours=1)),
+        machine("q", "Failed", preserve="when-failed"),
+        machine("x", "Failed", preserve_until=NOW - timedelta(hours=1)),
+    ]
+    assert names(plan_replicas(machine_set(4), machines, NOW).delete) == ["x"]
+
+
+def test_burst_limits_creation_and_deletion() -> None:
+    assert plan_replicas(machine_set(250), [], NOW).create == BURST_REPLICAS
+    many = [machine(f"m{i:03d}", age=i) for i in range(150)]
+    plan = plan_replicas(machine_set(0), many, NOW)
+    assert len(plan.delete) == BURST_REPLICAS
+    assert names(plan.delete)[0] == "m149"  # the oldest first
+    failed = [machine(f"f{i:03d}", "Failed") for i in range(120)]
+    assert len(plan_replicas(machine_set(120), failed, NOW).delete) == BURST_REPLICAS
+
+
+def test_freeze_blocks_scale_up_only() -> None:
+    frozen = machine_set(3, {FREEZE_LABEL_KEY: "True"})
+    plan = plan_replicas(frozen, [machine("a")], NOW)
+    assert (plan.create, plan.skipped, plan.diff) == (0, SKIP_FROZEN, -2)
+    down = plan_replicas(machine_set(1, {FREEZE_LABEL_KEY: "True"}), [machine("a"), machine("b", age=1)], NOW)
+    assert names(down.delete) == ["b"]
+    # any other value is not a freeze
+    assert plan_replicas(machine_set(2, {FREEZE_LABEL_KEY: "false"}), [], NOW).create == 2
+
+
+def test_scale_up_disabled_label_blocks_scale_up() -> None:
+    plan = plan_replicas(machine_set(2, {SCALE_UP_DISABLED_LABEL_KEY: "true"}), [], NOW)
+    assert (plan.create, plan.skipped) == (0, SKIP_SCALE_UP_DISABLED)
+
+
+# --- marked machines ------------------------------------------------------------------------------
+
+
+def test_marked_for_deletion_up_to_the_scaler_change() -> None:
+    ms = machine_set(3, scaler="2026-02-01T10:00:00Z")
+    machines = [
+        machine("before", priority="1", marked="2026-02-01T09:00:00Z"),
+        machine("equal", priority="1", marked="2026-02-01T10:00:00Z"),
+        machine("after", priority="1", marked="2026-02-01T11:00:00Z"),
+        machine("not-triggered", priority="3", marked="2026-02-01T09:00:00Z"),
+        machine("bad-time", priority="1", marked="yesterday"),
+        machine("no-time", priority="1"),
+    ]
+    assert names(marked_for_deletion(machines, ms)) == ["before", "equal"]
+    assert marked_for_deletion(machines, machine_set(3)) == []
+    assert marked_for_deletion(machines, machine_set(3, scaler="x")) == []
+
+
+def test_plan_deletes_marked_machines_without_excess() -> None:
+    ms = machine_set(3, scaler="2026-02-01T10:00:00Z")
+    machines = [machine("a"), machine("b"), machine("m", priority="1", marked="2026-02-01T09:00:00Z")]
+    assert names(plan_replicas(ms, machines, NOW).delete) == ["m"]
+
+
+# --- deletion order -------------------------------------------------------------------------------
+
+ORDER_CASES: list[tuple[str, list[Machine], list[str]]] = [
+    (
+        "phase order",
+        [
+            machine(p.lower(), p)
+            for p in (
+                "Running",
+                "Available",
+                "Pending",
+                "Unknown",
+                "CrashLoopBackOff",
+                "Failed",
+                "Terminating",
+            )
+        ],
+        ["terminating", "failed", "crashloopbackoff", "unknown", "pending", "available", "running"],
+    ),
+    ("a machine still being created ranks first", [machine("run"), machine("new", "")], ["new", "run"]),
+    ("older first", [machine("young", age=1), machine("old", age=5)], ["old", "young"]),
+    ("priority beats phase", [machine("p", "Pending"), machine("r", priority="2")], ["r", "p"]),
+    ("default priority is 3", [machine("p4", priority="4"), machine("d")], ["d", "p4"]),
+    (
+        "an unparsable priority is 3",
+        [machine("p4", priority="4"), machine("bad", priority="x")],
+        ["bad", "p4"],
+    ),
+    (
+        "earlier marked time first, unmarked last",
+        [
+            machine("late", priority="1", marked="2026-02-02T00:00:00Z"),
+            machine("none", priority="1"),
+            machine("early", priority="1", marked="2026-02-01T00:00:00Z"),
+        ],
+        ["early", "late", "none"],
+    ),
+    (
+        "marked time beats phase",
+        [machine("p", "Pending"), machine("r", marked="2026-02-01T00:00:00Z")],
+        ["r", "p"],
+    ),
+    (
+        "preserved last, whatever its priority",
+        [machine("kept", "Failed", priority="1", preserve="now"), machine("r")],
+        ["r", "kept"],
+    ),
+    ("name breaks a full tie", [machine("b"), machine("a")], ["a", "b"]),
+]
+
+
+@pytest.mark.parametrize(("name", "machines", "expected"), ORDER_CASES, ids=[c[0] for c in ORDER_CASES])
+def test_deletion_order(name: str, machines: list[Machine], expected: list[str]) -> None:
+    assert names(deletion_order(machines, NOW)) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "phase", "until", "expected"),
+    [
+        (None, "Running", None, False),
+        ("now", "Running", None, True),
+        ("auto-preserved", "Failed", None, True),
+        ("when-failed", "Running", None, False),
+        ("when-failed", "Failed", None, True),
+        ("false", "Failed", None, False),
+        (None, "Failed", NOW + timedelta(seconds=1), True),
+        ("now", "Failed", NOW - timedelta(seconds=1), False),  # expired preservation wins
+    ],
+)
+def test_is_preserved(value: str | None, phase: str, until: datetime | None, expected: bool) -> None:
+    assert is_preserved(machine("m", phase, preserve=value, preserve_until=until), NOW) is expected
+
+
+def test_machine_priority() -> None:
+    assert machine_priority(machine("a")) == 3
+    assert machine_priority(machine("a", priority="1")) == 1
+    assert machine_priority(machine("a", priority="high")) == 3
+
+
+# --- slow start -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("count", "batches"),
+    [(0, []), (1, [1]), (2, [1, 1]), (3, [1, 2]), (5, [1, 2, 2]), (7, [1, 2, 4]), (10, [1, 2, 4, 3]),
+     (100, [1, 2, 4, 8, 16, 32, 37])],
+)  # fmt: skip
+def test_slow_start_batches(count: int, batches: list[int]) -> None:
+    assert slow_start_batches(count) == batches
+    assert sum(batches) == count
+
+
+def failing_at(*calls: int) -> tuple[Callable[[], None], list[int]]:
+    """A create function that fails on the given (1-based) calls, and the log of calls made."""
+    made: list[int] = []
+
+    def fn() -> None:
+        made.append(len(made) + 1)
+        if len(made) in calls:
+            raise RuntimeError(f"call {len(made)} refused")
+
+    return fn, made
+
+
+@pytest.mark.parametrize(
+    ("count", "fail_on", "successes", "calls"),
+    [
+        (10, (), 10, 10),
+        (10, (1,), 0, 1),  # the first batch of one fails: nothing else is tried
+        (10, (2,), 2, 3),  # the batch of two fails once: 1 + 1 succeeded, no third batch
+        (10, (4,), 6, 7),  # a failure in the batch of four stops after that batch
+        (10, (4, 5), 5, 7),
+        (10, (8,), 9, 10),  # failure in the last batch
+        (0, (1,), 0, 0),
+    ],
+)
+def test_slow_start_stops_at_the_first_failing_batch(
+    count: int, fail_on: tuple[int, ...], successes: int, calls: int
+) -> None:
+    fn, made = failing_at(*fail_on)
+    ok, error = slow_start(count, fn)
+    assert ok == successes
+    assert len(made) == calls
+    assert (error is None) == (not fail_on or count == 0)
+    if error is not None:
+        assert str(error) == f"call {fail_on[0]} refused"
