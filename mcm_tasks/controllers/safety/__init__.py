@@ -1,0 +1,34 @@
+"""The safety controllers (MCM §6): jobs over the whole installation rather than one object each.
+
+They run on the ``safety`` queue under three keys, enqueued by beat every period (and at its start)
+and by the informer on the events that make a check urgent:
+
+- ``orphan-vms``: VMs no Machine accounts for are deleted from the cloud; Nodes no Machine backs are
+  marked not managed by MCM (``orphans`` decides, ``orphans_io`` acts);
+- ``apiserver``: the control and target API servers are probed; unreachable for longer than the
+  status-check timeout freezes the machine controller, reachable again unfreezes it (``apiserver``
+  decides, ``apiserver_io`` acts);
+- ``overshooting``: a MachineSet with far more machines than its deployment allows is frozen (no
+  scale-up) together with its deployment, and unfrozen once back under the lower threshold
+  (``overshooting`` decides, ``overshooting_io`` acts).
+
+``reads`` lists what the jobs look at (the informers' mirror once synced, else the API server),
+``register`` wires the jobs into the queue contract, and ``debounce`` folds the informer's bursts of
+requests for one job into at most one full run per ``safety_event_min_interval``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: the keys of the ``safety`` queue (the informer routes the first two on Machine events)
+ORPHAN_VMS: Final = "orphan-vms"
+OVERSHOOTING: Final = "overshooting"
+APISERVER: Final = "apiserver"
+
+#: each job's key → the setting that holds its period
+JOB_PERIODS: Final[dict[str, str]] = {
+    ORPHAN_VMS: "machine_safety_orphan_vms_period",
+    APISERVER: "machine_safety_apiserver_statuscheck_period",
+    OVERSHOOTING: "machine_safety_overshooting_period",
+}

@@ -1,0 +1,167 @@
+"""The API-server check's I/O: the probes, the freeze state in Redis, and the unfreeze writes.
+
+Both the freeze flag (``controllers.machine.frozen``, read by every machine reconcile) and the time
+the servers were first seen down live in Redis: beat and worker processes come and go, and whichever
+worker runs the next check must see the timer the previous one started.
+
+An unfreeze that fails half-way (a status write refused) leaves the controller frozen and raises, so
+the check is retried: the machines it did reset stay reset, the rest get theirs on the retry.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState
+from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.machine.classes import machine_queue_items
+from mcm_tasks.controllers.machine.frozen import is_frozen, set_frozen
+from mcm_tasks.controllers.machine.status import write_operation
+from mcm_tasks.controllers.safety import reads
+from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION, FreezeAction, decide
+from mcm_tasks.kube import ops, rest
+from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
+from mcm_tasks.kube.resources import MACHINES, NODES, Resource
+from mcm_tasks.queue import Requeue, enqueue_after
+from mcm_tasks.redisdb import get_redis, rkey
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+#: a probe gives up after this long at most (it is shorter when the status-check timeout is)
+PROBE_TIMEOUT_MAX = 10.0
+
+
+def down_since_key() -> str:
+    return rkey("safety", "apiserver-down-since")
+
+
+_probe_clients: dict[tuple[int, str], ApiClient] = {}
+
+
+def probe_client(api: ApiClient) -> ApiClient:
+    """A client of the same server and credentials that neither retries nor waits for the shared rate
+    limit: a probe measures the server, so one attempt within its timeout is the answer (the regular
+    client retries a 503 with Retry-After three times, and a throttled budget is not an outage)."""
+    ident = (os.getpid(), str(api.configuration.host))
+    found = _probe_clients.get(ident)
+    if found is None:
+        configuration = copy.deepcopy(api.configuration)
+        configuration.retries = False
+        found = _probe_clients[ident] = ApiClient(configuration)
+    return found
+
+
+def probe(api: ApiClient, res: Resource, namespace: str | None, timeout: float) -> bool:
+    """Whether the server answers for ``res`` (see ``apiserver``: NotFound is the good answer)."""
+    try:
+        rest.request(probe_client(api), "GET", res.path(namespace, PROBE_NAME), timeout=timeout)
+    except ApiException as err:
+        if is_not_found(err):
+            return True
+        log.warning("API server %s unhealthy: %s", api.configuration.host, describe(err))
+        return False
+    except Exception as err:  # refused, reset, timed out: all mean "down"
+        log.warning("API server %s unreachable: %s: %s", api.configuration.host, type(err).__name__, err)
+        return False
+    return True
+
+
+def check_apiservers() -> Requeue | None:
+    settings = get_settings()
+    timeout = settings.machine_safety_apiserver_statuscheck_timeout
+    probe_timeout = max(0.5, min(PROBE_TIMEOUT_MAX, timeout or PROBE_TIMEOUT_MAX))
+    control_up = probe(context.control_api(), MACHINES, settings.namespace, probe_timeout)
+    target = context.target_api()
+    target_up = True if target is None else probe(target, NODES, None, probe_timeout)
+    client = get_redis()
+    raw = client.get(down_since_key())
+    down_since = float(raw) if raw else None
+    now = time.time()
+    decision = decide(control_up, target_up, is_frozen(client), down_since, now, timeout)
+    down = ", ".join(n for n, up in (("control", control_up), ("target", target_up)) if not up)
+    match decision.action:
+        case FreezeAction.START_TIMER:
+            client.set(down_since_key(), repr(now), nx=True)
+            log.warning(
+                "%s API server down; the machine controller freezes in %.0fs unless it answers", down, timeout
+            )
+        case FreezeAction.WAIT:
+            log.warning(
+                "%s API server still down for %.1fs of %.0fs", down, now - (down_since or now), timeout
+            )
+        case FreezeAction.FREEZE:
+            set_frozen(True, client)
+            log.error("%s API server down for over %.0fs: machine controller frozen", down, timeout)
+        case FreezeAction.STAY_FROZEN:
+            log.warning("%s API server still down: machine controller stays frozen", down)
+        case FreezeAction.CLEAR_TIMER:
+            client.delete(down_since_key())
+            log.info("API servers answer again before the freeze timeout")
+        case FreezeAction.UNFREEZE:
+            unfreeze()
+    return None if decision.recheck_after is None else Requeue(decision.recheck_after)
+
+
+def unfreeze() -> None:
+    """Give Unknown machines their health timeout back, reconcile every machine soon, then unfreeze."""
+    settings = get_settings()
+    machines = reads.machines_live()
+    reset = 0
+    for machine in machines:
+        if machine.status.current_status.phase == MachinePhase.UNKNOWN and reset_health_timeout(machine):
+            reset += 1
+    # after the status-check timeout (MCM waits a fixed 30 s, the default of that timeout): time for
+    # kubelets to report again, so the health check does not judge nodes on conditions from the outage
+    delay = settings.machine_safety_apiserver_statuscheck_timeout
+    for kind, key in machine_queue_items(machines):
+        enqueue_after(kind, key, delay)
+    client = get_redis()
+    set_frozen(False, client)
+    client.delete(down_since_key())
+    log.warning(
+        "API servers answer again: machine controller unfrozen; %d Unknown machines reset to Running, "
+        "%d machines reconcile in %.0fs",
+        reset,
+        len(machines),
+        delay,
+    )
+
+
+def reset_health_timeout(machine: Machine) -> bool:
+    """Unknown → Running with MCM's description (re-read on a Conflict); False when it changed meanwhile."""
+    current = [machine]
+
+    def attempt() -> bool:
+        obj = current[0]
+        if obj.status.current_status.phase != MachinePhase.UNKNOWN:
+            return False
+        try:
+            write_operation(
+                obj,
+                RESET_DESCRIPTION,
+                MachineState.SUCCESSFUL,
+                MachineOperationType.HEALTH_CHECK,
+                phase=MachinePhase.RUNNING,
+            )
+        except Exception as err:
+            if is_conflict(err):
+                fresh = ops.get(
+                    context.control_api(), MACHINES, obj.metadata.name or "", obj.metadata.namespace
+                )
+                current[0] = Machine.model_validate(fresh)
+            raise
+        return True
+
+    try:
+        return ops.retry_on_conflict(attempt)
+    except Exception as err:
+        if is_not_found(err):
+            return False
+        raise

@@ -1,0 +1,158 @@
+"""The orphan job's I/O: list each class's VMs through its driver, delete the orphans, then sweep Nodes.
+
+A class whose secrets or provider are missing, or whose ``ListMachines`` fails, is skipped with a
+warning and the others still run: one broken class must not keep the cloud of the others from being
+cleaned (the next period tries it again). Each orphan is confirmed against the API server right before
+its deletion, so a mirror that lags a just-created Machine cannot cost that machine its VM.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from mcm_tasks.api import Machine, MachineClass, now_utc
+from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.cache.layout import object_key
+from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.safety import reads
+from mcm_tasks.controllers.safety.orphans import (
+    OrphanVM,
+    VMVerdict,
+    machine_counts_by_node,
+    node_action,
+    node_patch,
+    orphan_vms,
+    stub_machine,
+    vm_verdict,
+)
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
+from mcm_tasks.kube.resources import NODES
+from mcm_tasks.settings import get_settings
+from providers import MachineError, UnknownProviderError, get_driver
+from providers.driver import DeleteMachineRequest, Driver, ListMachinesRequest, Secret
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OrphanReport:
+    """What one pass did, for the log line and the tests."""
+
+    classes: int = 0
+    vms: int = 0
+    deleted: int = 0
+    skipped_classes: int = 0
+    annotated_nodes: int = 0
+    unannotated_nodes: int = 0
+
+
+def collect_orphans() -> OrphanReport:
+    report = OrphanReport()
+    machines = reads.machines()
+    by_name = {m.metadata.name or "": m for m in machines}
+    for machine_class in reads.machine_classes():
+        report.classes += 1
+        _collect_class(machine_class, by_name, report)
+    sweep_nodes(machines, report)
+    log.info(
+        "orphan collection: %d classes (%d skipped), %d VMs, %d orphans deleted; nodes: %d marked not "
+        "managed, %d unmarked",
+        report.classes,
+        report.skipped_classes,
+        report.vms,
+        report.deleted,
+        report.annotated_nodes,
+        report.unannotated_nodes,
+    )
+    return report
+
+
+def _collect_class(machine_class: MachineClass, by_name: dict[str, Machine], report: OrphanReport) -> None:
+    name = machine_class.metadata.name or ""
+    class_ctx = context.load_class_context(machine_class)
+    if class_ctx.missing_secrets:
+        log.warning(
+            "orphan collection: class %s skipped, secrets missing: %s", name, class_ctx.missing_secrets
+        )
+        report.skipped_classes += 1
+        return
+    try:
+        driver = get_driver(machine_class.provider)
+        listed = driver.list_machines(
+            ListMachinesRequest(machine_class=machine_class, secret=class_ctx.secret)
+        )
+    except (UnknownProviderError, MachineError) as err:
+        log.warning("orphan collection: class %s skipped, cannot list its VMs: %s", name, err)
+        report.skipped_classes += 1
+        return
+    report.vms += len(listed.machine_list)
+    for vm in orphan_vms(listed.machine_list, by_name):
+        if _delete_orphan(driver, machine_class, class_ctx.secret, vm):
+            report.deleted += 1
+
+
+def _confirmed(vm: OrphanVM, namespace: str) -> bool:
+    """The API server agrees the VM is an orphan, and no create of that machine is running."""
+    if context.creation_in_progress(object_key(namespace, vm.machine_name)):
+        return False
+    try:
+        live = reads.machine_live(vm.machine_name, namespace)
+    except Exception as err:
+        log.warning(
+            "orphan VM %s: cannot confirm machine %s: %s", vm.provider_id, vm.machine_name, describe(err)
+        )
+        return False
+    return vm_verdict(vm.provider_id, live) is VMVerdict.ORPHAN
+
+
+def _delete_orphan(driver: Driver, machine_class: MachineClass, secret: Secret, vm: OrphanVM) -> bool:
+    namespace = machine_class.metadata.namespace or get_settings().namespace
+    class_name = machine_class.metadata.name or ""
+    if not _confirmed(vm, namespace):
+        return False
+    stub = stub_machine(vm, namespace, class_name)
+    try:
+        driver.delete_machine(DeleteMachineRequest(machine=stub, machine_class=machine_class, secret=secret))
+    except MachineError as err:
+        log.warning(
+            "orphan VM %s (machine %s, class %s): delete failed: %s",
+            vm.provider_id,
+            vm.machine_name,
+            class_name,
+            err,
+        )
+        return False
+    log.info("orphan VM %s (machine %s, class %s) deleted", vm.provider_id, vm.machine_name, class_name)
+    return True
+
+
+def sweep_nodes(machines: list[Machine], report: OrphanReport) -> None:
+    """Mark Nodes no machine claims as not managed by MCM, and unmark claimed ones."""
+    nodes = reads.nodes()
+    api = context.target_api()
+    if nodes is None or api is None:
+        return
+    counts = machine_counts_by_node(machines, NODE_LABEL_KEY)
+    now = now_utc()
+    timeout = get_settings().machine_creation_timeout
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        action = node_action(node, counts.get(name, 0), now, timeout)
+        patch = node_patch(node, action)
+        if patch is None:
+            continue
+        try:
+            ops.patch(api, NODES, name, patch)
+        except Exception as err:
+            if is_conflict(err) or is_not_found(err):
+                log.debug("node %s changed or went away; the next pass looks again", name)
+                continue
+            raise
+        if action.annotate:
+            report.annotated_nodes += 1
+            log.info("node %s: no machine backs it, marked not managed by MCM", name)
+        if action.unannotate:
+            report.unannotated_nodes += 1
+            log.info("node %s: backed by a machine again, no longer marked not managed", name)

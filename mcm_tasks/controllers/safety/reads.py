@@ -1,0 +1,74 @@
+"""What the safety jobs read: whole kinds at once, from the informers' mirror once it holds a complete
+list of the kind, else from the API server (a worker started before the informer synced, tests).
+
+Deletions of cloud VMs never rest on the mirror alone: ``machine_live`` confirms a candidate against
+the API server first, because a mirror that lags a just-created Machine would make its VM look orphaned.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from mcm_tasks.api import K8sObject, Machine, MachineClass, MachineDeployment, MachineSet
+from mcm_tasks.cache import get_listers
+from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.machine import context
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import (
+    MACHINE_CLASSES,
+    MACHINE_DEPLOYMENTS,
+    MACHINE_SETS,
+    MACHINES,
+    NODES,
+    Resource,
+)
+from mcm_tasks.settings import get_settings
+
+Obj = dict[str, Any]
+M = TypeVar("M", bound=K8sObject)
+
+
+def _list(lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
+    """Every object of a kind in the control namespace."""
+    namespace = get_settings().namespace
+    if context.mirror_has(lister):
+        return [i for i in lister.list() if i.metadata.namespace == namespace]
+    items = ops.list_(context.control_api(), res, namespace)["items"]
+    return [model.model_validate(i) for i in items]
+
+
+def machines() -> list[Machine]:
+    return _list(get_listers().machines, MACHINES, Machine)
+
+
+def machine_sets() -> list[MachineSet]:
+    return _list(get_listers().machine_sets, MACHINE_SETS, MachineSet)
+
+
+def machine_deployments() -> list[MachineDeployment]:
+    return _list(get_listers().machine_deployments, MACHINE_DEPLOYMENTS, MachineDeployment)
+
+
+def machine_classes() -> list[MachineClass]:
+    return _list(get_listers().machine_classes, MACHINE_CLASSES, MachineClass)
+
+
+def nodes() -> list[Obj] | None:
+    """The target cluster's Nodes; None in no-target mode."""
+    api = context.target_api()
+    if api is None:
+        return None
+    lister = get_listers().nodes
+    if context.mirror_has(lister):
+        return list(lister.list())
+    return list(ops.list_(api, NODES)["items"])
+
+
+def machine_live(name: str, namespace: str) -> Machine | None:
+    return context.get_machine_live(name, namespace)
+
+
+def machines_live() -> list[Machine]:
+    """Every Machine as the API server has it now (after an outage the mirror may still be catching up)."""
+    items = ops.list_(context.control_api(), MACHINES, get_settings().namespace)["items"]
+    return [Machine.model_validate(i) for i in items]

@@ -1,0 +1,184 @@
+"""``mcm-tasks beat`` as real processes on one real Redis: one replica fires the safety jobs once per
+period, the other stands by and takes over when the leader is killed (within a lease) or stopped (at
+once); the jobs reach a real worker through the queue contract; an emptied, restarted Redis costs
+neither replica its process.
+
+Time is compressed: jobs every 1 s (orphan VMs every 2 s), lease 2 s, retry period 0.25 s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from mcm_tasks.beat_cli import Fire, lock_key, read_fires
+from mcm_tasks.queue.testing import read_runs
+from mcm_tasks.sandbox.procs import ManagedProcess, RedisServer, wait_until
+from mcm_tasks.settings import configure, reset_settings
+
+pytestmark = pytest.mark.integration
+
+PERIOD = 1.0
+LEASE = 2.0
+RETRY = 0.25
+ENV = {
+    "MCM_LEADER_ELECT_LEASE_DURATION": f"{LEASE}s",
+    "MCM_LEADER_ELECT_RETRY_PERIOD": f"{RETRY}s",
+    "MCM_MACHINE_SAFETY_APISERVER_STATUSCHECK_PERIOD": f"{PERIOD}s",
+    "MCM_MACHINE_SAFETY_APISERVER_STATUSCHECK_TIMEOUT": f"{PERIOD}s",
+}
+#: the rest through MCM flags, as an operator would pass them
+FLAGS = (f"--machine-safety-overshooting-period={PERIOD}s", "--machine-safety-orphan-vms-period", "2s")
+OVERSHOOTING = "safety-overshooting"
+
+
+class Beats:
+    """Beat replicas (and optionally one worker) on their own redis-server."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.redis = RedisServer(workdir / "redis").start()
+        self.env = {**os.environ, "MCM_REDIS_URL": self.redis.url, **ENV}
+        self.procs: dict[str, ManagedProcess] = {}
+
+    def start_beat(self, identity: str) -> ManagedProcess:
+        proc = ManagedProcess(
+            [sys.executable, "-m", "mcm_tasks.beat_cli", "--identity", identity, *FLAGS],
+            self.workdir / f"beat-{identity}.log",
+            env=self.env,
+        )
+        proc.start()
+        self.procs[identity] = proc
+        return proc
+
+    def start_worker(self) -> None:
+        proc = ManagedProcess(
+            [sys.executable, "-m", "mcm_tasks.worker_cli", "worker", "--queues", "safety",
+             "--concurrency", "1", "--loglevel", "warning", "--hostname", "beat-test@%h"],
+            self.workdir / "worker.log",
+            env={**self.env, "MCM_RECONCILER_MODULES": "mcm_tasks.queue.testing:install_recorder"},
+        )  # fmt: skip
+        proc.start()
+        self.procs["worker"] = proc
+
+    def alive(self, name: str) -> bool:
+        proc = self.procs[name]
+        if not proc.alive():
+            raise AssertionError(f"{name} exited:\n{proc.log_tail()}")
+        return True
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+        self.redis.stop()
+
+
+@pytest.fixture()
+def beats(tmp_path: Path) -> Iterator[Beats]:
+    b = Beats(tmp_path)
+    configure({"redis_url": b.redis.url})
+    try:
+        yield b
+    finally:
+        b.stop()
+        reset_settings()
+
+
+def client_of(b: Beats) -> redis.Redis:
+    return redis.Redis.from_url(b.redis.url, decode_responses=True)
+
+
+def fires_of(r: redis.Redis, entry: str = OVERSHOOTING, after: float = 0.0) -> list[Fire]:
+    try:
+        return [f for f in read_fires(r) if f.entry == entry and f.at > after]
+    except redis.ConnectionError:
+        return []
+
+
+def leader(r: redis.Redis) -> str | None:
+    return r.get(lock_key())  # type: ignore[return-value]
+
+
+def wait_for_fires(
+    r: redis.Redis, n: int, after: float, by: str | None = None, timeout: float = 20
+) -> list[Fire]:
+    def enough() -> bool:
+        return len([f for f in fires_of(r, after=after) if by is None or f.identity == by]) >= n
+
+    wait_until(enough, timeout, interval=0.1, what=f"{n} firings of {OVERSHOOTING}")
+    return fires_of(r, after=after)
+
+
+def assert_once_per_period(fires: list[Fire], identity: str) -> None:
+    assert {f.identity for f in fires} == {identity}, "only the leader fires"
+    gaps = [b.at - a.at for a, b in itertools.pairwise(fires)]
+    assert gaps and min(gaps) >= 0.9 * PERIOD, f"fired more than once per period: {gaps}"
+    assert max(gaps) <= PERIOD + 2 * RETRY + 0.5, f"missed a period: {gaps}"
+
+
+def test_one_replica_fires_once_per_period_and_a_standby_takes_over(beats: Beats) -> None:
+    r = client_of(beats)
+    beats.start_worker()
+    beats.start_beat("a")
+    beats.start_beat("b")
+    wait_until(lambda: leader(r) in ("a", "b"), 60, interval=0.1, what="a leader")
+    first = leader(r)
+    assert first is not None
+    standby = "b" if first == "a" else "a"
+
+    # at start the leader runs every job once, then each once per period; the standby fires nothing
+    start = min(f.at for f in wait_for_fires(r, 1, 0.0))
+    fires = wait_for_fires(r, 6, start - 0.01)
+    assert_once_per_period(fires, first)
+    assert {f.entry for f in read_fires(r)} == {"safety-orphan-vms", "safety-apiserver", OVERSHOOTING}
+    assert beats.alive(standby) and leader(r) == first
+
+    # the jobs reach a worker through the queue contract, on the safety queue
+    def reconciled() -> set[str]:
+        return {run.key for run in read_runs(r) if run.kind == "safety"}
+
+    wait_until(lambda: reconciled() == {"orphan-vms", "apiserver", "overshooting"}, 60, interval=0.2,
+               what="the worker to reconcile every safety job")  # fmt: skip
+
+    # SIGKILL the leader: its lock expires within a lease, and the standby leads
+    beats.procs[first].kill()
+    killed = time.time()
+    wait_for_fires(r, 1, killed, by=standby, timeout=LEASE + 10)
+    takeover = min(f.at for f in fires_of(r, after=killed) if f.identity == standby) - killed
+    print(f"\ntakeover after SIGKILL: {takeover:.2f}s (lease {LEASE}s, retry {RETRY}s)")
+    assert takeover <= LEASE + RETRY + 1.0
+    later = wait_for_fires(r, 4, killed + takeover + 0.01, by=standby)
+    assert_once_per_period(later, standby)
+    assert leader(r) == standby
+
+    # a replica stopped gracefully releases the lock: a standby leads at its next try, not after a lease
+    beats.start_beat("c")
+    wait_until(lambda: "beat: Starting" in beats.procs["c"].log_tail(200), 60, what="c to start")
+    stopped = time.time()
+    beats.procs[standby].stop()
+    wait_until(lambda: leader(r) == "c", LEASE + 5, interval=0.05, what="c to lead")
+    handover = time.time() - stopped
+    print(f"handover after SIGTERM: {handover:.2f}s")
+    assert handover < LEASE
+    wait_for_fires(r, 2, stopped, by="c")
+
+
+def test_replicas_stay_up_through_an_emptied_redis_and_the_schedule_comes_back(beats: Beats) -> None:
+    r = client_of(beats)
+    beats.start_beat("a")
+    beats.start_beat("b")
+    wait_for_fires(r, 2, 0.0, timeout=60)
+
+    beats.redis.restart_empty()
+    restarted = time.time()
+    r = client_of(beats)
+    fires = wait_for_fires(r, 3, restarted, timeout=30)
+    assert len({f.identity for f in fires}) == 1
+    assert r.exists(lock_key()) and beats.alive("a") and beats.alive("b")

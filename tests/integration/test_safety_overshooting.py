@@ -1,0 +1,183 @@
+"""Overshooting against the sandbox API server: MachineSets (and their MachineDeployment) frozen and
+unfrozen by machine counts and by the unfreeze annotation, through the ``safety`` reconciler (key
+``overshooting``). No MachineSet controller runs, so machine counts are exactly what the test makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcm_tasks.api.constants import FREEZE_LABEL_KEY, UNFREEZE_ANNOTATION
+from mcm_tasks.controllers.safety import OVERSHOOTING
+from mcm_tasks.controllers.safety.register import reconcile_safety
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, Resource
+from tests.integration.test_machine_support import Env, env
+from tests.integration.test_safety_orphans import every_request_runs
+
+pytestmark = pytest.mark.integration
+__all__ = ["env", "every_request_runs"]
+
+API = "machine.sapcloud.io/v1alpha1"
+SELECTOR = {"matchLabels": {"app": "w"}}
+
+
+def template() -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "w"}}, "spec": {"class": {"kind": "MachineClass", "name": "c"}}}
+
+
+def controller_ref(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {"apiVersion": API, "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def deployment(env: Env, name: str, replicas: int, max_surge: int | str) -> dict[str, Any]:
+    body = {
+        "apiVersion": API,
+        "kind": "MachineDeployment",
+        "metadata": {"name": name, "namespace": env.namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": SELECTOR,
+            "template": template(),
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": 0},
+            },
+        },
+    }
+    return ops.create(env.api, MACHINE_DEPLOYMENTS, body, env.namespace)
+
+
+def machine_set(env: Env, name: str, replicas: int, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": env.namespace}
+    if owner is not None:
+        meta["ownerReferences"] = [controller_ref(owner)]
+    body = {
+        "apiVersion": API,
+        "kind": "MachineSet",
+        "metadata": meta,
+        "spec": {"replicas": replicas, "selector": SELECTOR, "template": template()},
+    }
+    return ops.create(env.api, MACHINE_SETS, body, env.namespace)
+
+
+def add_machines(env: Env, owner: dict[str, Any], n: int) -> list[str]:
+    names = []
+    for _ in range(n):
+        body = {
+            "apiVersion": API,
+            "kind": "Machine",
+            "metadata": {"generateName": f"{owner['metadata']['name']}-", "namespace": env.namespace,
+                         "labels": {"app": "w"}, "ownerReferences": [controller_ref(owner)]},
+            "spec": {"class": {"kind": "MachineClass", "name": "c"}},
+        }  # fmt: skip
+        names.append(ops.create(env.api, MACHINES, body, env.namespace)["metadata"]["name"])
+    return names
+
+
+def read(env: Env, res: Resource, name: str) -> dict[str, Any]:
+    found = ops.get(env.api, res, name, env.namespace)
+    assert found is not None
+    return found
+
+
+def frozen_state(env: Env, res: Resource, name: str) -> tuple[bool, str | None]:
+    """(freeze label set, reason of a True Frozen condition or None), read from the raw API object."""
+    obj = read(env, res, name)
+    labels = obj["metadata"].get("labels") or {}
+    key = "machineSetCondition" if res is MACHINE_SETS else "conditions"
+    conditions = (obj.get("status") or {}).get(key) or []
+    frozen = [c for c in conditions if c["type"] == "Frozen" and c["status"] == "True"]
+    return labels.get(FREEZE_LABEL_KEY) == "True", frozen[0]["reason"] if frozen else None
+
+
+FROZEN = (True, "OverShootingReplicaCount")
+FREE = (False, None)
+
+
+def check() -> None:
+    assert reconcile_safety(OVERSHOOTING) is None
+
+
+def annotate(env: Env, res: Resource, name: str, value: str | None) -> None:
+    ops.patch(env.api, res, name, {"metadata": {"annotations": {UNFREEZE_ANNOTATION: value}}}, env.namespace)
+
+
+def test_a_set_over_its_deployment_limit_freezes_with_its_deployment_and_thaws_below_it(env: Env) -> None:
+    d_name, s_name = env.name("d"), env.name("s")
+    d = deployment(env, d_name, replicas=1, max_surge=1)  # higher = 1 + 1 + 2 = 4, lower = 3
+    s = machine_set(env, s_name, replicas=1, owner=d)
+    machines = add_machines(env, s, 3)
+    check()
+    assert (
+        frozen_state(env, MACHINE_SETS, s_name) == FREE
+        and frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
+    )
+
+    machines += add_machines(env, s, 1)
+    check()
+    assert frozen_state(env, MACHINE_SETS, s_name) == FROZEN
+    assert frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FROZEN
+    assert "FrozeMachineSet" in env.event_reasons(s_name)
+    assert "FrozeMachineDeployment" in env.event_reasons(d_name)
+    condition = read(env, MACHINE_SETS, s_name)["status"]["machineSetCondition"][0]
+    assert "is 4 >= 4 which is the Max-ScaleUp-Limit" in condition["message"]
+    version = read(env, MACHINE_SETS, s_name)["metadata"]["resourceVersion"]
+    check()
+    assert read(env, MACHINE_SETS, s_name)["metadata"]["resourceVersion"] == version, (
+        "a frozen set is left alone"
+    )
+
+    ops.delete(env.api, MACHINES, machines.pop(), env.namespace)  # 3 = lower
+    check()
+    assert (
+        frozen_state(env, MACHINE_SETS, s_name) == FREE
+        and frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
+    )
+    assert "UnfrozeMachineSet" in env.event_reasons(s_name)
+    assert "UnfrozeMachineDeployment" in env.event_reasons(d_name)
+
+
+def test_the_unfreeze_annotation_thaws_at_once_and_is_removed(env: Env) -> None:
+    d_name, s_name = env.name("d"), env.name("s")
+    d = deployment(env, d_name, replicas=4, max_surge="25%")  # higher = 4 + 1 + 2 = 7
+    s = machine_set(env, s_name, replicas=4, owner=d)
+    add_machines(env, s, 7)
+    check()
+    assert frozen_state(env, MACHINE_SETS, s_name) == FROZEN
+
+    annotate(env, MACHINE_SETS, s_name, "True")
+    check()
+    assert frozen_state(env, MACHINE_SETS, s_name) == FREE
+    assert frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
+    assert UNFREEZE_ANNOTATION not in (read(env, MACHINE_SETS, s_name)["metadata"].get("annotations") or {})
+    check()
+    assert frozen_state(env, MACHINE_SETS, s_name) == FROZEN, "still overshooting: frozen again next pass"
+
+    annotate(env, MACHINE_DEPLOYMENTS, d_name, "True")  # on the deployment: thaws the deployment and its sets
+    check()
+    assert frozen_state(env, MACHINE_SETS, s_name) == FREE
+    assert frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
+    assert UNFREEZE_ANNOTATION not in (
+        read(env, MACHINE_DEPLOYMENTS, d_name)["metadata"].get("annotations") or {}
+    )
+
+
+def test_every_overshooting_set_freezes_in_one_pass_including_standalone_ones(env: Env) -> None:
+    d = deployment(env, env.name("d"), replicas=1, max_surge=0)  # higher = 3
+    a = machine_set(env, env.name("a"), replicas=1, owner=d)
+    b = machine_set(env, env.name("b"), replicas=0, owner=d)
+    alone = machine_set(env, env.name("alone"), replicas=1)  # standalone: higher = 2·1 + 2 = 4
+    quiet = machine_set(env, env.name("quiet"), replicas=2)  # higher = 6
+    add_machines(env, a, 3)
+    add_machines(env, b, 3)
+    add_machines(env, alone, 4)
+    add_machines(env, quiet, 5)
+    check()
+    for s in (a, b, alone):
+        assert frozen_state(env, MACHINE_SETS, s["metadata"]["name"]) == FROZEN
+    assert frozen_state(env, MACHINE_SETS, quiet["metadata"]["name"]) == FREE
+    assert frozen_state(env, MACHINE_DEPLOYMENTS, d["metadata"]["name"]) == FROZEN
