@@ -1,0 +1,406 @@
+"""The AWS driver: MCM's Driver contract on EC2 through boto3 (MCM §9).
+
+Every machine method starts the same way: the class must be for ``AWS`` (else
+``InvalidArgument``), its providerSpec must decode (else ``Internal``) and, together with the
+secret, pass every rule (else one ``InvalidArgument`` listing all problems). The decisions
+(request building, filters, what initialization still lacks) live in ``instances``; this module
+only talks to EC2 and turns its answers into responses and machine codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mcm_tasks.redisdb import get_redis, rkey
+from providers.aws import errors, instances
+from providers.aws.client import CachedClient, ClientCache, ClientFactory, ClientSettings
+from providers.aws.ratelimit import DEFAULT_BURST, DEFAULT_MAX_WAIT, DEFAULT_QPS, RequestLimiter
+from providers.aws.secret import AWSCredentials, credentials_from, sensitive_values, user_data
+from providers.aws.spec import AWSProviderSpec, decode_provider_spec
+from providers.aws.validation import check_provider_spec_and_secret
+from providers.aws.volumes import volume_ids
+from providers.driver import (
+    CreateMachineRequest,
+    CreateMachineResponse,
+    DeleteMachineRequest,
+    DeleteMachineResponse,
+    GetMachineStatusRequest,
+    GetMachineStatusResponse,
+    GetVolumeIDsRequest,
+    GetVolumeIDsResponse,
+    InitializeMachineRequest,
+    InitializeMachineResponse,
+    ListMachinesRequest,
+    ListMachinesResponse,
+    Secret,
+)
+from providers.errors import Code, MachineError
+from providers.metrics import driver_operation
+
+log = logging.getLogger(__name__)
+
+PROVIDER = "AWS"
+_LABEL = "aws"
+ENV_ENDPOINT = "MCM_AWS_ENDPOINT_URL"
+ENV_DESCRIBE_TIMEOUT = "MCM_AWS_DESCRIBE_TIMEOUT"
+ENV_QPS = "MCM_AWS_RATE_LIMIT_QPS"
+ENV_BURST = "MCM_AWS_RATE_LIMIT_BURST"
+DEFAULT_DESCRIBE_TIMEOUT = 300.0
+
+
+def backoff_delays(
+    total: float, first: float = 0.5, factor: float = 2.0, cap: float = 30.0
+) -> Iterator[float]:
+    """Sleeps of an exponential backoff that add up to exactly ``total`` seconds; counting sleeps
+    rather than the wall clock makes the number of attempts the same on every run."""
+    slept, delay = 0.0, first
+    while slept < total:
+        step = min(delay, cap, total - slept)
+        yield step
+        slept += step
+        delay *= factor
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return float(raw) if raw else default
+
+
+def _machine_name(machine: Any) -> str:
+    return str(machine.metadata.name)
+
+
+def _provider_id(machine: Any) -> str:
+    return str(getattr(machine.spec, "provider_id", "") or "")
+
+
+def _node_template_annotations(machine: Any) -> dict[str, str]:
+    template = getattr(machine.spec, "node_template", None)
+    metadata = getattr(template, "metadata", None) if template is not None else None
+    return dict(getattr(metadata, "annotations", None) or {})
+
+
+class AWSDriver:
+    """One per worker process (``providers.get_driver``), holding the client cache."""
+
+    def __init__(
+        self,
+        endpoint_url: str | None = None,
+        redis_url: str | None = None,
+        describe_timeout: float | None = None,
+        *,
+        page_size: int = 1000,
+        max_attempts: int = 5,
+        rate_limit_qps: float | None = None,
+        rate_limit_burst: int | None = None,
+        rate_limit_max_wait: float = DEFAULT_MAX_WAIT,
+        client_factory: ClientFactory | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.endpoint_url = endpoint_url or os.environ.get(ENV_ENDPOINT) or None
+        self.describe_timeout = (
+            describe_timeout
+            if describe_timeout is not None
+            else _env_float(ENV_DESCRIBE_TIMEOUT, DEFAULT_DESCRIBE_TIMEOUT)
+        )
+        self.page_size = page_size
+        self._sleep = sleep
+        limiter = None
+        if redis_url:
+            limiter = RequestLimiter(
+                get_redis(redis_url),
+                rkey("ratelimit", "aws"),
+                qps=rate_limit_qps if rate_limit_qps is not None else _env_float(ENV_QPS, DEFAULT_QPS),
+                burst=rate_limit_burst
+                if rate_limit_burst is not None
+                else int(_env_float(ENV_BURST, DEFAULT_BURST)),
+                max_wait=rate_limit_max_wait,
+            )
+        settings = ClientSettings(endpoint_url=self.endpoint_url, max_attempts=max_attempts)
+        self.clients = ClientCache(settings, limiter=limiter, factory=client_factory)
+
+    def __repr__(self) -> str:
+        return f"AWSDriver(endpoint_url={self.endpoint_url!r})"
+
+    # --- shared steps ---------------------------------------------------------------------------
+
+    def _prepare(self, machine_class: Any, secret: Secret) -> tuple[AWSProviderSpec, AWSCredentials]:
+        provider = getattr(machine_class, "provider", None)
+        if provider != PROVIDER:
+            raise MachineError(
+                Code.InvalidArgument,
+                f"requested for provider {provider!r}, this driver only serves {PROVIDER!r}",
+            )
+        spec = decode_provider_spec(getattr(machine_class, "provider_spec", None))
+        check_provider_spec_and_secret(spec, secret)
+        return spec, credentials_from(secret)
+
+    def _client(
+        self, spec: AWSProviderSpec, creds: AWSCredentials, secret: Secret, code: Code
+    ) -> CachedClient:
+        try:
+            return self.clients.get(spec.region or "", creds)
+        except Exception as err:
+            raise errors.to_machine_error(
+                code, "creating the EC2 client", err, sensitive_values(secret)
+            ) from None
+
+    def _describe(self, client: CachedClient, secret: Secret, **params: Any) -> list[instances.Instance]:
+        """Every instance of every page; any failure → ``Internal`` (a throttle keeps its code)."""
+        try:
+            if "InstanceIds" in params:  # EC2 rejects MaxResults together with instance IDs
+                pages: Any = [client.ec2.describe_instances(**params)]
+            else:
+                paginator = client.ec2.get_paginator("describe_instances")
+                pages = paginator.paginate(**params, PaginationConfig={"PageSize": self.page_size})
+            return [i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])]
+        except Exception as err:
+            if errors.is_instance_not_found(err):
+                return []
+            raise errors.to_machine_error(
+                Code.Internal, "DescribeInstances", err, sensitive_values(secret)
+            ) from None
+
+    def _tagged(
+        self, client: CachedClient, spec: AWSProviderSpec, secret: Secret, machine_name: str | None = None
+    ) -> list[instances.Instance]:
+        """VMs by tag filters, checked again here: EC2 ANDs two ``tag-key`` filters, but moto
+        keeps only the last one, and a VM of another cluster must never look like ours."""
+        filters = (
+            instances.class_filters(spec)
+            if machine_name is None
+            else instances.machine_filters(spec, machine_name)
+        )
+        return [
+            i
+            for i in self._describe(client, secret, Filters=filters)
+            if instances.belongs_to_class(spec, i)
+            and (machine_name is None or instances.name_tag(i) == machine_name)
+        ]
+
+    def _matching_instances(
+        self, client: CachedClient, spec: AWSProviderSpec, machine: Any, secret: Secret
+    ) -> list[instances.Instance]:
+        """By tags; when tags find nothing (new tags are eventually consistent), by providerID.
+        Unlike upstream the fallback also requires a live state: a terminated VM stays visible
+        for an hour and must not count as the machine's VM."""
+        name = _machine_name(machine)
+        found = self._tagged(client, spec, secret, name)
+        if found:
+            return found
+        provider_id = _provider_id(machine)
+        if not provider_id:
+            raise MachineError(
+                Code.NotFound, f"no VM found for machine {name!r} by tags, and it has no providerID"
+            )
+        try:
+            _, instance_id = instances.decode_provider_id(provider_id)
+        except ValueError as err:
+            raise MachineError(Code.InvalidArgument, str(err)) from None
+        found = [i for i in self._describe(client, secret, InstanceIds=[instance_id]) if instances.is_live(i)]
+        if not found:
+            raise MachineError(Code.NotFound, f"no VM found for machine {name!r} (providerID {provider_id})")
+        return found
+
+    def _wait_visible(
+        self, client: CachedClient, instance_id: str, secret: Secret
+    ) -> instances.Instance | None:
+        """EC2 is eventually consistent: a new instance may be invisible to DescribeInstances."""
+        for delay in [*backoff_delays(self.describe_timeout), None]:
+            try:
+                found = self._describe(client, secret, InstanceIds=[instance_id])
+            except MachineError as err:
+                log.info("waiting for instance %s to become visible: %s", instance_id, err.message)
+                found = []
+            if found:
+                return found[0]
+            if delay is not None:
+                self._sleep(delay)
+        return None
+
+    def _terminate(self, client: CachedClient, instance_id: str, secret: Secret) -> None:
+        """An instance EC2 does not know is already gone (orphan collection covers the rare
+        eventual-consistency case where it still exists)."""
+        try:
+            client.ec2.terminate_instances(InstanceIds=[instance_id])
+        except Exception as err:
+            code = errors.code_for_terminate(err)
+            if code is Code.NotFound:
+                log.info("instance %s not found on termination, treating it as terminated", instance_id)
+                return
+            if self._already_terminating(client, instance_id, secret):
+                log.info("instance %s is already terminating (%s)", instance_id, errors.describe(err))
+                return
+            raise errors.to_machine_error(
+                code, f"TerminateInstances {instance_id}", err, sensitive_values(secret)
+            ) from None
+        log.info("terminated instance %s", instance_id)
+
+    def _already_terminating(self, client: CachedClient, instance_id: str, secret: Secret) -> bool:
+        """A repeated or concurrent termination may fail (moto even fails every repeat once the
+        ENIs are gone); a VM that is shutting down or terminated is deleted all the same."""
+        try:
+            found = self._describe(client, secret, InstanceIds=[instance_id])
+        except MachineError:
+            return False
+        return bool(found) and all(not instances.is_live(i) for i in found)
+
+    # --- the contract ---------------------------------------------------------------------------
+
+    def create_machine(self, req: CreateMachineRequest) -> CreateMachineResponse:
+        with driver_operation(_LABEL, "create_machine"):
+            spec, creds = self._prepare(req.machine_class, req.secret)
+            client = self._client(spec, creds, req.secret, Code.Internal)
+            secrets = sensitive_values(req.secret)
+            name = _machine_name(req.machine)
+            try:
+                images = client.ec2.describe_images(ImageIds=[spec.ami]).get("Images", [])
+            except Exception as err:
+                raise errors.to_machine_error(
+                    errors.code_for_image_lookup(err), f"DescribeImages {spec.ami}", err, secrets
+                ) from None
+            if not images:
+                raise MachineError(Code.NotFound, f"image {spec.ami} not found")
+            try:
+                request = instances.run_instances_input(
+                    spec,
+                    name,
+                    _node_template_annotations(req.machine),
+                    str(images[0].get("RootDeviceName", "")),
+                    user_data(req.secret),
+                )
+            except instances.SpecError as err:
+                raise MachineError(Code.InvalidArgument, str(err)) from None
+            except ValueError as err:
+                raise MachineError(Code.Internal, str(err)) from None
+            try:
+                result = client.ec2.run_instances(**request)
+            except Exception as err:
+                raise errors.to_machine_error(
+                    errors.code_for_create(err), "RunInstances", err, secrets
+                ) from None
+            launched = next((i for i in result.get("Instances", []) if i.get("InstanceId")), None)
+            if launched is None:
+                raise MachineError(
+                    Code.Internal, f"RunInstances returned no instance ID for machine {name!r}"
+                )
+            instance_id = str(launched["InstanceId"])
+            provider_id = instances.encode_provider_id(client.region, instance_id)
+            log.info("launched %s for machine %s, waiting until EC2 shows it", provider_id, name)
+            visible = self._wait_visible(client, instance_id, req.secret)
+            if visible is None:
+                raise MachineError(
+                    Code.Internal,
+                    f"VM {provider_id} of machine {name!r} did not become visible within "
+                    f"{self.describe_timeout:g}s; a duplicate VM may appear and will be orphan-collected",
+                )
+            node_name = str(visible.get("PrivateDnsName") or launched.get("PrivateDnsName") or "")
+            if not node_name:
+                raise MachineError(
+                    Code.Internal, f"VM {provider_id} of machine {name!r} has no private DNS name yet"
+                )
+            return CreateMachineResponse(
+                provider_id=provider_id, node_name=node_name, addresses=instances.node_addresses(visible)
+            )
+
+    def initialize_machine(self, req: InitializeMachineRequest) -> InitializeMachineResponse:
+        """Per ENI: assign missing IPv6 prefixes, disable SourceDestCheck for NAT instances.
+        Every failure after validation is ``Uninitialized``, so the controller simply retries."""
+        with driver_operation(_LABEL, "initialize_machine"):
+            spec, creds = self._prepare(req.machine_class, req.secret)
+            secrets = sensitive_values(req.secret)
+            try:
+                client = self._client(spec, creds, req.secret, Code.Uninitialized)
+                instance = self._matching_instances(client, spec, req.machine, req.secret)[0]
+                instance_id = str(instance.get("InstanceId", ""))
+                for eni_id, missing in instances.ipv6_prefix_deficits(spec, instance):
+                    log.info("assigning %d IPv6 prefix(es) to %s of %s", missing, eni_id, instance_id)
+                    client.ec2.assign_ipv6_addresses(NetworkInterfaceId=eni_id, Ipv6PrefixCount=missing)
+                if spec.source_dest_check_disabled:
+                    self._disable_source_dest_check(client, instance)
+            except MachineError as err:
+                raise MachineError(Code.Uninitialized, err.message) from None
+            except Exception as err:
+                raise errors.to_machine_error(
+                    Code.Uninitialized, "initializing the VM", err, secrets
+                ) from None
+            return InitializeMachineResponse(
+                provider_id=instances.encode_provider_id(client.region, instance_id),
+                node_name=str(instance.get("PrivateDnsName") or ""),
+                addresses=instances.node_addresses(instance),
+            )
+
+    def _disable_source_dest_check(self, client: CachedClient, instance: instances.Instance) -> None:
+        for eni_id in instances.enis_with_source_dest_check(instance):
+            client.ec2.modify_network_interface_attribute(
+                NetworkInterfaceId=eni_id, SourceDestCheck={"Value": False}
+            )
+        if not instance.get("NetworkInterfaces") and instance.get("SourceDestCheck", True):
+            client.ec2.modify_instance_attribute(
+                InstanceId=instance["InstanceId"], SourceDestCheck={"Value": False}
+            )
+
+    def delete_machine(self, req: DeleteMachineRequest) -> DeleteMachineResponse:
+        with driver_operation(_LABEL, "delete_machine"):
+            spec, creds = self._prepare(req.machine_class, req.secret)
+            client = self._client(spec, creds, req.secret, Code.Internal)
+            provider_id = _provider_id(req.machine)
+            if provider_id:
+                try:
+                    _, instance_id = instances.decode_provider_id(provider_id)
+                except ValueError as err:
+                    raise MachineError(Code.InvalidArgument, str(err)) from None
+                self._terminate(client, instance_id, req.secret)
+                return DeleteMachineResponse()
+            name = _machine_name(req.machine)
+            found = self._tagged(client, spec, req.secret, name)
+            if not found:
+                log.info("no VM found for machine %s, nothing to delete", name)
+            for instance in found:
+                self._terminate(client, str(instance["InstanceId"]), req.secret)
+            return DeleteMachineResponse()
+
+    def get_machine_status(self, req: GetMachineStatusRequest) -> GetMachineStatusResponse:
+        with driver_operation(_LABEL, "get_machine_status"):
+            spec, creds = self._prepare(req.machine_class, req.secret)
+            client = self._client(spec, creds, req.secret, Code.Internal)
+            found = self._matching_instances(client, spec, req.machine, req.secret)
+            name = _machine_name(req.machine)
+            if len(found) > 1:
+                ids = ", ".join(str(i.get("InstanceId")) for i in found)
+                raise MachineError(Code.OutOfRange, f"machine {name!r} is backed by several VMs: {ids}")
+            instance = found[0]
+            provider_id = instances.encode_provider_id(client.region, str(instance.get("InstanceId", "")))
+            problems = instances.initialization_problems(spec, instance)
+            if problems:
+                raise MachineError(
+                    Code.Uninitialized, f"VM {provider_id} of machine {name!r}: " + "; ".join(problems)
+                )
+            return GetMachineStatusResponse(
+                provider_id=provider_id,
+                node_name=str(instance.get("PrivateDnsName") or ""),
+                addresses=instances.node_addresses(instance),
+            )
+
+    def list_machines(self, req: ListMachinesRequest) -> ListMachinesResponse:
+        """providerID → the ``Name`` tag (the machine's name) for every live VM of the class's
+        cluster and role."""
+        with driver_operation(_LABEL, "list_machine"):
+            spec, creds = self._prepare(req.machine_class, req.secret)
+            client = self._client(spec, creds, req.secret, Code.Internal)
+            found = self._tagged(client, spec, req.secret)
+            return ListMachinesResponse(
+                machine_list={
+                    instances.encode_provider_id(client.region, str(i["InstanceId"])): instances.name_tag(i)
+                    for i in found
+                    if i.get("InstanceId")
+                }
+            )
+
+    def get_volume_ids(self, req: GetVolumeIDsRequest) -> GetVolumeIDsResponse:
+        with driver_operation(_LABEL, "get_volume_ids"):
+            return GetVolumeIDsResponse(volume_ids=volume_ids(req.pv_specs))
