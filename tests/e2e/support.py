@@ -1,0 +1,36 @@
+"""The one way an end-to-end test starts the whole sandbox: with its ``MCM_*`` settings in the
+environment (every sandbox process inherits them) and a guaranteed ``down``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcm_tasks.sandbox.runner import Sandbox, down, up
+
+#: compressed time every end-to-end sandbox starts from; a test's own env overrides it
+COMPRESSED = {
+    "MCM_SHORT_RETRY": "1s",
+    "MCM_MEDIUM_RETRY": "2s",
+    "MCM_HEALTH_RECHECK_PERIOD": "1s",
+    # the shared budget is a production safeguard; here it would only slow the tests down
+    "MCM_KUBE_API_QPS": "500",
+    "MCM_KUBE_API_BURST": "500",
+}
+
+
+@contextmanager
+def running_sandbox(directory: Path, env: Mapping[str, str], **up_args: Any) -> Iterator[Sandbox]:
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {**COMPRESSED, **env}.items():
+            patch.setenv(key, value)
+        up_args.setdefault("workers", 2)
+        started = up(directory, echo=lambda _: None, **up_args)
+        try:
+            yield started
+        finally:
+            down(directory, echo=lambda _: None)

@@ -1,0 +1,265 @@
+"""The machine controller end to end in the sandbox (``mcm_tasks.sandbox.runner.up``): real worker
+processes, the informer and the kubelet simulator, compressed timeouts. Machines are standalone (no
+MachineSet), so what happens to them is the machine controller's doing alone."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kubernetes import config
+
+from mcm_tasks.api import API_VERSION, Machine, MachineClass
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import EVENTS, MACHINE_CLASSES, MACHINES, NODES, SECRETS
+from mcm_tasks.queue.deadletter import list_dead_letters
+from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.sandbox.procs import wait_until
+from mcm_tasks.sandbox.runner import Sandbox
+from mcm_tasks.settings import configure, reset_settings
+from providers.driver import CreateMachineRequest, Secret
+from providers.local import LocalCloud, LocalDriver
+from tests.e2e.support import running_sandbox
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+NS = "default"
+WAIT = 60.0
+ENV = {
+    "MCM_RECONCILER_MODULES": ",".join(
+        (
+            "mcm_tasks.controllers.machine.register",
+            "mcm_tasks.controllers.machine.register_termination",
+        )
+    ),
+    "MCM_LONG_RETRY": "20s",
+    "MCM_RESOURCE_EXHAUSTED_RETRY": "1s",
+    "MCM_MACHINE_CREATION_TIMEOUT": "15s",
+    "MCM_MACHINE_HEALTH_TIMEOUT": "3s",
+    "MCM_MACHINE_DRAIN_TIMEOUT": "10s",
+}
+USER_DATA = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
+READY_FALSE = {"sandbox.mcm-tasks.io/condition-Ready": "False"}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    with running_sandbox(Path(tmp_path_factory.mktemp("machine-e2e")), ENV, with_beat=False) as started:
+        yield started
+
+
+class World:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.control = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
+        self.target = config.new_client_from_config(config_file=str(sandbox.target_kubeconfig))
+        self.redis = redis.Redis.from_url(sandbox.redis_url)
+
+    def close(self) -> None:
+        self.control.close()
+        self.target.close()
+        self.redis.close()
+
+    def secret(self, name: str, data: dict[str, str] | None = None) -> None:
+        body = {"metadata": {"name": name, "namespace": NS}, "data": data or {"userData": USER_DATA}}
+        ops.create(self.control, SECRETS, body)
+
+    def machine_class(self, name: str, provider_spec: dict[str, Any] | None = None, secret: str = "") -> None:
+        if not secret:
+            secret = f"{name}-secret"
+            self.secret(secret)
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "MachineClass",
+            "metadata": {"name": name, "namespace": NS},
+            "provider": "local",
+            "providerSpec": provider_spec or {},
+            "secretRef": {"name": secret, "namespace": NS},
+        }
+        ops.create(self.control, MACHINE_CLASSES, body)
+
+    def machine(self, name: str, cls: str, labels: dict[str, str] | None = None) -> None:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "Machine",
+            "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
+            "spec": {"class": {"kind": "MachineClass", "name": cls}},
+        }
+        ops.create(self.control, MACHINES, body)
+
+    def get(self, name: str) -> Machine | None:
+        found = ops.get(self.control, MACHINES, name, NS, missing_ok=True)
+        return None if found is None else Machine.model_validate(found)
+
+    def phase(self, name: str) -> str:
+        m = self.get(name)
+        return "" if m is None else str(m.status.current_status.phase)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return ops.get(self.target, NODES, name, missing_ok=True)
+
+    def live_vms(self, machine: str) -> list[Any]:
+        return [vm for vm in LocalCloud(self.redis).by_machine(machine) if vm.live()]
+
+    def reasons(self, name: str) -> set[str]:
+        items = ops.list_(self.control, EVENTS, NS)["items"]
+        return {str(e.get("reason")) for e in items if (e.get("involvedObject") or {}).get("name") == name}
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+        wait_until(predicate, timeout, interval=0.2, what=what)
+
+    def wait_phase(self, name: str, phase: str, timeout: float = WAIT) -> Machine:
+        self.wait(lambda: self.phase(name) == phase, f"{name} {phase}", timeout)
+        found = self.get(name)
+        assert found is not None
+        return found
+
+
+@pytest.fixture(scope="module")
+def world(sandbox: Sandbox) -> Iterator[World]:
+    configure({"redis_url": sandbox.redis_url, "control_kubeconfig": str(sandbox.kubeconfig)})
+    w = World(sandbox)
+    yield w
+    w.close()
+    reset_settings()
+
+
+def test_machine_becomes_running_with_node_labels_provider_id_and_priority(world: World) -> None:
+    world.machine_class("plain")
+    world.machine("run-1", "plain")
+    m = world.wait_phase("run-1", "Running")
+    [vm] = world.live_vms("run-1")
+    assert m.spec.provider_id == vm.provider_id
+    assert m.metadata.labels["node"] == "run-1"
+    assert m.metadata.annotations["machinepriority.machine.sapcloud.io"] == "3"
+    node = world.node("run-1")
+    assert node is not None
+    assert node["spec"]["providerID"] == vm.provider_id
+    world.wait(
+        lambda: (
+            (world.node("run-1") or {})["metadata"].get("labels", {}).get("node.gardener.cloud/machine-name")
+            == "run-1"
+        ),
+        "machine-name label on the node",
+    )
+    world.wait(
+        lambda: (
+            "node.machine.sapcloud.io/machine-controller"
+            in ((world.node("run-1") or {})["metadata"].get("finalizers") or [])
+        ),
+        "node finalizer",
+    )
+    assert {"MachinePending", "MachineRunning"} <= world.reasons("run-1")
+
+
+def test_resource_exhausted_twice_then_running(world: World) -> None:
+    world.machine_class("exhausted", {"failCreates": {"count": 2, "code": "ResourceExhausted"}})
+    world.machine("exh-1", "exhausted")
+    world.wait(lambda: "MachineCrashLoopBackOff" in world.reasons("exh-1"), "CrashLoopBackOff event")
+    m = world.wait_phase("exh-1", "Running")
+    assert len(world.live_vms("exh-1")) == 1
+    assert m.status.last_operation.description == "Machine exh-1 successfully joined the cluster"
+
+
+def test_a_vm_that_never_joins_fails_after_the_creation_timeout(world: World) -> None:
+    world.machine_class("never", {"neverJoin": True})
+    world.machine("never-1", "never")
+    world.wait_phase("never-1", "Pending", timeout=15)
+    m = world.wait_phase("never-1", "Failed", timeout=40)
+    assert "failed to join the cluster in 15s minutes" in m.status.last_operation.description
+
+
+def test_an_existing_vm_is_adopted_not_duplicated(world: World) -> None:
+    world.machine_class("adopt")
+    klass = MachineClass.model_validate(ops.get(world.control, MACHINE_CLASSES, "adopt", NS))
+    stub = Machine.model_validate({"metadata": {"name": "adopt-1", "namespace": NS}})
+    existing = LocalDriver(world.sandbox.redis_url).create_machine(
+        CreateMachineRequest(machine=stub, machine_class=klass, secret=Secret(data={"userData": b"x"}))
+    )
+    world.machine("adopt-1", "adopt")
+    m = world.wait_phase("adopt-1", "Running")
+    assert m.spec.provider_id == existing.provider_id
+    assert [vm.provider_id for vm in world.live_vms("adopt-1")] == [existing.provider_id]
+
+
+def test_unhealthy_machines_of_one_deployment_fail_one_at_a_time(world: World) -> None:
+    world.machine_class("health")
+    names = [f"hl-{i}" for i in range(3)]
+    for name in names:
+        world.machine(name, "health", labels={"name": "hl-deploy"})
+    for name in names:
+        world.wait_phase(name, "Running")
+    for name in names:
+        ops.patch(world.target, NODES, name, {"metadata": {"annotations": READY_FALSE}})
+    world.wait(lambda: all(world.phase(n) in ("Unknown", "Failed") for n in names), "all Unknown")
+    world.wait(lambda: [world.phase(n) for n in names].count("Failed") == 1, "one Failed")
+    held = [n for n in names if world.phase(n) == "Unknown"]
+    world.wait(
+        lambda: all(
+            "couldn't be marked FAILED" in (world.get(n) or Machine()).status.last_operation.description
+            for n in held
+        ),
+        "the others held back",
+    )
+    assert [world.phase(n) for n in names].count("Failed") == 1
+
+    # replacing the failed machine (here: deleting it) lets the next one fail
+    [failed] = [n for n in names if world.phase(n) == "Failed"]
+    ops.delete(world.control, MACHINES, failed, NS)
+    world.wait(lambda: world.get(failed) is None, f"{failed} deleted", timeout=90)
+    world.wait(lambda: [world.phase(n) for n in held].count("Failed") == 1, "the next one Failed")
+    assert [world.phase(n) for n in held].count("Failed") == 1
+
+
+def test_stale_node_of_another_vm(world: World) -> None:
+    world.machine_class("stale")
+    ops.create(
+        world.target,
+        NODES,
+        {"metadata": {"name": "stale-1"}, "spec": {"providerID": "local:///local-a/i-old"}},
+    )
+    world.machine("stale-1", "stale")
+    m = world.wait_phase("stale-1", "Failed")
+    assert m.status.last_operation.description == "VM using old node obj"
+    assert world.live_vms("stale-1") == []
+
+
+@pytest.mark.parametrize(
+    ("case", "expect"),
+    [
+        ("missing-secret", "referenced by MachineClass bad-missing-secret not found"),
+        ("missing-userdata", "has no userData"),
+        ("invalid-class", "is invalid"),
+        ("malformed-spec", "providerSpec"),
+    ],
+)
+def test_bad_input_gives_status_and_event(world: World, case: str, expect: str) -> None:
+    cls, name = f"bad-{case}", f"bad-{case}-1"
+    if case == "missing-secret":
+        world.machine_class(cls, secret="does-not-exist")
+    elif case == "missing-userdata":
+        world.secret(f"{cls}-secret", {"other": base64.b64encode(b"x").decode()})
+        world.machine_class(cls, secret=f"{cls}-secret")
+    elif case == "invalid-class":
+        world.machine_class(cls)
+        template = {"capacity": {"cpu": "2"}, "instanceType": "t", "region": "r", "zone": "z"}
+        ops.patch(world.control, MACHINE_CLASSES, cls, {"nodeTemplate": template}, NS)
+    else:
+        world.machine_class(cls, {"bootDelaySeconds": "soon"})
+    world.machine(name, cls)
+    world.wait(
+        lambda: expect in (world.get(name) or Machine()).status.last_operation.description, f"{case} status"
+    )
+    world.wait(
+        lambda: bool(world.reasons(name) & {"ConfigurationError", "MachineCrashLoopBackOff"}), f"{case} event"
+    )
+    m = world.get(name)
+    assert m is not None and m.status.last_operation.state == "Failed"
+    assert world.live_vms(name) == []
+    # no crash loop: the reconciles of this machine never failed (no backoff, nothing dead-lettered)
+    assert world.redis.hget(queue_keys("machine").failures, f"{NS}/{name}") is None
+    assert not [d for d in list_dead_letters(world.redis) if d.key == f"{NS}/{name}"]
