@@ -1,0 +1,362 @@
+"""Shared driver of the sandbox benchmarks (bench/machines.py, bench/scale.py).
+
+A benchmark starts the whole sandbox (``mcm_tasks.sandbox.runner.up``), drives it through the API
+servers and reads what happened from outside, so the figures include every process's real cost:
+
+- a ``Tracker`` (bench/watch.py) watches both API servers from the start (every event), so waiting
+  needs no polling LISTs, the largest machine count is seen at every instant, and each write is
+  attributed to a resource and to the part of the object it changed;
+- a ``Meter`` snapshot reads the global resourceVersion of each server (the sandbox bumps one
+  counter per committed write and never on a no-op, so its advance is the exact write count), the
+  queue statistics in Redis (reconciles run per queue), the kubelet simulator's own writes (from
+  its log), the benchmark's own writes and the CPU time of every sandbox process.
+  ``controller`` writes = all writes − the benchmark's − the kubelet simulator's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kubernetes import config
+from kubernetes.client import ApiClient
+
+from bench.profiling import Profiler
+from bench.watch import Tracker
+from mcm_tasks.api import API_VERSION
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import (
+    LEASES,
+    MACHINE_CLASSES,
+    SECRETS,
+    Resource,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+NS = "default"
+SECRET = "bench-secret"
+
+#: Deployment knobs, not shortcuts: the shared API budget of a real installation is sized to its
+#: fleet (MCM's own default QPS would make any 1000-machine figure a rate-limit figure), and the
+#: simulated kubelets heartbeat rarely so that 1000 nodes do not load the target server with
+#: heartbeats nobody waits for. Controller periods and timeouts stay at their defaults.
+BENCH_ENV = {
+    "MCM_KUBE_API_QPS": "2000",
+    "MCM_KUBE_API_BURST": "2000",
+    "MCM_KUBELET_HEARTBEAT_INTERVAL": "600",
+    "MCM_KUBELET_NODE_GRACE": "1800",
+}
+TICK = re.compile(r"kubelet: tick: (.*)$")
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every object count (0.1: quick)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds any one phase may take")
+    parser.add_argument("--out", type=Path, default=None, help="JSON file (default: see save())")
+    parser.add_argument("--profile", type=Path, default=None, help="sample the workers with py-spy into DIR")
+    parser.add_argument("--profile-idle", action="store_true", help="profile wall time, not only CPU")
+    return parser.parse_args()
+
+
+def scaled(count: int, scale: float) -> int:
+    return max(1, round(count * scale))
+
+
+# --- counters read at the start and end of a phase -----------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    at: float
+    rv: dict[str, int]
+    queues: dict[str, dict[str, float]]
+    kubelet: Counter[str]
+    own: Counter[str]
+    events: Counter[str]
+    parts: Counter[str]
+    cpu: dict[str, float]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU of a process and all its descendants, live or already reaped."""
+    try:
+        proc = psutil.Process(pid)
+        t = proc.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in proc.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                total += c.user + c.system
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+@dataclass
+class Bench:
+    """One running sandbox, its clients and the counters of what the benchmark itself wrote."""
+
+    sandbox: Any
+    apis: dict[str, ApiClient]
+    tracker: Tracker
+    profiler: Profiler
+    own: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def control(self) -> ApiClient:
+        return self.apis["control"]
+
+    @property
+    def target(self) -> ApiClient:
+        return self.apis["target"]
+
+    # --- writes, counted ---
+    def run_all(self, server: str, calls: Iterable[Callable[[], Any]], threads: int = 8) -> None:
+        calls = list(calls)
+        with ThreadPoolExecutor(threads) as pool:
+            for future in [pool.submit(call) for call in calls]:
+                future.result()
+        with self.tracker.cond:
+            self.own[server] += len(calls)
+
+    def create(self, server: str, res: Resource, bodies: Iterable[dict[str, Any]]) -> None:
+        api = self.apis[server]
+        self.run_all(server, (lambda b=b: ops.create(api, res, b, NS) for b in bodies))  # type: ignore[misc]
+
+    def delete(self, server: str, res: Resource, names: Iterable[str]) -> None:
+        api = self.apis[server]
+        self.run_all(server, (lambda n=n: ops.delete(api, res, n, NS) for n in names))  # type: ignore[misc]
+
+    def patch(self, res: Resource, name: str, body: dict[str, Any], subresource: str | None = None) -> None:
+        self.run_all(
+            "control", [lambda: ops.patch(self.control, res, name, body, NS, subresource=subresource)]
+        )
+
+    def secret_and_classes(self, *names: str) -> None:
+        user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
+        self.create("control", SECRETS, [{"metadata": {"name": SECRET}, "data": {"userData": user_data}}])
+        self.create("control", MACHINE_CLASSES, [machine_class(n) for n in names])
+
+    # --- reads ---
+    def live_vms(self) -> int:
+        from mcm_tasks.redisdb import get_redis
+        from providers.local.cloud import LocalCloud
+
+        return sum(1 for vm in LocalCloud(get_redis(self.sandbox.redis_url)).all() if vm.live())
+
+    def report(self, before: Snapshot, after: Snapshot, machines: int) -> dict[str, Any]:
+        latency = self.tracker.latencies(before.at, after.at)
+        return {**phase_report(before, after, machines), "latency": latency}
+
+    def snapshot(self) -> Snapshot:
+        from mcm_tasks.queue.stats import read_stats
+        from mcm_tasks.redisdb import get_redis
+
+        rv = {
+            s: int(ops.list_(api, LEASES, "kube-system", page_size=1)["metadata"]["resourceVersion"])
+            for s, api in self.apis.items()
+        }
+        queues = {
+            q.kind: {
+                "reconciles": q.work_duration.count,
+                "adds": q.adds,
+                "retries": q.retries,
+                "work_seconds": q.work_duration.total,
+            }
+            for q in read_stats(get_redis(self.sandbox.redis_url))
+        }
+        kubelet: Counter[str] = Counter()
+        log = self.sandbox.dir / "logs" / "kubelet.log"
+        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+            found = TICK.search(line)
+            if found:
+                for item in found.group(1).split(", "):
+                    what, _, n = item.partition("=")
+                    kubelet[what] += int(n)
+        cpu = {name: _cpu_seconds(pid) for name, pid in self.sandbox.pids.items()}
+        own = psutil.Process().cpu_times()  # not its children: they are the sandbox, counted above
+        cpu["benchmark"] = own.user + own.system  # its watches compete for the same cores
+        with self.tracker.cond:
+            events, parts, own = Counter(self.tracker.events), Counter(self.tracker.parts), Counter(self.own)
+        return Snapshot(time.time(), rv, queues, kubelet, own, events, parts, cpu)
+
+
+def _diff(a: Counter[str], b: Counter[str]) -> dict[str, int]:
+    return {k: v for k, v in sorted((b - a).items()) if v}
+
+
+def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, Any]:
+    """What one phase cost, in total and per machine it concerned."""
+    writes = {s: after.rv[s] - before.rv[s] for s in after.rv}
+    own = sum((after.own - before.own).values())
+    kubelet = sum((after.kubelet - before.kubelet).values())
+    events = _diff(before.events, after.events)
+    total = sum(writes.values())
+    controller = total - own - kubelet
+    queues = {
+        kind: {k: round(v - before.queues[kind][k], 3) for k, v in stats.items()}
+        for kind, stats in after.queues.items()
+    }
+    queues = {k: v for k, v in queues.items() if any(v.values())}
+    tasks = int(sum(q["reconciles"] for q in queues.values()))
+    return {
+        "machines": machines,
+        "writes": {
+            **writes,
+            "total": total,
+            "by_benchmark": own,
+            "by_kubelet_simulator": kubelet,
+            "by_controller": controller,
+            "seen_by_watches": sum(events.values()),
+        },
+        "writes_per_machine": round(controller / machines, 2),
+        "tasks": tasks,
+        "tasks_per_machine": round(tasks / machines, 2),
+        "queues": queues,
+        "kubelet_simulator": _diff(before.kubelet, after.kubelet),
+        "events": events,
+        "updates_by_part": _diff(before.parts, after.parts),
+        "cpu_seconds": {k: round(after.cpu.get(k, 0) - v, 1) for k, v in before.cpu.items()},
+        "wall_seconds": round(after.at - before.at, 2),
+    }
+
+
+# --- object bodies -------------------------------------------------------------------------------
+
+
+def machine_class(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MachineClass",
+        "metadata": {"name": name, "namespace": NS},
+        "provider": "local",
+        "providerSpec": {"bootDelaySeconds": 0},
+        "secretRef": {"name": SECRET, "namespace": NS},
+    }
+
+
+def class_ref(name: str) -> dict[str, Any]:
+    return {"kind": "MachineClass", "name": name}
+
+
+def pod_on(node: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": "bench"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "app", "image": "registry.local/app:1"}],
+        },
+    }
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running_sandbox(args: argparse.Namespace) -> Iterator[Bench]:
+    """The sandbox with BENCH_ENV (caller's own MCM_* settings win), stopped and cleaned afterwards."""
+    saved = {k: os.environ.get(k) for k in BENCH_ENV}
+    for key, value in BENCH_ENV.items():
+        os.environ.setdefault(key, value)
+    from mcm_tasks.sandbox.runner import down, up
+    from mcm_tasks.settings import configure
+
+    directory = Path(tempfile.mkdtemp(prefix="mcm-bench-"))
+    ok = False
+    try:
+        sandbox = up(directory, workers=args.workers, with_beat=False, timeout=120, echo=lambda _: None)
+        configure({"redis_url": sandbox.redis_url})
+        apis = {
+            "control": config.new_client_from_config(config_file=str(sandbox.kubeconfig)),
+            "target": config.new_client_from_config(config_file=str(sandbox.target_kubeconfig)),
+        }
+        tracker = Tracker(apis).start()
+        try:
+            yield Bench(sandbox, apis, tracker, Profiler(args.profile, sandbox.pids, args.profile_idle))
+        finally:
+            tracker.close()
+            for api in apis.values():
+                api.close()
+        ok = True
+    finally:
+        down(directory, echo=lambda _: None)
+        for name, was in saved.items():
+            if was is None:
+                os.environ.pop(name, None)
+        if ok:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            print(f"sandbox logs kept in {directory / 'logs'}", file=sys.stderr)
+
+
+def source_version() -> str:
+    """The commit measured, ``+changes`` when the controller's code differs from it; BENCH_COMMIT
+    names it when the code runs from an export (``git archive``) of a commit."""
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return os.environ.get("BENCH_COMMIT", "unknown")
+    changed = git("status", "--porcelain", "--", "mcm_tasks", "informers", "providers")
+    return commit + ("+changes" if changed else "")
+
+
+def context(args: argparse.Namespace) -> dict[str, Any]:
+    from mcm_tasks.settings import get_settings
+
+    s = get_settings()
+    knobs = ("kube_api_qps", "kube_api_burst", "worker_concurrency", "short_retry", "medium_retry",
+             "health_recheck_period", "machine_drain_timeout", "pod_eviction_retry_interval")  # fmt: skip
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": source_version(),
+        "scale": args.scale,
+        "worker_processes": args.workers,
+        "settings": {k: getattr(s, k) for k in knobs},
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MCM_")},
+        "host": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_at_start": os.getloadavg(),
+        },
+        "note": "2-core machine shared with other test runs: figures are pessimistic",
+    }
+
+
+def save(name: str, args: argparse.Namespace, figures: dict[str, Any], ctx: dict[str, Any]) -> None:
+    """Print the figures; write them with their context to --out, else bench/results/NAME.json for a
+    full-scale run, else a file in the temporary folder (a quick run never replaces real figures)."""
+    ctx["host"]["load_avg_at_end"] = os.getloadavg()
+    out = args.out or RESULTS / f"{name}.json"
+    if args.out is None and args.scale != 1.0:  # bench/results/ holds full-scale figures only
+        out = Path(tempfile.gettempdir()) / "mcm-bench-results" / f"{name}-scale{args.scale:g}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**figures, "context": ctx}, indent=2, default=str) + "\n")
+    print(json.dumps(figures, indent=2))
+    print(f"saved {out}")

@@ -1,0 +1,122 @@
+"""Where the workers' time goes during a benchmark phase: py-spy samples every worker process (pool
+children included) and the samples taken inside a task (below ``mcm_tasks.queue.processing.process``)
+are summarised per reconciler and per function. Used by the benchmarks' ``--profile DIR`` option
+(CPU time; ``--profile-idle`` counts waits on the API servers and Redis too, i.e. the wall time a
+task holds a worker slot); needs ``py-spy`` (dev extra).
+
+``python bench/profiling.py DIR/*.txt`` prints the summary of saved samples again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+#: py-spy's raw (collapsed) format: ``frame;frame;…;frame count``, frame = ``func (file:line)``
+FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*)(?::\d+)?\)$")
+ENTRY = "process (mcm_tasks/queue/processing.py)"
+OWN_CODE = ("mcm_tasks/", "informers/", "providers/")
+RATE = 50
+PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+
+
+def _short(frame: str) -> str:
+    """``reconcile (/…/mcm_tasks/controllers/x.py:12)`` → ``reconcile (mcm_tasks/controllers/x.py)``."""
+    found = FRAME.match(frame)
+    if not found:
+        return frame
+    path = found["file"]
+    for root in (*OWN_CODE, "site-packages/"):
+        if root in path:
+            path = path[path.index(root) :].removeprefix("site-packages/")
+            break
+    return f"{found['func']} ({path})"
+
+
+def summarize(files: list[Path], top: int = 25) -> dict[str, Any]:
+    """Shares of the in-task samples: per reconciler (the frame below ``process``), per function of
+    the project's code (inclusive), and per leaf function (exclusive, any code)."""
+    in_task = 0
+    reconcilers: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    for file in files:
+        for line in file.read_text(errors="replace").splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
+            frames = [_short(f) for f in stack.split(";")]
+            if ENTRY not in frames:
+                continue
+            n = int(count)
+            in_task += n
+            below = frames[frames.index(ENTRY) + 1 :]
+            reconcilers[below[0] if below else "(process itself)"] += n
+            for frame in set(below):
+                if any(f"({root}" in frame for root in OWN_CODE):
+                    inclusive[frame] += n
+            leaves[frames[-1]] += n
+
+    def shares(counter: Counter[str]) -> dict[str, float]:
+        return {k: round(100 * v / max(in_task, 1), 1) for k, v in counter.most_common(top)}
+
+    return {
+        "samples_in_tasks": in_task,
+        "seconds_in_tasks": round(in_task / RATE, 1),
+        "percent_by_reconciler": shares(reconcilers),
+        "percent_inclusive_own_code": shares(inclusive),
+        "percent_by_leaf": shares(leaves),
+    }
+
+
+class Profiler:
+    """``with profiler.phase("scale_down"):`` samples the workers for that phase when a folder is set."""
+
+    def __init__(self, directory: Path | None, pids: dict[str, int], idle: bool = False) -> None:
+        self.directory, self.idle = directory, idle
+        self.workers = {name: pid for name, pid in pids.items() if name.startswith("worker")}
+        self.summaries: dict[str, Any] = {}
+        if directory is not None and not Path(PY_SPY).exists():
+            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self.directory is None:
+            yield
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        files = [self.directory / f"{name}-{worker}.txt" for worker in self.workers]
+        options = ["--subprocesses", "--nonblocking", "--rate", str(RATE), "--format", "raw"]
+        options += ["--idle"] if self.idle else []
+        procs = [
+            subprocess.Popen(
+                [PY_SPY, "record", "--pid", str(pid), *options, "--output", str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for pid, out in zip(self.workers.values(), files, strict=True)
+        ]
+        try:
+            yield
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGINT)
+            for proc in procs:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            self.summaries[name] = summarize([f for f in files if f.exists()])
+
+
+if __name__ == "__main__":
+    print(json.dumps(summarize([Path(a) for a in sys.argv[1:]]), indent=2))

@@ -1,0 +1,167 @@
+"""MachineDeployment benchmark: 0 → 1000 → 0 replicas, and a RollingUpdate of 300 with maxSurge 10%.
+
+Run: ``.venv/bin/python bench/scale.py [--scale 0.1]``. Prints the figures and saves
+bench/results/scale.json. The whole sandbox runs (2 worker processes, informer, kubelet simulator,
+two API servers, Redis); MachineClasses with zero boot delay. Targets: 60 s, 60 s and 120 s.
+
+- scale_up_1000_seconds: from the scale request until 1000 Machines are Running (Nodes Ready).
+- scale_down_1000_seconds: from the scale request to 0 until every Machine, Node and VM is gone.
+- rolling_300_seconds: a deployment of 300 Running machines (maxSurge 10%, maxUnavailable 0) gets a
+  new MachineClass; from that change until 300 Machines of the new class are Running and none of
+  the old class is left.
+- writes_per_machine, tasks_per_machine: the controller's API writes (control + target; not the
+  benchmark's, not the kubelet simulator's) and the reconciles run on all queues over the whole
+  0 → 1000 → 0 cycle, per machine.
+- max_overshoot: during the rollout a watch sees every Machine; the largest count of Machine
+  objects (terminating ones included) minus (replicas + maxSurge). ``context.rolling`` also gives
+  the figure without terminating machines.
+
+``--profile DIR`` samples the worker processes with py-spy during each phase and adds a summary
+(share of task time per reconciler and per function) under ``context.profile``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ must not be on sys.path: bench/queue.py would shadow the standard library's queue
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+
+import math  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    NS,
+    Bench,
+    Snapshot,
+    class_ref,
+    context,
+    parse_args,
+    running_sandbox,
+    save,
+    scaled,
+)
+from bench.watch import machine_summary, phase_of  # noqa: E402
+from mcm_tasks.api import API_VERSION  # noqa: E402
+from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS  # noqa: E402
+from mcm_tasks.sandbox.procs import wait_until  # noqa: E402
+
+SURGE_PERCENT = 10
+
+
+def deployment(name: str, class_name: str) -> dict[str, Any]:
+    labels = {"pool": name}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MachineDeployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": 0,
+            "minReadySeconds": 0,
+            "selector": {"matchLabels": labels},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": f"{SURGE_PERCENT}%", "maxUnavailable": 0},
+            },
+            "template": {"metadata": {"labels": labels}, "spec": {"class": class_ref(class_name)}},
+        },
+    }
+
+
+class Driver:
+    def __init__(self, bench: Bench, timeout: float) -> None:
+        self.bench, self.tracker, self.timeout = bench, bench.tracker, timeout
+
+    def scale(self, name: str, replicas: int) -> None:
+        self.bench.patch(MACHINE_DEPLOYMENTS, name, {"spec": {"replicas": replicas}}, subresource="scale")
+
+    def running(self, count: int, class_name: str) -> bool:
+        machines = self.tracker.machines()
+        return len(machines) == count and all(
+            phase_of(m) == "Running" and m["spec"]["class"]["name"] == class_name for m in machines
+        )
+
+    def wait(self, done: Any, what: str) -> None:
+        self.tracker.wait(done, self.timeout, what, lambda: machine_summary(self.tracker))
+
+    def all_gone(self) -> None:
+        self.wait(lambda: not self.tracker.machines() and self.tracker.count("target/nodes") == 0, "all gone")
+        wait_until(lambda: self.bench.live_vms() == 0, 60, interval=0.2, what="no VM left")
+
+    def timed(self, action: Any, until: Any) -> tuple[float, Snapshot, Snapshot]:
+        before = self.bench.snapshot()
+        start = time.monotonic()
+        action()
+        until()
+        seconds = time.monotonic() - start
+        return seconds, before, self.bench.snapshot()
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    big, rolled = scaled(1000, args.scale), scaled(300, args.scale)
+    surge = math.ceil(rolled * SURGE_PERCENT / 100)
+    with running_sandbox(args) as bench:
+        ctx = context(args)
+        d, phase = Driver(bench, args.timeout), bench.profiler.phase
+        bench.secret_and_classes("class-a", "class-b")
+        bench.create("control", MACHINE_DEPLOYMENTS, [deployment("big", "class-a")])
+
+        print(f"scaling up 0 → {big}", flush=True)
+        with phase("scale_up"):
+            up_s, a, b = d.timed(
+                lambda: d.scale("big", big), lambda: d.wait(lambda: d.running(big, "class-a"), "up")
+            )
+        print(f"  all Running in {up_s:.1f}s", flush=True)
+        print(f"scaling down {big} → 0", flush=True)
+        with phase("scale_down"):
+            down_s, _, c = d.timed(lambda: d.scale("big", 0), d.all_gone)
+        print(f"  all gone in {down_s:.1f}s", flush=True)
+
+        print(f"rollout of {rolled} (maxSurge {SURGE_PERCENT}% = {surge}, maxUnavailable 0)", flush=True)
+        bench.create("control", MACHINE_DEPLOYMENTS, [deployment("roll", "class-a")])
+        d.scale("roll", rolled)
+        d.wait(lambda: d.running(rolled, "class-a"), f"{rolled} Running")
+        bench.tracker.reset_peaks()
+        new_class = {"spec": {"template": {"spec": {"class": class_ref("class-b")}}}}
+        with phase("rolling"):
+            roll_s, r0, r1 = d.timed(
+                lambda: bench.patch(MACHINE_DEPLOYMENTS, "roll", new_class),
+                lambda: d.wait(lambda: d.running(rolled, "class-b"), "rolled"),
+            )
+        print(f"  rolled in {roll_s:.1f}s", flush=True)
+        peak, peak_active = bench.tracker.max_total, bench.tracker.max_active
+        cycle = bench.report(a, c, big)
+        ctx["phases"] = {
+            "scale_up": bench.report(a, b, big),
+            "scale_down": bench.report(b, c, big),
+            "cycle": cycle,
+            "rolling": bench.report(r0, r1, rolled),
+        }
+        ctx.update(machines=big, tracker_relists=bench.tracker.relists, profile=bench.profiler.summaries)
+
+    figures = {
+        "scale_up_1000_seconds": round(up_s, 1),
+        "scale_down_1000_seconds": round(down_s, 1),
+        "rolling_300_seconds": round(roll_s, 1),
+        "writes_per_machine": cycle["writes_per_machine"],
+        "tasks_per_machine": cycle["tasks_per_machine"],
+        "max_overshoot": peak - (rolled + surge),
+    }
+    ctx["targets_seconds"] = {"scale_up_1000": 60, "scale_down_1000": 60, "rolling_300": 120}
+    ctx["rolling"] = {
+        "replicas": rolled,
+        "max_surge": surge,
+        "max_unavailable": 0,
+        "max_machines_seen": peak,
+        "max_machines_seen_not_terminating": peak_active,
+        "max_overshoot_not_terminating": peak_active - (rolled + surge),
+    }
+    save("scale", args, figures, ctx)
+
+
+if __name__ == "__main__":
+    main()
