@@ -58,6 +58,7 @@ MACHINE_CLASSES = Resource(MACHINE_GROUP, MACHINE_VERSION, "machineclasses", "Ma
 #: the four MCM kinds; start-up fails unless the control cluster serves them all
 MCM_RESOURCES = (MACHINES, MACHINE_SETS, MACHINE_DEPLOYMENTS, MACHINE_CLASSES)
 
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod")
 SECRETS = Resource("", "v1", "secrets", "Secret")

@@ -39,7 +39,7 @@ def namespace(kube_api: ApiClient, apiserver: ApiServer) -> str:
     name = f"lead-{uuid.uuid4().hex[:8]}"
     ops.create(
         kube_api,
-        kres.Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+        kres.NAMESPACES,
         {"metadata": {"name": name}},
     )
     return name

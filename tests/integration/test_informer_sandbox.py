@@ -44,7 +44,7 @@ def namespace(kube_api: ApiClient, crds: ApiServer) -> str:
     name = f"inf-{uuid.uuid4().hex[:8]}"
     ops.create(
         kube_api,
-        kres.Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+        kres.NAMESPACES,
         {"metadata": {"name": name}},
     )
     return name
@@ -230,7 +230,7 @@ def test_expired_resource_version_is_re_listed_and_what_vanished_is_routed(
         ns = "expiry"
         ops.create(
             api,
-            kres.Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+            kres.NAMESPACES,
             {"metadata": {"name": ns}},
         )
         create(api, kres.MACHINES, fx.machine("doomed"), ns)

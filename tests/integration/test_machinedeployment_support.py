@@ -21,7 +21,7 @@ from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_
 from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters, reset_clusters
-from mcm_tasks.kube.resources import EVENTS, MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, NODES, Resource
+from mcm_tasks.kube.resources import EVENTS, MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, NAMESPACES, NODES
 from mcm_tasks.queue import Requeue
 from mcm_tasks.sandbox.procs import ApiServer
 from mcm_tasks.settings import configure, get_settings, reset_settings
@@ -36,7 +36,6 @@ SETTINGS: dict[str, Any] = {
     "expectations_timeout": 0.001,
 }
 LABELS = {"name": "pool"}
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 
 
 def template(class_name: str = "class-v1", **spec: Any) -> dict[str, Any]:

@@ -31,14 +31,13 @@ from mcm_tasks.controllers.machineset.metrics import register_machine_set_metric
 from mcm_tasks.controllers.machineset.reconcile import ManageReplicasError, reconcile_machine_set
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import reset_clusters
-from mcm_tasks.kube.resources import EVENTS, MACHINE_SETS, MACHINES, Resource
+from mcm_tasks.kube.resources import EVENTS, MACHINE_SETS, MACHINES, NAMESPACES
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.sandbox.procs import ApiServer
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration
 
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 HOLD = "example.com/hold"
 
 

@@ -22,14 +22,21 @@ from pathlib import Path
 import pytest
 import redis
 from kombu.exceptions import OperationalError
+from kubernetes.client import ApiClient
 
+from informers import fixtures as fx
+from informers.sink import QueueSink
+from informers.testing import InformerThread, sandbox_settings
+from mcm_tasks.api.crds import install_crds
+from mcm_tasks.kube import ops
+from mcm_tasks.kube import resources as kres
 from mcm_tasks.queue import enqueue, enqueue_after, enqueue_many
 from mcm_tasks.queue.deadletter import list_dead_letters
 from mcm_tasks.queue.messages import broker_prefix, queue_keys
 from mcm_tasks.queue.stats import read_stats
 from mcm_tasks.queue.testing import RecorderKeys, Run, read_runs, set_behaviour
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.procs import ManagedProcess, RedisServer, wait_until
+from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, RedisServer, wait_until
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration
@@ -256,6 +263,56 @@ def test_redis_restarted_empty_then_resync_reconciles_every_key(
         return {run.key for run in read_runs(client) if run.start > restarted_at} >= set(keys)
 
     wait_until(every_key_ran, timeout=60, what="every key reconciled after the restart")
+    check_no_overlap(client, [run for run in read_runs(client) if run.start > restarted_at])
+
+
+def _machine_in(namespace: str, name: str) -> dict[str, object]:
+    body = fx.machine(name)
+    meta = {k: v for k, v in body["metadata"].items() if k not in ("uid", "resourceVersion", "generation")}
+    return {**{k: v for k, v in body.items() if k != "status"}, "metadata": {**meta, "namespace": namespace}}
+
+
+def test_whole_chain_from_the_api_server_to_the_workers_survives_redis_loss(
+    cluster: Cluster, client: redis.Redis, apiserver: ApiServer, kube_api: ApiClient
+) -> None:
+    """The sandbox API server, the informer with the queue sink and the two workers, with nothing
+    enqueued by the test: every create and every spec change is followed by a reconcile of its key
+    that started after it, and after Redis restarts empty the informer notices, re-lists and every
+    key is reconciled again."""
+    install_crds(kube_api)
+    namespace = f"chain-{os.getpid()}-{int(time.time())}"
+    ops.create(kube_api, kres.NAMESPACES, {"metadata": {"name": namespace}})
+    names = [f"m{i:02d}" for i in range(20)]
+    keys = [f"{namespace}/{name}" for name in names]
+
+    def ran_since(moments: dict[str, float]) -> bool:
+        runs = [run for run in read_runs(client) if run.kind == "machine"]
+        return all(any(run.key == key and run.start > at for run in runs) for key, at in moments.items())
+
+    settings = sandbox_settings(apiserver.kubeconfig, cluster.redis.url, namespace)
+    with InformerThread(settings, identity="chain", sink=QueueSink()) as informer:
+        wait_until(informer.synced, timeout=30, what="informer synced")
+        created: dict[str, float] = {}
+        for name, key in zip(names, keys, strict=True):
+            created[key] = time.time()
+            ops.create(kube_api, kres.MACHINES, _machine_in(namespace, name), namespace)
+        wait_until(lambda: ran_since(created), timeout=60, what="a reconcile after every create")
+
+        patched: dict[str, float] = {}
+        for name, key in zip(names, keys, strict=True):
+            patched[key] = time.time()
+            ops.patch(kube_api, kres.MACHINES, name, {"spec": {"providerID": f"p-{name}"}}, namespace)
+        wait_until(lambda: ran_since(patched), timeout=60, what="a reconcile after every spec change")
+
+        restarted_at = time.time()
+        cluster.redis.restart_empty()
+        wait_until(cluster.all_answer, timeout=60, interval=0.5, what="workers to reconnect")
+        wait_until(
+            lambda: ran_since(dict.fromkeys(keys, restarted_at)),
+            timeout=60,
+            what="every key reconciled again after Redis came back empty",
+        )
+        assert informer.informer.counters["redis_lost"] >= 1
     check_no_overlap(client, [run for run in read_runs(client) if run.start > restarted_at])
 
 
