@@ -370,6 +370,7 @@ def test_garbage_messages_are_dropped_and_workers_carry_on(client: redis.Redis) 
     app.send_task("mcm.reconcile.machine", args=["a", "b"])
     app.send_task("mcm.reconcile.machine", kwargs={"key": "x"})
     app.send_task("mcm.reconcile.bogus", args=["x"], queue="mcm.machine")
+    app.send_task("mcm.reconcile.machine", args=["pickled"], serializer="pickle")  # JSON only: refused
     enqueue("machine", "after-garbage")
     wait_until(lambda: bool(runs_of(client, "after-garbage")) and quiet(client), timeout=30)
     assert {run.key for run in read_runs(client)} == {"after-garbage"}
