@@ -5,6 +5,8 @@ MachineSet), so what happens to them is the machine controller's doing alone."""
 from __future__ import annotations
 
 import base64
+import json
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -263,3 +265,25 @@ def test_bad_input_gives_status_and_event(world: World, case: str, expect: str) 
     # no crash loop: the reconciles of this machine never failed (no backoff, nothing dead-lettered)
     assert world.redis.hget(queue_keys("machine").failures, f"{NS}/{name}") is None
     assert not [d for d in list_dead_letters(world.redis) if d.key == f"{NS}/{name}"]
+
+
+def test_user_data_never_reaches_status_events_or_logs(world: World) -> None:
+    """The secret's userData, through a failed create, a success and a deletion, shows up in no Machine,
+    no Event and no log line of any sandbox process (the earlier tests' activity is scanned too)."""
+    mark = f"never-shown-{uuid.uuid4().hex}"
+    encoded = base64.b64encode(f"#!/bin/sh\n# {mark}\necho <<MACHINE_NAME>>\n".encode()).decode()
+    world.secret("private-secret", {"userData": encoded})
+    world.machine_class("private", {"failCreates": {"count": 1, "code": "Internal"}}, secret="private-secret")
+    world.machine("private-1", "private")
+    world.wait_phase("private-1", "Running")
+    ops.delete(world.control, MACHINES, "private-1", NS)
+    world.wait(lambda: world.get("private-1") is None, "private-1 deleted")
+
+    shown = [
+        json.dumps(ops.list_(world.control, MACHINES, NS)["items"]),
+        json.dumps(ops.list_(world.control, EVENTS, NS)["items"]),
+        *(p.read_text(errors="replace") for p in (world.sandbox.dir / "logs").rglob("*") if p.is_file()),
+    ]
+    assert len(shown) > 2, "the sandbox's processes wrote logs"
+    for text in shown:
+        assert mark not in text and encoded not in text
