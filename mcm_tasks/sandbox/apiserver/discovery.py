@@ -42,8 +42,9 @@ def _group_entry(registry: Registry, group: str) -> dict[str, Any] | None:
     versions = registry.groups().get(group)
     if not versions:
         return None
-    preferred = sorted(versions, key=_version_priority)[0]
-    ordered = [preferred] + [v for v in versions if v != preferred]
+    # kube-aware order, as apiextensions lists a group's versions; the preferred one is the first
+    ordered = sorted(versions, key=lambda v: (_version_priority(v), v))
+    preferred = ordered[0]
     return {
         "name": group,
         "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in ordered],
