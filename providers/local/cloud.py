@@ -8,6 +8,7 @@ Keys (all under ``<prefix>:localcloud:``):
 - ``class:<ns>/<name>``  set of VM ids launched from a MachineClass (ListMachines)
 - ``machine:<name>``     set of VM ids carrying a machine name (idempotent create, GetMachineStatus)
 - ``failcreates:<class>:<count>:<code>``  remaining injected create failures for that class
+- ``failinitializes:<class>:<count>:<code>``  remaining injected initialize failures for that class
 - ``ipseq``              counter behind the VMs' private addresses
 
 A VM's state is derived from timestamps rather than stored, so no background process has to
@@ -69,6 +70,8 @@ class LocalVM(BaseModel):
     #: when the simulated kubelet registered the VM's Node; a kubelet registers once per VM, so a
     #: Node deleted by hand stays deleted
     registered_at: float | None = None
+    #: False from launch until InitializeMachine succeeds, for classes with ``failInitializes``
+    initialized: bool = True
 
     @property
     def node_name(self) -> str:
@@ -87,8 +90,9 @@ class LocalVM(BaseModel):
         return self.gone_at is not None and now >= self.gone_at
 
     def joins(self, now: float) -> bool:
-        """Whether its kubelet should have a Node registered right now."""
-        return self.state(now) is VMState.RUNNING and not self.never_join
+        """Whether its kubelet should have a Node registered right now (an uninitialized VM's kubelet
+        waits for InitializeMachine)."""
+        return self.state(now) is VMState.RUNNING and not self.never_join and self.initialized
 
     def to_hash(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -266,6 +270,10 @@ class LocalCloud:
         key = self.vm_key(vm_id)
         self.r.transaction(lambda pipe: self._set_if_present(pipe, key, "registered_at", str(when)), key)
 
+    def mark_initialized(self, vm_id: str) -> None:
+        key = self.vm_key(vm_id)
+        self.r.transaction(lambda pipe: self._set_if_present(pipe, key, "initialized", "1"), key)
+
     @staticmethod
     def _set_if_present(pipe: Any, key: str, field: str, value: str) -> None:
         present = pipe.exists(key)
@@ -273,10 +281,11 @@ class LocalCloud:
         if present:
             pipe.hset(key, field, value)
 
-    def consume_failure(self, class_key: str, fail: FailCreates) -> bool:
-        """True if this create must fail: draws one from the class's budget, shared by every
-        process. The key names count and code, so editing ``failCreates`` arms a fresh budget."""
-        key = rkey("localcloud", "failcreates", class_key, str(fail.count), fail.code.name)
+    def consume_failure(self, class_key: str, fail: FailCreates, operation: str = "creates") -> bool:
+        """True if this create (or ``operation="initializes"``: initialize) must fail: draws one from
+        the class's budget, shared by every process. The key names count and code, so editing
+        ``failCreates`` / ``failInitializes`` arms a fresh budget."""
+        key = rkey("localcloud", f"fail{operation}", class_key, str(fail.count), fail.code.name)
         return bool(self._consume(keys=[key], args=[fail.count]))
 
     def next_ip(self) -> str:

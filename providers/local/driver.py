@@ -13,6 +13,9 @@ Decisions worth knowing when reading machine-controller behaviour against it:
 - NodeName is the machine name, unless the class sets ``nodeName`` (every VM of the class then
   claims that one Node name, which is how a test stages MCM's "VM using old node obj" case).
 - userData is required (InvalidArgument otherwise) and only its SHA-256 and length are stored.
+- InitializeMachine is Unimplemented (MCM skips the step), unless the class sets ``failInitializes``:
+  its VMs then start uninitialized (GetMachineStatus answers Uninitialized, no Node registers) and
+  the next ``count`` InitializeMachine calls fail with ``code`` before one succeeds.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from providers.errors import Code, MachineError
 from providers.local.cloud import LocalCloud, LocalVM
 from providers.local.spec import (
     PROVIDER_NAME,
+    FailInitializes,
     class_key,
     parse_class,
     placement,
@@ -150,15 +154,36 @@ class LocalDriver:
             created=now,
             ready_at=now + spec.boot_delay_seconds,
             never_join=spec.never_join,
+            initialized=spec.fail_initializes is None,
             delete_delay=spec.delete_delay_seconds,
             user_data_sha256=hashlib.sha256(user_data).hexdigest(),
             user_data_len=len(user_data),
         )
 
     def initialize_machine(self, req: InitializeMachineRequest) -> InitializeMachineResponse:
-        """Nothing to set up after launch in this cloud; MCM skips the step on Unimplemented (not
-        counted as a failed driver call: it is the contract's way of saying "not needed")."""
-        raise MachineError(Code.Unimplemented, "the local provider needs no initialization")
+        """Nothing to set up after launch in this cloud unless the class injects initialization
+        (``failInitializes``); otherwise Unimplemented, which MCM takes as "skip the step" (not counted
+        as a failed driver call: it is the contract's way of saying "not needed")."""
+        spec = parse_class(req.machine_class)
+        if spec.fail_initializes is None:
+            raise MachineError(Code.Unimplemented, "the local provider needs no initialization")
+        with driver_operation(PROVIDER_NAME, "initialize_machine"):
+            return self._initialize(req, spec.fail_initializes)
+
+    def _initialize(self, req: InitializeMachineRequest, fail: FailInitializes) -> InitializeMachineResponse:
+        vm = self._find(req.machine)
+        if not vm.initialized:
+            cls = class_key(req.machine_class)
+            if self._api(
+                "ModifyInstanceAttribute", lambda: self.cloud.consume_failure(cls, fail, "initializes")
+            ):
+                raise MachineError(
+                    fail.code, f"injected initialize failure for class {cls} (failInitializes)"
+                )
+            self._api("ModifyInstanceAttribute", lambda: self.cloud.mark_initialized(vm.id))
+        return InitializeMachineResponse(
+            provider_id=vm.provider_id, node_name=vm.node_name, addresses=_addresses(vm)
+        )
 
     def delete_machine(self, req: DeleteMachineRequest) -> DeleteMachineResponse:
         with driver_operation(PROVIDER_NAME, "delete_machine"):
@@ -178,21 +203,29 @@ class LocalDriver:
         vm: LocalVM | None = self._api("TerminateInstances", lambda: self.cloud.terminate(vm_id))
         return vm
 
+    def _find(self, machine: Any) -> LocalVM:
+        """The machine's one live VM, by name, else by its providerID; NotFound or OutOfRange."""
+        name = _machine_name(machine)
+        found = self._live_by_machine(name)
+        if len(found) > 1:
+            ids = ", ".join(sorted(vm.id for vm in found))
+            raise MachineError(Code.OutOfRange, f"multiple VMs carry machine name {name}: {ids}")
+        if found:
+            return found[0]
+        vm_id = vm_id_from_provider_id(_provider_id(machine))
+        vm: LocalVM | None = self._api("DescribeInstances", lambda: self.cloud.get(vm_id)) if vm_id else None
+        if vm is None or not vm.live():
+            raise MachineError(Code.NotFound, f"no VM for machine {name}")
+        return vm
+
     def get_machine_status(self, req: GetMachineStatusRequest) -> GetMachineStatusResponse:
         with driver_operation(PROVIDER_NAME, "get_machine_status"):
             parse_class(req.machine_class)
-            name = _machine_name(req.machine)
-            found = self._live_by_machine(name)
-            if len(found) > 1:
-                ids = ", ".join(sorted(vm.id for vm in found))
-                raise MachineError(Code.OutOfRange, f"multiple VMs carry machine name {name}: {ids}")
-            if not found:
-                vm_id = vm_id_from_provider_id(_provider_id(req.machine))
-                vm = self._api("DescribeInstances", lambda: self.cloud.get(vm_id)) if vm_id else None
-                if vm is None or not vm.live():
-                    raise MachineError(Code.NotFound, f"no VM for machine {name}")
-                found = [vm]
-            vm = found[0]
+            vm = self._find(req.machine)
+            if not vm.initialized:
+                raise MachineError(
+                    Code.Uninitialized, f"VM {vm.id} of machine {vm.machine} is not initialized yet"
+                )
             return GetMachineStatusResponse(
                 provider_id=vm.provider_id, node_name=vm.node_name, addresses=_addresses(vm)
             )

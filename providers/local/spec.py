@@ -58,6 +58,15 @@ class FailCreates(BaseModel):
         return code
 
 
+class FailInitializes(FailCreates):
+    """The class's VMs need InitializeMachine, and its next ``count`` calls fail with ``code``. Such a
+    VM is uninitialized from launch until an InitializeMachine succeeds: GetMachineStatus reports it
+    Uninitialized and its kubelet does not register the Node. Whether a VM needs it is decided at
+    launch (removing the field later does not initialize a VM that still waits)."""
+
+    code: Annotated[Code, BeforeValidator(_code_by_name_or_number)] = Code.Uninitialized
+
+
 class LocalProviderSpec(BaseModel):
     """``MachineClass.providerSpec`` for ``provider: local`` (camelCase on the wire)."""
 
@@ -76,6 +85,7 @@ class LocalProviderSpec(BaseModel):
     #: the VM runs but its Node never registers
     never_join: bool = Field(False, alias="neverJoin")
     fail_creates: FailCreates | None = Field(None, alias="failCreates")
+    fail_initializes: FailInitializes | None = Field(None, alias="failInitializes")
     #: every VM of the class gets this Node name instead of its machine's (stale-node scenarios)
     node_name: str = Field("", alias="nodeName")
     #: extra labels the simulated kubelet puts on the Node

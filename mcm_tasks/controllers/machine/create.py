@@ -108,6 +108,35 @@ def labels_patch(
     return patch
 
 
+@dataclass(frozen=True)
+class InitializeFailure:
+    """What a failed InitializeMachine writes on the machine, and when the reconcile comes back."""
+
+    description: str
+    phase: MachinePhase
+    error_code: Code
+    retry: float
+
+
+def initialize_failure(
+    machine: Machine, err: BaseException, now: datetime, settings: Settings
+) -> InitializeFailure | None:
+    """MCM's ``initializeMachine`` error handling. None when the driver answered Unimplemented (the
+    provider needs no initialization: carry on). Any other failure, whatever its code (a driver bug
+    counts as Internal): "Provider error: <err>. Initialize VM Instance", the create failure phase
+    (CrashLoopBackOff, or Failed past the creation timeout), and ShortRetry; the next pass finds the
+    VM through GetMachineStatus, which a provider answers with Uninitialized until it is initialized."""
+    code = error_code_of(err)
+    if code == Code.Unimplemented:
+        return None
+    return InitializeFailure(
+        description=f"Provider error: {err}. {INITIALIZE_SUFFIX}",
+        phase=create_failure_phase(machine, now, settings),
+        error_code=code,
+        retry=settings.short_retry,
+    )
+
+
 def cloud_message(err: BaseException) -> str:
     return f"Cloud provider message - {err}"
 
@@ -324,24 +353,19 @@ def _initialize(machine: Machine, cc: ClassContext, driver: Driver, secret: Secr
         driver.initialize_machine(
             InitializeMachineRequest(machine=machine, machine_class=cc.machine_class, secret=secret)
         )
-    except MachineError as err:
-        if err.code == Code.Unimplemented:
+    except Exception as err:  # a driver bug is a provider error like any other, not a crash loop
+        failure = initialize_failure(machine, err, now_utc(), get_settings())
+        if failure is None:
             return None
-        return _initialize_failed(machine, err)
-    except Exception as err:
-        return _initialize_failed(machine, err)
+        log.warning("machine %s: initialize failed: %s", machine.key, err)
+        write_operation(
+            machine,
+            failure.description,
+            MachineState.FAILED,
+            MachineOperationType.CREATE,
+            phase=failure.phase,
+            error_code=failure.error_code.name,
+        )
+        return Requeue(failure.retry)
     metrics.observe_duration("initialize", machine, time.perf_counter() - started, cc.machine_class)
     return None
-
-
-def _initialize_failed(machine: Machine, err: BaseException) -> Requeue:
-    settings = get_settings()
-    write_operation(
-        machine,
-        f"Provider error: {err}. {INITIALIZE_SUFFIX}",
-        MachineState.FAILED,
-        MachineOperationType.CREATE,
-        phase=create_failure_phase(machine, now_utc(), settings),
-        error_code=error_code_of(err).name,
-    )
-    return Requeue.short()
