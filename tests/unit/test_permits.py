@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -90,3 +92,71 @@ def test_stale_keys_expire(giver: PermitGiver, redis_client: redis.Redis) -> Non
     assert len(keys) == 2
     for key in keys:
         assert 3500 < int(redis_client.ttl(key)) <= 3600  # type: ignore[arg-type]
+
+
+# --- waiting for a permit (timeout > 0) -----------------------------------------------------------------
+
+
+class AttemptClock(Clock):
+    """The giver reads its clock once per attempt to take a permit; counting the reads tells a test
+    that a waiter failed its first attempt and is polling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.polling = threading.Event()
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads >= 2:
+            self.polling.set()
+        return self.now
+
+
+@pytest.mark.timeout(60)
+def test_a_waiter_gets_the_permit_released_within_its_timeout(
+    giver: PermitGiver, redis_client: redis.Redis
+) -> None:
+    giver.register_permits("dep", 1)
+    held = giver.try_permit("dep", 0)
+    assert held is not None
+    clock = AttemptClock()
+    waiter = PermitGiver(redis_client, clock=clock)
+    released = threading.Event()
+
+    def release_once_the_waiter_polls() -> None:
+        if clock.polling.wait(10):
+            giver.release_permit("dep", held)
+            released.set()
+
+    releaser = threading.Thread(target=release_once_the_waiter_polls, daemon=True)
+    releaser.start()
+    started = time.monotonic()
+    token = waiter.try_permit("dep", 10.0)
+    elapsed = time.monotonic() - started
+    releaser.join(10)
+    assert released.is_set()  # the holder gave it back while the waiter was polling
+    assert token is not None and token != held
+    assert clock.reads >= 2  # refused at first, taken by a later attempt
+    assert elapsed < 5.0  # soon after the release, well before its timeout ran out
+    assert giver.held("dep") == 1
+    assert giver.try_permit("dep", 0) is None  # the waiter holds it now
+
+
+@pytest.mark.timeout(60)
+def test_a_waiter_gives_up_after_its_timeout_when_nobody_releases(
+    giver: PermitGiver, redis_client: redis.Redis
+) -> None:
+    giver.register_permits("dep", 1)
+    held = giver.try_permit("dep", 0)
+    assert held is not None
+    clock = AttemptClock()
+    waiter = PermitGiver(redis_client, clock=clock)
+    started = time.monotonic()
+    assert waiter.try_permit("dep", 1.0) is None
+    elapsed = time.monotonic() - started
+    assert 1.0 <= elapsed < 1.9  # about the timeout: it waited, then gave up
+    assert clock.reads > 2  # it kept trying while it waited
+    assert giver.held("dep") == 1  # the holder still has it
+    giver.release_permit("dep", held)
+    assert waiter.try_permit("dep", 0) is not None
