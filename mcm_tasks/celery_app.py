@@ -67,6 +67,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": True,
         # running reconciles finish on a broker blip; the contract tolerates the redelivery
         "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # losing Redis must not end the worker process (see the module)
+        "worker_consumer": "mcm_tasks.worker_consumer:Consumer",
     }
 
 

@@ -254,6 +254,7 @@ def test_redis_restarted_empty_then_resync_reconciles_every_key(
     client.hset(RecorderKeys.make().behaviour, "*", '{"sleep": 0.05}')
     enqueue_many(("machineset", key) for key in keys)
     wait_until(lambda: read_stats(client)[2].running > 0, timeout=20, what="reconciles in flight")
+    starts = cluster.starts
     restarted_at = time.time()
     cluster.redis.restart_empty()
     wait_until(cluster.all_answer, timeout=60, interval=0.5, what="workers to reconnect")
@@ -264,6 +265,8 @@ def test_redis_restarted_empty_then_resync_reconciles_every_key(
 
     wait_until(every_key_ran, timeout=60, what="every key reconciled after the restart")
     check_no_overlap(client, [run for run in read_runs(client) if run.start > restarted_at])
+    # the same worker processes rode the outage out: none died and had to be started again
+    assert cluster.all_answer() and cluster.starts == starts
 
 
 def _machine_in(namespace: str, name: str) -> dict[str, object]:
