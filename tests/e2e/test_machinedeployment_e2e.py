@@ -504,8 +504,12 @@ def test_revision_history_limit_removes_old_sets_after_several_rollouts(clients:
 def test_killing_a_worker_mid_rollout_never_exceeds_the_surge(
     sandbox: Sandbox, clients: tuple[ApiClient, ApiClient, redis.Redis]
 ) -> None:
-    """Runs last in this module: one worker is gone afterwards."""
+    """Runs last in this module: one worker is gone afterwards. Rolls the deployment the rolling
+    update test left on class-b back to class-a (made here when this test runs alone)."""
     control, _, _ = clients
+    if ops.get(control, MACHINE_DEPLOYMENTS, "roll", NS, missing_ok=True) is None:
+        ops.create(control, MACHINE_DEPLOYMENTS, deployment("roll", 10, class_name="class-b"))
+    wait_until(lambda: rolled_out(clients, "roll", "class-b"), WAIT * 2, interval=0.5, what="10 of class-b")
     observer = Observer(control, "roll", total_limit=12, min_available=9)
     observer.start()
     try:
