@@ -3,47 +3,22 @@ and the local provider's ``failInitializes`` that stages such failures."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from mcm_tasks.api import Machine, MachineClass
+from mcm_tasks.api import MachineClass
 from mcm_tasks.controllers.machine.create import (
     InitializeFailure,
     create_error_retry,
     initialize_failure,
 )
-from mcm_tasks.settings import Settings, load_settings
+from mcm_tasks.settings import Settings
 from providers import Code, MachineError
 from providers.local.spec import parse_class
+from tests.unit.test_machine_create import NOW, machine, settings
 
-NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture()
-def settings() -> Settings:
-    return load_settings(
-        {
-            "short_retry": "5s",
-            "medium_retry": "3m",
-            "resource_exhausted_retry": "10m",
-            "machine_creation_timeout": "20m",
-        }
-    )
-
-
-def machine(age: timedelta = timedelta(minutes=1), **spec: object) -> Machine:
-    return Machine.model_validate(
-        {
-            "metadata": {
-                "name": "m1",
-                "namespace": "default",
-                "resourceVersion": "7",
-                "creationTimestamp": (NOW - age).isoformat(),
-            },
-            "spec": {"class": {"kind": "MachineClass", "name": "c1"}, **spec},
-        }
-    )
+__all__ = ["settings"]  # the fixture, shared with the creation decisions
 
 
 def test_unimplemented_means_no_initialization_needed(settings: Settings) -> None:
