@@ -28,6 +28,7 @@ from celery import Celery
 from celery.signals import worker_init
 from kombu import Queue
 
+from mcm_tasks.broker import TRANSPORT
 from mcm_tasks.queue.messages import broker_prefix, task_name
 from mcm_tasks.settings import QUEUES, Settings, get_settings
 
@@ -37,6 +38,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     ttl = settings.reconcile_lock_ttl
     return {
         "broker_url": settings.redis_url,
+        # kombu's Redis transport; a channel of a lost connection fails as a connection error
+        "broker_transport": TRANSPORT,
         "broker_connection_retry_on_startup": True,
         "broker_connection_max_retries": None,
         "broker_transport_options": {
@@ -67,8 +70,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": True,
         # running reconciles finish on a broker blip; the contract tolerates the redelivery
         "worker_cancel_long_running_tasks_on_connection_loss": False,
-        # losing Redis must not end the worker process (see the module)
-        "worker_consumer": "mcm_tasks.worker_consumer:Consumer",
     }
 
 
