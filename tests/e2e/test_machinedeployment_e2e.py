@@ -501,6 +501,17 @@ def test_revision_history_limit_removes_old_sets_after_several_rollouts(clients:
     wait_until(lambda: not machines(control, "hist"), WAIT, what="the pool's machines gone")
 
 
+def pool_state(control: ApiClient, pool: str) -> dict[str, Any]:
+    """What a stuck rollout looks like: set sizes, machine phases by class, the deployment's conditions."""
+    phases: dict[str, int] = {}
+    for m in machines(control, pool):
+        phase = ((m.get("status") or {}).get("currentStatus") or {}).get("phase")
+        label = f"{m['spec']['class']['name']}/{phase}"
+        phases[label] = phases.get(label, 0) + 1
+    conditions = [(c.get("type"), c.get("reason")) for c in status(control, pool).get("conditions") or []]
+    return {"sets": set_sizes(control, pool), "machines": phases, "conditions": conditions}
+
+
 def test_killing_a_worker_mid_rollout_never_exceeds_the_surge(
     sandbox: Sandbox, clients: tuple[ApiClient, ApiClient, redis.Redis]
 ) -> None:
@@ -516,9 +527,12 @@ def test_killing_a_worker_mid_rollout_never_exceeds_the_surge(
         roll_to(control, "roll", "class-a")
         wait_until(lambda: observer.max_total > 10, WAIT, interval=0.1, what="the rollout to start")
         os.killpg(sandbox.pids["worker-1"], signal.SIGKILL)
-        wait_until(
-            lambda: rolled_out(clients, "roll", "class-a"), WAIT * 2, interval=0.5, what="class-a back"
-        )
+        try:
+            wait_until(
+                lambda: rolled_out(clients, "roll", "class-a"), WAIT * 2, interval=0.5, what="class-a back"
+            )
+        except TimeoutError as err:
+            raise AssertionError(f"rollout stuck after the kill: {pool_state(control, 'roll')}") from err
     finally:
         observer.stop.set()
         observer.join(10)
