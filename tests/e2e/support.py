@@ -9,8 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from kubernetes import config
+from kubernetes.client import ApiClient
 
 from mcm_tasks.sandbox.runner import Sandbox, down, up
+from mcm_tasks.settings import configure, reset_settings
 
 #: compressed time every end-to-end sandbox starts from; a test's own env overrides it
 COMPRESSED = {
@@ -34,3 +38,20 @@ def running_sandbox(directory: Path, env: Mapping[str, str], **up_args: Any) -> 
             yield started
         finally:
             down(directory, echo=lambda _: None)
+
+
+@contextmanager
+def connected(sandbox: Sandbox) -> Iterator[tuple[ApiClient, ApiClient, redis.Redis]]:
+    """Clients of the sandbox's control cluster, target cluster and Redis, with this process's
+    settings pointing at them (the test's own cache reads and queue calls); all undone after."""
+    configure({"redis_url": sandbox.redis_url, "control_kubeconfig": str(sandbox.kubeconfig)})
+    control = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
+    target = config.new_client_from_config(config_file=str(sandbox.target_kubeconfig))
+    client = redis.Redis.from_url(sandbox.redis_url)
+    try:
+        yield control, target, client
+    finally:
+        control.close()
+        target.close()
+        client.close()
+        reset_settings()

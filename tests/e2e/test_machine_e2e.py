@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import redis
-from kubernetes import config
+from kubernetes.client import ApiClient
 
 from mcm_tasks.api import API_VERSION, Machine, MachineClass
 from mcm_tasks.kube import ops
@@ -22,10 +22,9 @@ from mcm_tasks.queue.deadletter import list_dead_letters
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.sandbox.procs import wait_until
 from mcm_tasks.sandbox.runner import Sandbox
-from mcm_tasks.settings import configure, reset_settings
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalCloud, LocalDriver
-from tests.e2e.support import running_sandbox
+from tests.e2e.support import connected, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -55,16 +54,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 
 class World:
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: Sandbox, clients: tuple[ApiClient, ApiClient, redis.Redis]) -> None:
         self.sandbox = sandbox
-        self.control = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
-        self.target = config.new_client_from_config(config_file=str(sandbox.target_kubeconfig))
-        self.redis = redis.Redis.from_url(sandbox.redis_url)
-
-    def close(self) -> None:
-        self.control.close()
-        self.target.close()
-        self.redis.close()
+        self.control, self.target, self.redis = clients
 
     def secret(self, name: str, data: dict[str, str] | None = None) -> None:
         body = {"metadata": {"name": name, "namespace": NS}, "data": data or {"userData": USER_DATA}}
@@ -123,11 +115,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(sandbox: Sandbox) -> Iterator[World]:
-    configure({"redis_url": sandbox.redis_url, "control_kubeconfig": str(sandbox.kubeconfig)})
-    w = World(sandbox)
-    yield w
-    w.close()
-    reset_settings()
+    with connected(sandbox) as clients:
+        yield World(sandbox, clients)
 
 
 def test_machine_becomes_running_with_node_labels_provider_id_and_priority(world: World) -> None:

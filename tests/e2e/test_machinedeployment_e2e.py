@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import redis
-from kubernetes import config
 from kubernetes.client import ApiClient
 
 from mcm_tasks.api import API_VERSION
@@ -31,9 +30,8 @@ from mcm_tasks.kube.resources import (
 )
 from mcm_tasks.sandbox.procs import wait_until
 from mcm_tasks.sandbox.runner import Sandbox
-from mcm_tasks.settings import configure, reset_settings
 from providers.local import LocalCloud
-from tests.e2e.support import running_sandbox
+from tests.e2e.support import connected, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 Clients = tuple[ApiClient, ApiClient, redis.Redis]
@@ -59,11 +57,14 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="module")
-def clients(sandbox: Sandbox) -> Iterator[tuple[ApiClient, ApiClient, redis.Redis]]:
-    configure({"redis_url": sandbox.redis_url, "control_kubeconfig": str(sandbox.kubeconfig)})
-    control = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
-    target = config.new_client_from_config(config_file=str(sandbox.target_kubeconfig))
-    client = redis.Redis.from_url(sandbox.redis_url)
+def clients(sandbox: Sandbox) -> Iterator[Clients]:
+    with connected(sandbox) as made:
+        yield _with_classes(made)
+
+
+def _with_classes(made: Clients) -> Clients:
+    """The pool's secret and the three classes the tests roll between."""
+    control, _, _ = made
     user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
     ops.create(
         control,
@@ -87,11 +88,7 @@ def clients(sandbox: Sandbox) -> Iterator[tuple[ApiClient, ApiClient, redis.Redi
                 "secretRef": {"name": "mcd-secret", "namespace": NS},
             },
         )
-    yield control, target, client
-    control.close()
-    target.close()
-    client.close()
-    reset_settings()
+    return made
 
 
 def deployment(

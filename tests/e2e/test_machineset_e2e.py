@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import redis
-from kubernetes import config
 from kubernetes.client import ApiClient
 
 from mcm_tasks.api import API_VERSION
@@ -20,9 +19,8 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, SECRETS
 from mcm_tasks.sandbox.procs import wait_until
 from mcm_tasks.sandbox.runner import Sandbox
-from mcm_tasks.settings import configure, reset_settings
 from providers.local import LocalCloud
-from tests.e2e.support import running_sandbox
+from tests.e2e.support import connected, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -50,15 +48,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 @pytest.fixture(scope="module")
 def clients(sandbox: Sandbox) -> Iterator[tuple[ApiClient, ApiClient, redis.Redis]]:
-    configure({"redis_url": sandbox.redis_url, "control_kubeconfig": str(sandbox.kubeconfig)})
-    control = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
-    target = config.new_client_from_config(config_file=str(sandbox.target_kubeconfig))
-    client = redis.Redis.from_url(sandbox.redis_url)
-    yield control, target, client
-    control.close()
-    target.close()
-    client.close()
-    reset_settings()
+    with connected(sandbox) as made:
+        yield made
 
 
 def machines(api: ApiClient) -> list[dict[str, Any]]:

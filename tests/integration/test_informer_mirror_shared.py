@@ -4,7 +4,7 @@ is remembered within one scope (a reconcile) while an unsynced one is asked agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import redis
@@ -12,30 +12,17 @@ import redis
 from informers import fixtures as fx
 from informers.events import ADDED, DELETED, MODIFIED
 from informers.mirror import Mirror
-from informers.processor import Processor, Relisted, WatchEvent
-from informers.store import Store
+from informers.processor import Relisted, WatchEvent
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader
+from tests.integration.test_informer_mirror import Writer, client
 
 pytestmark = pytest.mark.integration
 NS = fx.NS
 
 
-@pytest.fixture()
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
-
-
-class Writer:
-    def __init__(self, client: redis.Redis) -> None:
-        self.processor = Processor(Store(NS))
-        self.mirror = Mirror(client)
-
-    def apply(self, *items: WatchEvent | Relisted) -> None:
-        self.mirror.write(self.processor.process(items).commit)
+__all__ = ["client"]  # the fixture, shared with the mirror tests
 
 
 @pytest.fixture()

@@ -12,7 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
@@ -36,6 +36,7 @@ from tests.integration.moto_fixture import (
     make_secret,
     world_spec,
 )
+from tests.integration.test_kubelet_sim import api, target
 
 pytestmark = pytest.mark.integration
 
@@ -46,21 +47,7 @@ WAIT = 20.0
 OTHER_REGION = "us-west-2"
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = ApiServer(
-        tmp_path_factory.mktemp("target"), name="target", extra_args=["--pod-grace-mode", "kubelet"]
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture()
-def api(target: ApiServer) -> Iterator[ApiClient]:
-    api = config.new_client_from_config(config_file=str(target.kubeconfig))
-    yield api
-    api.close()
+__all__ = ["api", "target"]  # the fixtures, shared with the kubelet simulator tests
 
 
 @pytest.fixture()
