@@ -30,9 +30,8 @@ from mcm_tasks.kube.resources import (
     PODS,
 )
 from mcm_tasks.sandbox.runner import Sandbox
-from mcm_tasks.settings import configure, reset_settings
 from providers.local import CSI_DRIVER, LocalCloud
-from tests.e2e.support import running_sandbox
+from tests.e2e.support import connected, running_sandbox
 from tests.e2e.test_machine_e2e import World
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -171,12 +170,10 @@ class Cluster(World):
 
 @pytest.fixture(scope="module")
 def cluster(sandbox: Sandbox) -> Iterator[Cluster]:
-    configure({"redis_url": sandbox.redis_url, "control_kubeconfig": str(sandbox.kubeconfig)})
-    c = Cluster(sandbox)
-    c.machine_class("drain")
-    yield c
-    c.close()
-    reset_settings()
+    with connected(sandbox) as clients:
+        c = Cluster(sandbox, clients)
+        c.machine_class("drain")
+        yield c
 
 
 def holding_budget(c: Cluster, name: str, app: str) -> None:
