@@ -10,9 +10,9 @@ Machine
   ``overshooting`` safety check.
 - UPDATE with a new resourceVersion: itself only when the spec changed (generation), the preserve
   annotation changed or a deletionTimestamp appeared — status-only echoes of our own writes reconcile
-  nothing (quirk §11.6). Always its MachineSet (status accounting), the old one too when the
-  ownerRef or labels moved. Old and new class when the class changed. ``orphan-vms`` when the
-  description first reports OutOfRange (several VMs behind one machine).
+  nothing (quirk §11.6). Its MachineSet when anything the set reads changed (``seen_by_set``), the
+  old one too when the ownerRef or labels moved. Old and new class when the class changed.
+  ``orphan-vms`` when the description first reports OutOfRange (several VMs behind one machine).
 - DELETE: itself on ``machine-termination``; its MachineSet (deletion observed); its class;
   ``orphan-vms``; its MachineDeployment if that uses Recreate and has no machine left.
 MachineSet: itself; its controlling MachineDeployment (or those selecting an orphan).
@@ -156,6 +156,34 @@ def _description(machine: Obj | None) -> str:
     return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
 
 
+def seen_by_set(machine: Obj | None) -> tuple[Any, ...]:
+    """What a MachineSet's pass reads of one of its machines: claim (labels, owner), propagation
+    (spec), manageReplicas (phase, deletion, annotations, preservation, age) and status (phase,
+    labels, and the whole lastOperation of a failed one, which goes into ``failedMachines``).
+
+    MCM wakes the set on every machine update. Most of them are the machine controller's own
+    progress notes (a new lastOperation description, a heartbeat time): at a thousand machines they
+    kept the set's pass, which reads every machine, running back to back without changing anything.
+    An update that leaves this projection alike cannot change the set's decisions or its status, so
+    it does not wake the set; everything else does, as upstream.
+    """
+    m = meta(machine)
+    status = (machine or {}).get("status") or {}
+    current = {k: v for k, v in (status.get("currentStatus") or {}).items() if k != "lastUpdateTime"}
+    operation = status.get("lastOperation") or {}
+    failed = operation.get("state") == "Failed"
+    return (
+        m.get("labels"),
+        m.get("annotations"),
+        m.get("ownerReferences"),
+        m.get("deletionTimestamp"),
+        m.get("generation"),
+        (machine or {}).get("spec"),
+        current,
+        operation if failed else (operation.get("state"), operation.get("type")),
+    )
+
+
 def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
     """MCM's add/update/deleteMachineToMachineSet, with its expectations bookkeeping."""
     old, new = ev.old, ev.new
@@ -164,6 +192,8 @@ def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
         _machine_gone(view, old, out)
         return
     assert new is not None
+    if ev.type == MODIFIED and seen_by_set(old) == seen_by_set(new):
+        return
     if ev.type == ADDED:
         if is_deleting(new):
             _machine_gone(view, new, out)

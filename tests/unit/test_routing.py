@@ -107,8 +107,49 @@ def test_machine_update_reconciles_the_machine_only_for_spec_or_preserve_changes
         new = {**new, "status": change["status"]}
     r = w.then(M, MODIFIED, new)
     assert (("machine", k("m")) in r.items()) is reconciles_machine
-    assert ("machineset", k("s")) in r.items(), "the set always recounts its machines"
+    assert ("machineset", k("s")) in r.items(), "each of these changes something the set reads"
     assert r.creations_observed == []
+
+
+def _with_status(machine: Obj, rv: str, phase: str, state: str, description: str, updated: str) -> Obj:
+    status = {
+        "currentStatus": {"phase": phase, "lastUpdateTime": updated},
+        "lastOperation": {"state": state, "type": "Delete", "description": description,
+                          "lastUpdateTime": updated},
+    }  # fmt: skip
+    return {**fx.bump(machine, rv), "status": status}
+
+
+@pytest.mark.parametrize("deleting", [False, True])
+@pytest.mark.parametrize(
+    ("before", "after", "wakes_set"),
+    [
+        # the machine controller's progress notes: nothing the set reads
+        (("Terminating", "Processing", "Initiate node drain", "t1"),
+         ("Terminating", "Processing", "Drain successful. Initiate VM deletion", "t2"), False),
+        # a phase change: the set's counts
+        (("Pending", "Processing", "Creating", "t1"), ("Running", "Processing", "Creating", "t1"), True),
+        # an operation that fails: failedMachines
+        (("Terminating", "Processing", "Initiate VM deletion", "t1"),
+         ("Terminating", "Failed", "VM deletion failed", "t2"), True),
+        # a failed operation's new message: failedMachines shows the whole lastOperation
+        (("Terminating", "Failed", "VM deletion failed: a", "t1"),
+         ("Terminating", "Failed", "VM deletion failed: b", "t2"), True),
+        # back from failed to processing: the entry leaves failedMachines
+        (("Terminating", "Failed", "VM deletion failed", "t1"),
+         ("Terminating", "Processing", "Initiate VM deletion", "t2"), True),
+    ],
+)  # fmt: skip
+def test_machine_status_update_wakes_its_set_only_when_the_set_reads_what_changed(
+    before: tuple[str, str, str, str], after: tuple[str, str, str, str], wakes_set: bool, deleting: bool
+) -> None:
+    base = fx.machine("m", machine_set="s")
+    if deleting:
+        base = fx.bump(base, "1", deletionTimestamp="2026-01-01T00:00:00Z")
+    w = world().given(M, _with_status(base, "2", *before))
+    r = w.then(M, MODIFIED, _with_status(base, "3", *after))
+    assert (("machineset", k("s")) in r.items()) is wakes_set
+    assert not r.deletions_observed
 
 
 def test_machine_update_with_the_same_resource_version_routes_nothing() -> None:
@@ -122,8 +163,9 @@ def test_deletion_timestamp_appearing_sends_the_machine_to_termination_once_obse
     r = w.then(M, MODIFIED, fx.bump(base, "2", deletionTimestamp="2026-01-01T00:00:00Z"))
     assert r.items()[0] == ("machine-termination", k("m"))
     assert list(r.deletions_observed) == [(k("s"), "m")]
-    # later status writes during the drain: the set hears of them, no second observation
-    r = w.then(M, MODIFIED, fx.bump(base, "3", deletionTimestamp="2026-01-01T00:00:00Z"))
+    # a later change the set reads (here an annotation): the set hears of it, no second observation
+    later = fx.bump(base, "3", deletionTimestamp="2026-01-01T00:00:00Z", annotations={"a": "b"})
+    r = w.then(M, MODIFIED, later)
     assert r.items() == [("machineset", k("s"))]
     assert not r.deletions_observed
 
