@@ -139,6 +139,12 @@ class Settings(BaseSettings):
     medium_retry: Duration = Field(3 * 60.0, description="MediumRetry")
     long_retry: Duration = Field(10 * 60.0, description="LongRetry")
     conflict_retry: Duration = Field(0.2, description="requeue after a write conflict")
+    deletion_steps_per_pass: int = Field(
+        7,
+        ge=1,
+        description="deletion-flow steps one pass runs back to back while each moves the flow on; "
+        "every step's status is still written (1 = a pass per step, as MCM)",
+    )
     health_recheck_period: Duration = Field(
         60.0, description="re-check of Pending/Unknown machines that have not timed out yet"
     )

@@ -53,6 +53,8 @@ SETTINGS = {
     "force_drain_unhealthy_after": "60s",
     "kube_api_qps": 1000,
     "kube_api_burst": 1000,
+    # a pass per step, as MCM: the driving loop then sees every description (the chain has its test)
+    "deletion_steps_per_pass": 1,
 }
 
 

@@ -3,11 +3,16 @@ a VM or Node already gone, a machine that never got either, and a description no
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
+from kubernetes import watch
 
 from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from mcm_tasks.sandbox.procs import wait_until
 from providers.driver import DeleteMachineRequest
 from tests.integration import test_deletion_env as sandbox
@@ -21,6 +26,7 @@ from tests.integration.test_deletion_env import (
     assert_all_gone,
     drive,
     index,
+    reconfigure,
     unique,
 )
 
@@ -89,6 +95,73 @@ def test_machine_without_node_or_vm_skips_the_drain(env: Env) -> None:
         "deletion flow. Initiate machine object finalizer removal",
     ]
     assert env.machine(name) is None
+
+
+@contextmanager
+def watched_descriptions(env: Env, name: str) -> Iterator[list[str]]:
+    """Every lastOperation description a watch on the Machine sees, in order, until it is deleted."""
+    seen: list[str] = []
+    deleted = threading.Event()
+    w = watch.Watch()
+
+    def run() -> None:
+        stream = w.stream(env.custom.list_namespaced_custom_object, GROUP, VERSION, "default", "machines",
+                          field_selector=f"metadata.name={name}", timeout_seconds=30)  # fmt: skip
+        for event in stream:
+            text = ((event["object"].get("status") or {}).get("lastOperation") or {}).get("description")
+            if text and (not seen or seen[-1] != text):
+                seen.append(text)
+            if event["type"] == "DELETED":
+                deleted.set()
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    yield seen
+    wait_until(deleted.is_set, 15, what=f"the watch to see {name} deleted")
+    w.stop()
+    thread.join(5)
+
+
+def test_one_pass_runs_every_step_that_moves_on_and_writes_each(env: Env) -> None:
+    """The default chains the steps: one reconcile takes a machine with nothing to wait for from its
+    deletion to gone, and an observer still sees each of MCM's descriptions, in MCM's order."""
+    reconfigure(env, deletion_steps_per_pass=7)
+    name = unique("chain")
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Machine",
+        "metadata": {"name": name, "namespace": "default", "finalizers": [MCM_FINALIZER]},
+        "spec": {"class": {"kind": "MachineClass", "name": CLASS}},
+    }
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, "default", "machines", body)
+    with watched_descriptions(env, name) as seen:
+        env.delete_machine(name)
+        assert reconcile_termination(f"default/{name}") is None
+        assert env.machine(name) is None
+    assert seen == [
+        "Set machine status to termination. Now, getting VM Status",
+        "Initiate node drain",
+        "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
+        "VM deletion was successful. Initiate node object deletion",
+        f"Label 'node' not present on machine '{name}' or no associated node object found, continuing "
+        "deletion flow. Initiate machine object finalizer removal",
+    ]
+
+
+def test_a_chained_pass_stops_at_its_step_limit_and_comes_back(env: Env) -> None:
+    reconfigure(env, deletion_steps_per_pass=2)
+    name = unique("limit")
+    env.launch(name)
+    env.delete_machine(name)
+    result = reconcile_termination(f"default/{name}")
+    assert result is not None and result.after == 0.05  # ConflictRetry, compressed
+    machine = env.machine(name)
+    assert machine is not None
+    assert machine.status.last_operation.description == "Initiate node drain"  # two steps written
+    trace = drive(env, name)
+    assert trace.rounds < 7, "the rest of the flow also ran several steps per pass"
+    assert_all_gone(env, name)
 
 
 def test_node_deleted_by_hand(env: Env) -> None:
