@@ -8,9 +8,10 @@ an object under an index value it no longer has.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 import redis
@@ -62,6 +63,7 @@ class CacheReader:
         #: kinds seen synced inside the current ``remembering_synced`` scope
         self._synced_seen: set[str] = set()
         self._scopes = 0
+        self._scope_listed = False
 
     def get(self, kind: str, key: str) -> Obj | None:
         raw = self.redis.hget(layout.objects_key(kind), key)
@@ -121,10 +123,16 @@ class CacheReader:
     def synced(self, kind: str) -> bool:
         """Whether the informer has written a complete list of the kind (client-go's ``HasSynced``).
 
-        Inside ``remembering_synced``, a yes is remembered until the scope ends; a no never is.
+        Inside ``remembering_synced``, the first question reads every synced kind at once, and a yes
+        is remembered until the scope ends; a no never is.
         """
         if kind in self._synced_seen:
             return True
+        if self._scopes and not self._scope_listed:
+            self._scope_listed = True
+            listed = cast(list[bytes], self.redis.hkeys(layout.synced_key()))
+            self._synced_seen.update(k.decode() for k in listed)
+            return kind in self._synced_seen
         synced = bool(self.redis.hexists(layout.synced_key(), kind))
         if synced and self._scopes:
             self._synced_seen.add(kind)
@@ -146,6 +154,22 @@ class CacheReader:
             self._scopes -= 1
             if not self._scopes:
                 self._synced_seen.clear()
+                self._scope_listed = False
+
+
+R = TypeVar("R")
+
+
+def one_pass(reconciler: Callable[[str], R]) -> Callable[[str], R]:
+    """A reconciler whose reads of the synced flags are one Redis round trip per pass
+    (``remembering_synced`` around it)."""
+
+    @functools.wraps(reconciler)
+    def run(key: str) -> R:
+        with get_reader().remembering_synced():
+            return reconciler(key)
+
+    return run
 
 
 def _check_index(kind: str, index: str) -> None:
@@ -153,15 +177,18 @@ def _check_index(kind: str, index: str) -> None:
         raise KeyError(f"{kind} has no index {index!r} (known: {layout.INDEXES.get(kind, ())})")
 
 
-_readers: dict[int, CacheReader] = {}
+_readers: dict[tuple[int, str], CacheReader] = {}
 
 
 def get_reader() -> CacheReader:
-    """The process's reader over the settings' Redis (per pid, so forked workers get their own)."""
+    """The process's reader over the settings' Redis (per pid, so forked workers get their own, and
+    per URL, so a reader never outlives a change of settings, as in tests that configure afresh)."""
     import os
 
-    pid = os.getpid()
-    reader = _readers.get(pid)
+    from mcm_tasks.settings import get_settings
+
+    ident = (os.getpid(), get_settings().redis_url)
+    reader = _readers.get(ident)
     if reader is None:
-        reader = _readers[pid] = CacheReader()
+        reader = _readers[ident] = CacheReader(get_redis(ident[1], decode=False))
     return reader

@@ -1,6 +1,7 @@
 """Shared reads of the mirror in a real Redis: unchanged objects come back as the same parsed object,
 changed ones are parsed again, a list and its synced check come from one instant, and a synced kind
-is remembered within one scope (a reconcile) while an unsynced one is asked again every time."""
+is remembered within one scope (a reconcile), read with every other kind's in one round trip, while
+an unsynced one is asked again every time."""
 
 from __future__ import annotations
 
@@ -88,3 +89,24 @@ def test_a_synced_kind_is_remembered_within_a_scope_an_unsynced_one_never(client
         # the combined read never relies on the remembered yes
         assert reader.list_stored_if_synced(layout.MACHINES) is None
         assert not reader.synced(layout.MACHINES)
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}") or {}
+    return int(stats.get("calls", 0))
+
+
+def test_one_read_answers_every_kind_s_synced_question_in_a_scope(client: redis.Redis) -> None:
+    for kind in (layout.MACHINES, layout.MACHINE_SETS, layout.NODES):
+        Writer(client).apply(Relisted(kind, [], "3", initial=True))
+    reader = CacheReader(client)
+    before = {c: _calls(client, c) for c in ("hkeys", "hexists")}
+    with reader.remembering_synced():
+        assert not reader.synced(layout.PODS)
+        assert reader.synced(layout.MACHINES)
+        assert reader.synced(layout.MACHINE_SETS) and reader.synced(layout.NODES)
+        assert not reader.synced(layout.PODS), "asked again: a no is read afresh"
+    # one HKEYS answers the first question and every synced kind; one HEXISTS for the second
+    # question about the unsynced one
+    assert _calls(client, "hkeys") - before["hkeys"] == 1
+    assert _calls(client, "hexists") - before["hexists"] == 1

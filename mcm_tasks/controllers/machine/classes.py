@@ -13,6 +13,7 @@ from typing import Any
 
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.machine import context
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES
@@ -44,6 +45,7 @@ def machine_queue_items(machines: list[Machine]) -> list[tuple[str, str]]:
     return [("machine-termination" if m.metadata.is_deleting else "machine", m.key) for m in machines]
 
 
+@one_pass
 def reconcile_machine_class(key: str) -> Requeue | None:
     namespace, name = context.namespace_of(key)
     machine_class = context.get_machine_class(name, namespace)

@@ -42,6 +42,7 @@ from mcm_tasks.api.constants import (
     NODE_LABEL_KEY,
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
+from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.machine import context, metrics, status
 from mcm_tasks.controllers.machine import drain as drain_mod
 from mcm_tasks.controllers.machine import drain_io as io
@@ -196,6 +197,7 @@ def requeue(retry: Retry) -> Requeue:
 # --- the reconciler ------------------------------------------------------------------------------------
 
 
+@one_pass
 def reconcile_termination(key: str) -> Requeue | None:
     """The ``machine-termination`` queue's reconciler (and the machine queue's for deleting machines)."""
     machine = context.get_machine(key)

@@ -20,6 +20,7 @@ from mcm_tasks.api.constants import (
     NOT_MANAGED_BY_MCM_ANNOTATION,
     TRIGGER_DELETION_BY_MCM_ANNOTATION,
 )
+from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.machine import context
 from mcm_tasks.controllers.machine.classes import finalizers_patch
 from mcm_tasks.kube import ops
@@ -43,6 +44,7 @@ def wants_machine_deleted(node: Mapping[str, Any] | None) -> bool:
     )
 
 
+@one_pass
 def reconcile_node(key: str) -> Requeue | None:
     name = key.rpartition("/")[2]
     target = context.target_api()

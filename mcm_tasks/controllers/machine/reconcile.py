@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState
 from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.api.validation import validate_machine, validate_machine_class
+from mcm_tasks.cache import one_pass
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.machine import context, create, healthcheck
 from mcm_tasks.controllers.machine.frozen import is_frozen
@@ -77,6 +78,7 @@ def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
+@one_pass
 def reconcile_machine(key: str) -> Requeue | None:
     """The ``machine`` queue's reconciler."""
     machine = context.get_machine(key)

@@ -11,7 +11,7 @@ from typing import Any
 
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER
-from mcm_tasks.cache import get_listers
+from mcm_tasks.cache import get_listers, one_pass
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.machine import context
 from mcm_tasks.controllers.machine.classes import finalizers_patch
@@ -50,6 +50,7 @@ def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
     return None if found is None else dict(found.get("metadata") or {})
 
 
+@one_pass
 def reconcile_secret(key: str) -> Requeue | None:
     namespace, name = context.namespace_of(key)
     meta = get_secret_meta(name, namespace)

@@ -21,7 +21,7 @@ from kubernetes.client import ApiClient
 from mcm_tasks.api import Machine, MachineSet, now_utc
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_set
-from mcm_tasks.cache import get_listers, get_reader
+from mcm_tasks.cache import get_listers, one_pass
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.controllers.machineset import control, status
@@ -136,12 +136,8 @@ def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> Mac
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
+@one_pass
 def reconcile_machine_set(key: str) -> Requeue | None:
-    with get_reader().remembering_synced():
-        return _reconcile(key)
-
-
-def _reconcile(key: str) -> Requeue | None:
     settings = get_settings()
     namespace, name = split_key(key)
     namespace = namespace or settings.namespace

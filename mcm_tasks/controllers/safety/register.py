@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, debounce
 from mcm_tasks.controllers.safety.apiserver_io import check_apiservers
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
@@ -37,6 +38,7 @@ JOBS: dict[str, Callable[[], Requeue | None]] = {
 }
 
 
+@one_pass
 def reconcile_safety(key: str) -> Requeue | None:
     job = JOBS.get(key)
     if job is None:
