@@ -7,10 +7,9 @@ all processes draw from it. The same bucket limits cloud API calls per account a
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis
 
@@ -79,43 +78,3 @@ class SharedTokenBucket:
     def try_take(self, tokens: int = 1) -> bool:
         """Take only if available now (nothing is reserved when refused)."""
         return self.reserve_within(0.0, tokens) is not None
-
-
-@dataclass
-class LeasedTokens:
-    """A process's share of a ``SharedTokenBucket``, taken a batch at a time.
-
-    A round trip to Redis for every token was a tenth of a busy worker's task time at a high rate
-    (2000 requests/s in the benchmark). Here a process reserves ``rate × window`` tokens at once and
-    spends them locally; whatever is left when the window ends is dropped, never carried over, so the
-    processes together still never exceed the bucket (unused leases only make them send less). At
-    the rates where a batch would be one token (MCM's default 20/s with a 50 ms window) every take is
-    a plain ``bucket.take``, exactly as before.
-    """
-
-    bucket: SharedTokenBucket
-    window: float = 0.05
-    clock: Callable[[], float] = time.monotonic
-    _left: int = field(default=0, init=False)
-    _until: float = field(default=0.0, init=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
-
-    @property
-    def batch(self) -> int:
-        return max(1, min(max(self.bucket.burst, 1), int(self.bucket.rate * self.window)))
-
-    def take(self, tokens: int = 1) -> float:
-        batch = self.batch
-        if batch <= tokens:
-            return self.bucket.take(tokens)
-        with self._lock:
-            now = self.clock()
-            if self._left >= tokens and now < self._until:
-                self._left -= tokens
-                return 0.0
-            wait = self.bucket.reserve(batch)
-            self._left = batch - tokens
-            self._until = now + wait + self.window
-        if wait > 0:
-            self.bucket.sleep(wait)
-        return wait

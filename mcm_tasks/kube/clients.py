@@ -28,7 +28,6 @@ from mcm_tasks.kube import rest
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.ratelimit import cluster_bucket, install_rate_limit
 from mcm_tasks.kube.resources import MACHINE_API_VERSION, MCM_RESOURCES, Resource
-from mcm_tasks.ratelimit import LeasedTokens
 from mcm_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -132,7 +131,7 @@ def new_cluster(name: str, kubeconfig: str, settings: Settings) -> Cluster:
     api.user_agent = f"mcm-tasks/{name}"
     if settings.redis_url:
         bucket = cluster_bucket(name, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
-        install_rate_limit(api, LeasedTokens(bucket))
+        install_rate_limit(api, bucket)
     return Cluster(name, api)
 
 

@@ -3,10 +3,8 @@ shared by every process through Redis.
 
 client-go gives each process its own limiter, so N worker pods would send N times the configured
 rate. Here every request made through a cluster's ``ApiClient`` first takes a token from one
-``SharedTokenBucket`` per cluster in Redis (through the process's ``LeasedTokens``, which takes them
-a batch at a time when the rate is high enough for batches to matter). The hook sits in the REST
-layer, under every generated API method, so nothing can bypass it: a watch takes one token when it
-opens, however long it streams.
+``SharedTokenBucket`` per cluster in Redis. The hook sits in the REST layer, under every generated
+API method, so nothing can bypass it: a watch takes one token when it opens, however long it streams.
 
 When Redis cannot be reached the request goes ahead without a token (and a warning is logged at
 most once a minute): Redis is a rebuildable cache here, the API server stays the source of truth

@@ -63,7 +63,7 @@ def test_no_target_mode_and_shared_limit(tmp_path: Path) -> None:
             built.require_target()
         limiter = limiter_of(built.control.api)
         assert limiter is not None
-        bucket = limiter.limiter.bucket  # type: ignore[attr-defined]
+        bucket = limiter.limiter
         assert (bucket.rate, bucket.burst, bucket.key) == (20.0, 30, "mcm:ratelimit:kube:control")  # type: ignore[attr-defined]
         assert built.control.core.api_client is built.control.api
         assert built.control.custom.api_client is built.control.api
