@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import redis
 from kubernetes.client import ApiClient
@@ -48,6 +48,24 @@ DEFAULT_COMPONENT = "machine-controller-manager"
 SPAM_BURST = 25
 SPAM_QPS = 1.0 / 300.0
 
+# The correlator's two round trips per event (each was three apart). KEYS: the event key's lock, its
+# state hash. BEGIN (ARGV token, lock ttl ms): take the lock and read the state → {1, field, value…},
+# or {0} while another recorder holds it. END (ARGV token or "", state ttl s, field, value…): write
+# the state, then release the lock if it is still ours. RELEASE: only the release, after a failure.
+_BEGIN = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local out = redis.call('HGETALL', KEYS[2])
+  table.insert(out, 1, 1)
+  return out
+end
+return {0}
+"""
+_END = """
+redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
@@ -197,6 +215,9 @@ class EventRecorder:
         self.lock_wait = lock_wait
         self.clock = clock
         self._redis = redis_client if redis_client is not None else (get_redis() if aggregate else None)
+        if self._redis is not None:
+            self._begin_script = self._redis.register_script(_BEGIN)
+            self._end = self._redis.register_script(_END)
 
     # --- public ----------------------------------------------------------------------------------
 
@@ -237,28 +258,29 @@ class EventRecorder:
                 ref, type_, reason, message, event_name(ref, time.time_ns()), 1, rfc3339(now), now
             )
         state_key = rkey("events", digest(event_key(ref, type_, reason, message, self.component, self.host)))
-        token = self._lock(state_key + ":lock")
+        lock_key = state_key + ":lock"
+        token, state = self._begin(lock_key, state_key)
         try:
-            state = _as_text(self._redis.hgetall(state_key))  # type: ignore[arg-type]
             if state.get("name"):
                 written = self._bump(ref, type_, reason, message, state, now)
             else:
                 name = event_name(ref, time.time_ns())
                 written = self._create(ref, type_, reason, message, name, 1, rfc3339(now), now)
-            meta = written.get("metadata") or {}
-            pipe = self._redis.pipeline()
-            pipe.hset(state_key, mapping={
-                "name": str(meta.get("name")),
-                "namespace": str(meta.get("namespace") or ref.event_namespace),
-                "count": str(written.get("count") or 1),
-                "first": str(written.get("firstTimestamp") or rfc3339(now)),
-            })  # fmt: skip
-            pipe.expire(state_key, max(1, int(self.window)))
-            pipe.execute()
-            return written
-        finally:
+        except BaseException:
             if token:
-                self._redis.eval(_RELEASE, 1, state_key + ":lock", token)
+                self._redis.eval(_RELEASE, 1, lock_key, token)
+            raise
+        meta = written.get("metadata") or {}
+        fields = {
+            "name": str(meta.get("name")),
+            "namespace": str(meta.get("namespace") or ref.event_namespace),
+            "count": str(written.get("count") or 1),
+            "first": str(written.get("firstTimestamp") or rfc3339(now)),
+        }
+        args: list[str | int] = [token or "", max(1, int(self.window))]
+        args += [x for pair in fields.items() for x in pair]
+        self._end(keys=[lock_key, state_key], args=args)
+        return written
 
     def _bump(
         self, ref: ObjectRef, type_: str, reason: str, message: str, state: Mapping[str, str], now: float
@@ -301,18 +323,20 @@ class EventRecorder:
             body = {"count": int(current.get("count") or 0) + 1, "lastTimestamp": rfc3339(now)}
             return ops.patch(self.api, EVENTS, name, body, ref.event_namespace)
 
-    def _lock(self, key: str) -> str | None:
-        """Bounded wait for the per-key write lock; None (write anyway) when it stays taken."""
+    def _begin(self, lock_key: str, state_key: str) -> tuple[str | None, dict[str, str]]:
+        """The per-key write lock (bounded wait) and the state read under it; no token (write anyway,
+        state read without the lock) when it stays taken."""
         assert self._redis is not None
         token = token_source.token_hex(8)
         ttl_ms = max(1000, int(self.lock_wait * 2000))
         deadline = time.monotonic() + self.lock_wait
         while True:
-            if self._redis.set(key, token, nx=True, px=ttl_ms):
-                return token
+            answer = cast(list[Any], self._begin_script(keys=[lock_key, state_key], args=[token, ttl_ms]))
+            if int(answer[0]) == 1:
+                return token, _as_text(dict(zip(answer[1::2], answer[2::2], strict=True)))
             if time.monotonic() >= deadline:
-                log.debug("event lock %s still held after %ss; writing without it", key, self.lock_wait)
-                return None
+                log.debug("event lock %s still held after %ss; writing without it", lock_key, self.lock_wait)
+                return None, _as_text(self._redis.hgetall(state_key))  # type: ignore[arg-type]
             time.sleep(0.005)
 
 

@@ -125,3 +125,35 @@ def test_two_processes_share_one_event(
     assert [p.exitcode for p in procs] == [0, 0]
     (only,) = events_of(control, obj)
     assert only["count"] == 8
+
+
+def _calls(redis_client: redis.Redis, command: str) -> int:
+    stats = redis_client.info("commandstats").get(f"cmdstat_{command}") or {}
+    return int(stats.get("calls", 0))
+
+
+def test_an_event_costs_three_redis_round_trips(recorder: EventRecorder, redis_client: redis.Redis) -> None:
+    """Spam filter, lock with the correlator's state, state with the release: each one script call
+    (they were five round trips, a noticeable share of every reconcile that records an event). The
+    fourth script call per event is the API rate limit's token for its one write."""
+    obj = machine()
+    recorder.event(obj, WARNING, "FailedCreate", "first")  # loads the scripts
+    before = _calls(redis_client, "evalsha") + _calls(redis_client, "eval")
+    plain = {c: _calls(redis_client, c) for c in ("set", "hgetall")}  # counted inside scripts too
+    recorder.event(obj, WARNING, "FailedCreate", "first")
+    recorder.event(obj, WARNING, "FailedCreate", "second")
+    assert _calls(redis_client, "evalsha") + _calls(redis_client, "eval") - before == 2 * (3 + 1)
+    # each command ran once per event, inside the scripts: no separate round trip is hidden there
+    assert {c: _calls(redis_client, c) - n for c, n in plain.items()} == {"set": 2, "hgetall": 2}
+
+
+def test_a_failed_write_releases_the_lock_and_keeps_no_state(
+    recorder: EventRecorder, redis_client: redis.Redis
+) -> None:
+    obj = machine()
+    obj["metadata"]["namespace"] = "no-such-namespace"
+    assert recorder.event(obj, WARNING, "FailedCreate", "x") is None  # logged, not raised
+    assert not redis_client.keys("*events:*:lock")
+    obj["metadata"]["namespace"] = "default"
+    written = recorder.event(obj, WARNING, "FailedCreate", "x")
+    assert written is not None and written["count"] == 1
