@@ -12,6 +12,7 @@ import pytest
 from kubernetes import watch
 
 from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.controllers.machine.context import creation_in_flight
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from mcm_tasks.sandbox.procs import wait_until
 from providers.driver import DeleteMachineRequest
@@ -161,6 +162,20 @@ def test_a_chained_pass_stops_at_its_step_limit_and_comes_back(env: Env) -> None
     assert machine.status.last_operation.description == "Initiate node drain"  # two steps written
     trace = drive(env, name)
     assert trace.rounds < 7, "the rest of the flow also ran several steps per pass"
+    assert_all_gone(env, name)
+
+
+def test_a_creation_in_flight_holds_the_deletion_back(env: Env) -> None:
+    reconfigure(env, deletion_steps_per_pass=7)
+    name = unique("inflight")
+    env.launch(name)
+    env.delete_machine(name)
+    with creation_in_flight(f"default/{name}"):
+        result = reconcile_termination(f"default/{name}")
+        assert result is not None and result.after == 0.5  # MediumRetry, compressed
+        machine = env.machine(name)
+        assert machine is not None and machine.status.current_status.phase != "Terminating"
+    drive(env, name)
     assert_all_gone(env, name)
 
 

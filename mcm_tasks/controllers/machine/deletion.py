@@ -215,7 +215,13 @@ def reconcile_termination(key: str) -> Requeue | None:
 
 
 def terminate(machine: Machine) -> Requeue | None:
-    """The deletion flow for a machine being deleted, step after step while each moves it on."""
+    """The deletion flow for a machine being deleted, step after step while each moves it on.
+
+    A creation still running (MCM's pendingMachineCreationMap) holds the flow back. It is asked once
+    per pass: none can start once the machine is seen deleting, which is how this pass began.
+    """
+    if context.creation_in_progress(machine.key):
+        return Requeue.medium()
     for _ in range(get_settings().deletion_steps_per_pass):
         result = step(machine)
         if not isinstance(result, Continue):
@@ -226,8 +232,6 @@ def terminate(machine: Machine) -> Requeue | None:
 
 def step(machine: Machine) -> StepResult:
     """One step of the deletion flow."""
-    if context.creation_in_progress(machine.key):
-        return Requeue.medium()
     if not machine.metadata.has_finalizer(MCM_FINALIZER):
         log.warning("machine %s is missing finalizers, deletion cannot proceed", machine.key)
         return Requeue.long()
