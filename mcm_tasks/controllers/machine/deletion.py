@@ -1,6 +1,7 @@
 """The deletion flow (reference §4.4), driven by ``status.lastOperation.description`` exactly as MCM
-drives it: each description names the next step, each reconcile runs one step and writes the next
-description, so a person reading the Machine sees MCM's words and any worker can pick the flow up.
+drives it: each description names the next step, and each step writes the next description before
+anything else runs, so a person reading the Machine sees MCM's words and any worker can pick the
+flow up.
 
 Steps, matched by the constants MCM's descriptions contain, in MCM's order:
 
