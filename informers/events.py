@@ -57,20 +57,36 @@ class Routing:
     """What events ask for, in arrival order and without duplicates."""
 
     enqueue: dict[tuple[str, str], None] = field(default_factory=dict)
+    #: the entries of ``enqueue`` that may wait for the batch period (``--machine-updates-batch-period``)
+    batched: set[tuple[str, str]] = field(default_factory=set)
     #: MachineSet keys that saw one of their machines created
     creations_observed: list[str] = field(default_factory=list)
     #: (MachineSet key, machine name) of deletions seen
     deletions_observed: dict[tuple[str, str], None] = field(default_factory=dict)
 
-    def add(self, queue: str, key: str | None) -> None:
-        if key:
-            self.enqueue[(queue, key)] = None
+    def add(self, queue: str, key: str | None, *, batched: bool = False) -> None:
+        """``batched``: a child's change waking its owner, which may wait for more of them; an
+        entry asked for at once anywhere in the batch is sent at once."""
+        if not key:
+            return
+        item = (queue, key)
+        if batched and item not in self.enqueue:
+            self.batched.add(item)
+        elif not batched:
+            self.batched.discard(item)
+        self.enqueue[item] = None
 
     def items(self) -> list[tuple[str, str]]:
         return list(self.enqueue)
 
+    def split(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(at once, after the batch period)."""
+        now = [item for item in self.enqueue if item not in self.batched]
+        return now, [item for item in self.enqueue if item in self.batched]
+
     def merge(self, other: Routing) -> None:
-        self.enqueue.update(other.enqueue)
+        for item in other.enqueue:
+            self.add(*item, batched=item in other.batched)
         self.creations_observed.extend(other.creations_observed)
         self.deletions_observed.update(other.deletions_observed)
 

@@ -13,6 +13,9 @@ Machine
   nothing (quirk §11.6). Its MachineSet when anything the set reads changed (``seen_by_set``), the
   old one too when the ownerRef or labels moved. Old and new class when the class changed.
   ``orphan-vms`` when the description first reports OutOfRange (several VMs behind one machine).
+- A machine's MachineSet is always woken ``batched``, and so are its class and the orphan sweep when
+  it is deleted: they may wait ``--machine-updates-batch-period`` so that a burst of machine events
+  joins one pass (the set's expectations are lowered at once).
 - DELETE: itself on ``machine-termination``; its MachineSet (deletion observed); its class;
   ``orphan-vms``; its MachineDeployment if that uses Recreate and has no machine left.
 MachineSet: itself; its controlling MachineDeployment (or those selecting an orphan).
@@ -139,8 +142,10 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
     else:
         assert old is not None
         out.add(Q_TERMINATION, key)
-        out.add(Q_CLASS, _class_key(old))
-        out.add(Q_SAFETY, SAFETY_ORPHAN_VMS)
+        # a scale-down deletes hundreds at once: the class's finalizer check and the orphan sweep
+        # need one pass after the burst, not one per machine
+        out.add(Q_CLASS, _class_key(old), batched=True)
+        out.add(Q_SAFETY, SAFETY_ORPHAN_VMS, batched=True)
         _recreate_deployment_emptied(view, old, out)
     _machine_to_machine_sets(ev, view, out)
 
@@ -201,44 +206,55 @@ def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
         ms = resolve_controller(view, layout.MACHINE_SETS, new, controller_ref(new))
         if ms:
             out.creations_observed.append(ms)
-            out.add(Q_MACHINESET, ms)
+            out.add(Q_MACHINESET, ms, batched=True)
         elif controller_ref(new) is None:
             for candidate in selecting(view, layout.MACHINE_SETS, new):
-                out.add(Q_MACHINESET, candidate)
+                out.add(Q_MACHINESET, candidate, batched=True)
         return
     labels_changed = labels_of(old) != labels_of(new)
     if is_deleting(new):
         if not is_deleting(old):
             _machine_gone(view, new, out)
         else:
-            _enqueue_owner(view, layout.MACHINE_SETS, new, Q_MACHINESET, out)
+            _enqueue_owner(view, layout.MACHINE_SETS, new, Q_MACHINESET, out, batched=True)
         if labels_changed:
-            _enqueue_owner(view, layout.MACHINE_SETS, old, Q_MACHINESET, out)
+            _enqueue_owner(view, layout.MACHINE_SETS, old, Q_MACHINESET, out, batched=True)
         return
-    _owner_moved(view, layout.MACHINE_SETS, Q_MACHINESET, old, new, out)
+    _owner_moved(view, layout.MACHINE_SETS, Q_MACHINESET, old, new, out, batched=True)
 
 
 def _machine_gone(view: View, machine: Obj, out: Routing) -> None:
     ms = resolve_controller(view, layout.MACHINE_SETS, machine, controller_ref(machine))
     if ms:
         out.deletions_observed[(ms, str(meta(machine).get("name")))] = None
-        out.add(Q_MACHINESET, ms)
+        out.add(Q_MACHINESET, ms, batched=True)
 
 
-def _enqueue_owner(view: View, kind: str, child: Obj | None, queue: str, out: Routing) -> None:
-    out.add(queue, resolve_controller(view, kind, child, controller_ref(child)))
+def _enqueue_owner(
+    view: View, kind: str, child: Obj | None, queue: str, out: Routing, *, batched: bool = False
+) -> None:
+    out.add(queue, resolve_controller(view, kind, child, controller_ref(child)), batched=batched)
 
 
-def _owner_moved(view: View, kind: str, queue: str, old: Obj | None, new: Obj | None, out: Routing) -> None:
+def _owner_moved(
+    view: View,
+    kind: str,
+    queue: str,
+    old: Obj | None,
+    new: Obj | None,
+    out: Routing,
+    *,
+    batched: bool = False,
+) -> None:
     """Upstream's update handlers for owned objects: old and new controller, else adoption candidates."""
     old_ref, new_ref = controller_ref(old), controller_ref(new)
     if old_ref != new_ref and old_ref is not None:
-        out.add(queue, resolve_controller(view, kind, old, old_ref))
+        out.add(queue, resolve_controller(view, kind, old, old_ref), batched=batched)
     if new_ref is not None:
-        out.add(queue, resolve_controller(view, kind, new, new_ref))
+        out.add(queue, resolve_controller(view, kind, new, new_ref), batched=batched)
     elif labels_of(old) != labels_of(new) or old_ref != new_ref:
         for candidate in selecting(view, kind, new):
-            out.add(queue, candidate)
+            out.add(queue, candidate, batched=batched)
 
 
 def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None:

@@ -19,6 +19,10 @@ from mcm_tasks.redisdb import rkey
 class Sink(Protocol):
     def enqueue_many(self, items: list[tuple[str, str]]) -> int: ...
 
+    def enqueue_batched(self, items: list[tuple[str, str]]) -> int:
+        """Keys that may wait for the batch period (the sinks that record routing record them as any)."""
+        ...
+
     def creation_observed(self, owner_key: str, count: int) -> None: ...
 
     def deletion_observed(self, owner_key: str, name: str) -> None: ...
@@ -31,8 +35,8 @@ def deliver(sink: Sink, routing: Routing) -> int:
         sink.creation_observed(owner, count)
     for owner, name in routing.deletions_observed:
         sink.deletion_observed(owner, name)
-    items = routing.items()
-    return sink.enqueue_many(items) if items else 0
+    now, batched = routing.split()
+    return (sink.enqueue_many(now) if now else 0) + (sink.enqueue_batched(batched) if batched else 0)
 
 
 class QueueSink:
@@ -45,6 +49,13 @@ class QueueSink:
         from mcm_tasks.queue.producer import enqueue_many
 
         return enqueue_many(items, self.client)
+
+    def enqueue_batched(self, items: list[tuple[str, str]]) -> int:
+        from mcm_tasks.queue.producer import enqueue_many_after
+        from mcm_tasks.settings import get_settings
+
+        enqueue_many_after(items, get_settings().machine_updates_batch_period, self.client)
+        return len(items)
 
     def creation_observed(self, owner_key: str, count: int) -> None:
         from mcm_tasks.queue.expectations import creation_observed
@@ -74,6 +85,9 @@ class ListSink:
             self.client.rpush(self.key, *(f"{queue} {key}" for queue, key in items))
         return len(items)
 
+    def enqueue_batched(self, items: list[tuple[str, str]]) -> int:
+        return self.enqueue_many(items)
+
     def creation_observed(self, owner_key: str, count: int) -> None:
         self.client.rpush(self.key, f"creation {owner_key} {count}")
 
@@ -92,6 +106,9 @@ class MemorySink:
     def enqueue_many(self, items: list[tuple[str, str]]) -> int:
         self.items.extend(items)
         return len(items)
+
+    def enqueue_batched(self, items: list[tuple[str, str]]) -> int:
+        return self.enqueue_many(items)
 
     def creation_observed(self, owner_key: str, count: int) -> None:
         self.creations.append((owner_key, count))

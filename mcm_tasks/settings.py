@@ -139,6 +139,12 @@ class Settings(BaseSettings):
     medium_retry: Duration = Field(3 * 60.0, description="MediumRetry")
     long_retry: Duration = Field(10 * 60.0, description="LongRetry")
     conflict_retry: Duration = Field(0.2, description="requeue after a write conflict")
+    machine_updates_batch_period: Duration = Field(
+        0.5,
+        description="a Machine event wakes its MachineSet (and a deletion its class and the orphan-VM "
+        "sweep) after this, so that a burst of them joins one pass, as kube-controller-manager's "
+        "--endpoint-updates-batch-period (not in MCM; 0 = at once)",
+    )
     deletion_steps_per_pass: int = Field(
         7,
         ge=1,

@@ -89,6 +89,30 @@ def enqueue(kind: str, key: str, client: redis.Redis | None = None) -> bool:
     return enqueue_many([(kind, key)], client) == 1
 
 
+def enqueue_many_after(
+    items: Iterable[tuple[str, str]], seconds: float, client: redis.Redis | None = None
+) -> None:
+    """``enqueue_after`` for many (kind, key) at once, one round trip; a key with an earlier
+    countdown or a waiting message keeps it (a batch never delays what is already due)."""
+    settings = get_settings()
+    delay = clamp_countdown(seconds, settings)
+    groups = _group(items)
+    if delay <= 0:
+        enqueue_many([(kind, key) for kind, keys in groups.items() for key in keys], client)
+        return
+    now = time.time()
+    due = now + delay
+    calls: list[tuple[scripts.LuaScript, list[object]]] = []
+    for kind, keys in groups.items():
+        script = scripts_for(kind, settings).schedule
+        queue = settings.queue_name(kind)
+        for key in keys:
+            mid = new_id()
+            calls.append((script, [now, key, due, mid, build_message(kind, key, mid, queue, eta=due)]))
+    if calls:
+        scripts.run_pipeline(client or get_redis(), calls)
+
+
 def enqueue_after(kind: str, key: str, seconds: float, client: redis.Redis | None = None) -> None:
     """Add a key after a countdown; only the earliest pending countdown per key has a message."""
     settings = get_settings()

@@ -51,6 +51,9 @@ class ExpectationsSink:
         self.items.extend(items)
         return len(items)
 
+    def enqueue_batched(self, items: list[tuple[str, str]]) -> int:
+        return self.enqueue_many(items)
+
     def creation_observed(self, owner_key: str, count: int) -> None:
         expectations.creation_observed(owner_key, count)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,12 +18,16 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
+from informers.events import Routing
+from informers.sink import QueueSink
+from informers.sink import deliver as deliver_routing
 from mcm_tasks.queue import Requeue, enqueue, enqueue_after, enqueue_many, register_reconciler, registry
 from mcm_tasks.queue import expectations as exp
 from mcm_tasks.queue.deadletter import list_dead_letters, replay, replay_all
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.metrics import register_queue_metrics
 from mcm_tasks.queue.processing import process
+from mcm_tasks.queue.producer import enqueue_many_after
 from mcm_tasks.queue.stats import read_stats
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.sandbox.procs import wait_until
@@ -191,6 +196,50 @@ def test_countdown_firing_while_an_immediate_message_waits_coalesces(client: red
     enqueue("node", "n")
     assert process("node", "n", countdown.id, True) == "coalesced"
     assert deliver(client, "node") == "run"
+
+
+def test_a_batch_of_wakeups_is_one_countdown_per_key_and_never_delays_an_earlier_one(
+    client: redis.Redis,
+) -> None:
+    calls: list[str] = []
+    register_reconciler("machineset", recorder(calls))
+    enqueue_after("machineset", "early", 0.2)
+    enqueue_many_after([("machineset", "a"), ("machineset", "b"), ("machineset", "early")], 5)
+    enqueue_many_after([("machineset", "a")], 5)  # a later event of the same burst: nothing new
+    deliveries = [take(client, "machineset") for _ in range(messages(client, "machineset"))]
+    by_key: dict[str, list[Delivery]] = {}
+    for d in deliveries:
+        by_key.setdefault(d.key, []).append(d)
+    assert sorted(by_key) == ["a", "b", "early"]
+    assert len(by_key["a"]) == 1 and by_key["a"][0].eta is not None
+    # the earlier countdown keeps its due time: the batch's later one publishes nothing
+    assert len(by_key["early"]) == 1 and by_key["early"][0].eta == deliveries[0].eta
+    for d in deliveries:
+        assert process("machineset", d.key, d.id, True) == "run"
+    assert sorted(calls) == ["a", "b", "early"]
+
+
+@pytest.mark.parametrize("period", [0.0, 0.5])
+def test_the_informer_sends_a_machine_s_set_wakeup_after_the_batch_period(
+    client: redis.Redis, period: float
+) -> None:
+    configure({"redis_url": _url(client), **SETTINGS, "machine_updates_batch_period": period})
+    routing = Routing()
+    routing.add("machineset", "s", batched=True)
+    routing.add("machine", "m")
+    sent_at = time.time()
+    assert deliver_routing(QueueSink(), routing) == 2
+    assert take(client, "machine").eta is None
+    wakeup = take(client, "machineset")
+    if period:
+        assert wakeup.eta is not None and wakeup.eta - sent_at == pytest.approx(period, abs=0.2)
+    else:
+        assert wakeup.eta is None
+
+
+def test_a_batch_with_no_period_is_sent_at_once(client: redis.Redis) -> None:
+    enqueue_many_after([("machineset", "now")], 0)
+    assert take(client, "machineset").eta is None
 
 
 def test_a_lost_message_blocks_its_key_only_until_its_marker_is_stale(client: redis.Redis) -> None:

@@ -340,3 +340,33 @@ def test_full_resync_enqueues_every_key_of_every_reconciled_kind() -> None:
             ("node", "n1"),
         ]
     )
+
+
+# --- batching ------------------------------------------------------------------------------------------
+
+
+def test_machine_events_wake_their_set_batched_and_a_deletion_its_class_and_the_sweep() -> None:
+    w = world()
+    added = w.then(M, ADDED, fx.machine("m", machine_set="s"))
+    assert added.batched == {("machineset", k("s"))}
+    assert added.split()[0] == [("machine", k("m")), ("machineclass", k("cls")), ("safety", "overshooting")]
+    deleted = w.then(M, DELETED, fx.machine("m", machine_set="s"))
+    assert deleted.batched == {("machineset", k("s")), ("machineclass", k("cls")), ("safety", "orphan-vms")}
+    assert deleted.split()[0] == [("machine-termination", k("m"))]
+    assert deleted.deletions_observed, "expectations are lowered at once, whatever waits"
+    changed = w.then(MS, MODIFIED, fx.bump(fx.machine_set("s", deployment="d", selector={"app": "d"}), "9"))
+    assert not changed.batched, "a set's own change and its deployment are woken at once"
+
+
+def test_an_immediate_wakeup_in_the_same_batch_wins() -> None:
+    r = Routing()
+    r.add("machineset", "a", batched=True)
+    r.add("machineset", "a")
+    r.add("machineset", "b")
+    r.add("machineset", "b", batched=True)
+    r.add("machineset", "c", batched=True)
+    assert r.split() == ([("machineset", "a"), ("machineset", "b")], [("machineset", "c")])
+    merged = Routing()
+    merged.add("machineset", "c")
+    merged.merge(r)
+    assert merged.split()[1] == []
