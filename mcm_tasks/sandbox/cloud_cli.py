@@ -115,6 +115,7 @@ def kubelet_command(
 
     from mcm_tasks.sandbox.kubelet import KubeletSimulator
     from mcm_tasks.sandbox.kubelet_sources import CombinedSource, LocalSource, VMSource
+    from mcm_tasks.sandbox.kubelet_watch import WatchedLists
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     api = config.new_client_from_config(config_file=target_kubeconfig)
@@ -125,6 +126,7 @@ def kubelet_command(
 
         settings = AwsSettings(aws_endpoint, regions=tuple(aws_region), rescan=aws_region_rescan)
         sources.append(AwsSource(settings, cloud.r))
+    watched = WatchedLists(api)  # a real kubelet watches too; a list per tick costs O(nodes)
     sim = KubeletSimulator(
         api,
         CombinedSource(sources),
@@ -132,6 +134,7 @@ def kubelet_command(
         node_grace=node_grace,
         detach_delay=detach_delay,
         max_actions=max_actions,
+        watched=watched,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -141,5 +144,9 @@ def kubelet_command(
         interval,
         f", EC2 at {aws_endpoint}" if aws_endpoint else "",
     )
-    sim.run(stop, interval)
+    watched.start()
+    try:
+        sim.run(stop, interval)
+    finally:
+        watched.stop()
     api.close()

@@ -60,6 +60,7 @@ from mcm_tasks.sandbox import kubelet_node as kn
 from mcm_tasks.sandbox import kubelet_pods as kp
 from mcm_tasks.sandbox.kubelet_sources import VMSource, as_source
 from mcm_tasks.sandbox.kubelet_volumes import VolumePlan, plan_volumes
+from mcm_tasks.sandbox.kubelet_watch import WatchedLists
 from providers.local.cloud import LocalCloud
 
 log = logging.getLogger("mcm_tasks.sandbox.kubelet")
@@ -107,8 +108,11 @@ class KubeletSimulator:
         node_grace: float = 40.0,
         detach_delay: float = 1.0,
         max_actions: int = 200,
+        watched: WatchedLists | None = None,
     ) -> None:
         self.api = api
+        #: reads from watches when given (the CLI), else a list per tick (tests that tick by hand)
+        self.watched = watched
         self.source = as_source(cloud)
         self.heartbeat_interval = heartbeat_interval
         self.node_grace = node_grace
@@ -119,6 +123,8 @@ class KubeletSimulator:
 
     # --- reading ---
     def _list(self, path: str) -> list[dict[str, Any]]:
+        if self.watched is not None:
+            return self.watched.list(path)
         doc = rest.request(self.api, "GET", path) or {}
         return list(doc.get("items") or [])
 
@@ -156,6 +162,9 @@ class KubeletSimulator:
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
         while not stop.is_set():
             started = time.monotonic()
+            if self.watched is not None and not self.watched.synced():
+                stop.wait(0.05)
+                continue
             try:
                 done = self.tick()
                 if done:

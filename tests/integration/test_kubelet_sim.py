@@ -22,6 +22,7 @@ from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.sandbox.cloud_cli import cloud_app
 from mcm_tasks.sandbox.kubelet import KubeletSimulator
+from mcm_tasks.sandbox.kubelet_watch import WatchedLists
 from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, wait_until
 from providers.driver import CreateMachineRequest, DeleteMachineRequest, Secret
 from providers.local import CSI_DRIVER, LocalCloud, LocalDriver, VMState
@@ -60,17 +61,30 @@ def driver(redis_url: str) -> LocalDriver:
     return LocalDriver(redis_url)
 
 
-@pytest.fixture()
-def kubelet(api: ApiClient, redis_url: str) -> Iterator[KubeletSimulator]:
+@pytest.fixture(params=["lists", "watches"])
+def kubelet(api: ApiClient, redis_url: str, request: pytest.FixtureRequest) -> Iterator[KubeletSimulator]:
+    """Every behaviour twice: reading by a list per tick (tests ticking by hand) and by watches
+    (the ``sandbox kubelet`` command)."""
+    watched = WatchedLists(api) if request.param == "watches" else None
     sim = KubeletSimulator(
-        api, LocalCloud(get_redis(redis_url)), heartbeat_interval=1.0, node_grace=2.0, detach_delay=0.5
+        api,
+        LocalCloud(get_redis(redis_url)),
+        heartbeat_interval=1.0,
+        node_grace=2.0,
+        detach_delay=0.5,
+        watched=watched,
     )
     stop = threading.Event()
+    if watched is not None:
+        watched.start()
+        wait_until(watched.synced, WAIT, what="the kubelet's watches listed once")
     thread = threading.Thread(target=sim.run, args=(stop, 0.1), daemon=True)
     thread.start()
     yield sim
     stop.set()
     thread.join(10)
+    if watched is not None:
+        watched.stop()
 
 
 @pytest.fixture()
@@ -426,3 +440,24 @@ def test_kubelet_command_and_cloud_ls(
     assert row["providerID"] == provider_id and row["state"] == "running" and row["class"] == "default/kl"
     table = CliRunner().invoke(cloud_app, ["ls", "--redis-url", redis_url])
     assert provider_id in table.output
+
+
+def test_watched_lists_follow_creates_updates_and_deletes(api: ApiClient, core: Any) -> None:
+    watched = WatchedLists(api)
+    watched.start()
+    try:
+        wait_until(watched.synced, WAIT, what="listed once")
+        name = unique("n")
+        core.create_node({"metadata": {"name": name}})
+
+        def labels() -> dict[str, str] | None:
+            found = [n for n in watched.list("/api/v1/nodes") if n["metadata"]["name"] == name]
+            return found[0]["metadata"].get("labels") or {} if found else None
+
+        wait_until(lambda: labels() == {}, WAIT, what="the node seen")
+        core.patch_node(name, {"metadata": {"labels": {"pool": "blue"}}})
+        wait_until(lambda: labels() == {"pool": "blue"}, WAIT, what="the label seen")
+        core.delete_node(name)
+        wait_until(lambda: labels() is None, WAIT, what="the deletion seen")
+    finally:
+        watched.stop()
