@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient
 
 from informers.informer import Reflector
 from informers.processor import Item, Relisted, WatchEvent
-from informers.resources import WatchedResource
+from informers.resources import TARGET, WatchedResource, key_of
 from mcm_tasks.kube import resources as kres
 from mcm_tasks.settings import Settings
 
@@ -34,11 +34,6 @@ WATCHED = (
     kres.PERSISTENT_VOLUMES,
     kres.VOLUME_ATTACHMENTS,
 )
-
-
-def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 class WatchedLists:
@@ -55,7 +50,7 @@ class WatchedLists:
             path = res.path()
             self._objects[path] = {}
             self._synced[path] = threading.Event()
-            watched = WatchedResource(path, res, "target")
+            watched = WatchedResource(path, res, TARGET)
             self._reflectors.append(Reflector(watched, api, None, self._apply, settings, self._stop))
 
     def start(self) -> None:
@@ -84,10 +79,10 @@ class WatchedLists:
             objects = self._objects[path]
             if isinstance(item, Relisted):
                 objects.clear()
-                objects.update((_key(obj), obj) for obj in item.objects)
+                objects.update((key_of(obj), obj) for obj in item.objects)
                 self._synced[path].set()
             elif isinstance(item, WatchEvent):
                 if item.type == "DELETED":
-                    objects.pop(_key(item.obj), None)
+                    objects.pop(key_of(item.obj), None)
                 else:
-                    objects[_key(item.obj)] = item.obj
+                    objects[key_of(item.obj)] = item.obj
