@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,dev]'
+	$(BIN)/pip install -q -e '.[test,dev,sandbox]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,10 +23,10 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy mcm_tasks informers providers beat_schedule.py
+	$(BIN)/mypy mcm_tasks informers providers mcm_sandbox beat_schedule.py
 
 demo: $(STAMP)
-	$(BIN)/python -m mcm_tasks.demo $(if $(KEEP),--keep,)
+	$(BIN)/python -m mcm_sandbox.demo $(if $(KEEP),--keep,)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -29,7 +29,7 @@ from typing import Any  # noqa: E402
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
-from mcm_tasks.sandbox.procs import ApiServer, scratch_dir  # noqa: E402
+from mcm_sandbox.procs import ApiServer, scratch_dir  # noqa: E402
 
 WRITERS = 8
 WATCHERS = 20

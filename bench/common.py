@@ -1,6 +1,6 @@
 """Shared driver of the sandbox benchmarks (bench/machines.py, bench/scale.py).
 
-A benchmark starts the whole sandbox (``mcm_tasks.sandbox.runner.up``), drives it through the API
+A benchmark starts the whole sandbox (``mcm_sandbox.runner.up``), drives it through the API
 servers and reads what happened from outside, so the figures include every process's real cost:
 
 - a ``Tracker`` (bench/watch.py) watches both API servers from the start (every event), so waiting
@@ -282,7 +282,7 @@ def running_sandbox(args: argparse.Namespace) -> Iterator[Bench]:
     saved = {k: os.environ.get(k) for k in BENCH_ENV}
     for key, value in BENCH_ENV.items():
         os.environ.setdefault(key, value)
-    from mcm_tasks.sandbox.runner import down, up
+    from mcm_sandbox.runner import down, up
     from mcm_tasks.settings import configure
 
     directory = Path(tempfile.mkdtemp(prefix="mcm-bench-"))

@@ -42,9 +42,9 @@ from bench.common import (  # noqa: E402
     scaled,
 )
 from bench.watch import machine_summary, phase_of  # noqa: E402
+from mcm_sandbox.procs import wait_until  # noqa: E402
 from mcm_tasks.api import API_VERSION  # noqa: E402
 from mcm_tasks.kube.resources import MACHINES, PODS  # noqa: E402
-from mcm_tasks.sandbox.procs import wait_until  # noqa: E402
 
 CLASS = "bench-class"
 

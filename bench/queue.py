@@ -3,13 +3,13 @@
     .venv/bin/python bench/queue.py [--workers 2] [--concurrency 2] [--tasks 3000]
 
 Starts its own redis-server and ``mcm-tasks worker`` processes (reconcilers from
-``mcm_tasks.queue.testing:install_bench``, Celery log level warning), then measures, on the same
+``mcm_sandbox.testing.queue:install_bench``, Celery log level warning), then measures, on the same
 workers:
 
 (a) ``empty_task_rate``: an empty Celery task (increments a Redis counter) published with
     ``send_task`` on one reused producer;
 (b) ``noop_reconcile_rate``: a no-op reconcile through the whole contract: a synthetic watch event
-    through the informer's write path (``informers.bench_hook``: store → mirror → routing →
+    through the informer's write path (``mcm_sandbox.testing.bench_hook``: store → mirror → routing →
     ``enqueue_many``; plain ``enqueue_many`` with ``--no-informer`` or without the informers
     package) → BEGIN (lock) → the cache read (``mcm_tasks.cache`` reader) → END;
     ``ratio`` = b / a (target ≥ 0.7). Both are drain rates of a pre-filled queue (consumers
@@ -18,7 +18,7 @@ workers:
     the informer's and the publisher's CPU) is saved as ``*_e2e``. The machine is shared, so
     rates move with whatever else runs; the CPU time the workers and Redis spend per task
     (``cpu_ms_per_*``, ``ratio_cpu`` = CPU per empty task / CPU per reconcile) does not;
-(c) ``enqueue_rate``: events/s through the informer's path (``informers.bench_hook.enqueue_rate``),
+(c) ``enqueue_rate``: events/s through the informer's path (``mcm_sandbox.testing.bench_hook.enqueue_rate``),
     and ``enqueue_many_rate`` through ``enqueue_many`` alone: informer-sized batches over 3000
     keys (coalescing included), consumers paused;
 (d) ``latency_p50_ms`` / ``latency_p99_ms``: event (just before it enters the informer's path) to
@@ -50,12 +50,12 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mcm_sandbox.procs import ManagedProcess, RedisServer, scratch_dir, wait_until  # noqa: E402
+from mcm_sandbox.testing.queue import bench_keys  # noqa: E402
 from mcm_tasks.celery_app import app, apply_settings  # noqa: E402
 from mcm_tasks.queue import enqueue_many  # noqa: E402
 from mcm_tasks.queue.messages import queue_keys  # noqa: E402
-from mcm_tasks.queue.testing import bench_keys  # noqa: E402
 from mcm_tasks.redisdb import get_redis  # noqa: E402
-from mcm_tasks.sandbox.procs import ManagedProcess, RedisServer, scratch_dir, wait_until  # noqa: E402
 from mcm_tasks.settings import QUEUES, configure  # noqa: E402
 
 BENCH_QUEUE = "mcm.bench"
@@ -67,7 +67,7 @@ def informer_path() -> Callable[[list[tuple[str, str]]], object] | None:
     """The informer's write path (store → mirror → routing → ``enqueue_many``), or None when the
     informers package is not importable (then events go straight to ``enqueue_many``)."""
     try:
-        from informers.bench_hook import mirror_and_enqueue
+        from mcm_sandbox.testing.bench_hook import mirror_and_enqueue
     except ImportError:
         return None
     raw = get_redis(decode=False)
@@ -83,7 +83,7 @@ def start_workers(url: str, workdir: Path, workers: int, concurrency: int) -> li
     env = {
         **os.environ,
         "MCM_REDIS_URL": url,
-        "MCM_RECONCILER_MODULES": "mcm_tasks.queue.testing:install_bench",
+        "MCM_RECONCILER_MODULES": "mcm_sandbox.testing.queue:install_bench",
     }
     procs = []
     for i in range(workers):
@@ -201,7 +201,7 @@ def enqueue_rate(client: redis.Redis, workers: int, use_informer: bool) -> tuple
     informer_rate = None
     if use_informer:
         try:
-            from informers.bench_hook import enqueue_rate as informer_enqueue_rate
+            from mcm_sandbox.testing.bench_hook import enqueue_rate as informer_enqueue_rate
         except ImportError:
             pass
         else:

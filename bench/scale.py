@@ -45,9 +45,9 @@ from bench.common import (  # noqa: E402
     scaled,
 )
 from bench.watch import machine_summary, phase_of  # noqa: E402
+from mcm_sandbox.procs import wait_until  # noqa: E402
 from mcm_tasks.api import API_VERSION  # noqa: E402
 from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS  # noqa: E402
-from mcm_tasks.sandbox.procs import wait_until  # noqa: E402
 
 SURGE_PERCENT = 10
 

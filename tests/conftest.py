@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcm_tasks.sandbox.procs import ApiServer, RedisServer
+from mcm_sandbox.procs import ApiServer, RedisServer
 
 
 @pytest.fixture(scope="session")

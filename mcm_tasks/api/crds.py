@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
 
@@ -135,42 +135,6 @@ def crd_file_name(crd: JsonSchema) -> str:
 
 def render(crd: JsonSchema) -> str:
     return yaml.safe_dump(crd, sort_keys=True, width=110)
-
-
-def install_crds(api_client: Any, timeout: float = 30.0) -> None:
-    """Create or update the CRDs through a ``kubernetes.client.ApiClient`` and wait until every kind
-    can be listed (served), so callers can create objects right after."""
-    # imported here: generating CRDs needs no cluster client
-    from kubernetes import client
-
-    from mcm_tasks.sandbox.procs import wait_until
-
-    extensions = client.ApiextensionsV1Api(api_client)
-    for crd in all_crds():
-        try:
-            extensions.create_custom_resource_definition(cast(Any, crd))
-        except client.ApiException as err:
-            if err.status != 409:
-                raise
-            current: Any = extensions.read_custom_resource_definition(crd["metadata"]["name"])
-            updated = {
-                **crd,
-                "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version},
-            }
-            extensions.replace_custom_resource_definition(crd["metadata"]["name"], cast(Any, updated))
-    objects = client.CustomObjectsApi(api_client)
-
-    def served() -> bool:
-        for crd in all_crds():
-            try:
-                objects.list_cluster_custom_object(GROUP, VERSION, crd["spec"]["names"]["plural"], limit=1)
-            except client.ApiException as err:
-                if err.status == 404:
-                    return False
-                raise
-        return True
-
-    wait_until(served, timeout, what="machine.sapcloud.io CRDs served")
 
 
 def crds_command(out: str) -> None:

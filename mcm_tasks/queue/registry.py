@@ -4,7 +4,7 @@ Controllers call ``register_reconciler(kind, fn)`` when their module is imported
 the modules named in ``MCM_RECONCILER_MODULES`` (comma-separated; ``module`` is imported,
 ``module:function`` is imported and the function called, so one module can offer several
 set-ups), by default ``mcm_tasks.controllers.reconcilers``. Tests and benchmarks point it at
-``mcm_tasks.queue.testing:install_recorder`` and friends.
+``mcm_sandbox.testing.queue:install_recorder`` and friends.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import redis
 from kubernetes import config
 from kubernetes.client import ApiClient
 
-from mcm_tasks.sandbox.runner import Sandbox, down, up
+from mcm_sandbox.runner import Sandbox, down, up
 from mcm_tasks.settings import configure, reset_settings
 
 #: compressed time every end-to-end sandbox starts from; a test's own env overrides it

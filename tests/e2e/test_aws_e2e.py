@@ -15,8 +15,8 @@ import boto3
 import pytest
 from kubernetes import client, config
 
-from mcm_tasks.sandbox import runner
-from mcm_tasks.sandbox.procs import wait_until
+from mcm_sandbox import runner
+from mcm_sandbox.procs import wait_until
 from providers.aws.instances import LIVE_STATES
 from tests.e2e.support import running_sandbox
 from tests.integration import moto_fixture

@@ -1,4 +1,4 @@
-"""Deleting machines end to end in the sandbox (``mcm_tasks.sandbox.runner.up``): real worker processes,
+"""Deleting machines end to end in the sandbox (``mcm_sandbox.runner.up``): real worker processes,
 the informer and the kubelet simulator (pods Running and Ready, graceful deletion, CSI volumes attached
 and detached), compressed timeouts. A Machine whose Node runs pods is drained under
 PodDisruptionBudgets that hold, are misconfigured or never allow; pods with volumes leave one at a
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from mcm_sandbox.runner import Sandbox
 from mcm_tasks.api import API_VERSION, Machine
 from mcm_tasks.controllers.machine.drain_state import PodProgress, drain_key
 from mcm_tasks.kube import ops
@@ -29,7 +30,6 @@ from mcm_tasks.kube.resources import (
     POD_DISRUPTION_BUDGETS,
     PODS,
 )
-from mcm_tasks.sandbox.runner import Sandbox
 from providers.local import CSI_DRIVER, LocalCloud
 from tests.e2e.support import connected, running_sandbox
 from tests.e2e.test_machine_e2e import World

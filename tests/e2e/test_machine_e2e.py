@@ -1,4 +1,4 @@
-"""The machine controller end to end in the sandbox (``mcm_tasks.sandbox.runner.up``): real worker
+"""The machine controller end to end in the sandbox (``mcm_sandbox.runner.up``): real worker
 processes, the informer and the kubelet simulator, compressed timeouts. Machines are standalone (no
 MachineSet), so what happens to them is the machine controller's doing alone."""
 
@@ -15,13 +15,13 @@ import pytest
 import redis
 from kubernetes.client import ApiClient
 
+from mcm_sandbox.procs import wait_until
+from mcm_sandbox.runner import Sandbox
 from mcm_tasks.api import API_VERSION, Machine, MachineClass
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import EVENTS, MACHINE_CLASSES, MACHINES, NODES, SECRETS
 from mcm_tasks.queue.deadletter import list_dead_letters
 from mcm_tasks.queue.messages import queue_keys
-from mcm_tasks.sandbox.procs import wait_until
-from mcm_tasks.sandbox.runner import Sandbox
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalCloud, LocalDriver
 from tests.e2e.support import connected, running_sandbox

@@ -1,4 +1,4 @@
-"""End to end in the sandbox (``mcm_tasks.sandbox.runner.up``) with real worker processes, the
+"""End to end in the sandbox (``mcm_sandbox.runner.up``) with real worker processes, the
 informer and the kubelet simulator: a MachineDeployment scaled 0 → 1 → 6 → 2; a RollingUpdate of 10
 machines to a new class watched by an observer that checks the surge and availability budgets the
 whole time; deleting the deployment leaves no machine, VM or Node."""
@@ -17,6 +17,8 @@ import pytest
 import redis
 from kubernetes.client import ApiClient
 
+from mcm_sandbox.procs import wait_until
+from mcm_sandbox.runner import Sandbox
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import DESIRED_REPLICAS_ANNOTATION
 from mcm_tasks.kube import ops
@@ -28,8 +30,6 @@ from mcm_tasks.kube.resources import (
     NODES,
     SECRETS,
 )
-from mcm_tasks.sandbox.procs import wait_until
-from mcm_tasks.sandbox.runner import Sandbox
 from providers.local import LocalCloud
 from tests.e2e.support import connected, running_sandbox
 

@@ -1,4 +1,4 @@
-"""End to end in the sandbox (``mcm_tasks.sandbox.runner.up``): a MachineSet scaled 0 → 1 → 6 → 2 with
+"""End to end in the sandbox (``mcm_sandbox.runner.up``): a MachineSet scaled 0 → 1 → 6 → 2 with
 real worker processes, the informer and the kubelet simulator; machines, VMs and Nodes follow, the
 extra ones are drained and deleted; deleting the set leaves none behind."""
 
@@ -14,11 +14,11 @@ import pytest
 import redis
 from kubernetes.client import ApiClient
 
+from mcm_sandbox.procs import wait_until
+from mcm_sandbox.runner import Sandbox
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, SECRETS
-from mcm_tasks.sandbox.procs import wait_until
-from mcm_tasks.sandbox.runner import Sandbox
 from providers.local import LocalCloud
 from tests.e2e.support import connected, running_sandbox
 

@@ -20,8 +20,8 @@ from typing import Any
 import boto3
 import pytest
 
+from mcm_sandbox.procs import ManagedProcess, free_port, wait_until
 from mcm_tasks.api import Machine, MachineClass
-from mcm_tasks.sandbox.procs import ManagedProcess, free_port, wait_until
 from providers.driver import Secret
 
 REGION = "eu-west-1"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.procs import wait_until
 from mcm_tasks.api import GROUP as MCM_GROUP
 from mcm_tasks.api import VERSION as MCM_VERSION
-from mcm_tasks.api.crds import install_crds
-from mcm_tasks.sandbox.procs import wait_until
 from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
     WIDGET_SCHEMA,
     core_fixture,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from mcm_tasks.sandbox.procs import wait_until
+from mcm_sandbox.procs import wait_until
 from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
     core_fixture,
     ns_fixture,

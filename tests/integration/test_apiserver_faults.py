@@ -14,7 +14,7 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from mcm_tasks.sandbox.procs import wait_until
+from mcm_sandbox.procs import wait_until
 from tests.integration.test_apiserver_support import own_server_fixture  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration

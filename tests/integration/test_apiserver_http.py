@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
-from mcm_tasks.sandbox.procs import ApiServer
+from mcm_sandbox.procs import ApiServer
 from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
     core_fixture,

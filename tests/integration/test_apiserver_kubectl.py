@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mcm_tasks.sandbox.procs import ApiServer
+from mcm_sandbox.procs import ApiServer
 from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
     session_api_fixture,

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
-from mcm_tasks.sandbox.procs import ApiServer
+from mcm_sandbox.procs import ApiServer
 
 GROUP = "sandbox.example.com"
 WIDGET_SCHEMA: dict[str, Any] = {

@@ -16,7 +16,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from mcm_tasks.sandbox.procs import free_port
+from mcm_sandbox.procs import free_port
 from providers.aws import AWSDriver
 from providers.aws.ratelimit import RequestLimiter
 from providers.aws.secret import credentials_from

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from mcm_sandbox.procs import ManagedProcess, RedisServer, wait_until
+from mcm_sandbox.testing.queue import read_runs
 from mcm_tasks.beat_cli import Fire, lock_key, read_fires
-from mcm_tasks.queue.testing import read_runs
-from mcm_tasks.sandbox.procs import ManagedProcess, RedisServer, wait_until
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration
@@ -63,7 +63,7 @@ class Beats:
             [sys.executable, "-m", "mcm_tasks.worker_cli", "worker", "--queues", "safety",
              "--concurrency", "1", "--loglevel", "warning", "--hostname", "beat-test@%h"],
             self.workdir / "worker.log",
-            env={**self.env, "MCM_RECONCILER_MODULES": "mcm_tasks.queue.testing:install_recorder"},
+            env={**self.env, "MCM_RECONCILER_MODULES": "mcm_sandbox.testing.queue:install_recorder"},
         )  # fmt: skip
         proc.start()
         self.procs["worker"] = proc

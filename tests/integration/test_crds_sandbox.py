@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from mcm_sandbox.crds import install_crds
 from mcm_tasks.api import GROUP, VERSION, dump, parse
-from mcm_tasks.api.crds import install_crds
 
 pytestmark = pytest.mark.integration
 

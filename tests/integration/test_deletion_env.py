@@ -20,18 +20,18 @@ from kubernetes import client, config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from informers.testing import InformerThread, sandbox_settings
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.kubelet.simulator import KubeletSimulator
+from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
-from mcm_tasks.api.crds import install_crds
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from mcm_tasks.controllers.machine.drain_state import drain_key
 from mcm_tasks.kube.clients import reset_clusters
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.kubelet import KubeletSimulator
-from mcm_tasks.sandbox.procs import ApiServer, wait_until
 from mcm_tasks.settings import configure, reset_settings
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import CSI_DRIVER, LocalCloud, LocalDriver

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 import pytest
 from kubernetes import watch
 
+from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.machine.context import creation_in_flight
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
-from mcm_tasks.sandbox.procs import wait_until
 from providers.driver import DeleteMachineRequest
 from tests.integration import test_deletion_env as sandbox
 from tests.integration.test_deletion_env import (

@@ -15,16 +15,16 @@ import pytest
 import redis
 from kubernetes.client import ApiClient
 
-from informers import fixtures as fx
 from informers.leader import LEASE_NAME, LeaderElector
 from informers.runner import status_key
 from informers.sink import routed_list_key
-from informers.testing import InformerThread, sandbox_settings
-from mcm_tasks.api.crds import install_crds
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
+from mcm_sandbox.testing import fixtures as fx
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks.cache import layout
 from mcm_tasks.kube import ops
 from mcm_tasks.kube import resources as kres
-from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, wait_until
 from tests.integration.test_informer_sandbox import clear_faults, create, fault
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from informers import fixtures as fx
 from informers.events import ADDED, DELETED, MODIFIED
 from informers.mirror import Mirror
 from informers.processor import Processor, Relisted, WatchEvent
 from informers.store import Store
+from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.api import Machine
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.listers import Listers, new_listers
@@ -137,8 +137,8 @@ def test_a_new_leader_seeds_its_memory_from_the_mirror(
 def test_the_bench_hook_mirrors_each_synthetic_event_and_routes_it_to_the_machine_queue(
     client: redis.Redis,
 ) -> None:
-    from informers.bench_hook import mirror_and_enqueue
     from informers.sink import ListSink
+    from mcm_sandbox.testing.bench_hook import mirror_and_enqueue
 
     sink = ListSink(client)
     reader = CacheReader(client)

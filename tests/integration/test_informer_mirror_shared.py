@@ -10,10 +10,10 @@ from collections.abc import Sequence
 import pytest
 import redis
 
-from informers import fixtures as fx
 from informers.events import ADDED, DELETED, MODIFIED
 from informers.mirror import Mirror
 from informers.processor import Relisted, WatchEvent
+from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 
-from informers import fixtures as fx
-from informers.testing import InformerThread, sandbox_settings
-from mcm_tasks.api.crds import install_crds
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.procs import ApiServer, RedisServer, wait_until
+from mcm_sandbox.testing import fixtures as fx
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.kube import ops
 from mcm_tasks.kube import resources as kres
-from mcm_tasks.sandbox.procs import ApiServer, RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 

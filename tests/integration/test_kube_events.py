@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis
 
+from mcm_sandbox.procs import ApiServer
 from mcm_tasks.kube import clients, ops
 from mcm_tasks.kube.events import SPAM_BURST, WARNING, EventRecorder
 from mcm_tasks.kube.resources import EVENTS
-from mcm_tasks.sandbox.procs import ApiServer
 from mcm_tasks.settings import configure, load_settings
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ import yaml
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
+from mcm_sandbox.procs import ApiServer, free_port, wait_until
 from mcm_tasks.kube import clients, ops
 from mcm_tasks.kube.errors import is_conflict, is_not_found
 from mcm_tasks.kube.resources import MACHINE_GROUP, MACHINES, MCM_RESOURCES, NODES, Resource
-from mcm_tasks.sandbox.procs import ApiServer, free_port, wait_until
 from mcm_tasks.settings import configure, load_settings, reset_settings
 
 pytestmark = pytest.mark.integration

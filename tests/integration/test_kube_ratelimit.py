@@ -12,10 +12,10 @@ import pytest
 import redis
 from kubernetes import watch
 
+from mcm_sandbox.procs import ApiServer, free_port
 from mcm_tasks.kube import clients, ops
 from mcm_tasks.kube.ratelimit import limiter_of
 from mcm_tasks.kube.resources import EVENTS
-from mcm_tasks.sandbox.procs import ApiServer, free_port
 from mcm_tasks.settings import configure, load_settings
 
 pytestmark = pytest.mark.integration

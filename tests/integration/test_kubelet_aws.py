@@ -16,11 +16,11 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_sandbox.kubelet.aws import AwsSettings, AwsSource
+from mcm_sandbox.kubelet.simulator import KubeletSimulator
+from mcm_sandbox.kubelet.sources import CombinedSource, LocalSource
+from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.kubelet import KubeletSimulator
-from mcm_tasks.sandbox.kubelet_aws import AwsSettings, AwsSource
-from mcm_tasks.sandbox.kubelet_sources import CombinedSource, LocalSource
-from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, wait_until
 from providers.aws import AWSDriver
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalCloud, LocalDriver
@@ -265,9 +265,7 @@ def test_kubelet_command_with_aws_endpoint(
     core: Any, aws_world: AwsWorld, target: ApiServer, redis_url: str, tmp_path: Path
 ) -> None:
     inst = run_instance(aws_world)
-    script = (
-        "import typer; from mcm_tasks.sandbox.cloud_cli import kubelet_command; typer.run(kubelet_command)"
-    )
+    script = "import typer; from mcm_sandbox.cloud_cli import kubelet_command; typer.run(kubelet_command)"
     args = ["--target-kubeconfig", str(target.kubeconfig), "--redis-url", redis_url, "--interval", "0.2"]
     proc = ManagedProcess(
         [sys.executable, "-c", script, *args, "--aws-endpoint", aws_world.url, "--aws-region", REGION],

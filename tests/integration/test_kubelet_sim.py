@@ -18,12 +18,12 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
+from mcm_sandbox.cloud_cli import cloud_app
+from mcm_sandbox.kubelet.simulator import KubeletSimulator
+from mcm_sandbox.kubelet.watch import WatchedLists
+from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.cloud_cli import cloud_app
-from mcm_tasks.sandbox.kubelet import KubeletSimulator
-from mcm_tasks.sandbox.kubelet_watch import WatchedLists
-from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, wait_until
 from providers.driver import CreateMachineRequest, DeleteMachineRequest, Secret
 from providers.local import CSI_DRIVER, LocalCloud, LocalDriver, VMState
 
@@ -411,9 +411,7 @@ def test_kubelet_command_and_cloud_ls(
 ) -> None:
     name = unique()
     provider_id = launch(driver, name)
-    script = (
-        "import typer; from mcm_tasks.sandbox.cloud_cli import kubelet_command; typer.run(kubelet_command)"
-    )
+    script = "import typer; from mcm_sandbox.cloud_cli import kubelet_command; typer.run(kubelet_command)"
     proc = ManagedProcess(
         [
             sys.executable,

@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
+from mcm_sandbox.procs import wait_until
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINES
-from mcm_tasks.sandbox.procs import wait_until
 from tests.integration.test_machine_support import WAIT, Env, env, phase_is
 
 pytestmark = pytest.mark.integration

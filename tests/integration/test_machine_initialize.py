@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from mcm_sandbox.kubelet.simulator import KubeletSimulator
 from mcm_tasks.api import Machine, MachineClass
-from mcm_tasks.sandbox.kubelet import KubeletSimulator
 from providers.driver import (
     CreateMachineRequest,
     GetMachineStatusRequest,

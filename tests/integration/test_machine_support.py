@@ -18,8 +18,10 @@ import pytest
 from kubernetes import config
 from kubernetes.client import ApiClient
 
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.kubelet.simulator import KubeletSimulator
+from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks.api import Machine
-from mcm_tasks.api.crds import install_crds
 from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube import ops, rest
@@ -27,8 +29,6 @@ from mcm_tasks.kube.clients import reset_clusters
 from mcm_tasks.kube.resources import EVENTS, MACHINE_CLASSES, MACHINES, NODES, SECRETS
 from mcm_tasks.queue import Requeue
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.kubelet import KubeletSimulator
-from mcm_tasks.sandbox.procs import ApiServer, wait_until
 from mcm_tasks.settings import configure, reset_settings
 from providers.local import LocalCloud
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
@@ -18,7 +19,6 @@ from mcm_tasks.api.constants import (
     PREFER_NO_SCHEDULE_KEY,
     REVISION_ANNOTATION,
 )
-from mcm_tasks.sandbox.procs import wait_until
 from tests.integration.test_machinedeployment_support import World, deployment_body, template, world
 
 pytestmark = pytest.mark.integration

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.procs import ApiServer
 from mcm_tasks.api import MachineDeployment, MachineSet
 from mcm_tasks.api.constants import NODE_LABEL_KEY
-from mcm_tasks.api.crds import install_crds
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
 from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters, reset_clusters
 from mcm_tasks.kube.resources import EVENTS, MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, NAMESPACES, NODES
 from mcm_tasks.queue import Requeue
-from mcm_tasks.sandbox.procs import ApiServer
 from mcm_tasks.settings import configure, get_settings, reset_settings
 
 SETTINGS: dict[str, Any] = {

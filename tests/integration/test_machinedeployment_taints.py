@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks.api import MachineSet
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
@@ -29,7 +30,6 @@ from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, SECRETS
-from mcm_tasks.sandbox.procs import ApiServer, wait_until
 from tests.integration.test_machinedeployment_support import LABELS, World, deployment_body, template, world
 
 pytestmark = pytest.mark.integration

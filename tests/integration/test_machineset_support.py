@@ -24,8 +24,9 @@ from informers.mirror import Mirror
 from informers.processor import Processor, Relisted
 from informers.sink import deliver
 from informers.store import Store
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.procs import ApiServer
 from mcm_tasks.api import API_VERSION
-from mcm_tasks.api.crds import install_crds
 from mcm_tasks.cache import layout
 from mcm_tasks.controllers.machineset.metrics import register_machine_set_metrics
 from mcm_tasks.controllers.machineset.reconcile import ManageReplicasError, reconcile_machine_set
@@ -33,7 +34,6 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import reset_clusters
 from mcm_tasks.kube.resources import EVENTS, MACHINE_SETS, MACHINES, NAMESPACES
 from mcm_tasks.queue import Requeue, expectations
-from mcm_tasks.sandbox.procs import ApiServer
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration

@@ -19,13 +19,13 @@ import pytest
 from kubernetes.client import ApiClient
 
 from informers.sink import QueueSink
-from informers.testing import InformerThread, sandbox_settings
+from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import reset_clusters
 from mcm_tasks.kube.resources import MACHINE_SETS, MACHINES, NAMESPACES
-from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, wait_until
 from mcm_tasks.settings import configure, reset_settings
 from tests.integration.test_machineset_support import crds
 

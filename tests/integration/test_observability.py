@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from mcm_sandbox.procs import ManagedProcess, free_port, wait_until
 from mcm_tasks.observability import MULTIPROC_ENV, serve
 from mcm_tasks.queue import enqueue
-from mcm_tasks.sandbox.procs import ManagedProcess, free_port, wait_until
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from informers.events import Routing
 from informers.sink import QueueSink
 from informers.sink import deliver as deliver_routing
+from mcm_sandbox.procs import wait_until
 from mcm_tasks.queue import Requeue, enqueue, enqueue_after, enqueue_many, register_reconciler, registry
 from mcm_tasks.queue import expectations as exp
 from mcm_tasks.queue.deadletter import list_dead_letters, replay, replay_all
@@ -30,7 +31,6 @@ from mcm_tasks.queue.processing import process
 from mcm_tasks.queue.producer import enqueue_many_after
 from mcm_tasks.queue.stats import read_stats
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.procs import wait_until
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """The queue contract with real Celery worker processes (two workers, two pool processes each),
-a real redis-server and the recording reconciler (mcm_tasks.queue.testing).
+a real redis-server and the recording reconciler (mcm_sandbox.testing.queue).
 
 Time is compressed through MCM_ settings in the workers' environment: lock TTL 4 s, visibility
 timeout 8 s, retries in fractions of a second, dead letter after 4 failures.
@@ -24,19 +24,19 @@ import redis
 from kombu.exceptions import OperationalError
 from kubernetes.client import ApiClient
 
-from informers import fixtures as fx
 from informers.sink import QueueSink
-from informers.testing import InformerThread, sandbox_settings
-from mcm_tasks.api.crds import install_crds
+from mcm_sandbox.crds import install_crds
+from mcm_sandbox.procs import ApiServer, ManagedProcess, RedisServer, wait_until
+from mcm_sandbox.testing import fixtures as fx
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
+from mcm_sandbox.testing.queue import RecorderKeys, Run, read_runs, set_behaviour
 from mcm_tasks.kube import ops
 from mcm_tasks.kube import resources as kres
 from mcm_tasks.queue import enqueue, enqueue_after, enqueue_many
 from mcm_tasks.queue.deadletter import list_dead_letters
 from mcm_tasks.queue.messages import broker_prefix, queue_keys
 from mcm_tasks.queue.stats import read_stats
-from mcm_tasks.queue.testing import RecorderKeys, Run, read_runs, set_behaviour
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.procs import ApiServer, ManagedProcess, RedisServer, wait_until
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,7 @@ class Cluster:
         self.env = {
             **os.environ,
             "MCM_REDIS_URL": self.redis.url,
-            "MCM_RECONCILER_MODULES": "mcm_tasks.queue.testing:install_recorder",
+            "MCM_RECONCILER_MODULES": "mcm_sandbox.testing.queue:install_recorder",
             **{f"MCM_{k.upper()}": v for k, v in COMPRESSED.items()},
         }
         self.workers: list[ManagedProcess | None] = [None] * WORKERS

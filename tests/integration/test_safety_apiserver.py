@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks.controllers.machine.frozen import is_frozen
 from mcm_tasks.controllers.machine.metrics import MachineCollector
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
@@ -21,7 +22,6 @@ from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import Requeue
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.sandbox.procs import ApiServer, wait_until
 from tests.integration.test_machine_support import Env, env
 
 pytestmark = pytest.mark.integration

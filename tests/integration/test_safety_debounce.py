@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from mcm_sandbox.procs import ManagedProcess, wait_until
 from mcm_tasks.controllers.safety import ORPHAN_VMS, debounce
 from mcm_tasks.queue import Requeue, enqueue
 from mcm_tasks.redisdb import get_redis, rkey
-from mcm_tasks.sandbox.procs import ManagedProcess, wait_until
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from mcm_sandbox.procs import wait_until
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import NODE_FINALIZER, NODE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
 from mcm_tasks.controllers.machine import context
@@ -15,7 +16,6 @@ from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES
-from mcm_tasks.sandbox.procs import wait_until
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
 from tests.integration.test_machine_support import USER_DATA, Env, env

@@ -21,9 +21,9 @@ import redis
 from kubernetes import client, config
 
 from informers import SYNCED_KEY_PARTS
+from mcm_sandbox.procs import wait_until
+from mcm_sandbox.runner import ENV_FILE, STATE_FILE, down
 from mcm_tasks.api import GROUP, VERSION
-from mcm_tasks.sandbox.procs import wait_until
-from mcm_tasks.sandbox.runner import ENV_FILE, STATE_FILE, down
 from mcm_tasks.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from mcm_sandbox import schema as oapi
 from mcm_tasks.api import Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.api.crds import all_crds, crd_file_name, crd_for, crds_command, openapi_schema, render
 from mcm_tasks.api.meta import K8sObject
-from mcm_tasks.sandbox import schema as oapi
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "tests" / "manifests"

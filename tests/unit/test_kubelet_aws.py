@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.sandbox import kubelet_node as kn
-from mcm_tasks.sandbox.kubelet_aws import (
+from mcm_sandbox.kubelet import node as kn
+from mcm_sandbox.kubelet.aws import (
     AwsVM,
     instance_type_capacity,
     instance_vm,
     is_aws_node,
     regions_to_scan,
 )
-from mcm_tasks.sandbox.kubelet_sources import CombinedSource
+from mcm_sandbox.kubelet.sources import CombinedSource
 
 LAUNCHED = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

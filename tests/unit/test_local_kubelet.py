@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.sandbox import kubelet_node as kn
-from mcm_tasks.sandbox import kubelet_pods as kp
-from mcm_tasks.sandbox.kubelet_volumes import plan_volumes
+from mcm_sandbox.kubelet import node as kn
+from mcm_sandbox.kubelet import pods as kp
+from mcm_sandbox.kubelet.volumes import plan_volumes
 from providers.local.cloud import LocalVM
 
 T0 = 1_700_000_000.0

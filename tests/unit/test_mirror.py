@@ -7,11 +7,11 @@ from typing import Any, cast
 
 import orjson
 
-from informers import fixtures as fx
 from informers.events import ADDED, DELETED, MODIFIED
 from informers.mirror import Change
 from informers.processor import Outcome, Processor, Relisted, WatchEvent
 from informers.store import Store
+from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.cache import layout
 
 NS = fx.NS

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from informers import fixtures as fx
+from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.api import Machine
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.models import ParsedCache

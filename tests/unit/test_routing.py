@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from informers import fixtures as fx
 from informers.events import ADDED, DELETED, MODIFIED, Routing
 from informers.processor import Processor, WatchEvent
 from informers.resources import Obj
 from informers.routing import full_resync
 from informers.store import Store
+from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION
 from mcm_tasks.cache import layout
 

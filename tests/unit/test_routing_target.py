@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from informers import fixtures as fx
 from informers.events import ADDED, DELETED, MODIFIED
+from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.api.constants import (
     CRITICAL_COMPONENTS_NOT_READY_TAINT,
     NODE_MACHINE_NAME_LABEL_KEY,

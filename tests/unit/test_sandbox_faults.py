@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from mcm_tasks.sandbox.faults import FaultRule, FaultSet
+from mcm_sandbox.faults import FaultRule, FaultSet
 
 
 class Clock:

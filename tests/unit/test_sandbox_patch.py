@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.sandbox.patch import (
+from mcm_sandbox.patch import (
     MAX_JSON_PATCH_OPERATIONS,
     PRIMITIVE,
     PatchError,

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.sandbox.policy import (
+from mcm_sandbox.policy import (
     EVICTION_VIOLATES_BUDGET,
     MULTIPLE_BUDGETS,
     can_ignore_pdb,

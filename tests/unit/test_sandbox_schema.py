@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.sandbox.schema import (
+from mcm_sandbox.schema import (
     Cause,
     apply_defaults,
     check_structural,

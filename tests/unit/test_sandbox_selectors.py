@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcm_tasks.sandbox.selectors import (
+from mcm_sandbox.selectors import (
     SelectorError,
     field_value,
     label_selector_from_api,

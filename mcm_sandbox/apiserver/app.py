@@ -1,0 +1,300 @@
+"""The HTTP edge: one catch-all aiohttp route that authenticates, negotiates, reads bodies and turns
+errors into Status objects, then hands the parsed request to the verbs."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, table
+from mcm_sandbox.apiserver.admission import Admission
+from mcm_sandbox.apiserver.controllers import Controllers
+from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
+from mcm_sandbox.apiserver.disruption import Disruption
+from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
+from mcm_sandbox.apiserver.handlers import Api, parse_json
+from mcm_sandbox.apiserver.resources import Registry
+from mcm_sandbox.apiserver.routing import Discovery, Target, resolve
+from mcm_sandbox.apiserver.store import DEFAULT_HISTORY_WINDOW, Store, dumps
+from mcm_sandbox.apiserver.watch import Watcher, serve_watch
+
+log = logging.getLogger("mcm_sandbox.apiserver")
+
+MAX_BODY = 3 * 1024 * 1024
+PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version")
+JSON = "application/json"
+BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass
+class ServerOptions:
+    token: str = ""
+    history_window: int = DEFAULT_HISTORY_WINDOW
+    pod_grace_mode: PodGraceMode = PodGraceMode.TIMER
+    bookmark_interval: float = 5.0
+    server_address: str = "127.0.0.1:6443"
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    raw = body if isinstance(body, bytes) else dumps(body)
+    return web.Response(body=raw, status=status, content_type=JSON, headers=headers)
+
+
+def _query(request: web.Request) -> dict[str, str]:
+    return {k: v for k, v in request.query.items()}
+
+
+class Server:
+    def __init__(self, opts: ServerOptions) -> None:
+        self.opts = opts
+        self.store = Store(opts.history_window)
+        self.registry = Registry()
+        self.api = Api(self.store, self.registry, Admission(self.store, self.registry))
+        self.deleter = Deleter(self.api, opts.pod_grace_mode)
+        self.watchers: set[Watcher] = set()
+        self.faults = FaultGate(self.watchers)
+        self.ready = False
+
+    def bootstrap(self) -> None:
+        """Runs on the loop (controllers schedule work with it): the namespaces a cluster starts with."""
+        self.controllers = Controllers(self.deleter)
+        self.disruption = Disruption(self.deleter)
+        ns_rt = self.registry.get("", "v1", "namespaces")
+        assert ns_rt is not None
+        for name in BOOT_NAMESPACES:
+            self.api.create(ns_rt, None, {"metadata": {"name": name}})
+        self.ready = True
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY + 1)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+
+        async def on_startup(_: web.Application) -> None:
+            self.bootstrap()
+
+        async def on_shutdown(_: web.Application) -> None:
+            for watcher in list(self.watchers):
+                watcher.cut_now()
+
+        app.on_startup.append(on_startup)
+        app.on_shutdown.append(on_shutdown)
+        return app
+
+    # --- request entry -----------------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._dispatch(request)
+        except errors.ApiError as exc:
+            return _json(exc.status(), exc.code, exc.headers)
+        except DropConnection:
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=503)
+        except web.HTTPRequestEntityTooLarge:
+            too_large = errors.too_large()
+            return _json(too_large.status(), too_large.code)
+        except Exception as exc:  # a bug must answer 500, never take the server down
+            log.error("internal error on %s %s:\n%s", request.method, request.path, traceback.format_exc())
+            err = errors.internal(f"{type(exc).__name__}: {exc}")
+            return _json(err.status(), err.code)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        if path in PUBLIC_PATHS or path.startswith(("/readyz/", "/livez/", "/healthz/")):
+            return self._health(path)
+        self._authenticate(request)
+        if path.startswith("/sandbox/faults"):
+            return await self.faults.admin(request)
+        if path.startswith("/openapi/v3"):
+            doc = (
+                openapi.index(self.registry)
+                if path.rstrip("/") == "/openapi/v3"
+                else openapi.group_version(self.registry, path[len("/openapi/v3/") :])
+            )
+            if doc is None:
+                raise errors.not_found_path()
+            return _json(doc)
+        if path.startswith("/openapi/"):
+            raise errors.not_found_path()
+        found = resolve(self.registry, path)
+        if isinstance(found, Discovery):
+            return self._discovery(found)
+        query = _query(request)
+        verb = self._verb(request.method, found, query)
+        await self.faults.gate(verb, found.resource)
+        return await self._serve(request, found, verb, query)
+
+    def _health(self, path: str) -> web.Response:
+        if path == "/version":
+            return _json(discovery.VERSION_INFO)
+        if not self.ready:
+            return web.Response(status=503, text="not ready")
+        return web.Response(text="ok", content_type="text/plain")
+
+    def _authenticate(self, request: web.Request) -> None:
+        if self.opts.token and request.headers.get("Authorization", "") != f"Bearer {self.opts.token}":
+            raise errors.unauthorized()
+
+    def _discovery(self, found: Discovery) -> web.Response:
+        body: dict[str, Any] | None
+        if found.legacy and found.group is None:
+            body = discovery.api_versions(self.opts.server_address)
+        elif found.group is None:
+            body = discovery.api_group_list(self.registry)
+        elif found.version is None:
+            body = discovery.api_group(self.registry, found.group)
+        else:
+            body = discovery.api_resource_list(self.registry, found.group, found.version)
+        if body is None:
+            raise errors.not_found_path()
+        return _json(body)
+
+    @staticmethod
+    def _verb(method: str, t: Target, query: dict[str, str]) -> str:
+        if method == "GET":
+            if t.name is None:
+                return "watch" if t.watch_path or query.get("watch", "").lower() in ("true", "1") else "list"
+            return "get"
+        verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+        verb = verbs.get(method)
+        if verb is None:
+            raise errors.method_not_allowed()
+        if verb == "delete" and t.name is None:
+            return "deletecollection"
+        return verb
+
+    async def _read_body(self, request: web.Request, required: bool) -> bytes:
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            raise errors.too_large()
+        raw = await request.read()
+        if len(raw) > MAX_BODY:
+            raise errors.too_large()
+        if required and not raw:
+            raise errors.bad_request("the body of the request is empty")
+        return raw
+
+    async def _object_body(self, request: web.Request) -> Any:
+        raw = await self._read_body(request, True)
+        media = request.content_type.lower()
+        if media in ("application/yaml", "application/x-yaml"):
+            try:
+                return yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                raise errors.bad_request(f"error decoding YAML request body: {exc}") from exc
+        if media == protobuf.PROTOBUF:
+            return protobuf.decode(raw)
+        if media not in (JSON, "application/octet-stream"):
+            raise errors.unsupported_media(request.content_type)
+        return parse_json(raw)
+
+    # --- verbs -------------------------------------------------------------------------------
+
+    async def _serve(
+        self, request: web.Request, t: Target, verb: str, query: dict[str, str]
+    ) -> web.StreamResponse:
+        rt, sub = t.rt, t.sub
+        dry_run = bool(query.get("dryRun"))
+        if rt.namespaced and t.namespace is None and verb not in ("list", "watch"):
+            raise errors.method_not_allowed()
+        if t.name is None and verb in ("update", "patch"):
+            raise errors.method_not_allowed()
+        if sub is not None and not self._sub_allowed(t, verb):
+            raise errors.not_found_path() if not self._sub_exists(t) else errors.method_not_allowed()
+        if verb == "watch":
+            as_table = table.wants_table(request.headers.get("Accept", ""))
+            return await serve_watch(
+                request,
+                self.api,
+                rt,
+                t.namespace,
+                query,
+                self.watchers,
+                self.opts.bookmark_interval,
+                as_table,
+            )
+        if verb == "list":
+            page, raw = self.api.list(rt, t.namespace, query)
+            if table.wants_table(request.headers.get("Accept", "")):
+                meta = {"resourceVersion": str(self.store.rv)}
+                return _json(
+                    table.table(rt, [e.obj for e in page], meta, query.get("includeObject", "Metadata"))
+                )
+            return _json(raw)
+        assert t.name is not None or verb in ("create", "deletecollection")
+        if verb == "get":
+            entry = self.api.must_get(rt, t.namespace, t.name or "")
+            if sub == "scale":
+                return _json(self.api.scale_of(rt, entry))
+            if table.wants_table(request.headers.get("Accept", "")):
+                meta = {"resourceVersion": entry.meta["resourceVersion"]}
+                return _json(table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata")))
+            return _json(entry.raw)
+        if verb == "create":
+            if sub == "eviction":
+                body = await self._object_body(request)
+                return _json(*self.disruption.evict(rt, t.namespace or "", t.name or "", body, dry_run))
+            entry = self.api.create(rt, t.namespace, await self._object_body(request), dry_run)
+            return _json(entry.raw, 201)
+        if verb == "update":
+            body = await self._object_body(request)
+            if sub == "scale":
+                return _json(
+                    self.api.write_scale(rt, self.api.must_get(rt, t.namespace, t.name or ""), body, dry_run)
+                )
+            if sub == "finalize":
+                return _json(self._finalize(t, body, dry_run).raw)
+            return _json(self.api.update(rt, t.namespace, t.name or "", body, sub, dry_run).raw)
+        if verb == "patch":
+            raw = await self._read_body(request, True)
+            ctype = request.headers.get("Content-Type", "")
+            if sub == "scale":
+                old = self.api.must_get(rt, t.namespace, t.name or "")
+                scale = self.api.apply_patch(rt, self.api.scale_of(rt, old), raw, ctype)
+                return _json(self.api.write_scale(rt, old, scale, dry_run))
+            return _json(self.api.patch(rt, t.namespace, t.name or "", raw, ctype, sub, dry_run).raw)
+        raw_opts = await self._read_body(request, False)
+        if not raw_opts.strip():
+            given = None
+        elif request.content_type.lower() == protobuf.PROTOBUF:
+            given = protobuf.decode(raw_opts)
+        else:
+            given = parse_json(raw_opts)
+        opts = delete_options(given, query)
+        if verb == "deletecollection":
+            return _json(self.deleter.delete_collection(rt, t.namespace, query, opts, dry_run))
+        code, body = self.deleter.delete(rt, t.namespace, t.name or "", opts, dry_run)
+        return _json(body, code)
+
+    @staticmethod
+    def _sub_exists(t: Target) -> bool:
+        rt = t.rt
+        return (
+            (t.sub == "status" and rt.status)
+            or (t.sub == "scale" and rt.scale is not None)
+            or (t.sub == "eviction" and rt.eviction)
+            or (t.sub == "finalize" and rt.storage == "namespaces")
+        )
+
+    def _sub_allowed(self, t: Target, verb: str) -> bool:
+        if not self._sub_exists(t):
+            return False
+        if t.sub == "eviction":
+            return verb == "create"
+        if t.sub == "finalize":
+            return verb == "update"
+        return verb in ("get", "update", "patch")
+
+    def _finalize(self, t: Target, body: Any, dry_run: bool) -> Any:
+        """namespaces/{name}/finalize: the only way to change spec.finalizers (the namespace controller's)."""
+        old = self.api.must_get(t.rt, None, t.name or "")
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a Namespace")
+        new = old.clone()
+        new.setdefault("spec", {})["finalizers"] = list((body.get("spec") or {}).get("finalizers") or [])
+        return self.api.write_update(t.rt, old, new, None, dry_run)

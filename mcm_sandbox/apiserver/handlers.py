@@ -1,0 +1,305 @@
+"""Create, read, update, patch and list: the verbs, over the store, without HTTP.
+
+Each method validates, computes the new object and commits it with no ``await`` in between, which
+is what makes resourceVersion preconditions a true compare-and-swap on the single event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from mcm_sandbox.apiserver import errors, objects
+from mcm_sandbox.apiserver.admission import Admission
+from mcm_sandbox.apiserver.resources import Registry, ResourceType
+from mcm_sandbox.apiserver.store import ADDED, DELETED, MODIFIED, Entry, Store, dumps, loads
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+@dataclass
+class Filter:
+    """A compiled label and field selector pair (None when the request gave none)."""
+
+    label: Any = None
+    field: Any = None
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        if self.label is not None and not self.label.matches((obj.get("metadata") or {}).get("labels") or {}):
+            return False
+        return self.field is None or bool(self.field.matches(obj))
+
+    @property
+    def empty(self) -> bool:
+        return self.label is None and self.field is None
+
+
+def compile_filter(rt: ResourceType, label_selector: str, field_selector: str) -> Filter:
+    flt = Filter()
+    if label_selector:
+        from mcm_sandbox import selectors
+
+        try:
+            flt.label = selectors.parse_label_selector(label_selector)
+        except selectors.SelectorError as exc:
+            raise errors.bad_request(str(exc)) from exc
+    if field_selector:
+        from mcm_sandbox import selectors
+
+        try:
+            flt.field = selectors.parse_field_selector(field_selector, rt.field_selectors())
+        except selectors.SelectorError as exc:
+            raise errors.bad_request(str(exc)) from exc
+    return flt
+
+
+class Api:
+    def __init__(self, store: Store, registry: Registry, admission: Admission) -> None:
+        self.store = store
+        self.registry = registry
+        self.admission = admission
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def must_get(self, rt: ResourceType, namespace: str | None, name: str) -> Entry:
+        entry = self.store.get(rt.storage, namespace or "", name)
+        if entry is None:
+            raise errors.not_found(rt.plural, rt.group, name)
+        return entry
+
+    def list_entries(self, rt: ResourceType, namespace: str | None, flt: Filter) -> list[Entry]:
+        entries = self.store.sorted_entries(rt.storage, namespace)
+        if flt.empty:
+            return entries
+        return [e for e in entries if flt.matches(e.obj)]
+
+    def list(
+        self, rt: ResourceType, namespace: str | None, query: dict[str, str]
+    ) -> tuple[list[Entry], bytes]:
+        """Items and the encoded list; limit/continue page over a snapshot taken by the first page."""
+        flt = compile_filter(rt, query.get("labelSelector", ""), query.get("fieldSelector", ""))
+        limit = _int_param(query, "limit")
+        token = query.get("continue", "")
+        if token:
+            snap_id, offset, rv = _decode_continue(token)
+            entries = self.store.snapshot(snap_id)
+            if entries is None:
+                raise errors.expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can "
+                    "start a new list without the continue parameter."
+                )
+        else:
+            entries, snap_id, offset, rv = self.list_entries(rt, namespace, flt), "", 0, self.store.rv
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        page = entries[offset:]
+        if limit and len(page) > limit:
+            page = page[:limit]
+            if not snap_id:
+                snap_id = secrets.token_hex(8)
+                self.store.save_snapshot(snap_id, entries)
+            meta["continue"] = _encode_continue(snap_id, offset + limit, rv)
+            meta["remainingItemCount"] = len(entries) - offset - limit
+        head = dumps({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta})
+        return page, head[:-1] + b',"items":[' + b",".join(e.raw for e in page) + b"]}"
+
+    # --- create ------------------------------------------------------------------------------
+
+    def create(self, rt: ResourceType, namespace: str | None, body: Any, dry_run: bool = False) -> Entry:
+        body = objects.check_body(rt, body)
+        if rt.namespaced:
+            self.admission.check_namespace_writable(namespace or "", body)
+        objects.prepare_create(rt, body, namespace)
+        meta = body["metadata"]
+        for _ in range(8):
+            if self.store.get(rt.storage, meta.get("namespace", ""), meta["name"]) is None:
+                break
+            if not meta.get("generateName"):
+                raise errors.already_exists(rt.plural, rt.group, meta["name"])
+            meta["name"] = objects.generate_name(meta["generateName"])
+        else:
+            raise errors.already_exists(rt.plural, rt.group, meta["name"])
+        self.admission.on_create(rt, body)
+        if dry_run:
+            return Entry(body, dumps(body))
+        entry = self.store.commit(rt.storage, ADDED, body, None)
+        self.admission.committed(rt, entry, ADDED)
+        return entry
+
+    # --- update and patch --------------------------------------------------------------------
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        sub: str | None,
+        dry_run: bool = False,
+    ) -> Entry:
+        body = objects.check_body(rt, body)
+        objects.check_name_matches(body, name, namespace if rt.namespaced else None)
+        old = self.must_get(rt, namespace, name)
+        self._check_rv(rt, old, body)
+        return self.write_update(rt, old, body, sub, dry_run)
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        raw: bytes,
+        content_type: str,
+        sub: str | None,
+        dry_run: bool = False,
+    ) -> Entry:
+        old = self.must_get(rt, namespace, name)
+        patched = self.apply_patch(rt, old.clone(), raw, content_type)
+        objects.check_body(rt, patched)
+        self._check_rv(rt, old, patched)
+        return self.write_update(rt, old, patched, sub, dry_run)
+
+    def apply_patch(self, rt: ResourceType, current: dict[str, Any], raw: bytes, content_type: str) -> Any:
+        from mcm_sandbox import patch as patching
+
+        media = content_type.split(";")[0].strip().lower()
+        if media not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_PATCH):
+            raise errors.unsupported_media(content_type)
+        if media == STRATEGIC_PATCH and rt.crd:
+            raise errors.ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"strategic merge patch is not supported for {rt.group}/{rt.version}, Kind={rt.kind}",
+            )
+        doc = parse_json(raw)
+        try:
+            if media == MERGE_PATCH:
+                return patching.merge_patch(current, doc)
+            if media == JSON_PATCH:
+                return patching.json_patch(current, doc)
+            return patching.strategic_merge_patch(current, doc, rt.kind)
+        except patching.PatchError as exc:
+            raise errors.ApiError(exc.status_code, exc.reason or "Invalid", exc.message) from exc
+
+    def _check_rv(self, rt: ResourceType, old: Entry, body: dict[str, Any]) -> None:
+        wanted = body["metadata"].get("resourceVersion")
+        if wanted and wanted != old.meta["resourceVersion"]:
+            raise errors.conflict(rt.plural, rt.group, old.meta["name"], errors.STALE)
+        uid = body["metadata"].get("uid")
+        if uid and uid != old.meta.get("uid"):
+            raise errors.conflict(
+                rt.plural,
+                rt.group,
+                old.meta["name"],
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {old.meta.get('uid')}",
+            )
+
+    def write_update(
+        self,
+        rt: ResourceType,
+        old: Entry,
+        new: dict[str, Any],
+        sub: str | None,
+        dry_run: bool = False,
+        system: bool = False,
+    ) -> Entry:
+        """Commit an update computed from ``old``; a no-op writes nothing, emptied finalizers delete."""
+        if not system:  # emulated controllers write exactly what they computed from ``old``
+            new = objects.merge_for_update(rt, old.obj, new, sub)
+        self.admission.on_update(rt, new, old.obj, sub)
+        if objects.same_content(new, old.obj):
+            return old
+        if dry_run:
+            return Entry(new, dumps(new))
+        event_type = DELETED if objects.ready_to_remove(rt, new) else MODIFIED
+        entry = self.store.commit(rt.storage, event_type, new, old)
+        self.admission.committed(rt, entry, event_type)
+        return entry
+
+    # --- scale subresource -------------------------------------------------------------------
+
+    def scale_of(self, rt: ResourceType, entry: Entry) -> dict[str, Any]:
+        if rt.scale is None:
+            raise errors.not_found_path()
+        meta = entry.meta
+        status: dict[str, Any] = {"replicas": objects.get_path(entry.obj, rt.scale.status_replicas) or 0}
+        if rt.scale.label_selector:
+            selector = objects.get_path(entry.obj, rt.scale.label_selector)
+            if selector:
+                status["selector"] = selector
+        scale_meta = {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        }
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_meta,
+            "spec": {"replicas": objects.get_path(entry.obj, rt.scale.spec_replicas) or 0},
+            "status": status,
+        }
+
+    def write_scale(self, rt: ResourceType, old: Entry, scale: Any, dry_run: bool = False) -> dict[str, Any]:
+        if not isinstance(scale, dict) or not isinstance(scale.get("spec", {}), dict):
+            raise errors.bad_request("the body of the request must be an autoscaling/v1 Scale")
+        assert rt.scale is not None
+        wanted = (scale.get("metadata") or {}).get("resourceVersion")
+        if wanted and wanted != old.meta["resourceVersion"]:
+            raise errors.conflict(rt.plural, rt.group, old.meta["name"], errors.STALE)
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                "autoscaling",
+                old.meta["name"],
+                [
+                    errors.cause(
+                        "spec.replicas", f"Invalid value: {replicas!r}: must be greater than or equal to 0"
+                    )
+                ],
+            )
+        new = old.clone()
+        objects.set_path(new, rt.scale.spec_replicas, replicas)
+        return self.scale_of(rt, self.write_update(rt, old, new, None, dry_run))
+
+    # --- helpers for other parts of the server -----------------------------------------------
+
+    def system_update(
+        self, rt: ResourceType, old: Entry, new: dict[str, Any], sub: str | None = None
+    ) -> Entry:
+        """A write made by an emulated controller (GC, disruption, namespace): no precondition."""
+        return self.write_update(rt, old, new, sub, system=True)
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return loads(raw)
+    except ValueError as exc:
+        raise errors.bad_request(f"error decoding request body: {exc}") from exc
+
+
+def _int_param(query: dict[str, str], key: str) -> int:
+    value = query.get(key, "")
+    if not value:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError as exc:
+        raise errors.bad_request(f"invalid value for {key}: {value!r}") from exc
+
+
+def _encode_continue(snap_id: str, offset: int, rv: int) -> str:
+    return base64.urlsafe_b64encode(dumps({"s": snap_id, "o": offset, "rv": rv})).decode()
+
+
+def _decode_continue(token: str) -> tuple[str, int, int]:
+    try:
+        data = loads(base64.urlsafe_b64decode(token.encode()))
+        return str(data["s"]), int(data["o"]), int(data["rv"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise errors.bad_request(f"invalid continue token: {exc}") from exc

@@ -1,0 +1,47 @@
+"""Run the server in the foreground until SIGTERM/SIGINT; the kubeconfig appears once it listens."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from mcm_sandbox.apiserver.app import Server, ServerOptions
+from mcm_sandbox.apiserver.kubeconfig import write_kubeconfig
+
+
+async def serve(host: str, port: int, kubeconfig: Path, opts: ServerOptions) -> None:
+    opts.server_address = f"{host}:{port}"
+    server = Server(opts)
+    runner = web.AppRunner(server.make_app(), access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    await site.start()
+    if port == 0:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        opts.server_address = f"{host}:{port}"
+    url = f"http://{host}:{port}"
+    write_kubeconfig(kubeconfig, url, opts.token)
+    print(f"sandbox apiserver ready: {url} kubeconfig={kubeconfig}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(host: str, port: int, kubeconfig: Path, opts: ServerOptions) -> None:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(serve(host, port, kubeconfig, opts))

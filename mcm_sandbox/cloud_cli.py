@@ -1,0 +1,152 @@
+"""``mcm-tasks sandbox cloud ls`` and ``mcm-tasks sandbox kubelet``: the local cloud seen from a
+shell, and the process that plays the kubelets of its VMs (and, given an EC2 endpoint such as a
+moto server, of the instances running there)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+
+cloud_app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="The local cloud's VMs (kept in Redis)."
+)
+
+
+@cloud_app.callback()
+def _cloud_group() -> None:
+    """The local cloud's VMs (kept in Redis); a group even with one verb, so ``cloud ls`` stays ``ls``."""
+
+
+REDIS_URL_HELP = "Redis holding the local cloud (default: MCM_REDIS_URL)."
+
+
+def _cloud(redis_url: str) -> Any:
+    from mcm_tasks.redisdb import get_redis  # imported here: keeps CLI start-up light
+    from providers.local.cloud import LocalCloud
+
+    return LocalCloud(get_redis(redis_url or None))
+
+
+def _stamp(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def vm_rows(vms: list[Any], now: float) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": vm.id,
+            "providerID": vm.provider_id,
+            "machine": vm.machine,
+            "class": vm.machine_class,
+            "zone": vm.zone,
+            "state": vm.state(now).value,
+            "created": _stamp(vm.created),
+            "neverJoin": vm.never_join,
+            "internalIP": vm.internal_ip,
+        }
+        for vm in vms
+    ]
+
+
+@cloud_app.command("ls")
+def ls(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+    redis_url: str = typer.Option("", help=REDIS_URL_HELP),
+) -> None:
+    """List the local cloud's VMs, terminating ones included."""
+    cloud = _cloud(redis_url)
+    rows = vm_rows(cloud.all(), cloud.clock())
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    columns = ("id", "providerID", "machine", "class", "zone", "state", "created")
+    for col in columns:
+        table.add_column(col.upper())
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in columns))
+    Console(width=200).print(table)
+
+
+def kubelet_command(
+    target_kubeconfig: str = typer.Option(..., help="Kubeconfig of the target cluster (Nodes, Pods)."),
+    redis_url: str = typer.Option("", help=REDIS_URL_HELP),
+    interval: float = typer.Option(0.5, envvar="MCM_KUBELET_INTERVAL", help="Seconds between ticks."),
+    heartbeat_interval: float = typer.Option(
+        10.0, envvar="MCM_KUBELET_HEARTBEAT_INTERVAL", help="Seconds between node heartbeats."
+    ),
+    node_grace: float = typer.Option(
+        40.0, envvar="MCM_KUBELET_NODE_GRACE", help="Seconds without heartbeat before a node goes Unknown."
+    ),
+    detach_delay: float = typer.Option(
+        1.0, envvar="MCM_KUBELET_DETACH_DELAY", help="Seconds an unused volume stays attached."
+    ),
+    max_actions: int = typer.Option(200, envvar="MCM_KUBELET_MAX_ACTIONS", help="Writes per tick at most."),
+    aws_endpoint: str = typer.Option(
+        "",
+        envvar="MCM_AWS_ENDPOINT_URL",
+        help="Also play the kubelets of the EC2 instances at this endpoint (a moto server); "
+        "default: the workers' MCM_AWS_ENDPOINT_URL.",
+    ),
+    aws_region: list[str] = typer.Option(
+        [],
+        envvar="MCM_KUBELET_AWS_REGIONS",
+        help="EC2 region to read (repeatable); default: every region the endpoint reports.",
+    ),
+    aws_region_rescan: float = typer.Option(
+        10.0,
+        envvar="MCM_KUBELET_AWS_REGION_RESCAN",
+        help="Without --aws-region: seconds between scans of all regions for new instances.",
+    ),
+) -> None:
+    """Play the kubelets of the local cloud's VMs, and of the EC2 instances at --aws-endpoint,
+    against the target cluster (see mcm_sandbox/kubelet/simulator.py for what it does and the Node
+    annotations it obeys)."""
+    from kubernetes import config
+
+    from mcm_sandbox.kubelet.simulator import KubeletSimulator
+    from mcm_sandbox.kubelet.sources import CombinedSource, LocalSource, VMSource
+    from mcm_sandbox.kubelet.watch import WatchedLists
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    api = config.new_client_from_config(config_file=target_kubeconfig)
+    cloud = _cloud(redis_url)
+    sources: list[VMSource] = [LocalSource(cloud)]
+    if aws_endpoint:
+        from mcm_sandbox.kubelet.aws import AwsSettings, AwsSource
+
+        settings = AwsSettings(aws_endpoint, regions=tuple(aws_region), rescan=aws_region_rescan)
+        sources.append(AwsSource(settings, cloud.r))
+    watched = WatchedLists(api)  # a real kubelet watches too; a list per tick costs O(nodes)
+    sim = KubeletSimulator(
+        api,
+        CombinedSource(sources),
+        heartbeat_interval=heartbeat_interval,
+        node_grace=node_grace,
+        detach_delay=detach_delay,
+        max_actions=max_actions,
+        watched=watched,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger(__name__).info(
+        "kubelet simulator started (tick %.2fs%s)",
+        interval,
+        f", EC2 at {aws_endpoint}" if aws_endpoint else "",
+    )
+    watched.start()
+    try:
+        sim.run(stop, interval)
+    finally:
+        watched.stop()
+    api.close()

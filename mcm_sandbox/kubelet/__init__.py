@@ -1,0 +1,1 @@
+"""The kubelet simulator: plays every Node's kubelet (and the node agent) for the sandbox."""

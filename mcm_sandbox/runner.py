@@ -1,0 +1,230 @@
+"""``mcm-tasks sandbox up|down``: the whole system on one machine, in the background.
+
+``up`` starts Redis, two sandbox API servers (control and target cluster), the kubelet
+simulator, the informer, N worker processes and beat; writes ``DIR/kubeconfig``,
+``DIR/target-kubeconfig`` and ``DIR/env``; registers the CRDs; and returns once everything
+answers. ``down`` stops whatever ``up`` started, found through ``DIR/state.json``. Every process
+inherits the caller's ``MCM_*`` environment, so timeouts can be compressed from outside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mcm_sandbox.procs import ApiServer, ManagedProcess, RedisServer, free_port, wait_until
+
+STATE_FILE = "state.json"
+ENV_FILE = "env"
+
+
+@dataclass
+class Sandbox:
+    """What ``up`` started; serialised to ``DIR/state.json`` for ``down`` and for tests."""
+
+    dir: Path
+    redis_url: str = ""
+    control_url: str = ""
+    target_url: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+    #: process name -> its /metrics, /healthz, /configz endpoint
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def target_kubeconfig(self) -> Path:
+        return self.dir / "target-kubeconfig"
+
+    def env(self) -> dict[str, str]:
+        """The settings a process needs to reach this sandbox."""
+        return {
+            "MCM_REDIS_URL": self.redis_url,
+            "MCM_CONTROL_KUBECONFIG": str(self.kubeconfig),
+            "MCM_TARGET_KUBECONFIG": str(self.target_kubeconfig),
+        }
+
+    def save(self) -> None:
+        state = {
+            "redis_url": self.redis_url,
+            "control_url": self.control_url,
+            "target_url": self.target_url,
+            "pids": self.pids,
+            "endpoints": self.endpoints,
+        }
+        (self.dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env().items())]
+        (self.dir / ENV_FILE).write_text("\n".join(lines) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path) -> Sandbox:
+        state = json.loads((directory / STATE_FILE).read_text())
+        return cls(dir=directory, **state)
+
+
+def _python_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mcm_tasks.cli", *args]
+
+
+def up(
+    directory: Path,
+    workers: int = 2,
+    aws_endpoint: str | None = None,
+    with_beat: bool = True,
+    timeout: float = 90.0,
+    echo: Callable[[str], None] = print,
+) -> Sandbox:
+    """Start everything; on any failure stop what was started and re-raise."""
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    if (directory / STATE_FILE).exists():
+        down(directory, echo=lambda _: None)
+    sandbox = Sandbox(dir=directory)
+    logs = directory / "logs"
+    try:
+        redis = RedisServer(directory / "redis").start(timeout)
+        sandbox.redis_url = redis.url
+        sandbox.pids["redis"] = redis.process.pid if redis.process else 0
+        for role, kubeconfig in (("control", sandbox.kubeconfig), ("target", sandbox.target_kubeconfig)):
+            api = ApiServer(logs, name=f"apiserver-{role}", kubeconfig_path=kubeconfig)
+            api.start(timeout)
+            setattr(sandbox, f"{role}_url", api.url)
+            sandbox.pids[f"apiserver-{role}"] = api.process.pid if api.process else 0
+        sandbox.save()
+        register_crds(sandbox.kubeconfig, timeout)
+
+        env = {**os.environ, **sandbox.env()}
+        if aws_endpoint:
+            env["MCM_AWS_ENDPOINT_URL"] = aws_endpoint
+        kubelet_args = ["sandbox", "kubelet", "--target-kubeconfig", str(sandbox.target_kubeconfig)]
+        if aws_endpoint:  # the kubelet also plays the EC2 instances it finds there
+            kubelet_args += ["--aws-endpoint", aws_endpoint]
+        commands: dict[str, list[str]] = {
+            "kubelet": _python_cli(*kubelet_args, "--redis-url", sandbox.redis_url),
+            "informer": _python_cli("informer"),
+        }
+        for i in range(workers):
+            commands[f"worker-{i}"] = _python_cli("worker", "--hostname", f"worker-{i}@%h")
+        if with_beat:
+            commands["beat"] = _python_cli("beat")
+        for name, args in commands.items():
+            port = free_port()
+            sandbox.endpoints[name] = f"http://127.0.0.1:{port}"
+            proc_env = {**env, "MCM_PORT": str(port), "MCM_ADDRESS": "127.0.0.1"}
+            proc = ManagedProcess(args, logs / f"{name}.log", env=proc_env)
+            proc.start()
+            sandbox.pids[name] = proc.pid
+            sandbox.save()
+        wait_ready(sandbox, workers, timeout)
+    except BaseException:
+        down(directory, echo=lambda _: None)
+        raise
+    echo(f"sandbox up in {directory}: source {directory / ENV_FILE}")
+    return sandbox
+
+
+def register_crds(kubeconfig: Path, timeout: float) -> None:
+    from kubernetes import config
+
+    from mcm_sandbox.crds import install_crds
+
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        install_crds(api_client, timeout)
+    finally:
+        api_client.close()
+
+
+def wait_ready(sandbox: Sandbox, workers: int, timeout: float) -> None:
+    """Every started process alive, the informer synced, the workers answering a ping."""
+    from mcm_tasks.redisdb import get_redis
+
+    deadline = time.monotonic() + timeout
+    client = get_redis(sandbox.redis_url)
+
+    def alive_or_raise() -> None:
+        for name, pid in sandbox.pids.items():
+            if not _alive(pid):
+                log = sandbox.dir / "logs" / f"{name}.log"
+                tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+                raise RuntimeError(f"sandbox process {name} exited during start-up:\n{tail}")
+
+    def informer_synced() -> bool:
+        alive_or_raise()
+        return bool(client.exists(_informer_synced_key()))
+
+    wait_until(informer_synced, max(deadline - time.monotonic(), 1), what="informer synced")
+
+    from celery import Celery
+
+    from mcm_tasks.celery_app import celery_config
+    from mcm_tasks.settings import get_settings
+
+    # an app of our own for the ping: the process-wide one may be bound to another broker (tests)
+    pinger = Celery("mcm-sandbox-ping", set_as_current=False)
+    pinger.conf.update(celery_config(get_settings().model_copy(update={"redis_url": sandbox.redis_url})))
+
+    def workers_answer() -> bool:
+        alive_or_raise()
+        return len(pinger.control.ping(timeout=0.5) or []) >= workers
+
+    try:
+        wait_until(workers_answer, max(deadline - time.monotonic(), 1), what=f"{workers} workers")
+    finally:
+        pinger.close()
+
+
+def _informer_synced_key() -> str:
+    from informers import SYNCED_KEY_PARTS
+    from mcm_tasks.redisdb import rkey
+
+    return rkey(*SYNCED_KEY_PARTS)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def down(directory: Path, echo: Callable[[str], None] = print, timeout: float = 10.0) -> None:
+    """Stop every process ``up`` started (TERM to its process group, KILL after the timeout)."""
+    directory = directory.resolve()
+    if not (directory / STATE_FILE).exists():
+        echo(f"no sandbox in {directory}")
+        return
+    sandbox = Sandbox.load(directory)
+    # workers and informer first, so they don't log a storm of connection errors
+    order = sorted(sandbox.pids.items(), key=lambda kv: kv[0].startswith(("redis", "apiserver")))
+    for _, pid in order:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for _, pid in order:
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+    (directory / STATE_FILE).unlink(missing_ok=True)
+    echo(f"sandbox in {directory} stopped")
