@@ -16,7 +16,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,8 +83,11 @@ def up(
     with_beat: bool = True,
     timeout: float = 90.0,
     echo: Callable[[str], None] = print,
+    controller_args: Sequence[str] = (),
 ) -> Sandbox:
-    """Start everything; on any failure stop what was started and re-raise."""
+    """Start everything; on any failure stop what was started and re-raise. ``controller_args``
+    (flags, e.g. an upstream MCM command line) go to the informer, workers and beat; each still
+    gets its own ``--port``."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / STATE_FILE).exists():
@@ -119,6 +122,8 @@ def up(
             commands["beat"] = _python_cli("beat")
         for name, args in commands.items():
             port = free_port()
+            if name != "kubelet" and controller_args:
+                args = [*args, *controller_args, f"--port={port}", "--address=127.0.0.1"]
             sandbox.endpoints[name] = f"http://127.0.0.1:{port}"
             proc_env = {**env, "MCM_PORT": str(port), "MCM_ADDRESS": "127.0.0.1"}
             proc = ManagedProcess(args, logs / f"{name}.log", env=proc_env)

@@ -35,6 +35,42 @@ QUEUES = (
 )
 
 
+#: --leader-elect-resource-lock values that hold a Lease (the *leases forms are client-go's
+#: migration locks: their Lease half is what we keep)
+LEASE_LOCKS = ("leases", "endpointsleases", "configmapsleases")
+
+#: Upstream flags (MCM, MC, component-base logs) accepted for a drop-in command line and not acted
+#: on: the name, and whether it is a boolean (``--profiling`` takes no value, as pflag's bools).
+UPSTREAM_IGNORED_FLAGS: dict[str, bool] = {
+    "cloud-provider": False,
+    "profiling": True,
+    "contention-profiling": True,
+    "kube-api-content-type": False,
+    "controller-start-interval": False,
+    "machine-replace-cycle-count-threshold": False,
+    "v": False,
+    "vmodule": False,
+    "log-flush-frequency": False,
+    "logging-format": False,
+    "log-json-split-stream": True,
+    "log-json-info-buffer-size": False,
+    "log-text-split-stream": True,
+    "log-text-info-buffer-size": False,
+    "feature-gates": False,
+    "logtostderr": True,
+    "alsologtostderr": True,
+    "stderrthreshold": False,
+    "log-dir": False,
+    "log-file": False,
+    "log-file-max-size": False,
+    "log-backtrace-at": False,
+    "add-dir-header": True,
+    "skip-headers": True,
+    "skip-log-headers": True,
+    "one-output": True,
+}
+
+
 class SettingsError(ValueError):
     """An invalid setting; the message names it by its flag and its environment variable."""
 
@@ -46,7 +82,9 @@ class Settings(BaseSettings):
     port: int = Field(10258, description="metrics/health endpoint port (MCM 10258, MC 10259)")
     address: str = Field("0.0.0.0", description="address the metrics/health endpoint binds")
     concurrent_syncs: int = Field(
-        10, description="reconciles per queue per process upstream; here the default worker concurrency hint"
+        10,
+        description="reconciles of one kind running at once across all workers (a Redis semaphore per "
+        "queue; upstream: workers per queue per process, MCM 10, MC 50)",
     )
     min_resync_period: Duration = Field(
         12 * 3600.0, description="period of the informer's full resync (every key enqueued again)"
@@ -72,7 +110,11 @@ class Settings(BaseSettings):
     leader_elect_retry_period: Duration = Field(
         2.0, description="how often candidates try to acquire or renew"
     )
-    leader_elect_resource_lock: str = Field("leases", description="lock object kind (only `leases`)")
+    leader_elect_resource_lock: str = Field(
+        "leases",
+        description="lock object kind: `leases`; `endpointsleases` and `configmapsleases` use their Lease "
+        "half (the others are gone from client-go and stop start-up)",
+    )
 
     # --- machine-controller-manager (MachineSet / MachineDeployment / overshooting) ---
     safety_up: int = Field(2, description="overshooting: freeze a MachineSet at replicas + maxSurge + this")
@@ -98,7 +140,8 @@ class Settings(BaseSettings):
         20 * 60.0, description="in-place update timeout (strategy not supported yet)"
     )
     machine_preserve_timeout: Duration = Field(
-        96 * 3600.0, description="how long a preserved machine is kept"
+        96 * 3600.0,
+        description="how long a preserved machine is kept (a Machine's spec.machinePreserveTimeout wins)",
     )
     machine_max_evict_retries: int = Field(360, description="eviction retries on 429 before a pod is deleted")
     machine_pv_detach_timeout: Duration = Field(
@@ -241,6 +284,10 @@ class Settings(BaseSettings):
                     "must be at least machine-safety-apiserver-statuscheck-timeout",
                 )
             )
+        lock = self.leader_elect_resource_lock
+        if lock not in LEASE_LOCKS:
+            allowed = ", ".join(LEASE_LOCKS)
+            problems.append(("leader_elect_resource_lock", f"{lock!r} is not supported, use {allowed}"))
         if self.no_target and not self.control_kubeconfig:
             problems.append(("control_kubeconfig", "is required when --target-kubeconfig=none"))
         longest = max(self.long_retry, self.resource_exhausted_retry, self.class_resync_period)
@@ -283,20 +330,39 @@ def _field_name(flag: str) -> str:
 
 
 def parse_flags(args: Sequence[str]) -> dict[str, str]:
-    """MCM-style flags (``--machine-health-timeout=5m`` or ``--safety-up 3``) to overrides."""
+    """MCM-style flags (``--machine-health-timeout=5m`` or ``--safety-up 3``) to overrides; the
+    upstream flags we do not act on are dropped (see :func:`split_flags`)."""
+    return split_flags(args)[0]
+
+
+def split_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """Flags to (overrides, upstream flags accepted and ignored), with pflag's syntax: ``--f=v``,
+    ``--f v``, single-dash long names (``-v=3``), and booleans that take a value only after ``=``."""
     out: dict[str, str] = {}
+    ignored: list[str] = []
     it = iter(args)
     for arg in it:
-        if not arg.startswith("--"):
+        if not arg.startswith("-") or arg in ("-", "--"):
             raise SettingsError(f"unexpected argument {arg!r}")
-        name, eq, value = arg[2:].partition("=")
+        name, eq, value = arg.lstrip("-").partition("=")
+        boolean = UPSTREAM_IGNORED_FLAGS.get(name)
+        field = None if boolean is not None else _field_name(f"--{name}")
+        if field is not None and Settings.model_fields[field].annotation is bool:
+            boolean = True
         if not eq:
-            nxt = next(it, None)
-            if nxt is None:
-                raise SettingsError(f"flag --{name} needs a value")
-            value = nxt
-        out[_field_name(f"--{name}")] = value
-    return out
+            if boolean:
+                value = "true"
+            else:
+                nxt = next(it, None)
+                if nxt is None:
+                    raise SettingsError(f"flag --{name} needs a value")
+                value = nxt
+        if field is None:
+            if name not in ignored:
+                ignored.append(name)
+        else:
+            out[field] = value
+    return out, ignored
 
 
 _current: Settings | None = None

@@ -9,7 +9,7 @@ import time
 import orjson
 import redis
 
-from mcm_tasks.queue import scripts
+from mcm_tasks.queue import concurrency, scripts
 from mcm_tasks.queue.messages import build_message, new_id
 from mcm_tasks.queue.policy import Action, Outcome, error_summary, outcome_of_error, outcome_of_result
 from mcm_tasks.queue.producer import scripts_for
@@ -44,6 +44,12 @@ def process(kind: str, key: str, message_id: str, delayed: bool, client: redis.R
         return str(status)
 
     entry = ""
+    if not concurrency.acquire(client, kind, message_id, settings):
+        # every --concurrent-syncs slot of this kind is busy across the fleet: hand the key back
+        # (unlocked, no failure counted) to come back shortly
+        outcome = Outcome(Action.REQUEUE, after=concurrency.SLOT_RETRY)
+        _finish(client, kind_scripts, kind, key, message_id, started, int(failures_text), outcome, entry)
+        return "busy"
     try:
         reconciler = get_reconciler(kind)
         if reconciler is None:
@@ -68,6 +74,8 @@ def process(kind: str, key: str, message_id: str, delayed: bool, client: redis.R
                 message,
             )
 
+    finally:
+        concurrency.release(client, kind, message_id, settings)
     _finish(client, kind_scripts, kind, key, message_id, started, int(failures_text), outcome, entry)
     return "run"
 

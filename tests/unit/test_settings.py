@@ -128,3 +128,75 @@ def test_readme_configuration_table_is_current() -> None:
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert settings_table() in readme, "regenerate the README table from settings_table()"
+
+
+def test_an_upstream_command_line_is_accepted() -> None:
+    from pathlib import Path
+
+    from mcm_tasks.cli_support import startup_warnings
+    from mcm_tasks.settings import split_flags
+    from tests.upstream_flags import upstream_command_line
+
+    overrides, ignored = split_flags(upstream_command_line(Path("/c"), Path("/t")))
+    s = load_settings(overrides)
+    assert (s.concurrent_syncs, s.machine_preserve_timeout, s.machine_inplace_update_timeout) == (
+        30,
+        3 * 3600,
+        20 * 60,
+    )
+    assert s.leader_elect is True and s.control_kubeconfig == "/c"
+    assert ignored == [
+        "cloud-provider",
+        "profiling",
+        "contention-profiling",
+        "kube-api-content-type",
+        "controller-start-interval",
+        "machine-replace-cycle-count-threshold",
+        "v",
+        "vmodule",
+        "log-flush-frequency",
+    ]
+    (warning,) = startup_warnings(s, ignored)
+    assert "--profiling" in warning and "--machine-replace-cycle-count-threshold" in warning
+
+
+@pytest.mark.parametrize(
+    ("args", "expected", "ignored"),
+    [
+        (["--leader-elect", "--safety-up", "3"], {"leader_elect": "true", "safety_up": "3"}, []),
+        (["--leader-elect=false"], {"leader_elect": "false"}, []),
+        (["--profiling", "--safety-up=4"], {"safety_up": "4"}, ["profiling"]),
+        (["-v", "2", "--v=3"], {}, ["v"]),
+        (["--cloud-provider", "aws"], {}, ["cloud-provider"]),
+    ],
+)
+def test_pflag_syntax(args: list[str], expected: dict[str, str], ignored: list[str]) -> None:
+    from mcm_tasks.settings import split_flags
+
+    assert split_flags(args) == (expected, ignored)
+
+
+@pytest.mark.parametrize(("lock", "ok"), [("leases", True), ("endpointsleases", True), ("endpoints", False)])
+def test_leader_elect_resource_lock(lock: str, ok: bool) -> None:
+    from mcm_tasks.cli_support import startup_warnings
+
+    if ok:
+        s = load_settings({"leader_elect_resource_lock": lock})
+        assert bool(startup_warnings(s, [])) is (lock != "leases")
+    else:
+        with pytest.raises(SettingsError, match="--leader-elect-resource-lock"):
+            load_settings({"leader_elect_resource_lock": lock})
+
+
+def test_unknown_flags_still_stop_start_up() -> None:
+    with pytest.raises(SettingsError, match="unknown setting"):
+        parse_flags(["--no-such-flag=1"])
+
+
+def test_readme_names_every_ignored_upstream_flag() -> None:
+    from pathlib import Path
+
+    from mcm_tasks.settings import UPSTREAM_IGNORED_FLAGS
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert all(f"`--{name}`" in readme for name in UPSTREAM_IGNORED_FLAGS)
