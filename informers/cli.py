@@ -27,7 +27,9 @@ def informer(
     """Mirror the control and target clusters into Redis and enqueue what changed. MCM flags
     (--namespace=…, --min-resync-period=…, --leader-elect=false …) follow."""
     settings = command_settings(ctx.args)
-    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from mcm_tasks.logs import setup_logging
+
+    setup_logging(loglevel, settings.log_format)
 
     from informers.leader import LeaderElector
     from informers.runner import Informer

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import kombu.transport as kombu_transport
 import redis
 from kombu.transport import redis as kombu_redis
 
-#: the value of Celery's ``broker_transport`` that selects this transport
+#: kombu's name for this transport
 TRANSPORT = f"{__name__}:Transport"
+#: the URL schemes it serves in place of kombu's own Redis transport
+SCHEMES = ("redis", "rediss")
 
 
 class Channel(kombu_redis.Channel):  # type: ignore[misc]
@@ -35,3 +38,16 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
 
 class Transport(kombu_redis.Transport):  # type: ignore[misc]
     Channel = Channel
+
+
+def register_transport() -> None:
+    """Make ``redis://`` (and ``rediss://``) URLs select this transport in this process.
+
+    Selecting it with Celery's ``broker_transport`` instead would rename the connection's URL to
+    ``mcm_tasks.broker:Transport://…``, which Flower cannot map to a broker ("'redis' broker is not
+    supported"): no Broker page, no queue lengths. Through kombu's alias table the URL, and
+    everything that reads it, stays ``redis://``.
+    """
+    for scheme in SCHEMES:
+        kombu_transport.TRANSPORT_ALIASES[scheme] = TRANSPORT
+        kombu_transport._transport_cache.pop(scheme, None)  # resolved before this call

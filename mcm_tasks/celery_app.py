@@ -25,10 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
 from kombu import Queue
 
-from mcm_tasks.broker import TRANSPORT
+from mcm_tasks.broker import register_transport
 from mcm_tasks.queue.messages import broker_prefix, task_name
 from mcm_tasks.settings import QUEUES, Settings, get_settings
 
@@ -38,8 +38,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     ttl = settings.reconcile_lock_ttl
     return {
         "broker_url": settings.redis_url,
-        # kombu's Redis transport; a channel of a lost connection fails as a connection error
-        "broker_transport": TRANSPORT,
         "broker_connection_retry_on_startup": True,
         "broker_connection_max_retries": None,
         "broker_transport_options": {
@@ -73,6 +71,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+#: ``redis://`` URLs use our transport (mcm_tasks/broker.py) in every process that loads this app;
+#: the URL keeps its scheme, so Flower recognises the broker and reads the queue lengths
+register_transport()
 app = Celery("mcm_tasks", include=["mcm_tasks.tasks"])
 app.conf.update(celery_config(get_settings()))
 
@@ -89,3 +90,13 @@ def _load_reconcilers(**_: Any) -> None:
     from mcm_tasks.queue.registry import load_reconciler_modules
 
     load_reconciler_modules()
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _log_kind_and_key(logger: Any, **_: Any) -> None:
+    """Celery's handlers (main and pool processes) name the reconcile's kind and key, in the
+    ``log_format`` of the settings."""
+    from mcm_tasks.logs import install
+
+    install(logger, get_settings().log_format)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
@@ -237,6 +237,13 @@ class Settings(BaseSettings):
     dead_letter_after: int = Field(
         15, description="consecutive failures before a key is parked in the dead-letter list"
     )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="log lines as text or one JSON object per line (with kind and key)"
+    )
+    liveness_timeout: Duration = Field(
+        120.0, description="/healthz fails when the consumer or watch loop made no progress for this long"
+    )
+    history_length: int = Field(20, ge=1, description="runs kept per key in its history (admin inspect)")
     expectations_timeout: Duration = Field(
         5 * 60.0, description="MachineSet expectations expire after this (client-go's ExpectationsTimeout)"
     )

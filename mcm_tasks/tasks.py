@@ -10,7 +10,8 @@ from celery import Task
 
 from mcm_tasks.celery_app import app
 from mcm_tasks.queue.messages import task_name
-from mcm_tasks.queue.processing import process
+from mcm_tasks.queue.policy import SKIPPED, ReconcileFailed
+from mcm_tasks.queue.processing import deliver
 from mcm_tasks.queue.producer import MAX_KEY_LENGTH
 from mcm_tasks.settings import QUEUES
 
@@ -28,8 +29,11 @@ def key_from_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | N
 
 
 def _shell(kind: str) -> Task:
-    @app.task(name=task_name(kind), bind=True, typing=False, ignore_result=True)
+    # ``throws``: a failed reconcile is logged by the contract; Celery logs it without a traceback
+    @app.task(name=task_name(kind), bind=True, typing=False, ignore_result=True, throws=(ReconcileFailed,))
     def reconcile(self: Task, *args: Any, **kwargs: Any) -> str:
+        """Flower's result is the outcome in words (``done``, ``requeue in 15s``, ``skipped: key
+        running elsewhere``); a failure raises ReconcileFailed after the contract recorded it."""
         key = key_from_arguments(args, kwargs)
         if key is None:
             log.error(
@@ -39,8 +43,13 @@ def _shell(kind: str) -> Task:
                 len(args),
                 len(kwargs),
             )
-            return "invalid"
-        return process(kind, key, str(self.request.id), delayed=self.request.eta is not None)
+            return SKIPPED["invalid"]
+        delivery = deliver(
+            kind, key, str(self.request.id), self.request.eta is not None, worker=self.request.hostname
+        )
+        if delivery.error is not None:
+            raise ReconcileFailed.of(*delivery.error)
+        return delivery.describe()
 
     return reconcile
 

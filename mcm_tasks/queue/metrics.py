@@ -56,6 +56,17 @@ class QueueMetricsCollector(Collector):
             "Seconds the longest running processor has been running",
             labels=["name"],
         )
+        delayed = GaugeMetricFamily(
+            "mcm_workqueue_delayed_keys", "Keys waiting for a requeue-after or backoff", labels=["name"]
+        )
+        failing = GaugeMetricFamily(
+            "mcm_workqueue_failing_keys", "Keys whose last reconcile failed (backing off)", labels=["name"]
+        )
+        recovered = CounterMetricFamily(
+            "mcm_workqueue_recovered",
+            "Messages restored from dead workers",
+            labels=["name"],
+        )
         for s in stats:
             label = [s.kind]
             depth.add_metric(label, s.pending)
@@ -65,7 +76,11 @@ class QueueMetricsCollector(Collector):
             work_duration.add_metric(label, s.work_duration.cumulative(), s.work_duration.total)
             unfinished.add_metric(label, s.unfinished_seconds)
             longest.add_metric(label, s.longest_running_seconds)
+            delayed.add_metric(label, s.delayed)
+            failing.add_metric(label, s.failing)
+            recovered.add_metric(label, s.recovered)
         yield from (depth, adds, retries, queue_duration, work_duration, unfinished, longest)
+        yield from (delayed, failing, recovered)
 
 
 def register_queue_metrics(registry: CollectorRegistry = REGISTRY, client: redis.Redis | None = None) -> None:

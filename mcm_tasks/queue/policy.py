@@ -110,6 +110,46 @@ def redact(text: str) -> str:
     return text
 
 
+#: why a delivery did not run its reconciler (BEGIN's status), as Flower and the history show it
+SKIPPED: dict[str, str] = {
+    "busy": "skipped: key running elsewhere",
+    "superseded": "skipped: superseded by an earlier requeue",
+    "coalesced": "skipped: coalesced into a waiting message",
+    "duplicate": "skipped: duplicate message",
+    "invalid": "skipped: invalid task arguments",
+}
+
+
+class ReconcileFailed(Exception):
+    """A reconcile that failed, as its Celery task reports it (Flower's FAILURE with the error's
+    class and redacted message). Raised by the task shell only after the contract has recorded the
+    failure, so acknowledging the message (``task_acks_on_failure``) loses nothing."""
+
+    @classmethod
+    def of(cls, error: str, message: str) -> ReconcileFailed:
+        # one argument, so the exception pickles as Celery requires and reads "Class: message"
+        return cls(f"{error}: {message}" if message else error)
+
+
+def seconds_text(seconds: float) -> str:
+    """``15s``, ``1.5s``, ``0.005s``: short and exact enough to recognise the retry period."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+def describe(status: str, outcome: Outcome | None) -> str:
+    """One delivery's result in words: ``done``, ``requeue in 15s``, ``retry in 0.04s (failure 3)``,
+    ``skipped: key running elsewhere``."""
+    if outcome is None:
+        return SKIPPED.get(status, status)
+    if outcome.action is Action.DONE:
+        return "done"
+    if outcome.action is Action.REQUEUE:
+        return f"requeue in {seconds_text(outcome.after)}" if outcome.after > 0 else "requeue now"
+    if outcome.action is Action.RETRY:
+        return f"retry in {seconds_text(outcome.after)} (failure {outcome.failures})"
+    return f"dead-lettered (failure {outcome.failures})"
+
+
 def error_summary(exc: BaseException) -> tuple[str, str]:
     """(error class, redacted message) for logs and the dead letter."""
     return type(exc).__name__, redact(str(exc))

@@ -43,10 +43,22 @@ class QueueStats:
     failing: int
     adds: int
     retries: int
+    recovered: int  # messages restored from dead workers (``count_recovered``)
     unfinished_seconds: float
     longest_running_seconds: float
     queue_duration: Histogram = field(repr=False)
     work_duration: Histogram = field(repr=False)
+
+
+#: the field of ``mcm:q:<kind>:metrics`` counting messages restored from dead workers
+RECOVERED_FIELD = "recovered"
+
+
+def count_recovered(kind: str, n: int = 1, client: redis.Redis | None = None) -> None:
+    """Count ``n`` messages of ``kind`` restored from a dead worker (``mcm_workqueue_recovered_total``).
+    A Lua script may do the same in its own atomic step: ``HINCRBY <metrics key> recovered n``."""
+    if n:
+        (client or get_redis()).hincrby(queue_keys(kind).metrics, RECOVERED_FIELD, n)
 
 
 def _histogram(metrics: dict[str, str], name: str) -> Histogram:
@@ -89,6 +101,7 @@ def read_stats(client: redis.Redis | None = None) -> list[QueueStats]:
                 failing=failing,
                 adds=int(metrics.get("adds", 0)),
                 retries=int(metrics.get("retries", 0)),
+                recovered=int(metrics.get(RECOVERED_FIELD, 0)),
                 unfinished_seconds=sum(ages),
                 longest_running_seconds=max(ages, default=0.0),
                 queue_duration=_histogram(metrics, "queue"),

@@ -1,0 +1,92 @@
+"""What happened to one key: its last runs, kept in Redis, bounded.
+
+Each (kind, key) has a list ``<prefix>:q:<kind>:history:<key>``, newest first, of at most
+``history_length`` runs; a run is written when it starts (so ``admin inspect`` can say "running on
+W since T", and a run whose worker died stays visible as one that never ended) and completed when
+it ends, in the same round trip as the contract's END script. Every list expires
+``HISTORY_TTL`` after its last run, so keys of deleted objects do not accumulate.
+
+Entries hold names, times, the outcome in words (``policy.describe``) and the redacted error; never
+task arguments beyond the key, never secret material.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Final
+
+import orjson
+import redis
+from pydantic import BaseModel
+
+from mcm_tasks.queue.scripts import LuaScript
+from mcm_tasks.redisdb import get_redis, rkey
+from mcm_tasks.settings import get_settings
+
+#: a key's history outlives its last run by a week, then goes with it
+HISTORY_TTL: Final = 7 * 24 * 3600
+
+#: complete the run at the head of the list if it is this message's, else add it (its start was
+#: lost, e.g. the history expired meanwhile). ARGV: list, message id, entry JSON, length, ttl (the
+#: list is an argument, as in the contract's scripts, so the call pipelines with them)
+_FINISH = LuaScript("""
+local list = ARGV[1]
+local head = redis.call('LINDEX', list, 0)
+if head and cjson.decode(head)['id'] == ARGV[2] then
+  redis.call('LSET', list, 0, ARGV[3])
+else
+  redis.call('LPUSH', list, ARGV[3])
+  redis.call('LTRIM', list, 0, tonumber(ARGV[4]) - 1)
+end
+redis.call('EXPIRE', list, tonumber(ARGV[5]))
+return 1
+""")
+
+_HOST = socket.gethostname()
+
+
+class Run(BaseModel):
+    """One reconcile of a key; ``end`` is None while it runs (or if its worker died)."""
+
+    id: str
+    start: float
+    worker: str
+    end: float | None = None
+    outcome: str = ""
+    error: str = ""
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - self.start)
+
+
+def history_key(kind: str, key: str) -> str:
+    return rkey("q", kind, "history", key)
+
+
+def worker_name(node: str | None = None) -> str:
+    """The Celery node name (``mcm-12@host``) and the pool process that runs the reconcile."""
+    return f"{node or _HOST}/{os.getpid()}"
+
+
+def record_start(client: redis.Redis, kind: str, key: str, run: Run) -> None:
+    length = get_settings().history_length
+    name = history_key(kind, key)
+    pipe = client.pipeline(transaction=False)
+    pipe.lpush(name, run.model_dump_json())
+    pipe.ltrim(name, 0, length - 1)
+    pipe.expire(name, HISTORY_TTL)
+    pipe.execute()
+
+
+def finish_call(kind: str, key: str, run: Run) -> tuple[LuaScript, list[Any]]:
+    """The history half of a run's end, to pipeline with the contract's END script."""
+    length = get_settings().history_length
+    return _FINISH, [history_key(kind, key), run.id, run.model_dump_json(), length, HISTORY_TTL]
+
+
+def read_history(kind: str, key: str, client: redis.Redis | None = None) -> list[Run]:
+    """Newest first."""
+    raw = (client or get_redis()).lrange(history_key(kind, key), 0, -1)
+    return [Run.model_validate(orjson.loads(item)) for item in raw]  # type: ignore[union-attr]
