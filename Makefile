@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy mcm_tasks informers providers mcm_sandbox beat_schedule.py
+	$(BIN)/lint-imports
 
 demo: $(STAMP)
 	$(BIN)/python -m mcm_sandbox.demo $(if $(KEEP),--keep,)

@@ -6,8 +6,8 @@ from importlib.metadata import entry_points
 
 import typer
 
-from informers.cli import app as informer_app
 from mcm_tasks.beat_cli import app as beat_app
+from mcm_tasks.informer_cli import app as informer_app
 from mcm_tasks.worker_cli import app as worker_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Gardener's MCM as Celery tasks on Redis.")

@@ -13,7 +13,7 @@ from kubernetes import watch
 
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import MCM_FINALIZER
-from mcm_tasks.controllers.machine.context import creation_in_flight
+from mcm_tasks.controllers.common.context import creation_in_flight
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from providers.driver import DeleteMachineRequest
 from tests.integration import test_deletion_env as sandbox

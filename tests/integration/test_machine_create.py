@@ -197,7 +197,7 @@ def test_no_bootstrap_token_without_the_placeholder(env: Env) -> None:
 
 
 def test_creation_marker_is_gone_after_the_flow(env: Env) -> None:
-    from mcm_tasks.controllers.machine.context import creation_in_progress
+    from mcm_tasks.controllers.common.context import creation_in_progress
 
     cls = env.setup_class()
     name = env.name("h")
@@ -243,7 +243,7 @@ def _dump(client: object, key: str) -> list[object]:
 
 
 def test_frozen_controller_leaves_machines_alone(env: Env) -> None:
-    from mcm_tasks.controllers.machine.frozen import set_frozen
+    from mcm_tasks.controllers.common.frozen import set_frozen
 
     cls = env.setup_class()
     name = env.name("j")

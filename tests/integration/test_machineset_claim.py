@@ -7,7 +7,7 @@ import pytest
 
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
-from mcm_tasks.controllers.machineset.claim import CannotAdopt
+from mcm_tasks.controllers.common.claim import CannotAdopt
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_SETS, MACHINES
 from tests.integration.test_machineset_support import HOLD, Harness, crds, harness

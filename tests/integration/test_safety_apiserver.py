@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from mcm_sandbox.procs import ApiServer, wait_until
-from mcm_tasks.controllers.machine.frozen import is_frozen
+from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.machine.metrics import MachineCollector
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.safety import APISERVER

@@ -10,7 +10,7 @@ import pytest
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import NODE_FINALIZER, NODE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
-from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.safety import ORPHAN_VMS
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.register import reconcile_safety

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mcm_tasks.api import CurrentStatus, LastOperation, MachineStatus, NodeCondition
-from mcm_tasks.controllers.machine.status import (
+from mcm_tasks.controllers.common.status import (
     CONFIGURATION_ERROR_CODE,
     description_similarity,
     is_problem,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcm_tasks.controllers.common.rollout import max_surge, max_unavailable, resolve_fenceposts
 from mcm_tasks.controllers.machinedeployment.scaling import (
     available,
     cleanup_unhealthy,
@@ -12,12 +13,9 @@ from mcm_tasks.controllers.machinedeployment.scaling import (
     is_saturated,
     is_scaling_event,
     max_scaled_down,
-    max_surge,
-    max_unavailable,
     new_set_replicas,
     occupancy,
     plan_scale,
-    resolve_fenceposts,
     scale_down_old,
 )
 from tests.unit.test_machinedeployment_support import deployment, machine_set

@@ -10,8 +10,9 @@ import pytest
 from mcm_sandbox.patch import merge_patch
 from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION
+from mcm_tasks.controllers.common.template import merge_diff, pruned
 from mcm_tasks.controllers.machineset.control import new_machine
-from mcm_tasks.controllers.machineset.sync import desired_of, merge_diff, propagation_patch, pruned
+from mcm_tasks.controllers.machineset.sync import desired_of, propagation_patch
 
 NODE_TEMPLATE = {
     "metadata": {"labels": {"role": "worker"}, "annotations": {"a": "1"}},

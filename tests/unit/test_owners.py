@@ -1,4 +1,4 @@
-"""Claim decisions and owner-reference patches (``mcm_tasks.controllers.owners``)."""
+"""Claim decisions and owner-reference patches (``mcm_tasks.controllers.common.owners``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mcm_tasks.api import LabelSelector, Machine, MachineSet
-from mcm_tasks.controllers.owners import (
+from mcm_tasks.controllers.common.owners import (
     ClaimAction,
     adopt_patch,
     claim_action,

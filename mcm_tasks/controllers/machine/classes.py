@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mcm_tasks.api import Machine, MachineClass
+from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import one_pass
-from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.queues import machine_queue_items
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES
 from mcm_tasks.queue import Requeue, enqueue_many
@@ -39,10 +40,6 @@ def finalizers_patch(
     if finalizers == list(meta_finalizers):
         return None
     return {"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}}
-
-
-def machine_queue_items(machines: list[Machine]) -> list[tuple[str, str]]:
-    return [("machine-termination" if m.metadata.is_deleting else "machine", m.key) for m in machines]
 
 
 @one_pass

@@ -24,10 +24,9 @@ from typing import Any
 from mcm_tasks.api import Machine, MachinePhase, MachineState, MachineStatus, NodeAddress, now_utc
 from mcm_tasks.api.constants import MACHINE_PRIORITY_ANNOTATION, MACHINE_PRIORITY_DEFAULT, NODE_LABEL_KEY
 from mcm_tasks.api.enums import MachineOperationType
-from mcm_tasks.controllers.machine import bootstrap, context, metrics
-from mcm_tasks.controllers.machine.context import ClassContext
-from mcm_tasks.controllers.machine.health import creation_timeout
-from mcm_tasks.controllers.machine.status import (
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common.status import (
     current_status,
     last_operation,
     updated_status,
@@ -35,6 +34,8 @@ from mcm_tasks.controllers.machine.status import (
     write_problem,
     write_status,
 )
+from mcm_tasks.controllers.machine import bootstrap, metrics
+from mcm_tasks.controllers.machine.health import creation_timeout
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import Requeue

@@ -44,9 +44,10 @@ from mcm_tasks.api.constants import (
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
 from mcm_tasks.cache import one_pass
-from mcm_tasks.controllers.machine import context, metrics, status
+from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.machine import drain as drain_mod
 from mcm_tasks.controllers.machine import drain_io as io
+from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain_state import DrainStore
 from mcm_tasks.controllers.machine.drain_volumes import live_attachments_on
 from mcm_tasks.kube import ops

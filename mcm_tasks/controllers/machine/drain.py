@@ -29,11 +29,12 @@ from mcm_tasks.api.constants import (
     NODE_LABEL_KEY,
     NODE_TERMINATING_REASON_SCALE_DOWN,
 )
-from mcm_tasks.controllers.machine import context, metrics, status
+from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.machine import drain_io as io
 from mcm_tasks.controllers.machine import drain_plan as plan
 from mcm_tasks.controllers.machine import drain_pods as dp
 from mcm_tasks.controllers.machine import drain_select as ds
+from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain_force import DrainParams, drain_params, force_due_in
 from mcm_tasks.controllers.machine.drain_state import DrainProgress, DrainStore, state_ttl
 from mcm_tasks.kube.errors import describe

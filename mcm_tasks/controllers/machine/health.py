@@ -37,7 +37,7 @@ from mcm_tasks.api.constants import (
     EFFECTIVE_CREATION_TIMEOUT_ANNOTATION,
     TAINT_EFFECT_NO_SCHEDULE,
 )
-from mcm_tasks.controllers.machine.status import current_status, last_operation
+from mcm_tasks.controllers.common.status import current_status, last_operation
 from mcm_tasks.durations import format_duration, parse_duration
 from mcm_tasks.settings import Settings
 

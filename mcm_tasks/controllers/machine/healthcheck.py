@@ -17,8 +17,10 @@ from mcm_tasks.api.constants import (
     NODE_LABEL_KEY,
     USER_DATA_SECRET_KEY,
 )
-from mcm_tasks.controllers.machine import bootstrap, context, metrics
-from mcm_tasks.controllers.machine.context import ClassContext
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common.status import last_operation, updated_status, write_status
+from mcm_tasks.controllers.machine import bootstrap, metrics
 from mcm_tasks.controllers.machine.health import (
     MAX_REPLACEMENTS,
     can_mark_failed,
@@ -26,7 +28,6 @@ from mcm_tasks.controllers.machine.health import (
     not_marked_description,
 )
 from mcm_tasks.controllers.machine.nodesync import node_sync_patch, virtual_capacity_patches
-from mcm_tasks.controllers.machine.status import last_operation, updated_status, write_status
 from mcm_tasks.durations import format_duration
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINES, NODES

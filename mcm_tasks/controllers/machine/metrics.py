@@ -17,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Histogram
 from prometheus_client.core import REGISTRY, CollectorRegistry, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mcm_tasks.api import Machine, MachineClass, MachinePhase, MachineStatus
+from mcm_tasks.api import Machine, MachineClass, MachinePhase
 from mcm_tasks.api.constants import MACHINE_DEPLOYMENT_NAME_LABEL_KEY
 from mcm_tasks.api.enums import ConditionStatus
+from mcm_tasks.controllers.common.metrics import FAILED_JOINS as FAILED_JOINS
+from mcm_tasks.controllers.common.metrics import observe_status_write as observe_status_write
 
 #: MCM's numeric encoding of ``mcm_machine_current_status_phase``
 PHASE_VALUES: Final[dict[str, float]] = {
@@ -74,11 +76,6 @@ DRAIN_DURATION = Histogram(
     _DURATION_LABELS,
     buckets=_BUCKETS,
 )
-#: a gauge that only goes up, so the series keeps MCM's exact name (a Counter would add ``_total``)
-FAILED_JOINS = Gauge(
-    "mcm_machine_num_failed_join", "Machines that did not join within the creation timeout (since start)."
-)
-
 DURATIONS: Final[dict[str, Histogram]] = {
     "create": CREATE_DURATION,
     "initialize": INITIALIZE_DURATION,
@@ -103,11 +100,6 @@ def observe_duration(
 ) -> None:
     """``what`` is create, initialize, join, delete or drain."""
     DURATIONS[what].labels(*duration_labels(machine, machine_class)).observe(max(seconds, 0.0))
-
-
-def observe_status_write(old: MachineStatus, new: MachineStatus) -> None:
-    if old.current_status.phase == MachinePhase.PENDING and new.current_status.phase == MachinePhase.FAILED:
-        FAILED_JOINS.inc()
 
 
 # --- scrape-time state metrics -------------------------------------------------------------------------
@@ -163,7 +155,7 @@ class MachineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         from mcm_tasks.cache import get_listers
-        from mcm_tasks.controllers.machine.frozen import is_frozen
+        from mcm_tasks.controllers.common.frozen import is_frozen
 
         machines: list[Any] = get_listers().machines.list()
         yield from machine_metrics(machines, is_frozen())

@@ -29,9 +29,10 @@ from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.api.validation import validate_machine, validate_machine_class
 from mcm_tasks.cache import one_pass
 from mcm_tasks.cache.layout import object_key
-from mcm_tasks.controllers.machine import context, create, healthcheck
-from mcm_tasks.controllers.machine.frozen import is_frozen
-from mcm_tasks.controllers.machine.status import is_problem, write_operation, write_problem
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.frozen import is_frozen
+from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
+from mcm_tasks.controllers.machine import create, healthcheck
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.kube.resources import MACHINES

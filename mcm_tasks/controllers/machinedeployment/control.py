@@ -26,10 +26,10 @@ from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.controllers.common.owners import selects
+from mcm_tasks.controllers.common.template import merge_diff
 from mcm_tasks.controllers.machinedeployment.status import status_key
-from mcm_tasks.controllers.machineset.control import recorder
-from mcm_tasks.controllers.machineset.sync import merge_diff
-from mcm_tasks.controllers.owners import selects
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import is_not_found

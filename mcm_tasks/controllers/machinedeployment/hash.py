@@ -24,7 +24,7 @@ import orjson
 
 from mcm_tasks.api import MachineTemplateSpec, dump
 from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY
-from mcm_tasks.controllers.machineset.sync import CONFIGURATION_FIELDS, pruned
+from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, pruned
 
 #: Kubernetes' rand.SafeEncodeString alphabet: no vowels (no words), no 0/1/3 (no look-alikes)
 SAFE_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"

@@ -13,8 +13,8 @@ from prometheus_client.registry import Collector
 
 from mcm_tasks.api import MachineDeployment
 from mcm_tasks.cache import get_listers
-from mcm_tasks.controllers.machinedeployment.scaling import max_surge, max_unavailable
-from mcm_tasks.controllers.machineset.metrics import CONDITION_VALUE, FAILED_MACHINE_LABELS
+from mcm_tasks.controllers.common.metrics import CONDITION_VALUE, FAILED_MACHINE_LABELS
+from mcm_tasks.controllers.common.rollout import max_surge, max_unavailable
 
 PREFIX: Final = "mcm_machine_deployment"
 

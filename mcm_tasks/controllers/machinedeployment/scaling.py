@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from mcm_tasks.api import MachineDeployment, MachineDeploymentStrategyType, MachineSet
+from mcm_tasks.api import MachineDeployment, MachineSet
 from mcm_tasks.api.constants import DESIRED_REPLICAS_ANNOTATION, MAX_REPLICAS_ANNOTATION
-from mcm_tasks.api.intstr import resolve_int_or_percent
+from mcm_tasks.controllers.common.rollout import is_rolling, max_surge, max_unavailable
 from mcm_tasks.controllers.machinedeployment.revisions import int_annotation
 
 #: set name → new spec.replicas, in write order
@@ -33,52 +33,6 @@ _EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
 # --- budgets ---------------------------------------------------------------------------------------------
-
-
-def resolve_fenceposts(
-    max_surge: int | str | None, max_unavailable: int | str | None, replicas: int
-) -> tuple[int, int]:
-    """(surge, unavailable) as machine counts: surge percentages round up, unavailability ones down;
-    when both come to 0, one machine may be unavailable (a surge might not fit in a quota).
-    ValueError on values validation refuses."""
-    surge = resolve_int_or_percent(max_surge, replicas, True)
-    unavailable = resolve_int_or_percent(max_unavailable, replicas, False)
-    if surge == 0 and unavailable == 0:
-        unavailable = 1
-    return surge, unavailable
-
-
-def is_rolling(deployment: MachineDeployment) -> bool:
-    return deployment.spec.strategy.type == MachineDeploymentStrategyType.ROLLING_UPDATE
-
-
-def _strategy_params(deployment: MachineDeployment) -> tuple[int | str | None, int | str | None] | None:
-    strategy = deployment.spec.strategy
-    if strategy.type == MachineDeploymentStrategyType.ROLLING_UPDATE and strategy.rolling_update is not None:
-        return strategy.rolling_update.max_surge, strategy.rolling_update.max_unavailable
-    if (
-        strategy.type == MachineDeploymentStrategyType.IN_PLACE_UPDATE
-        and strategy.in_place_update is not None
-    ):
-        return strategy.in_place_update.max_surge, strategy.in_place_update.max_unavailable
-    return None
-
-
-def max_surge(deployment: MachineDeployment) -> int:
-    """Extra machines a RollingUpdate may run above ``replicas``; 0 for other strategies."""
-    params = _strategy_params(deployment)
-    if params is None or not is_rolling(deployment):
-        return 0
-    return resolve_fenceposts(*params, deployment.spec.replicas)[0]
-
-
-def max_unavailable(deployment: MachineDeployment) -> int:
-    """Machines that may be unavailable during a rollout, at most ``replicas``; 0 for Recreate."""
-    params = _strategy_params(deployment)
-    replicas = deployment.spec.replicas
-    if params is None or replicas == 0:
-        return 0
-    return min(resolve_fenceposts(*params, replicas)[1], replicas)
 
 
 def min_available(deployment: MachineDeployment) -> int:

@@ -27,6 +27,9 @@ from mcm_tasks.api import (
     new_controller_ref,
 )
 from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY, REVISION_ANNOTATION
+from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
+from mcm_tasks.controllers.common.rollout import max_surge
+from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, pruned
 from mcm_tasks.controllers.machinedeployment import progress
 from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.hash import equal_ignore_hash, machine_set_name, template_hash
@@ -39,11 +42,8 @@ from mcm_tasks.controllers.machinedeployment.revisions import (
 from mcm_tasks.controllers.machinedeployment.scaling import (
     Sizes,
     by_age,
-    max_surge,
     new_set_replicas,
 )
-from mcm_tasks.controllers.machineset.claim import claim_children, recheck_owner
-from mcm_tasks.controllers.machineset.sync import CONFIGURATION_FIELDS, pruned
 from mcm_tasks.kube.errors import describe, is_already_exists
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from mcm_tasks.api import ConditionStatus, MachineDeployment, MachineDeploymentStatus, MachineSet, dump
+from mcm_tasks.controllers.common.rollout import max_unavailable
 from mcm_tasks.controllers.machinedeployment.progress import (
     AVAILABLE,
     MINIMUM_REPLICAS_AVAILABLE,
@@ -20,7 +21,6 @@ from mcm_tasks.controllers.machinedeployment.progress import (
     condition,
     with_condition,
 )
-from mcm_tasks.controllers.machinedeployment.scaling import max_unavailable
 
 
 def calculate_status(

@@ -29,18 +29,18 @@ from mcm_tasks.api import (
     new_controller_ref,
 )
 from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION
-from mcm_tasks.controllers.machine.status import write_operation
+from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.machineset import metrics
 from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_timeout
-from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, recorder_for
+from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import expectations
 
 log = logging.getLogger(__name__)
 
-COMPONENT: Final = "machine-controller-manager"
 SUCCESSFUL_CREATE: Final = "SuccessfulCreate"
 FAILED_CREATE: Final = "FailedCreate"
 SUCCESSFUL_DELETE: Final = "SuccessfulDelete"
@@ -62,10 +62,6 @@ def _pool() -> ThreadPoolExecutor:
     if pool is None:
         pool = _pools[pid] = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="machineset")
     return pool
-
-
-def recorder(api: ApiClient) -> EventRecorder:
-    return recorder_for(api, COMPONENT)
 
 
 def run_concurrently(n: int, fn: Callable[[], None]) -> list[Exception | None]:

@@ -17,25 +17,10 @@ import redis
 from prometheus_client.core import REGISTRY, CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mcm_tasks.api import ConditionStatus, MachineSet
+from mcm_tasks.api import MachineSet
 from mcm_tasks.cache import get_listers
+from mcm_tasks.controllers.common.metrics import CONDITION_VALUE, FAILED_MACHINE_LABELS
 from mcm_tasks.redisdb import get_redis, rkey
-
-#: condition status → gauge value, as MCM maps them
-CONDITION_VALUE: Final[dict[str, float]] = {
-    ConditionStatus.TRUE: 1.0,
-    ConditionStatus.FALSE: 0.0,
-    ConditionStatus.UNKNOWN: 2.0,
-}
-FAILED_MACHINE_LABELS: Final = (
-    "name",
-    "namespace",
-    "failed_machine_name",
-    "failed_machine_provider_id",
-    "failed_machine_last_operation_state",
-    "failed_machine_last_operation_machine_operation_type",
-    "failed_machine_owner_ref",
-)
 
 
 def stale_machines_key() -> str:

@@ -24,11 +24,11 @@ from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers, one_pass
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
+from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.machineset import control, status
-from mcm_tasks.controllers.machineset.claim import claim_children, recheck_owner
 from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
 from mcm_tasks.controllers.machineset.sync import propagate
-from mcm_tasks.controllers.owners import selects
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import describe, is_conflict

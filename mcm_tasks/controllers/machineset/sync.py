@@ -16,8 +16,9 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from mcm_tasks.api import Machine, MachineConfiguration, MachineSet, MachineSpec, dump
+from mcm_tasks.api import Machine, MachineSet, MachineSpec, dump
 from mcm_tasks.cache.models import get_parsed_cache
+from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, merge_diff, pruned
 from mcm_tasks.controllers.machineset.replicas import is_active
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_not_found
@@ -27,35 +28,6 @@ log = logging.getLogger(__name__)
 
 #: name of ``carried_of`` in the parsed-object cache
 CARRIED = "machineset.carried"
-
-#: the MachineConfiguration fields as (attribute, wire name)
-CONFIGURATION_FIELDS: tuple[tuple[str, str], ...] = tuple(
-    (name, info.alias or name) for name, info in MachineConfiguration.model_fields.items()
-)
-
-
-def pruned(value: Any) -> Any:
-    """The value without empty containers, strings or nulls, recursively (for comparisons only)."""
-    if isinstance(value, dict):
-        out = {k: pruned(v) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v not in (None, {}, [], "")}
-    if isinstance(value, list):
-        return [pruned(v) for v in value]
-    return value
-
-
-def merge_diff(current: Any, desired: Any) -> Any:
-    """The JSON merge patch (RFC 7386) that turns ``current`` into ``desired``: objects recurse, keys
-    that go away become null, anything else is replaced whole."""
-    if not isinstance(current, dict) or not isinstance(desired, dict):
-        return desired
-    patch: dict[str, Any] = {k: None for k in current if k not in desired}
-    for key, value in desired.items():
-        if key not in current:
-            patch[key] = value
-        elif current[key] != value:
-            patch[key] = merge_diff(current[key], value)
-    return patch
 
 
 def _node_template(spec: MachineSpec) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """The API-server check's I/O: the probes, the freeze state in Redis, and the unfreeze writes.
 
-Both the freeze flag (``controllers.machine.frozen``, read by every machine reconcile) and the time
+Both the freeze flag (``controllers.common.frozen``, read by every machine reconcile) and the time
 the servers were first seen down live in Redis: beat and worker processes come and go, and whichever
 worker runs the next check must see the timer the previous one started.
 
@@ -19,10 +19,10 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState
-from mcm_tasks.controllers.machine import context
-from mcm_tasks.controllers.machine.classes import machine_queue_items
-from mcm_tasks.controllers.machine.frozen import is_frozen, set_frozen
-from mcm_tasks.controllers.machine.status import write_operation
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
+from mcm_tasks.controllers.common.queues import machine_queue_items
+from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION, FreezeAction, decide
 from mcm_tasks.kube import ops, rest

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from mcm_tasks.api import Machine, MachineClass, now_utc
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache.layout import object_key
-from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.orphans import (
     OrphanVM,

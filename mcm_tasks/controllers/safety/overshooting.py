@@ -35,8 +35,8 @@ from mcm_tasks.api import (
     condition_is_true,
 )
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, FREEZE_LABEL_VALUE, UNFREEZE_ANNOTATION
-from mcm_tasks.controllers.machinedeployment.scaling import max_surge
-from mcm_tasks.controllers.owners import controller_uid
+from mcm_tasks.controllers.common.owners import controller_uid
+from mcm_tasks.controllers.common.rollout import max_surge
 
 OVERSHOOTING_REASON: Final = "OverShootingReplicaCount"
 UNDERSHOOTING_REASON: Final = "UnderShootingReplicaCount"

@@ -30,8 +30,8 @@ from mcm_tasks.api import (
     set_condition,
 )
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, FREEZE_LABEL_VALUE, UNFREEZE_ANNOTATION
-from mcm_tasks.controllers.machine import context
-from mcm_tasks.controllers.machineset.control import recorder
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.overshooting import Decision, FreezeChange, Plan, plan
 from mcm_tasks.kube import ops

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from mcm_tasks.api import K8sObject, Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.listers import Lister
-from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.common import context
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import (
     MACHINE_CLASSES,

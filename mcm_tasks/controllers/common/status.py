@@ -38,7 +38,8 @@ from mcm_tasks.api import (
     now_utc,
 )
 from mcm_tasks.api.constants import API_VERSION
-from mcm_tasks.controllers.machine import context
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.metrics import observe_status_write
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef, recorder_for
 from mcm_tasks.kube.resources import MACHINES
@@ -219,9 +220,7 @@ def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True)
         return None
     body = machine.model_copy(update={"status": status})
     written = Machine.model_validate(ops.update_status(context.control_api(), MACHINES, dump(body)))
-    from mcm_tasks.controllers.machine import metrics  # local: metrics imports this module's names
-
-    metrics.observe_status_write(machine.status, status)
+    observe_status_write(machine.status, status)
     for spec in status_events(machine.status, status):
         record_event(written, spec.type, spec.reason, spec.message)
     log.info(

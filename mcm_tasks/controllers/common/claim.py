@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 from kubernetes.client import ApiClient
 
 from mcm_tasks.api import K8sObject, LabelSelector
-from mcm_tasks.controllers.owners import ClaimAction, adopt_patch, claim_action, release_patch
+from mcm_tasks.controllers.common.owners import ClaimAction, adopt_patch, claim_action, release_patch
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_invalid, is_not_found
 from mcm_tasks.kube.resources import Resource

@@ -1,4 +1,7 @@
-"""``mcm-tasks informer``: list+watch both clusters, mirror into Redis, route events to the queues."""
+"""``mcm-tasks informer``: list+watch both clusters, mirror into Redis, route events to the queues.
+
+The command wires the informers package to the product's endpoints (``mcm_tasks.observability``), so it
+lives on the product's side: the product's CLI is the one place that imports ``informers``."""
 
 from __future__ import annotations
 
