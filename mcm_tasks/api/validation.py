@@ -85,18 +85,25 @@ def _configuration(config: MachineConfiguration, path: str) -> list[FieldError]:
 
 
 def _replicas(replicas: int, path: str) -> list[FieldError]:
-    return [_invalid(path, "Replicas has to be a whole number")] if replicas < 0 else []
+    # upstream reports a negative count as Required, not Invalid
+    return [_required(path, "Replicas has to be a whole number")] if replicas < 0 else []
 
 
 def _selector_in_template(selector: LabelSelector | None, template: MachineTemplateSpec) -> list[FieldError]:
+    """Upstream's check, type and path included: one Required error on ``spec.selector.matchLabels``
+    at the first selector label the template lacks (Go's map order; ours is the selector's)."""
     if selector is None:
         return []
     labels = template.metadata.labels
-    return [
-        _invalid(f"spec.selector.matchLabels[{key}]", "is not matching with spec.template.metadata.labels")
-        for key, value in selector.match_labels.items()
-        if labels.get(key) != value
-    ]
+    for key, value in selector.match_labels.items():
+        if labels.get(key) != value:
+            return [
+                _required(
+                    "spec.selector.matchLabels",
+                    f"is not matching with spec.template.metadata.labels (label {key!r})",
+                )
+            ]
+    return []
 
 
 def _template(template: MachineTemplateSpec) -> list[FieldError]:
@@ -106,14 +113,16 @@ def _template(template: MachineTemplateSpec) -> list[FieldError]:
 
 
 def _scaled_int32(value: int | str | None, replicas: int, round_up: bool, path: str) -> list[FieldError]:
+    """Upstream's ``canConvertIntOrStringToInt32``: any value that does not give an int32 is a
+    Required error ("unable to convert … to int32"), with what was wrong after it."""
+    name = path.rsplit(".", 1)[-1]
     try:
         resolved = resolve_int_or_percent(value, replicas, round_up)
     except ValueError as err:
-        if value is None:
-            return [_required(path, "must be set (an integer or a percentage)")]
-        return [_invalid(path, str(err))]
+        reason = "must be set (an integer or a percentage)" if value is None else str(err)
+        return [_required(path, f"unable to convert {name} to int32: {reason}")]
     if not INT32_MIN <= resolved <= INT32_MAX:
-        return [_invalid(path, f"{value!r} does not fit in an int32")]
+        return [_required(path, f"unable to convert {name} to int32: {value!r} does not fit")]
     return []
 
 
@@ -138,16 +147,8 @@ def validate_machine_deployment(deployment: MachineDeployment) -> list[FieldErro
     errors = _replicas(spec.replicas, "spec.replicas")
     strategy = spec.strategy
     supported = [t.value for t in MachineDeploymentStrategyType]
-    if not strategy.type:
-        errors.append(_required("spec.strategy.type", f"must be one of {', '.join(supported)}"))
-    elif strategy.type not in supported:
-        errors.append(
-            FieldError(
-                field="spec.strategy.type",
-                type=ErrorType.NOT_SUPPORTED,
-                message=f"{strategy.type!r} is not one of {', '.join(supported)}",
-            )
-        )
+    if strategy.type not in supported:  # upstream: Invalid, an empty type included
+        errors.append(_invalid("spec.strategy.type", f"strategy type must be one of {', '.join(supported)}"))
     elif strategy.type == MachineDeploymentStrategyType.ROLLING_UPDATE:
         path = "spec.strategy.rollingUpdate"
         if strategy.rolling_update is None:
@@ -171,10 +172,9 @@ def validate_machine_deployment(deployment: MachineDeployment) -> list[FieldErro
                 )
             elif in_place.orchestration_type not in orchestrations:
                 errors.append(
-                    FieldError(
-                        field=f"{path}.orchestrationType",
-                        type=ErrorType.NOT_SUPPORTED,
-                        message=f"{in_place.orchestration_type!r} is not one of {', '.join(orchestrations)}",
+                    _invalid(
+                        f"{path}.orchestrationType",
+                        f"{in_place.orchestration_type!r} is not one of {', '.join(orchestrations)}",
                     )
                 )
     return errors + _selector_in_template(spec.selector, spec.template) + _template(spec.template)

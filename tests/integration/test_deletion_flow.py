@@ -92,7 +92,7 @@ def test_machine_without_node_or_vm_skips_the_drain(env: Env) -> None:
         "Initiate node drain",  # GetMachineStatus said NotFound
         "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
         "VM deletion was successful. Initiate node object deletion",  # nothing to delete is success
-        f"Label 'node' not present on machine '{name}' or no associated node object found, continuing "
+        f'Label "node" not present on machine "{name}" or no associated node object found, continuing '
         "deletion flow. Initiate machine object finalizer removal",
     ]
     assert env.machine(name) is None
@@ -145,7 +145,7 @@ def test_one_pass_runs_every_step_that_moves_on_and_writes_each(env: Env) -> Non
         "Initiate node drain",
         "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
         "VM deletion was successful. Initiate node object deletion",
-        f"Label 'node' not present on machine '{name}' or no associated node object found, continuing "
+        f'Label "node" not present on machine "{name}" or no associated node object found, continuing '
         "deletion flow. Initiate machine object finalizer removal",
     ]
 
@@ -192,7 +192,7 @@ def test_node_deleted_by_hand(env: Env) -> None:
     assert any(
         "Skipping deleteNodeVolAttachments" in d or "Drain successful" in d for d in trace.descriptions
     )
-    assert f"No node object found for '{name}'" in trace.descriptions[-1]
+    assert f'No node object found for "{name}"' in trace.descriptions[-1]
     assert_all_gone(env, name)
 
 

@@ -53,6 +53,22 @@ def test_class_finalizer_wakes_its_machines_and_holds_deletion(env: Env) -> None
     assert ops.get(env.api, MACHINE_CLASSES, cls, env.namespace, missing_ok=True) is None
 
 
+def test_class_finalizer_only_while_machines_use_the_class(env: Env) -> None:
+    """Upstream's reconcileClusterMachineClass: an unused class carries no finalizer (and loses one
+    it has); a machine using it brings the finalizer."""
+    unused, used = env.name("unused"), env.name("used")
+    env.machine_class(unused, reconcile=False)
+    env.machine_class(used, reconcile=False)
+    assert reconcile_machine_class(env.key(unused)) is not None
+    assert finalizers(ops.get(env.api, MACHINE_CLASSES, unused, env.namespace)) == []
+    ops.patch(env.api, MACHINE_CLASSES, unused, {"metadata": {"finalizers": [MCM_FINALIZER]}}, env.namespace)
+    reconcile_machine_class(env.key(unused))
+    assert finalizers(ops.get(env.api, MACHINE_CLASSES, unused, env.namespace)) == []
+    env.machine(env.name("m"), used)
+    reconcile_machine_class(env.key(used))
+    assert finalizers(ops.get(env.api, MACHINE_CLASSES, used, env.namespace)) == [MCM_FINALIZER]
+
+
 def test_secret_finalizer_follows_references(env: Env) -> None:
     secret, unused, cls = env.name("secret"), env.name("unused"), env.name("class")
     env.secret(secret)

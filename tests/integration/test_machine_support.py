@@ -22,7 +22,7 @@ from mcm_sandbox.crds import install_crds
 from mcm_sandbox.kubelet.simulator import KubeletSimulator
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks.api import Machine
-from mcm_tasks.controllers.machine.classes import reconcile_machine_class
+from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.clients import reset_clusters
@@ -100,10 +100,11 @@ class Env:
             body["secretRef"] = {"name": secret, "namespace": self.namespace}
         if node_template is not None:
             body["nodeTemplate"] = node_template
-        created = ops.create(self.api, MACHINE_CLASSES, body, self.namespace)
         if reconcile:
-            reconcile_machine_class(self.key(name))
-        return created
+            # what the class reconcile writes once a machine uses the class (upstream adds the
+            # finalizer only then): machines reconciled by hand find their class ready
+            body["metadata"]["finalizers"] = [MCM_FINALIZER]
+        return ops.create(self.api, MACHINE_CLASSES, body, self.namespace)
 
     def setup_class(self, provider_spec: dict[str, Any] | None = None, **kw: Any) -> str:
         """A secret with userData and a reconciled local class using it; the class's name."""

@@ -23,10 +23,10 @@ from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
     LAST_APPLIED_ANNO_LABELS_TAINTS_ANNOTATION,
     MACHINE_PRIORITY_ANNOTATION,
+    MCM_FINALIZER,
     PREFER_NO_SCHEDULE_KEY,
     REVISION_ANNOTATION,
 )
-from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, SECRETS
@@ -323,13 +323,13 @@ def _local_class(world: World, name: str) -> None:
     body = {
         "apiVersion": "machine.sapcloud.io/v1alpha1",
         "kind": "MachineClass",
-        "metadata": {"name": name, "namespace": world.namespace},
+        # the finalizer the class reconcile writes once machines use the class
+        "metadata": {"name": name, "namespace": world.namespace, "finalizers": [MCM_FINALIZER]},
         "provider": "local",
         "providerSpec": {},
         "secretRef": {"name": f"{name}-secret", "namespace": world.namespace},
     }
     ops.create(world.api, MACHINE_CLASSES, body, world.namespace)
-    reconcile_machine_class(f"{world.namespace}/{name}")
 
 
 def _joined(world: World, name: str) -> None:

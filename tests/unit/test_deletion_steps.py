@@ -54,7 +54,7 @@ def machine(phase: str, description: str) -> Machine:
          d.Step.DELETE_VM),
         ("Terminating", "VM deletion was successful. Initiate node object deletion", d.Step.DELETE_NODE),
         ("Terminating", "VM not found. Continuing deletion flow. Initiate node object deletion", d.Step.DELETE_NODE),
-        ("Terminating", "Deletion of Node Object 'n' is successful. Initiate machine object finalizer removal",
+        ("Terminating", 'Deletion of Node Object "n" is successful. Initiate machine object finalizer removal',
          d.Step.REMOVE_FINALIZER),
         ("Terminating", "something nobody wrote", d.Step.SET_TERMINATING),  # unrecognised: start over
         ("Terminating", "", d.Step.SET_TERMINATING),
@@ -182,3 +182,22 @@ def test_every_step_description_leads_where_mcm_says() -> None:
     ]
     for text, step in chain:
         assert d.step_of_description(text) is step
+
+
+@pytest.mark.parametrize("error", [None, err(Code.NotFound), err(Code.Unimplemented)])
+def test_without_target_cluster_the_vm_status_step_goes_straight_to_vm_deletion(
+    error: Exception | None,
+) -> None:
+    """Upstream's no-target mode: no "Initiate node drain" and no separate skip step."""
+    found = d.vm_status_transition(error, target_mode=False)
+    assert found.description == (
+        "Running without target cluster, skipping node drain and volume attachment deletion. "
+        "Initiate VM deletion"
+    )
+    assert d.step_of_description(found.description) is d.Step.DELETE_VM
+    assert found.retry is d.Retry.NEXT_STEP
+
+
+def test_names_are_quoted_as_go_quotes_them() -> None:
+    assert d.go_q("n-1") == '"n-1"'
+    assert d.go_q('a"b') == '"a\\"b"'

@@ -130,3 +130,15 @@ def test_address_status_dedups_sorts_and_adds_the_hostname() -> None:
         "m1",
     )
     assert [(a.type, a.address) for a in got] == [("Hostname", "m1"), ("InternalIP", "10.0.0.2")]
+
+
+def test_labels_patch_keeps_an_existing_node_label_as_upstream() -> None:
+    """Upstream's "status update" and "CrashLoopBackOff turns to Pending" cases: a machine whose
+    ``node`` label differs from the driver's node name keeps it."""
+    m = machine(providerID="local:///z/i-1")
+    m.metadata.labels["node"] = "set-by-someone"
+    m.metadata.annotations["machinepriority.machine.sapcloud.io"] = "3"
+    assert labels_patch(m, "m1", "local:///z/i-1", target_mode=True) is None
+    m.metadata.annotations.clear()
+    patch = labels_patch(m, "m1", "local:///z/i-1", target_mode=True)
+    assert patch is not None and "labels" not in patch["metadata"]

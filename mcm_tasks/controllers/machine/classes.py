@@ -1,9 +1,10 @@
 """The MachineClass reconcile (§4.10).
 
-A class not being deleted carries the MCM finalizer; when the finalizer is first added, the class's
-machines are enqueued, since their reconciles wait for it. A class being deleted keeps its finalizer
-while machines still use it and loses it when none do. Every class comes back after
-``class_resync_period``.
+As upstream's ``reconcileClusterMachineClass``: a class that machines use and that is not being
+deleted carries the MCM finalizer; when the finalizer is first added, the class's machines are
+enqueued, since their reconciles wait for it (a new machine of an unused class enqueues the class
+itself). A class no machine uses loses the finalizer, deleted or not; a class being deleted keeps
+it while machines still use it. Every class comes back after ``class_resync_period``.
 """
 
 from __future__ import annotations
@@ -50,20 +51,20 @@ def reconcile_machine_class(key: str) -> Requeue | None:
         return None
     resync = Requeue(get_settings().class_resync_period)
     meta = machine_class.metadata
-    if not meta.is_deleting:
+    machines = context.machines_of_class(name, namespace)
+    if not meta.is_deleting and machines:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
         if patch is not None:
             _patch(machine_class, patch)
-            enqueue_many(machine_queue_items(context.machines_of_class(name, namespace)))
+            enqueue_many(machine_queue_items(machines))
         return resync
-    machines = context.machines_of_class(name, namespace)
     if machines:
         log.info("machine class %s: still used by %d machines, keeping its finalizer", key, len(machines))
         return Requeue.short()
     patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
     if patch is not None:
         _patch(machine_class, patch)
-    return None
+    return None if meta.is_deleting else resync
 
 
 def _patch(machine_class: MachineClass, patch: dict[str, Any]) -> None:

@@ -92,10 +92,13 @@ def is_stale_node(
 def labels_patch(
     machine: Machine, node_name: str, provider_id: str, target_mode: bool
 ) -> dict[str, Any] | None:
-    """MCM's ``updateLabels`` as a conditional merge patch; None when the machine already has it all."""
+    """MCM's ``updateLabels`` as a conditional merge patch; None when the machine already has it all.
+
+    As upstream, the ``node`` label is written only when the machine has none: a label someone set
+    (or an earlier VM's node name) is left as it is."""
     meta = machine.metadata
     metadata: dict[str, Any] = {}
-    if target_mode and meta.labels.get(NODE_LABEL_KEY) != node_name and node_name:
+    if target_mode and NODE_LABEL_KEY not in meta.labels and node_name:
         metadata["labels"] = {NODE_LABEL_KEY: node_name}
     if not meta.annotations.get(MACHINE_PRIORITY_ANNOTATION):
         metadata["annotations"] = {MACHINE_PRIORITY_ANNOTATION: MACHINE_PRIORITY_DEFAULT}

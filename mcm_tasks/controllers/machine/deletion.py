@@ -28,6 +28,7 @@ written one.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -69,6 +70,17 @@ DELETE_VOLUME_ATTACHMENTS: Final = "Delete Volume Attachments"
 INITIATE_VM_DELETION: Final = "Initiate VM deletion"
 INITIATE_NODE_DELETION: Final = "Initiate node object deletion"
 INITIATE_FINALIZER_REMOVAL: Final = "Initiate machine object finalizer removal"
+
+
+NO_TARGET_SKIP: Final = (
+    "Running without target cluster, skipping node drain and volume attachment deletion. "
+    + INITIATE_VM_DELETION
+)
+
+
+def go_q(text: str) -> str:
+    """A name quoted as Go's ``%q`` quotes it ("…"), so MCM's descriptions match word for word."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 class Step(StrEnum):
@@ -121,13 +133,15 @@ def _moving_on(description: str) -> Transition:
     return Transition(description, MachineState.PROCESSING, Retry.NEXT_STEP)
 
 
-def vm_status_transition(error: Exception | None) -> Transition:
-    """After GetMachineStatus in step 2 (None: it answered)."""
+def vm_status_transition(error: Exception | None, target_mode: bool = True) -> Transition:
+    """After GetMachineStatus in step 2 (None: it answered). Without a target cluster there is no
+    node to drain and no VolumeAttachment to delete: upstream goes straight to VM deletion."""
+    moving_on = _moving_on(INITIATE_DRAIN if target_mode else NO_TARGET_SKIP)
     if error is None:
-        return _moving_on(INITIATE_DRAIN)
+        return moving_on
     code = code_of(error)
     if code in (Code.Unimplemented, Code.NotFound, Code.Uninitialized):
-        return _moving_on(INITIATE_DRAIN)
+        return moving_on
     if code in TRANSIENT_CODES:
         text = f"Error occurred while getting VM status, will retry - {error}. {GET_VM_STATUS}"
         return Transition(text, MachineState.FAILED, Retry.SHORT)
@@ -300,9 +314,9 @@ def _set_terminating(machine: Machine) -> StepResult:
 
 
 def _get_vm_status(machine: Machine) -> StepResult:
-    if machine.metadata.labels.get(NODE_LABEL_KEY):
-        return _write(machine, _moving_on(INITIATE_DRAIN))
     api = context.target_api()
+    if machine.metadata.labels.get(NODE_LABEL_KEY):
+        return _write(machine, _moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
     node_name = io.node_for_machine(api, machine.metadata.name or "") if api is not None else ""
     error: Exception | None = None
     if not node_name:
@@ -315,8 +329,8 @@ def _get_vm_status(machine: Machine) -> StepResult:
             node_name = driver.get_machine_status(request).node_name
         except Exception as err:  # every failure is a code (code_of), as upstream decodes them
             error = err
-    transition = vm_status_transition(error)
-    if node_name and context.target_api() is not None and transition.retry is Retry.NEXT_STEP:
+    transition = vm_status_transition(error, target_mode=api is not None)
+    if node_name and api is not None and transition.retry is Retry.NEXT_STEP:
         patch = {"metadata": {"labels": {NODE_LABEL_KEY: node_name}}}
         labelled = ops.patch(
             context.control_api(), MACHINES, machine.metadata.name or "", patch, machine.metadata.namespace
@@ -352,7 +366,8 @@ def _delete_volume_attachments(machine: Machine) -> StepResult:
     node = context.get_node(node_name) if node_name and api is not None else None
     if node is None or api is None:
         text = (
-            f"Skipping deleteNodeVolAttachments due to - node {node_name!r} not found. Moving to VM Deletion."
+            f"Skipping deleteNodeVolAttachments due to - node {go_q(node_name)} not found. "
+            "Moving to VM Deletion."
         )
         return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
     if not (node.get("status") or {}).get("volumesAttached"):
@@ -388,8 +403,8 @@ def _delete_node(machine: Machine) -> StepResult:
     api = context.target_api()
     if not node_name or api is None:
         text = (
-            f"Label {NODE_LABEL_KEY!r} not present on machine {machine.metadata.name!r} or no associated "
-            f"node object found, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
+            f"Label {go_q(NODE_LABEL_KEY)} not present on machine {go_q(machine.metadata.name or '')} "
+            f"or no associated node object found, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
         )
         return _write(machine, _moving_on(text))
     try:
@@ -403,16 +418,17 @@ def _delete_node(machine: Machine) -> StepResult:
         if is_conflict(err):
             raise
         text = (
-            f"Deletion of Node Object {node_name!r} failed due to error: {describe(err)}. "
+            f"Deletion of Node Object {go_q(node_name)} failed due to error: {describe(err)}. "
             f"{INITIATE_NODE_DELETION}"
         )
         return _write(machine, Transition(text, MachineState.FAILED, Retry.SHORT))
     if gone:
         text = (
-            f"No node object found for {node_name!r}, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
+            f"No node object found for {go_q(node_name)}, continuing deletion flow. "
+            f"{INITIATE_FINALIZER_REMOVAL}"
         )
     else:
-        text = f"Deletion of Node Object {node_name!r} is successful. {INITIATE_FINALIZER_REMOVAL}"
+        text = f"Deletion of Node Object {go_q(node_name)} is successful. {INITIATE_FINALIZER_REMOVAL}"
     return _write(machine, _moving_on(text))
 
 
