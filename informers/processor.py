@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 from informers.events import ADDED, DELETED, MODIFIED, Event, Routing
 from informers.mirror import Change, Commit, encode
-from informers.resources import BY_KIND, Obj, WatchedResource, key_of, resource_version, secret_for_mirror
+from informers.resources import BY_KIND, Obj, WatchedResource, key_of, resource_version
 from informers.routing import route
 from informers.store import Store
-from mcm_tasks.cache import layout
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ class Processor:
                 Change(
                     kind,
                     key,
-                    encode(self._mirrored(res, key, stored)),
+                    encode(stored),
                     res.index_values(old),
                     res.index_values(new),
                 )
@@ -105,8 +104,6 @@ class Processor:
             out.routing.merge(routed)
         else:
             route(Event(kind, MODIFIED if old is not None else ADDED, old, new), self.store, out.routing)
-        if kind == layout.MACHINE_CLASSES:
-            self._secrets_reference_changed(old, new, out)
 
     def _delete(self, res: WatchedResource, key: str, final: Obj | None, out: Outcome) -> None:
         old = self.store.delete(res.kind, key)
@@ -114,28 +111,6 @@ class Processor:
             return
         out.commit.changes.append(Change(res.kind, key, None, res.index_values(old), {}))
         route(Event(res.kind, DELETED, final if final is not None else old, None), self.store, out.routing)
-        if res.kind == layout.MACHINE_CLASSES:
-            self._secrets_reference_changed(old, None, out)
-
-    def _mirrored(self, res: WatchedResource, key: str, stored: Obj) -> Obj:
-        if res.kind != layout.SECRETS:
-            return stored
-        return secret_for_mirror(stored, self._referenced(key))
-
-    def _referenced(self, secret_key: str) -> bool:
-        return bool(self.store.index_keys(layout.MACHINE_CLASSES, layout.BY_SECRET, secret_key))
-
-    def _secrets_reference_changed(self, old: Obj | None, new: Obj | None, out: Outcome) -> None:
-        """A class started or stopped referencing a secret: store the secret again with or without
-        its data."""
-        classes = BY_KIND[layout.MACHINE_CLASSES]
-        before = set(classes.index_values(old).get(layout.BY_SECRET, []))
-        after = set(classes.index_values(new).get(layout.BY_SECRET, []))
-        for secret_key in sorted(before ^ after):
-            secret = self.store.get(layout.SECRETS, secret_key)
-            if secret is not None:
-                mirrored = secret_for_mirror(secret, self._referenced(secret_key))
-                out.commit.changes.append(Change(layout.SECRETS, secret_key, encode(mirrored)))
 
     # --- a whole list -------------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ what the informer keeps in memory, and the index values it is filed under.
 Three forms of one object:
 - *stored* (Redis, what workers read): the API object without ``metadata.managedFields``; Nodes also
   without ``status.images`` (large, never read); Pods as a projection of the fields the drain and
-  the safety checks read, to keep 100k pods affordable.
+  the safety checks read, to keep 100k pods affordable; Secrets without their data (metadata and a
+  digest of the data only: nothing secret is ever written to Redis, see ``_secret_stored``).
 - *remembered* (the informer's memory): enough to compute index values and route the next event
   (an UPDATE needs the old object). Control-cluster kinds keep the stored form; target kinds keep a
   small subset, so memory does not grow with node status or pod specs.
@@ -15,6 +16,10 @@ Writers must patch, not PUT, objects read from the mirror: a projection lacks fi
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,6 +157,37 @@ def _namespace(obj: Obj) -> list[str]:
     return _values(meta(obj).get("namespace"))
 
 
+#: the key of the Secrets' data digests: random per informer process and never written anywhere, so
+#: a digest in Redis cannot be used to guess a short secret value offline (a plain hash could be)
+_DIGEST_KEY = secrets.token_bytes(32)
+
+#: annotations that would copy a Secret's data into its metadata (``kubectl apply`` keeps the whole
+#: applied object there, data included)
+_SECRET_COPYING_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def secret_data_digest(secret: Mapping[str, Any]) -> str:
+    """A keyed digest (HMAC-SHA256) of a Secret's ``data`` and ``stringData``: equal data, equal digest
+    within one informer process, which is all change detection (routing) needs."""
+    content = {"data": secret.get("data") or {}, "stringData": secret.get("stringData") or {}}
+    encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+    return "hmac-sha256:" + hmac.new(_DIGEST_KEY, encoded, hashlib.sha256).hexdigest()
+
+
+def _secret_stored(obj: Obj) -> Obj:
+    """A Secret as the mirror (and the informer's memory) keeps it: metadata, type and a digest of the
+    data in an annotation, never the data. Workers fetch the data from the API server when a driver
+    call needs it (``mcm_tasks.controllers.machine.secretdata``)."""
+    m = meta(_without_managed_fields(obj))
+    annotations = {
+        k: v for k, v in (m.get("annotations") or {}).items() if k not in _SECRET_COPYING_ANNOTATIONS
+    }
+    annotations[layout.DATA_DIGEST_ANNOTATION] = secret_data_digest(obj)
+    slim = {k: v for k, v in obj.items() if k not in ("data", "stringData", "metadata")}
+    slim["metadata"] = {**m, "annotations": annotations}
+    return slim
+
+
 _META_BASICS = (("metadata", "name"), ("metadata", "namespace"), ("metadata", "resourceVersion"))
 
 
@@ -195,7 +231,7 @@ MACHINE_DEPLOYMENTS = WatchedResource(layout.MACHINE_DEPLOYMENTS, kres.MACHINE_D
 MACHINE_CLASSES = WatchedResource(
     layout.MACHINE_CLASSES, kres.MACHINE_CLASSES, CONTROL, {layout.BY_SECRET: _secret_refs}
 )
-SECRETS = WatchedResource(layout.SECRETS, kres.SECRETS, CONTROL)
+SECRETS = WatchedResource(layout.SECRETS, kres.SECRETS, CONTROL, stored=_secret_stored)
 NODES = WatchedResource(
     layout.NODES,
     kres.NODES,
@@ -271,19 +307,3 @@ def watched_resources(settings: Settings) -> list[WatchedResource]:
 def watch_namespace(resource: WatchedResource, settings: Settings) -> str | None:
     """Control kinds live in the control namespace; target kinds are watched across all namespaces."""
     return settings.namespace if resource.cluster == CONTROL else None
-
-
-def secret_for_mirror(secret: Obj, referenced: bool) -> Obj:
-    """A Secret as the mirror stores it: with its data only while a MachineClass references it.
-
-    Workers need the data of class secrets (userData, cloud credentials) on every machine reconcile,
-    too often to GET them live under the API rate limit; the data of every other secret in the
-    namespace has no business in Redis.
-    """
-    if referenced:
-        return secret
-    m = meta(secret)
-    annotations = {**(m.get("annotations") or {}), layout.DATA_OMITTED_ANNOTATION: "true"}
-    slim = {k: v for k, v in secret.items() if k not in ("data", "stringData")}
-    slim["metadata"] = {**m, "annotations": annotations}
-    return slim

@@ -323,6 +323,11 @@ def _machine_class(ev: Event, view: View, out: Routing) -> None:
                 out.add(machine_queue(machine), key_of(machine))
 
 
+def _data_digest(secret: Obj | None) -> str | None:
+    """The digest the stored form carries instead of the data (``informers.resources._secret_stored``)."""
+    return (meta(secret).get("annotations") or {}).get(layout.DATA_DIGEST_ANNOTATION)
+
+
 def _secret(ev: Event, view: View, out: Routing) -> None:
     key = key_of(ev.obj)
     old, new = ev.old, ev.new
@@ -332,7 +337,7 @@ def _secret(ev: Event, view: View, out: Routing) -> None:
     else:
         if meta(old).get("finalizers") != meta(new).get("finalizers") or is_deleting(old) != is_deleting(new):
             out.add(Q_SECRET, key)
-        data_changed = any((old or {}).get(f) != (new or {}).get(f) for f in ("data", "stringData"))
+        data_changed = _data_digest(old) != _data_digest(new)
     if data_changed:
         for cls in view.by_index(layout.MACHINE_CLASSES, layout.BY_SECRET, key):
             out.add(Q_CLASS, key_of(cls))

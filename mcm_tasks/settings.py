@@ -213,6 +213,11 @@ class Settings(BaseSettings):
     class_resync_period: Duration = Field(
         10 * 60.0, description="MachineClass / Secret reconciles come back after this"
     )
+    secret_cache_ttl: Duration = Field(
+        30.0,
+        description="a worker keeps the data of a MachineClass secret, read from the API server, this long "
+        "in its memory (never in Redis); 0 = read it on every driver call",
+    )
 
     # --- engine: Redis, queues, workers ---
     redis_url: str = Field(

@@ -77,8 +77,9 @@ INDEXES: Final[dict[str, tuple[str, ...]]] = {
     VOLUME_ATTACHMENTS: (BY_NODE, BY_PERSISTENT_VOLUME),
 }
 
-#: a secret stored without its data carries this annotation in the mirror (never on the API server)
-DATA_OMITTED_ANNOTATION: Final = "mcm-tasks.gardener.cloud/cache-data-omitted"
+#: the mirror keeps a Secret without its data, with a keyed digest of the data under this annotation
+#: (for change detection; never on the API server)
+DATA_DIGEST_ANNOTATION: Final = "mcm-tasks.gardener.cloud/cache-data-digest"
 
 
 def objects_key(kind: str) -> str:

@@ -8,7 +8,6 @@ models reused from the process's parsed-object cache (read-only: see ``mcm_tasks
 
 from __future__ import annotations
 
-import base64
 import builtins
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -122,13 +121,16 @@ class MachineClassLister(Lister[T]):
 
 
 class SecretLister(Lister[Obj]):
-    def data(self, name: str, namespace: str | None = None) -> dict[str, bytes] | None:
-        """The decoded data of a secret, or None when absent. The mirror holds the data of secrets a
-        MachineClass references only; for any other secret this is an empty dict."""
+    """Secrets as the mirror keeps them: metadata and a digest of the data, never the data itself
+    (``informers.resources._secret_stored``); the data is read from the API server when needed."""
+
+    def data_digest(self, name: str, namespace: str | None = None) -> str | None:
+        """The digest of a secret's data, or None when the secret is absent."""
         secret = self.get(name, namespace)
         if secret is None:
             return None
-        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        annotations = (secret.get("metadata") or {}).get("annotations") or {}
+        return str(annotations.get(layout.DATA_DIGEST_ANNOTATION, ""))
 
 
 class NodeLister(Lister[Obj]):

@@ -102,14 +102,18 @@ def test_large_batches_are_written_in_chunks_completely(writer: Writer, listers:
     assert len(listers.pods.on_node("n3")) == len([p for p in pods if p["spec"]["nodeName"] == "n3"])
 
 
-def test_secret_data_reaches_redis_only_while_a_class_references_it(writer: Writer, listers: Listers) -> None:
+def test_secret_data_never_reaches_redis(writer: Writer, listers: Listers, client: redis.Redis) -> None:
     writer.apply(WatchEvent(layout.SECRETS, ADDED, fx.secret("s", data={"userData": "aGVsbG8="})))
-    assert listers.secrets.data("s") == {}
     writer.apply(WatchEvent(layout.MACHINE_CLASSES, ADDED, fx.machine_class("c", secret="s")))
-    assert listers.secrets.data("s") == {"userData": b"hello"}
     assert [c.metadata.name for c in listers.machine_classes.referencing_secret(f"{NS}/s")] == ["c"]
-    writer.apply(WatchEvent(layout.MACHINE_CLASSES, DELETED, fx.machine_class("c", secret="s")))
-    assert listers.secrets.data("s") == {}
+    digest = listers.secrets.data_digest("s")
+    assert digest and digest.startswith("hmac-sha256:")
+    assert "data" not in (listers.secrets.get("s") or {})
+    writer.apply(WatchEvent(layout.SECRETS, MODIFIED, fx.secret("s", rv="2", data={"userData": "d29ybGQ="})))
+    assert listers.secrets.data_digest("s") not in (None, digest)
+    dump = b"".join(client.dump(k) or b"" for k in client.keys("*"))
+    assert b"aGVsbG8=" not in dump and b"d29ybGQ=" not in dump
+    assert listers.secrets.data_digest("absent") is None
 
 
 def test_the_sentinel_reports_what_redis_holds(writer: Writer, client: redis.Redis) -> None:

@@ -127,9 +127,7 @@ def test_mirror_follows_creates_updates_deletes_with_indexes_and_routing(
     create(kube_api, kres.MACHINES, fx.machine("m2", machine_set="set", machine_set_uid=ms_uid), namespace)
 
     wait_until(lambda: len(listers.machines.owned_by(ms_uid)) == 2, TIMEOUT, what="machines indexed by owner")
-    wait_until(
-        lambda: listers.secrets.data("cred") == {"userData": b"hi"}, TIMEOUT, what="class secret with data"
-    )
+    wait_until(lambda: bool(listers.secrets.data_digest("cred")), TIMEOUT, what="class secret, digest only")
     assert [c.metadata.name for c in listers.machine_classes.referencing_secret(f"{namespace}/cred")] == [
         "cls"
     ]
@@ -287,7 +285,7 @@ def test_redis_restarted_empty_is_noticed_and_every_key_is_enqueued_again(
                 f"secret {namespace}/cred",
             }
             running.wait_routed(expected, TIMEOUT)
-            assert reader.get(layout.SECRETS, f"{namespace}/cred")["data"] == {"userData": "c2VjcmV0"}  # type: ignore[index]
+            assert "data" not in (reader.get(layout.SECRETS, f"{namespace}/cred") or {"data": None})
             assert running.informer.counters["redis_lost"] == 1
     finally:
         redis_server.stop()

@@ -1,4 +1,4 @@
-"""What the single writer decides to write: stored forms, index moves, secrets with or without data,
+"""What the single writer decides to write: stored forms, index moves, secrets without their data,
 and the bookkeeping of a re-list (vanished objects deleted and routed, initial lists announced)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import orjson
 
-from informers.events import ADDED, DELETED, MODIFIED
+from informers.events import ADDED, MODIFIED
 from informers.mirror import Change
 from informers.processor import Outcome, Processor, Relisted, WatchEvent
 from informers.store import Store
@@ -66,25 +66,45 @@ def test_a_duplicate_event_writes_nothing() -> None:
     assert not out.commit.changes and not out.routing
 
 
-def test_secret_data_is_mirrored_only_while_a_class_references_it() -> None:
+def test_secrets_are_mirrored_without_their_data_but_with_a_digest_of_it() -> None:
     proc = Processor(Store(NS))
-    out = proc.process([WatchEvent(layout.SECRETS, ADDED, fx.secret("s"))])
-    alone = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
-    assert "data" not in alone
-    assert alone["metadata"]["annotations"] == {layout.DATA_OMITTED_ANNOTATION: "true"}
+    applied = fx.secret("s")
+    applied["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/last-applied-configuration": '{"data":{"userData":"c2VjcmV0"}}',
+        "team": "a",
+    }
+    applied["stringData"] = {"token": "plain"}
+    out = proc.process([WatchEvent(layout.SECRETS, ADDED, applied)])
+    first = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    assert "data" not in first and "stringData" not in first
+    assert "c2VjcmV0" not in orjson.dumps(first).decode() and "plain" not in orjson.dumps(first).decode()
+    annotations = first["metadata"]["annotations"]
+    assert set(annotations) == {"team", layout.DATA_DIGEST_ANNOTATION}
+    assert proc.store.get(layout.SECRETS, f"{NS}/s") == first  # nor in the informer's memory
 
+    # a class referencing it changes nothing about how it is stored
     out = proc.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, fx.machine_class("c", secret="s"))])
-    referenced = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
-    assert referenced["data"] == {"userData": "c2VjcmV0"}
-    assert "annotations" not in referenced["metadata"]
+    assert layout.SECRETS not in {c.kind for c in out.commit.changes}
 
+    # new data: a new digest, and the classes that use the secret are woken
     out = proc.process(
         [WatchEvent(layout.SECRETS, MODIFIED, fx.secret("s", rv="2", data={"userData": "bmV3"}))]
     )
-    assert stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])["data"] == {"userData": "bmV3"}
+    second = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    assert "data" not in second
+    assert (
+        second["metadata"]["annotations"][layout.DATA_DIGEST_ANNOTATION]
+        != annotations[layout.DATA_DIGEST_ANNOTATION]
+    )
+    assert ("machineclass", f"{NS}/c") in out.routing.items()
 
-    out = proc.process([WatchEvent(layout.MACHINE_CLASSES, DELETED, fx.machine_class("c", secret="s"))])
-    assert "data" not in stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    # same data, new resourceVersion (a label): stored again, classes not woken
+    relabelled = fx.secret("s", rv="3", data={"userData": "bmV3"})
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    out = proc.process([WatchEvent(layout.SECRETS, MODIFIED, relabelled)])
+    third = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    assert third["metadata"]["annotations"] == second["metadata"]["annotations"]
+    assert ("machineclass", f"{NS}/c") not in out.routing.items()
 
 
 def test_relist_deletes_and_routes_what_vanished_and_skips_what_did_not_change() -> None:

@@ -1,9 +1,9 @@
 """What a machine reconcile reads: the machine, its class, the class's secrets merged, its node.
 
 Reads come from the informers' Redis mirror when it holds a complete list of the kind, and from
-the API server otherwise (a worker started before the informer synced, tests without an informer,
-secrets whose data the mirror does not keep). Either way callers get models or API dicts and never
-know which; they write only the API server.
+the API server otherwise (a worker started before the informer synced, tests without an informer).
+Secret data always comes from the API server (``secretdata``): the mirror never holds it. Either
+way callers get models or API dicts and never know which; they write only the API server.
 
 Secrets: the merged data travels in a ``providers.driver.Secret`` (whose repr hides the values) and
 is handed to drivers only. Nothing here logs it.
@@ -11,9 +11,8 @@ is handed to drivers only. Nothing here logs it.
 
 from __future__ import annotations
 
-import base64
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,11 +23,12 @@ from kubernetes.client import ApiClient
 from mcm_tasks.api import Machine, MachineClass, SecretReference
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
-from mcm_tasks.cache.layout import DATA_OMITTED_ANNOTATION, split_key
+from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.machine import secretdata
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES, SECRETS
+from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import get_settings
 from providers.driver import Secret
@@ -120,26 +120,28 @@ def machines_with_label(key: str, value: str, namespace: str) -> list[Machine]:
 # --- secrets ---------------------------------------------------------------------------------------------
 
 
-def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, bytes]:
-    """A Secret's ``data`` (base64) with any ``stringData`` on top, as the API server merges them."""
-    out = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-    out.update({k: str(v).encode() for k, v in (secret.get("stringData") or {}).items()})
-    return out
+def secret_exists(ref: SecretReference, default_namespace: str) -> bool | None:
+    """Whether a referenced secret exists, from the mirror's metadata; None when the mirror cannot
+    tell (not synced), so the data read decides."""
+    lister = _listers().secrets
+    if not mirror_has(lister):
+        return None
+    return lister.raw.get(ref.name, ref.namespace or default_namespace) is not None
 
 
 def get_secret_data(ref: SecretReference, default_namespace: str) -> dict[str, bytes] | None:
-    """The decoded data of a referenced secret, or None when it does not exist."""
+    """The decoded data of a referenced secret, or None when it does not exist. Read from the API
+    server (the mirror never holds secret data), through the short in-process cache, which the
+    mirror's resourceVersion invalidates when the secret changes."""
     namespace = ref.namespace or default_namespace
     lister = _listers().secrets
+    version: str | None = None
     if mirror_has(lister):
-        raw = lister.raw.get(ref.name, namespace)
-        if raw is None:
+        mirrored = lister.raw.get(ref.name, namespace)
+        if mirrored is None:
             return None
-        annotations = (raw.get("metadata") or {}).get("annotations") or {}
-        if DATA_OMITTED_ANNOTATION not in annotations:
-            return decode_secret_data(raw)
-    found = ops.get(control_api(), SECRETS, ref.name, namespace, missing_ok=True)
-    return None if found is None else decode_secret_data(found)
+        version = str((mirrored.get("metadata") or {}).get("resourceVersion", ""))
+    return secretdata.read_secret_data(control_api(), ref.name, namespace, version)
 
 
 def merge_secret_data(*datas: Mapping[str, bytes]) -> dict[str, bytes]:
@@ -152,12 +154,23 @@ def merge_secret_data(*datas: Mapping[str, bytes]) -> dict[str, bytes]:
 
 @dataclass
 class ClassContext:
-    """A machine's class with its secrets merged (``secretRef`` first, ``credentialsSecretRef`` wins)."""
+    """A machine's class with its secrets merged (``secretRef`` first, ``credentialsSecretRef`` wins).
+
+    The merged data is read on first use of ``secret`` only: most reconciles (health checks of
+    running machines) never call a driver, and they cost no secret read.
+    """
 
     machine_class: MachineClass
-    secret: Secret
     #: ``namespace/name`` of referenced secrets that do not exist
     missing_secrets: list[str] = field(default_factory=list)
+    loader: Callable[[], Secret] | None = field(default=None, repr=False)
+    _secret: Secret | None = field(default=None, repr=False)
+
+    @property
+    def secret(self) -> Secret:
+        if self._secret is None:
+            self._secret = self.loader() if self.loader is not None else Secret(data={})
+        return self._secret
 
 
 def secret_refs(machine_class: MachineClass) -> list[SecretReference]:
@@ -165,15 +178,28 @@ def secret_refs(machine_class: MachineClass) -> list[SecretReference]:
 
 
 def load_class_context(machine_class: MachineClass) -> ClassContext:
+    """The class with its secrets: their existence from the mirror, their data on first use. Without
+    a synced mirror, existence needs the data read, which then happens at once."""
     namespace = machine_class.metadata.namespace or get_settings().namespace
-    datas, missing = [], []
-    for ref in secret_refs(machine_class):
-        data = get_secret_data(ref, namespace)
-        if data is None:
-            missing.append(f"{ref.namespace or namespace}/{ref.name}")
-        else:
-            datas.append(data)
-    return ClassContext(machine_class, Secret(data=merge_secret_data(*datas)), missing)
+    refs = secret_refs(machine_class)
+    names = {id(ref): f"{ref.namespace or namespace}/{ref.name}" for ref in refs}
+    known = {id(ref): secret_exists(ref, namespace) for ref in refs}
+
+    def load() -> tuple[Secret, list[str]]:
+        datas, missing = [], []
+        for ref in refs:
+            data = None if known[id(ref)] is False else get_secret_data(ref, namespace)
+            if data is None:
+                missing.append(names[id(ref)])
+            else:
+                datas.append(data)
+        return Secret(data=merge_secret_data(*datas)), missing
+
+    if any(exists is None for exists in known.values()):
+        secret, missing = load()
+        return ClassContext(machine_class, missing, _secret=secret)
+    missing = [names[id(ref)] for ref in refs if not known[id(ref)]]
+    return ClassContext(machine_class, missing, loader=lambda: load()[0])
 
 
 def get_class_context(machine: Machine) -> ClassContext | None:
