@@ -25,7 +25,7 @@ from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
-from mcm_tasks.controllers.machine import secretdata
+from mcm_tasks.controllers.common import secretdata
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES
