@@ -1,5 +1,7 @@
-"""kombu's Redis transport with one change: a channel whose connection was already released fails
-with a connection error instead of ``AttributeError``.
+"""kombu's Redis transport with two changes: a channel whose connection was already released fails
+with a connection error instead of ``AttributeError``, and the process can list the delivery tags
+its channels hold unacknowledged (``held_delivery_tags``), so that the keeper
+(mcm_tasks/queue/keeper.py) renews them and a dead worker's messages are told from a live one's.
 
 When a worker loses Redis, celery 5.7 collects the broker connection, which releases its transport,
 and reconnects with a new one. The old connection's channel can still be used afterwards: its close
@@ -16,6 +18,7 @@ contract's property 7).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import kombu.transport as kombu_transport
@@ -28,7 +31,33 @@ TRANSPORT = f"{__name__}:Transport"
 SCHEMES = ("redis", "rediss")
 
 
+#: the channels of this process (the consumer's, producers'): their QoS holds the unacked tags
+_channels: weakref.WeakSet[Channel] = weakref.WeakSet()
+
+
+def held_delivery_tags() -> list[str]:
+    """Delivery tags this process has received and not yet acknowledged (kombu's ``unacked`` hash
+    and ``unacked_index`` sorted set hold them in Redis until the ack). Read from another thread
+    than the consumer's: a copy is retried if the dict changes under it."""
+    tags: list[str] = []
+    for channel in list(_channels):
+        qos = getattr(channel, "_qos", None)
+        if qos is None:
+            continue
+        for _ in range(5):
+            try:
+                tags.extend(list(qos._delivered))
+                break
+            except RuntimeError:  # changed size during iteration
+                continue
+    return tags
+
+
 class Channel(kombu_redis.Channel):  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _channels.add(self)
+
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         if self.connection.client is None:
             raise redis.exceptions.ConnectionError("the broker connection of this channel was released")

@@ -6,26 +6,37 @@ Choices that carry the queue contract (see mcm_tasks/queue/README.md):
   mid-reconcile does not lose the key; its message comes back.
 - ``task_reject_on_worker_lost``: when a pool process dies, its message is requeued at once
   instead of being dropped. Celery warns this can loop on a task that kills its worker; the
-  contract counts such a redelivery (same message id still holding the key's lock) as a failure,
-  so a crash loop ends in the dead letter after ``dead_letter_after`` attempts.
+  contract counts such a redelivery (same message id still holding the key's lock) as a worker
+  death, and ``poison_after`` of them in a row quarantine the key (retried at long-retry).
 - ``task_acks_on_timeout`` off: a reconcile killed by the hard time limit is redelivered likewise.
   The time limits sit below ``reconcile_lock_ttl`` so a lock never expires under a running
   reconcile (the soft limit raises inside the reconciler: an ordinary failure with backoff).
-- ``visibility_timeout`` from settings, and every countdown below half of it: a held countdown
-  message is acknowledged long before the broker would redeliver it. The restore sweep runs
-  every visibility_timeout/10 (at most 10 s) so short test timeouts recover promptly.
+- no countdown or ETA message ever: requeue-afters wait in Redis (the delayed sets) and every
+  worker's keeper thread (mcm_tasks/queue/keeper.py, started on ``worker_ready``) publishes them
+  when due, so a worker holds at most its prefetch of messages.
+- a dead worker's messages (prefetched or running) are put back by any worker's keeper after
+  ``worker_lost_timeout``: live workers renew the messages they hold. kombu's own restore after
+  ``visibility_timeout`` stays as a backstop.
 - prefetch multiplier 1: a waiting message sits in Redis, where any free worker can take it,
-  rather than behind a busy one.
-- no result backend: nothing reads results; replay works from the dead letter (kind, key).
+  rather than behind a busy one. A warm shutdown (SIGTERM) finishes running reconciles and hands
+  prefetched messages back at once (kombu restores a closing channel's unacked messages).
+- no result backend: nothing reads results; replay works from the failing list (kind, key).
 - task events on for Flower; kombu's keys live under ``<key_prefix>:broker:``.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger, worker_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 from kombu import Queue
 
 from mcm_tasks.broker import register_transport
@@ -100,3 +111,24 @@ def _log_kind_and_key(logger: Any, **_: Any) -> None:
     from mcm_tasks.logs import install
 
     install(logger, get_settings().log_format)
+
+
+_keeper: Any = None
+
+
+@worker_ready.connect
+def _start_keeper(sender: Any = None, **_: Any) -> None:
+    """The keeper runs in the main process (it renews the messages the consumer holds); started
+    once the pool has forked, so no pool process inherits the thread."""
+    global _keeper
+    from mcm_tasks.queue.keeper import Keeper
+
+    name = str(getattr(sender, "hostname", "") or f"worker-{os.getpid()}")
+    _keeper = Keeper(name, get_settings())
+    _keeper.start()
+
+
+@worker_shutdown.connect
+def _stop_keeper(**_: Any) -> None:
+    if _keeper is not None:
+        _keeper.stop()

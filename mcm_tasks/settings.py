@@ -233,14 +233,29 @@ class Settings(BaseSettings):
         60.0, description="per-key reconcile lock lifetime; exceeds any reconcile's run time"
     )
     visibility_timeout: Duration = Field(
-        3600.0, description="Celery redelivers an unacknowledged message after this; above every countdown"
+        3600.0,
+        description="kombu restores a message unacknowledged this long (a backstop: workers renew the "
+        "messages they hold, and the sweep restores a dead worker's after worker-lost-timeout)",
+    )
+    worker_lost_timeout: Duration = Field(
+        15.0,
+        description="a worker that has not renewed its heartbeat and held messages for this long is "
+        "dead: any worker's sweep puts its messages back on their queues (not in MCM)",
+    )
+    delayed_publish_interval: Duration = Field(
+        0.2, description="how often every worker publishes the due keys of the delayed sets (not in MCM)"
     )
     error_backoff_base: Duration = Field(
         0.005, description="per-key error backoff start (doubles per failure)"
     )
-    error_backoff_max: Duration = Field(1000.0, description="per-key error backoff ceiling")
-    dead_letter_after: int = Field(
-        15, description="consecutive failures before a key is parked in the dead-letter list"
+    error_backoff_max: Duration = Field(
+        1000.0,
+        description="per-key error backoff ceiling; a key that keeps failing is retried at it, forever",
+    )
+    poison_after: int = Field(
+        3,
+        description="worker deaths in a row during one key's reconcile before the key is quarantined: "
+        "retried at long-retry instead of at once (not in MCM)",
     )
     log_format: Literal["text", "json"] = Field(
         "text", description="log lines as text or one JSON object per line (with kind and key)"
@@ -280,7 +295,7 @@ class Settings(BaseSettings):
             ipaddress.ip_address(self.address)
         except ValueError:
             problems.append(("address", f"{self.address!r} is not an IP address"))
-        for name in ("concurrent_syncs", "worker_concurrency", "dead_letter_after"):
+        for name in ("concurrent_syncs", "worker_concurrency", "poison_after"):
             if getattr(self, name) <= 0:
                 problems.append((name, "must be greater than 0"))
         if self.kube_api_qps <= 0:
@@ -302,16 +317,9 @@ class Settings(BaseSettings):
             problems.append(("leader_elect_resource_lock", f"{lock!r} is not supported, use {allowed}"))
         if self.no_target and not self.control_kubeconfig:
             problems.append(("control_kubeconfig", "is required when --target-kubeconfig=none"))
-        longest = max(self.long_retry, self.resource_exhausted_retry, self.class_resync_period)
-        if 2 * longest > self.visibility_timeout:
-            # a countdown is held unacknowledged in a worker; past the visibility timeout Celery
-            # delivers it again, so the queue caps countdowns at half of it
-            problems.append(
-                (
-                    "visibility_timeout",
-                    f"must be at least twice the longest requeue ({format_duration(longest)})",
-                )
-            )
+        if self.worker_lost_timeout >= self.visibility_timeout:
+            # kombu's own restore (after the visibility timeout) is the backstop of the sweep
+            problems.append(("worker_lost_timeout", "must be shorter than visibility-timeout"))
         if problems:
             raise ValueError("; ".join(f"{_describe(n)}: {msg}" for n, msg in problems))
         return self

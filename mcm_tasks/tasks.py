@@ -44,9 +44,7 @@ def _shell(kind: str) -> Task:
                 len(kwargs),
             )
             return SKIPPED["invalid"]
-        delivery = deliver(
-            kind, key, str(self.request.id), self.request.eta is not None, worker=self.request.hostname
-        )
+        delivery = deliver(kind, key, str(self.request.id), worker=self.request.hostname)
         if delivery.error is not None:
             raise ReconcileFailed.of(*delivery.error)
         return delivery.describe()

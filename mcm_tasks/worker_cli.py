@@ -20,7 +20,7 @@ from mcm_tasks.settings import QUEUES, Settings, configure, get_settings
 
 app = typer.Typer(add_completion=False)
 admin_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Inspect and steer the queues.")
-deadletter_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keys that kept failing.")
+deadletter_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keys that keep failing.")
 app.add_typer(admin_app, name="admin")
 admin_app.add_typer(deadletter_app, name="deadletter")
 #: piped output (grep, tests) is not cut to 80 columns
@@ -154,33 +154,33 @@ def admin_queues() -> None:
 
 @deadletter_app.command("ls")
 def deadletter_ls() -> None:
-    """Dead-lettered keys with their last error."""
-    from mcm_tasks.queue.deadletter import list_dead_letters
+    """Failing keys with their last error (they keep being retried at the backoff ceiling)."""
+    from mcm_tasks.queue.state import failing
 
-    entries = list_dead_letters()
+    entries = failing()
     table = Table("kind", "key", "failures", "since", "error")
     for e in entries:
-        when = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        when = datetime.fromtimestamp(e.since, UTC).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(e.kind, e.key, str(e.count), when, f"{e.error}: {e.message}")
-    console.print(table if entries else "no dead-lettered keys")
+    console.print(table if entries else "no failing keys")
 
 
 @deadletter_app.command("replay")
 def deadletter_replay(
     kind: str = typer.Argument("", help="Kind of the key to replay."),
     key: str = typer.Argument("", help="The key."),
-    all_: bool = typer.Option(False, "--all", help="Replay every dead-lettered key."),
+    all_: bool = typer.Option(False, "--all", help="Replay every failing key."),
 ) -> None:
-    """Forget a key's failures and reconcile it again."""
-    from mcm_tasks.queue.deadletter import replay, replay_all
+    """Forget a key's failures and reconcile it now."""
+    from mcm_tasks.queue.state import replay, replay_failing
 
     if all_:
-        console.print(f"replayed {replay_all()} keys")
+        console.print(f"replayed {replay_failing()} keys")
         return
     if not kind or not key:
         raise typer.BadParameter("give KIND KEY, or --all")
     if not replay(_kind(kind), key):
-        console.print(f"{kind} {key} is not dead-lettered")
+        console.print(f"{kind} {key} is not failing")
         raise typer.Exit(1)
     console.print(f"replayed {kind} {key}")
 

@@ -93,3 +93,22 @@ def satisfied(owner_key: str, client: redis.Redis | None = None) -> bool:
 def delete_expectations(owner_key: str, client: redis.Redis | None = None) -> None:
     """The owner is gone."""
     _client(client).delete(_key(owner_key))
+
+
+#: how long expectations of a reconcile that died stay trusted: the informer mirrors what that run
+#: created or deleted well within it, after which the redelivered run reads the cache afresh
+RECHECK_GRACE = 2.0
+
+
+def recheck_soon(owner_key: str, client: redis.Redis | None = None) -> None:
+    """The reconcile that recorded these expectations died (its worker was killed): expire them
+    within ``RECHECK_GRACE`` instead of ``expectations_timeout``, so the redelivered reconcile
+    re-checks the cache shortly rather than waiting minutes for creations that may never come.
+    Creations it did make are still observed meanwhile, and lower the counts as usual."""
+    _client(client).pexpire(_key(owner_key), int(RECHECK_GRACE * 1000), lt=True)
+
+
+def expires_in(owner_key: str, client: redis.Redis | None = None) -> float | None:
+    """Seconds until the owner's expectations expire, or None when there are none."""
+    ttl = int(_client(client).pttl(_key(owner_key)))
+    return None if ttl < 0 else ttl / 1000.0

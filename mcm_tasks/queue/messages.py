@@ -16,7 +16,6 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
@@ -38,31 +37,31 @@ def broker_prefix(settings: Settings | None = None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """The Redis keys of one kind's queue (passed to the Lua scripts in this order)."""
+    """The Redis keys of one kind's queue."""
 
     kind: str
     pending: str  # hash key → "enqueued_at|message id": an immediate message is on its way
     locks: str  # hash key → "expires_at|started_at|message id": a reconcile is running
     dirty: str  # set of keys that got an event while locked
-    delayed: str  # hash key → "due|message id": the one countdown message that counts
-    failures: str  # hash key → consecutive failures
+    delayed: str  # sorted set key → due time: client-go's delaying queue
+    failures: str  # hash key → consecutive failures (the backoff exponent)
+    failing: str  # hash key → JSON of the failure streak (state.Failing)
+    deaths: str  # hash key → worker deaths in a row during the key's reconcile (poison detection)
     metrics: str  # hash of counters and histogram buckets
     broker_list: str  # the Celery queue (a Redis list)
-    deadletter: str  # hash "kind:key" → JSON entry (shared by all kinds)
-    superseded: str  # set of countdown message ids replaced by an earlier countdown
 
     def as_list(self) -> list[str]:
-        return [
-            self.pending,
-            self.locks,
-            self.dirty,
-            self.delayed,
-            self.failures,
-            self.metrics,
-            self.broker_list,
-            self.deadletter,
-            self.superseded,
-        ]
+        return [self.pending, self.locks, self.dirty, self.delayed, self.failures, self.failing,
+                self.deaths, self.metrics, self.broker_list]  # fmt: skip
+
+
+#: the lock holder that marks a quarantined key (a poison message): held until its retry is due
+QUARANTINE = "quarantine"
+
+
+def workers_key(settings: Settings | None = None) -> str:
+    """Sorted set worker name → time of its last heartbeat."""
+    return f"{(settings or get_settings()).key_prefix}:q:workers"
 
 
 _keys_cache: dict[tuple[str, str], QueueKeys] = {}
@@ -83,10 +82,10 @@ def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
         dirty=base + "dirty",
         delayed=base + "delayed",
         failures=base + "failures",
+        failing=base + "failing",
+        deaths=base + "deaths",
         metrics=base + "metrics",
         broker_list=broker_prefix(s) + s.queue_name(kind),
-        deadletter=f"{s.key_prefix}:q:deadletter",
-        superseded=base + "superseded",
     )
     _keys_cache[(s.key_prefix, kind)] = keys
     return keys
@@ -96,7 +95,7 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-def build_message(kind: str, key: str, message_id: str, queue: str, eta: float | None = None) -> str:
+def build_message(kind: str, key: str, message_id: str, queue: str) -> str:
     """The JSON a kombu Redis producer would LPUSH for ``mcm.reconcile.<kind>(key)``."""
     body = f"[[{json.dumps(key)}], {{}}, {_EMBED}]"
     return orjson.dumps(
@@ -109,7 +108,7 @@ def build_message(kind: str, key: str, message_id: str, queue: str, eta: float |
                 "task": task_name(kind),
                 "id": message_id,
                 "shadow": None,
-                "eta": None if eta is None else datetime.fromtimestamp(eta, UTC).isoformat(),
+                "eta": None,
                 "expires": None,
                 "group": None,
                 "group_index": None,

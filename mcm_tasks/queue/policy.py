@@ -1,7 +1,7 @@
 """Pure decisions of the queue contract: what a reconcile's result or error means for its key.
 
-Kept free of I/O so the table tests pin the rules (backoff doubling, the dead-letter threshold,
-countdown capping, redaction) without Redis or Celery.
+Kept free of I/O so the table tests pin the rules (backoff doubling to its ceiling, countdowns,
+redaction) without Redis or Celery.
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from enum import StrEnum
 
 from mcm_tasks.settings import Settings, get_settings
 
-#: longest error message kept in a dead-letter entry; enough to diagnose, too short to hold a dump
+#: longest error message kept in a failing entry; enough to diagnose, too short to hold a dump
 MAX_MESSAGE = 300
-#: fraction of visibility_timeout a countdown may use: a held ETA message must be acknowledged
-#: before the broker considers it lost and delivers it a second time
-COUNTDOWN_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +42,7 @@ class Requeue:
 class Action(StrEnum):
     DONE = "done"  # forget the key's backoff
     REQUEUE = "requeue"  # success, but come back later
-    RETRY = "retry"  # failure: back off and try again
-    DEAD = "dead"  # failure too many times in a row: park it in the dead letter
+    RETRY = "retry"  # failure: back off (up to the ceiling, forever) and try again
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +50,14 @@ class Outcome:
     action: Action
     #: seconds until the key comes back (REQUEUE, RETRY); 0 means at once
     after: float = 0.0
-    #: consecutive failures including this one (RETRY, DEAD)
+    #: consecutive failures including this one (RETRY)
     failures: int = 0
 
 
-def max_countdown(settings: Settings) -> float:
-    return settings.visibility_timeout * COUNTDOWN_SHARE
-
-
-def clamp_countdown(seconds: float, settings: Settings) -> float:
-    """A countdown the broker cannot redeliver by accident; coming back early is harmless."""
-    return max(0.0, min(float(seconds), max_countdown(settings)))
+def clamp_countdown(seconds: float) -> float:
+    """A countdown is never negative. Countdowns live in Redis (the delayed sets), so unlike a Celery
+    ETA message held by a worker they need no upper bound."""
+    return max(0.0, float(seconds))
 
 
 def backoff(failures: int, settings: Settings) -> float:
@@ -78,17 +71,15 @@ def backoff(failures: int, settings: Settings) -> float:
 def outcome_of_result(result: object, settings: Settings) -> Outcome:
     """A reconciler returned: ``None`` is done, ``Requeue`` comes back; anything else counts as done."""
     if isinstance(result, Requeue):
-        return Outcome(Action.REQUEUE, after=clamp_countdown(result.after, settings))
+        return Outcome(Action.REQUEUE, after=clamp_countdown(result.after))
     return Outcome(Action.DONE)
 
 
 def outcome_of_error(failures_before: int, settings: Settings) -> Outcome:
+    """A reconcile raised: retry after the backoff, which stops growing at ``error_backoff_max`` but
+    never stops (client-go's rate-limited requeue; nothing parks a key for a transient fault)."""
     failures = failures_before + 1
-    if failures >= settings.dead_letter_after:
-        return Outcome(Action.DEAD, failures=failures)
-    return Outcome(
-        Action.RETRY, after=clamp_countdown(backoff(failures, settings), settings), failures=failures
-    )
+    return Outcome(Action.RETRY, after=backoff(failures, settings), failures=failures)
 
 
 _SECRET_ASSIGNMENT = re.compile(
@@ -100,9 +91,9 @@ _LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 
 
 def redact(text: str) -> str:
-    """An error message fit for the dead letter (shown in the admin CLI): no values of secret-looking
-    fields and no long opaque tokens, truncated. Reconcilers should not put secrets into errors in
-    the first place; this is the safety net."""
+    """An error message fit for the failing list and Events (shown in the admin CLI): no values of
+    secret-looking fields and no long opaque tokens, truncated. Reconcilers should not put secrets
+    into errors in the first place; this is the safety net."""
     text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}<redacted>", text)
     text = _LONG_TOKEN.sub("<redacted>", text)
     if len(text) > MAX_MESSAGE:
@@ -113,9 +104,8 @@ def redact(text: str) -> str:
 #: why a delivery did not run its reconciler (BEGIN's status), as Flower and the history show it
 SKIPPED: dict[str, str] = {
     "busy": "skipped: key running elsewhere",
-    "superseded": "skipped: superseded by an earlier requeue",
-    "coalesced": "skipped: coalesced into a waiting message",
     "duplicate": "skipped: duplicate message",
+    "quarantined": "quarantined: its worker died repeatedly, retried at long-retry",
     "invalid": "skipped: invalid task arguments",
 }
 
@@ -145,11 +135,9 @@ def describe(status: str, outcome: Outcome | None) -> str:
         return "done"
     if outcome.action is Action.REQUEUE:
         return f"requeue in {seconds_text(outcome.after)}" if outcome.after > 0 else "requeue now"
-    if outcome.action is Action.RETRY:
-        return f"retry in {seconds_text(outcome.after)} (failure {outcome.failures})"
-    return f"dead-lettered (failure {outcome.failures})"
+    return f"retry in {seconds_text(outcome.after)} (failure {outcome.failures})"
 
 
 def error_summary(exc: BaseException) -> tuple[str, str]:
-    """(error class, redacted message) for logs and the dead letter."""
+    """(error class, redacted message) for logs, the failing list and Events."""
     return type(exc).__name__, redact(str(exc))

@@ -1,5 +1,7 @@
 """One delivery of a reconcile message: begin (lock or mark dirty), reconcile, end (unlock, requeue,
-re-add if dirty). Two script calls around the reconciler; nothing else touches Redis."""
+re-add if dirty). Two script calls around the reconciler (the key's history rides in the same
+round trips); a failure adds one read of the key's failing entry, and the Warning Events go through
+the kind's failure reporter."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import orjson
 import redis
 
 from mcm_tasks.logs import log_context
-from mcm_tasks.queue import concurrency, history, scripts
-from mcm_tasks.queue.messages import build_message, new_id
+from mcm_tasks.queue import concurrency, history, registry, scripts
+from mcm_tasks.queue.messages import build_message, new_id, queue_keys
 from mcm_tasks.queue.policy import (
     Action,
     Outcome,
@@ -23,15 +25,19 @@ from mcm_tasks.queue.policy import (
     outcome_of_result,
 )
 from mcm_tasks.queue.producer import scripts_for
-from mcm_tasks.queue.registry import get_reconciler
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
+#: Event reasons on the object of a failing key
+FAILED_REASON = "ReconcileFailed"
+QUARANTINED_REASON = "ReconcileQuarantined"
+WORKER_LOST = "WorkerLost"
+
 
 class NoReconciler(RuntimeError):
-    """The worker has no reconciler for this kind: a deployment error, parked like any failure."""
+    """The worker has no reconciler for this kind: a deployment error, retried like any failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +55,20 @@ class Delivery:
         return self.text or describe(self.status, self.outcome)
 
 
-def process(kind: str, key: str, message_id: str, delayed: bool, client: redis.Redis | None = None) -> str:
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def process(kind: str, key: str, message_id: str, client: redis.Redis | None = None) -> str:
     """Run the contract around the kind's reconciler; the status of this delivery (``run`` when
-    the reconciler ran, else why it did not)."""
-    return deliver(kind, key, message_id, delayed, client).status
+    the reconciler ran, else why it did not: ``busy``, ``duplicate``, ``quarantined``)."""
+    return deliver(kind, key, message_id, client).status
 
 
 def deliver(
     kind: str,
     key: str,
     message_id: str,
-    delayed: bool,
     client: redis.Redis | None = None,
     worker: str | None = None,
 ) -> Delivery:
@@ -69,28 +78,22 @@ def deliver(
     client = client or get_redis()
     kind_scripts = scripts_for(kind, settings)
     started = time.time()
-    status, failures_text = kind_scripts.begin(
-        client, (), [key, message_id, started, "1" if delayed else "0"]
+    status, failures_text, recovered, previous_error = (
+        _text(v) for v in kind_scripts.begin(client, (), [key, message_id, started])
     )
-    if isinstance(status, bytes):  # a client without decode_responses
-        status, failures_text = status.decode(), failures_text.decode()
+    failures_before = int(failures_text)
+    if recovered == "1":
+        _recovered(kind, key, status, failures_before, previous_error)
     if status != "run":
-        if status == "dead":
-            log.error("%s %s dead-lettered: its worker died %s times in a row", kind, key, failures_text)
-            return Delivery(
-                str(status),
-                Outcome(Action.DEAD, failures=int(failures_text)),
-                ("WorkerLost", f"the worker died {failures_text} times in a row during this reconcile"),
-            )
         log.debug("%s %s: %s", kind, key, status)
-        return Delivery(str(status))
+        return Delivery(status)
 
     entry = ""
     if not concurrency.acquire(client, kind, message_id, settings):
         # every --concurrent-syncs slot of this kind is busy across the fleet: hand the key back
         # (unlocked, no failure counted) to come back shortly
         outcome = Outcome(Action.REQUEUE, after=concurrency.SLOT_RETRY)
-        _finish(client, kind_scripts, kind, key, message_id, started, int(failures_text), outcome, entry)
+        _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry)
         return Delivery("busy", text=f"skipped: every --concurrent-syncs slot of {kind} busy")
 
     run = history.Run(id=message_id, start=started, worker=history.worker_name(worker))
@@ -99,25 +102,17 @@ def deliver(
     error: tuple[str, str] | None = None
     with log_context(kind, key):
         try:
-            reconciler = get_reconciler(kind)
+            reconciler = registry.get_reconciler(kind)
             if reconciler is None:
                 raise NoReconciler(f"no reconciler registered for {kind!r} in this worker")
             outcome = outcome_of_result(reconciler(key), settings)
         except Exception as exc:  # a reconciler's failure is data for the contract, not a task failure
-            outcome = outcome_of_error(int(failures_text), settings)
+            outcome = outcome_of_error(failures_before, settings)
             error = error_summary(exc)
-            if outcome.action is Action.DEAD:
-                log.error("%s %s failed %d times, dead-lettered: %s: %s", kind, key, outcome.failures, *error)
-                entry = dead_letter_entry(kind, key, *error, outcome.failures)
-            else:
-                log.warning(
-                    "%s %s failed (%d), retry in %.3fs: %s: %s",
-                    kind,
-                    key,
-                    outcome.failures,
-                    outcome.after,
-                    *error,
-                )
+            entry = _failed(client, kind, key, error, outcome)
+        else:
+            if failures_before:
+                _recovered_from_failures(client, kind, key)
         finally:
             concurrency.release(client, kind, message_id, settings)
     done = run.model_copy(
@@ -127,14 +122,93 @@ def deliver(
             "error": ": ".join(error) if error else "",
         }
     )
-    _finish(client, kind_scripts, kind, key, message_id, started, int(failures_text), outcome, entry, done)
+    _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done)
     return Delivery("run", outcome, error)
 
 
-def dead_letter_entry(kind: str, key: str, error: str, message: str, count: int) -> str:
+def _recovered(kind: str, key: str, status: str, failures: int, previous_error: str) -> None:
+    """This message's earlier delivery died mid-reconcile (its worker was killed, or it overran
+    the lock): what that run promised is re-checked before the key runs again, and the object
+    hears of it once per streak."""
+    settings = get_settings()
+    if status == "quarantined":
+        log.error("%s %s quarantined: its worker died %s times in a row during its reconcile; "
+                  "retried after long-retry", kind, key, settings.poison_after)  # fmt: skip
+        _report(kind, key, QUARANTINED_REASON,
+                f"{WORKER_LOST}: the worker died during the reconcile {settings.poison_after} "
+                f"times in a row; retried every {settings.long_retry:g}s")  # fmt: skip
+        return
+    log.warning("%s %s: its previous reconcile died with its worker; running it again", kind, key)
+    for hook in registry.recovery_hooks(kind):
+        try:
+            hook(key)
+        except Exception:
+            log.exception("%s %s: recovery hook %s failed", kind, key, getattr(hook, "__name__", hook))
+    if failures == 1 or previous_error != WORKER_LOST:
+        _report(kind, key, FAILED_REASON, f"{WORKER_LOST}: the worker died during the reconcile")
+
+
+def _recovered_from_failures(client: redis.Redis, kind: str, key: str) -> None:
+    """A failure streak ended. If its Warning could not be written during it (every write refused,
+    as in an API-server outage), it is written now, so the object still tells what happened."""
+    previous = _previous(client, kind, key)
+    if previous is not None and previous.get("reported") is False:
+        _report(kind, key, FAILED_REASON,
+                f"{previous.get('error')}: {previous.get('message')} "
+                f"({previous.get('count')} failures in a row, then recovered)")  # fmt: skip
+
+
+def _failed(client: redis.Redis, kind: str, key: str, error: tuple[str, str], outcome: Outcome) -> str:
+    """Log a failure, warn the object on the first failure of a streak and on every change of
+    error; the key's new failing entry (JSON)."""
+    now = time.time()
+    previous = _previous(client, kind, key)
+    log.warning("%s %s failed (%d), retry in %.3fs: %s: %s",
+                kind, key, outcome.failures, outcome.after, *error)  # fmt: skip
+    changed = previous is None or (previous.get("error"), previous.get("message")) != error
+    reported = True
+    if changed or (previous is not None and previous.get("reported") is False):
+        reported = _report(kind, key, FAILED_REASON, ": ".join(error))
+    since = previous.get("since", now) if previous else now
+    return failing_entry(
+        kind, key, *error, outcome.failures, since, now, now + outcome.after, reported=reported
+    )
+
+
+def _previous(client: redis.Redis, kind: str, key: str) -> dict[str, object] | None:
+    raw = client.hget(queue_keys(kind).failing, key)
+    if not raw:
+        return None
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _report(kind: str, key: str, reason: str, message: str) -> bool:
+    """Best effort, as Events are: a reporter that fails is logged, never raised into the contract.
+    Whether the report was made (no reporter: nothing is owed)."""
+    reporter = registry.failure_reporter(kind)
+    if reporter is None:
+        return True
+    try:
+        return bool(reporter(key, reason, message))
+    except Exception:
+        log.exception("%s %s: could not report %s", kind, key, reason)
+        return False
+
+
+def failing_entry(
+    kind: str, key: str, error: str, message: str, count: int, since: object, now: float, retry_at: float,
+    *, reported: bool = True,
+) -> str:  # fmt: skip
+    """The JSON of a failing key (read back by ``state.Failing``); ``reported``: its Warning Event
+    was written (else it is owed)."""
     return orjson.dumps(
-        {"kind": kind, "key": key, "error": error, "message": message, "count": count, "time": time.time()}
-    ).decode()
+        {"kind": kind, "key": key, "error": error, "message": message, "count": count,
+         "since": since, "time": now, "quarantined": False, "retry_at": retry_at, "reported": reported}
+    ).decode()  # fmt: skip
 
 
 def _finish(
@@ -155,16 +229,11 @@ def _finish(
     # script can decide and publish in the same atomic step
     now_id = new_id()
     now_message = build_message(kind, key, now_id, queue)
-    due, later_id, later_message = "", "", ""
+    due = ""
     if outcome.action in (Action.REQUEUE, Action.RETRY) and outcome.after > 0:
-        due_at = now + outcome.after
-        later_id = new_id()
-        later_message = build_message(kind, key, later_id, queue, eta=due_at)
-        due = repr(due_at)
-    fields = "|".join(
-        (repr(now), repr(started), outcome.action.value, due, later_id, now_id, str(failures_before))
-    )
-    calls = [(kind_scripts.end, [key, message_id, fields, entry, later_message, now_message])]
+        due = repr(now + outcome.after)
+    fields = "|".join((repr(now), repr(started), outcome.action.value, due, now_id, str(failures_before)))
+    calls = [(kind_scripts.end, [key, message_id, fields, entry, now_message])]
     if run is not None:  # the key's history, in the same round trip
         calls.append(history.finish_call(kind, key, run))
     scripts.run_pipeline(client, calls)

@@ -10,9 +10,8 @@ import redis
 
 from mcm_tasks.queue import scripts
 from mcm_tasks.queue.messages import build_message, new_id, queue_keys
-from mcm_tasks.queue.policy import clamp_countdown
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.settings import QUEUES, Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +21,8 @@ MAX_KEY_LENGTH = 1024
 
 
 def stale_after(settings: Settings) -> float:
-    """A pending marker or countdown entry older than this belongs to a lost message: a new add
-    publishes again instead of coalescing into it (so no key is blocked for good)."""
+    """A pending marker older than this belongs to a lost message: a new add publishes again
+    instead of coalescing into it (so no key is blocked for good)."""
     return settings.visibility_timeout
 
 
@@ -54,9 +53,8 @@ def scripts_for(kind: str, settings: Settings | None = None) -> scripts.KindScri
     cached = _by_settings.get(kind)
     if cached is not None and cached[0] is s:
         return cached[1]
-    found = scripts.kind_scripts(
-        queue_keys(kind, s), stale_after(s), s.reconcile_lock_ttl, s.dead_letter_after
-    )
+    limits = scripts.Limits(stale_after(s), s.reconcile_lock_ttl, s.poison_after, s.long_retry)
+    found = scripts.kind_scripts(queue_keys(kind, s), limits)
     _by_settings[kind] = (s, found)
     return found
 
@@ -92,40 +90,64 @@ def enqueue(kind: str, key: str, client: redis.Redis | None = None) -> bool:
 def enqueue_many_after(
     items: Iterable[tuple[str, str]], seconds: float, client: redis.Redis | None = None
 ) -> None:
-    """``enqueue_after`` for many (kind, key) at once, one round trip; a key with an earlier
-    countdown or a waiting message keeps it (a batch never delays what is already due)."""
+    """``enqueue_after`` for many (kind, key) at once, one round trip; a key with an earlier due
+    time keeps it (a batch never delays what is already due)."""
     settings = get_settings()
-    delay = clamp_countdown(seconds, settings)
     groups = _group(items)
-    if delay <= 0:
+    if seconds <= 0:
         enqueue_many([(kind, key) for kind, keys in groups.items() for key in keys], client)
         return
-    now = time.time()
-    due = now + delay
+    due = repr(time.time() + float(seconds))
     calls: list[tuple[scripts.LuaScript, list[object]]] = []
     for kind, keys in groups.items():
         script = scripts_for(kind, settings).schedule
-        queue = settings.queue_name(kind)
-        for key in keys:
-            mid = new_id()
-            calls.append((script, [now, key, due, mid, build_message(kind, key, mid, queue, eta=due)]))
+        ordered = list(keys)
+        for start in range(0, len(ordered), CHUNK):
+            args: list[object] = []
+            for key in ordered[start : start + CHUNK]:
+                args += (key, due)
+            calls.append((script, args))
     if calls:
         scripts.run_pipeline(client or get_redis(), calls)
 
 
 def enqueue_after(kind: str, key: str, seconds: float, client: redis.Redis | None = None) -> None:
-    """Add a key after a countdown; only the earliest pending countdown per key has a message."""
+    """client-go's ``AddAfter``: the key goes into the kind's delayed set (in Redis, so it outlives
+    any worker) and is published when due by a worker's publisher; the earliest due time per key
+    wins."""
+    enqueue_many_after([(kind, key)], seconds, client)
+
+
+def publish_due(client: redis.Redis | None = None, now: float | None = None) -> tuple[int, float | None]:
+    """Publish the keys of every kind's delayed set that are due (client-go's ``waitingLoop``).
+    Any number of processes may call it at once: a key is moved by exactly one of them. Returns the
+    messages published and the next due time still waiting (None if no key waits)."""
     settings = get_settings()
-    script = scripts_for(kind, settings).schedule
-    check_key(key)
-    delay = clamp_countdown(seconds, settings)
-    if delay < seconds:
-        log.warning("countdown %.0fs for %s %s capped at %.0fs", seconds, kind, key, delay)
-    if delay <= 0:
-        enqueue(kind, key, client)
-        return
-    now = time.time()
-    due = now + delay
-    mid = new_id()
-    message = build_message(kind, key, mid, settings.queue_name(kind), eta=due)
-    script(client or get_redis(), (), [now, key, due, mid, message])
+    client = client or get_redis()
+    now = time.time() if now is None else now
+    pipe = client.pipeline(transaction=False)
+    for kind in QUEUES:
+        delayed = queue_keys(kind, settings).delayed
+        pipe.zrangebyscore(delayed, "-inf", now, start=0, num=CHUNK)
+        pipe.zrange(delayed, 0, 0, withscores=True)
+    replies = pipe.execute()
+    calls: list[tuple[scripts.LuaScript, list[object]]] = []
+    next_due: float | None = None
+    for i, kind in enumerate(QUEUES):
+        due_keys, first = replies[2 * i], replies[2 * i + 1]
+        if len(due_keys) >= CHUNK:
+            next_due = now  # more are due than one call takes: come back at once
+        elif first and float(first[0][1]) > now:
+            at = float(first[0][1])
+            next_due = at if next_due is None else min(next_due, at)
+        if not due_keys:
+            continue
+        queue = settings.queue_name(kind)
+        args: list[object] = [now]
+        for raw in due_keys:
+            key = raw.decode() if isinstance(raw, bytes) else raw
+            mid = new_id()
+            args += (key, mid, build_message(kind, key, mid, queue))
+        calls.append((scripts_for(kind, settings).promote, args))
+    published = sum(int(n) for n in scripts.run_pipeline(client, calls)) if calls else 0
+    return published, next_due

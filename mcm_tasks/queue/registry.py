@@ -22,26 +22,69 @@ log = logging.getLogger(__name__)
 
 #: a reconciler: key → None (done, forget the backoff) or Requeue; raising means "failed"
 Reconciler = Callable[[str], Requeue | None]
+#: told that a key's reconcile failed: (key, reason, message); records a Warning Event on its object
+#: and says whether it could (an Event not written is owed: reported again later in the streak)
+FailureReporter = Callable[[str, str, str], bool]
+#: told that a key's previous reconcile died with its worker, before the key runs again: drops or
+#: re-checks what that reconcile promised (expectations)
+RecoveryHook = Callable[[str], None]
 
 ENV = "MCM_RECONCILER_MODULES"
 DEFAULT_MODULES = ("mcm_tasks.controllers.reconcilers",)
 
 _registry: dict[str, Reconciler] = {}
+_reporters: dict[str, FailureReporter] = {}
+_recovery_hooks: dict[str, list[RecoveryHook]] = {}
 _loaded = False
 _load_lock = threading.Lock()
 
 
 def register_reconciler(kind: str, fn: Reconciler) -> Reconciler:
-    if kind not in QUEUES:
-        raise ValueError(f"unknown queue kind {kind!r}; known: {', '.join(QUEUES)}")
+    _check_kind(kind)
     _registry[kind] = fn
     return fn
+
+
+def register_failure_reporter(kind: str, fn: FailureReporter) -> FailureReporter:
+    """Who puts the Warning Event of a failing key of ``kind`` on its object (the first failure of a
+    streak and every change of error; the queue decides when, the reporter only writes)."""
+    _check_kind(kind)
+    _reporters[kind] = fn
+    return fn
+
+
+def register_recovery_hook(kind: str, fn: RecoveryHook) -> RecoveryHook:
+    """Run ``fn(key)`` before a key of ``kind`` whose previous reconcile died runs again."""
+    _check_kind(kind)
+    hooks = _recovery_hooks.setdefault(kind, [])
+    if fn not in hooks:
+        hooks.append(fn)
+    return fn
+
+
+def failure_reporter(kind: str) -> FailureReporter | None:
+    if not _loaded:
+        load_reconciler_modules()
+    return _reporters.get(kind)
+
+
+def recovery_hooks(kind: str) -> list[RecoveryHook]:
+    if not _loaded:
+        load_reconciler_modules()
+    return list(_recovery_hooks.get(kind, ()))
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in QUEUES:
+        raise ValueError(f"unknown queue kind {kind!r}; known: {', '.join(QUEUES)}")
 
 
 def unregister_all() -> None:
     """Tests: start from an empty registry (and load modules again on next use)."""
     global _loaded
     _registry.clear()
+    _reporters.clear()
+    _recovery_hooks.clear()
     _loaded = False
 
 

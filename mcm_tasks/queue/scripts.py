@@ -18,16 +18,16 @@ from typing import Any
 
 import redis
 
-from mcm_tasks.queue.messages import QueueKeys
+from mcm_tasks.queue.messages import QUARANTINE, QueueKeys
 
 #: client-go's workqueue histogram buckets: 10 ns … 10 s, ×10
 BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 
 _PRELUDE = """
 local PENDING, LOCKS, DIRTY, DELAYED = @PENDING@, @LOCKS@, @DIRTY@, @DELAYED@
-local FAILURES, METRICS, LIST, DEADLETTER = @FAILURES@, @METRICS@, @LIST@, @DEADLETTER@
-local SUPERSEDED, KIND = @SUPERSEDED@, @KIND@
-local STALE, TTL, DEAD_AFTER = @STALE@, @TTL@, @DEAD_AFTER@
+local FAILURES, FAILING, DEATHS, METRICS, LIST = @FAILURES@, @FAILING@, @DEATHS@, @METRICS@, @LIST@
+local KIND, QUARANTINE = @KIND@, @QUARANTINE@
+local STALE, TTL, POISON_AFTER, LONG_RETRY = @STALE@, @TTL@, @POISON_AFTER@, @LONG_RETRY@
 local BUCKETS = {@BUCKETS@}
 local function split2(v)
   local p = string.find(v, '|', 1, true)
@@ -49,13 +49,13 @@ local function lock_of(key)
   local _, holder = split2(rest)
   return tonumber(exp), holder
 end
--- "enqueued_at|id" / "due|id" younger than the stale limit
+-- "enqueued_at|id" younger than the stale limit
 local function fresh(v, now)
   local t = split2(v)
   return tonumber(t) > now - STALE
 end
--- An immediate add: mark dirty if the key runs, coalesce if a live message waits, else publish.
--- Returns 1 published, 2 marked dirty, 0 coalesced.
+-- An immediate add: mark dirty if the key runs (or is quarantined), coalesce if a live message
+-- waits, else publish. Returns 1 published, 2 marked dirty, 0 coalesced.
 local function push_now(key, id, msg, now)
   local exp = lock_of(key)
   if exp and exp > now then
@@ -68,18 +68,23 @@ local function push_now(key, id, msg, now)
   redis.call('LPUSH', LIST, msg)
   return 1
 end
--- A countdown add: the earliest live due time per key wins; later ones add no message.
-local function schedule(key, due, id, msg, now)
-  local d = redis.call('HGET', DELAYED, key)
-  if d then
-    local dd, did = split2(d)
-    if tonumber(dd) <= due and tonumber(dd) > now - STALE then return 0 end
-    -- the replaced message still fires later; remember to drop it then
-    redis.call('SADD', SUPERSEDED, did)
-  end
-  redis.call('HSET', DELAYED, key, due .. '|' .. id)
-  redis.call('LPUSH', LIST, msg)
+-- AddAfter: the delayed set keeps the earliest due time per key. Returns 1 if it moved earlier.
+local function schedule(key, due)
+  local cur = redis.call('ZSCORE', DELAYED, key)
+  if cur and tonumber(cur) <= due then return 0 end
+  redis.call('ZADD', DELAYED, due, key)
   return 1
+end
+-- the start of the key's failure streak (kept across entries) or now, and its last error or ''
+local function streak(key, now)
+  local prev = redis.call('HGET', FAILING, key)
+  if prev then
+    local ok, entry = pcall(cjson.decode, prev)
+    if ok and type(entry) == 'table' then
+      return tonumber(entry.since) or now, tostring(entry.error or '')
+    end
+  end
+  return now, ''
 end
 """
 
@@ -96,102 +101,118 @@ if adds > 0 then redis.call('HINCRBY', METRICS, 'adds', adds) end
 return published
 """
 
-# ARGV: now, key, due, id, message. Returns 1 if a countdown message was published.
+# ARGV: (key, due) pairs. Returns how many keys got an earlier (or a first) due time.
 _SCHEDULE = """
-return schedule(ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], tonumber(ARGV[1]))
+local moved = 0
+for i = 1, #ARGV, 2 do moved = moved + schedule(ARGV[i], tonumber(ARGV[i + 1])) end
+return moved
 """
 
-# A message arrives at a worker. ARGV: key, id, now, delayed (1/0). Returns {status, consecutive
-# failures}; status is run | busy | superseded | coalesced | duplicate | dead.
+# The publisher: keys whose due time has come move from the delayed set to the queue (a key that
+# waits or runs already coalesces, as client-go's waitingLoop adding to the queue). Idempotent and
+# leader-free: a key another publisher moved first is no longer due here. ARGV: now, then (key,
+# id, message) triples. Returns the number of messages published.
+_PROMOTE = """
+local now = tonumber(ARGV[1])
+local published, adds = 0, 0
+for i = 2, #ARGV, 3 do
+  local due = redis.call('ZSCORE', DELAYED, ARGV[i])
+  if due and tonumber(due) <= now then
+    redis.call('ZREM', DELAYED, ARGV[i])
+    local r = push_now(ARGV[i], ARGV[i + 1], ARGV[i + 2], now)
+    if r == 1 then published = published + 1 end
+    if r > 0 then adds = adds + 1 end
+    observe('delay_lag', now - tonumber(due))
+  end
+end
+if adds > 0 then redis.call('HINCRBY', METRICS, 'adds', adds) end
+return published
+"""
+
+# A message arrives at a worker. ARGV: key, id, now. Returns {status, consecutive failures,
+# recovered (1: this message's earlier delivery died mid-reconcile), the streak's error before};
+# status is run | busy | duplicate | quarantined.
 _BEGIN = """
 local key, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queued_at = nil
-if ARGV[4] == '1' then
-  local d = redis.call('HGET', DELAYED, key)
-  local due, did = nil, nil
-  if d then due, did = split2(d) end
-  if did == id then
-    redis.call('HDEL', DELAYED, key)
-    queued_at = tonumber(due)
-  elseif redis.call('SREM', SUPERSEDED, id) == 1 or d then
-    return {'superseded', '0'}
+local p = redis.call('HGET', PENDING, key)
+if p then
+  local t, pid = split2(p)
+  if pid == id then
+    queued_at = tonumber(t)
+  elseif tonumber(t) > now - STALE then
+    return {'duplicate', '0', '0', ''}
   end
-  local p = redis.call('HGET', PENDING, key)
-  if p and fresh(p, now) then return {'coalesced', '0'} end
-  redis.call('HINCRBY', METRICS, 'adds', 1)
-else
-  local p = redis.call('HGET', PENDING, key)
-  if p then
-    local t, pid = split2(p)
-    if pid == id then
-      queued_at = tonumber(t)
-    elseif tonumber(t) > now - STALE then
-      return {'duplicate', '0'}
-    end
-    redis.call('HDEL', PENDING, key)
-  end
+  redis.call('HDEL', PENDING, key)
 end
 local failures = tonumber(redis.call('HGET', FAILURES, key) or '0')
 local exp, holder = lock_of(key)
+local recovered, prev_error = '0', ''
 if holder == id then
   -- this very message started before and never finished: its worker died or overran the lock
+  recovered = '1'
   failures = redis.call('HINCRBY', FAILURES, key, 1)
   redis.call('HINCRBY', METRICS, 'retries', 1)
-  if failures >= DEAD_AFTER then
-    redis.call('HDEL', LOCKS, key)
-    redis.call('SREM', DIRTY, key)
-    redis.call('HSET', DEADLETTER, KIND .. ':' .. key, cjson.encode({kind = KIND, key = key,
-      error = 'WorkerLost', message = 'the worker died or overran the lock during the reconcile',
-      count = failures, time = now}))
-    return {'dead', tostring(failures)}
+  local deaths = redis.call('HINCRBY', DEATHS, key, 1)
+  local poison = deaths >= POISON_AFTER
+  local retry_at = now
+  if poison then retry_at = now + LONG_RETRY end
+  local since
+  since, prev_error = streak(key, now)
+  redis.call('HSET', FAILING, key, cjson.encode({kind = KIND, key = key, error = 'WorkerLost',
+    message = 'the worker died during the reconcile (' .. deaths .. ' in a row)', count = failures,
+    since = since, time = now, quarantined = poison, retry_at = retry_at}))
+  if poison then
+    -- a poison message: hold the key (adds mark it dirty) until its retry at LongRetry
+    redis.call('HSET', LOCKS, key, retry_at .. '|' .. now .. '|' .. QUARANTINE)
+    schedule(key, retry_at)
+    return {'quarantined', tostring(failures), recovered, prev_error}
   end
 elseif exp and exp > now then
   redis.call('SADD', DIRTY, key)
-  return {'busy', '0'}
+  return {'busy', '0', '0', ''}
 end
 redis.call('HSET', LOCKS, key, (now + TTL) .. '|' .. now .. '|' .. id)
 redis.call('SREM', DIRTY, key)
 if queued_at then observe('queue', now - queued_at) end
-return {'run', tostring(failures)}
+return {'run', tostring(failures), recovered, prev_error}
 """
 
-# A reconcile ended. ARGV: key, id, "now|started|action|due|countdown id|immediate id|failures
-# before" (action: done|requeue|retry|dead; due '' = at once), dead-letter entry, countdown
-# message, immediate message. Returns the number of messages published.
+# A reconcile ended. ARGV: key, id, "now|started|action|due|immediate id|failures before"
+# (action: done|requeue|retry; due '' = at once), failing entry (retry), immediate message.
+# Returns the number of messages published.
 _END = """
 local key, id = ARGV[1], ARGV[2]
 local f = {}
 for part in string.gmatch(ARGV[3] .. '|', '([^|]*)|') do f[#f + 1] = part end
-local now, started, action, due, later_id, now_id = tonumber(f[1]), tonumber(f[2]), f[3], f[4], f[5], f[6]
+local now, started, action, due, now_id = tonumber(f[1]), tonumber(f[2]), f[3], f[4], f[5]
 local _, holder = lock_of(key)
 local mine = holder == id
 if mine then redis.call('HDEL', LOCKS, key) end
 observe('work', now - started)
-if action == 'done' or action == 'requeue' then
-  if f[7] ~= '0' then
-    redis.call('HDEL', FAILURES, key)
-    redis.call('HDEL', DEADLETTER, KIND .. ':' .. key)
-  end
-elseif action == 'retry' then
+if action == 'retry' then
   redis.call('HINCRBY', FAILURES, key, 1)
   redis.call('HINCRBY', METRICS, 'retries', 1)
-elseif action == 'dead' then
-  redis.call('HINCRBY', FAILURES, key, 1)
-  redis.call('HSET', DEADLETTER, KIND .. ':' .. key, ARGV[4])
+  redis.call('HSET', FAILING, key, ARGV[4])
+  redis.call('HDEL', DEATHS, key)
+elseif f[6] ~= '0' then
+  redis.call('HDEL', FAILURES, key)
+  redis.call('HDEL', FAILING, key)
+  redis.call('HDEL', DEATHS, key)
 end
 local published = 0
 if action == 'requeue' or action == 'retry' then
   if due == '' then
-    local r = push_now(key, now_id, ARGV[6], now)
+    local r = push_now(key, now_id, ARGV[5], now)
     if r == 1 then published = 1 end
     if r > 0 then redis.call('HINCRBY', METRICS, 'adds', 1) end
   else
-    published = schedule(key, tonumber(due), later_id, ARGV[5], now)
+    schedule(key, tonumber(due))
   end
 end
 -- events that arrived during the run (already counted as adds): exactly one more reconcile
 if mine and redis.call('SREM', DIRTY, key) == 1 then
-  if push_now(key, now_id, ARGV[6], now) == 1 then published = published + 1 end
+  if push_now(key, now_id, ARGV[5], now) == 1 then published = published + 1 end
 end
 return published
 """
@@ -225,16 +246,27 @@ class LuaScript:
 class KindScripts:
     enqueue: LuaScript
     schedule: LuaScript
+    promote: LuaScript
     begin: LuaScript
     end: LuaScript
 
 
-_compiled: dict[tuple[QueueKeys, float, float, int], KindScripts] = {}
+@dataclass(frozen=True)
+class Limits:
+    """The settings a kind's scripts carry as constants."""
+
+    stale: float  # a pending marker older than this belongs to a lost message
+    lock_ttl: float
+    poison_after: int
+    long_retry: float
 
 
-def kind_scripts(keys: QueueKeys, stale: float, lock_ttl: float, dead_after: int) -> KindScripts:
-    """The four scripts of one kind's queue, compiled once per process and configuration."""
-    ident = (keys, stale, lock_ttl, dead_after)
+_compiled: dict[tuple[QueueKeys, Limits], KindScripts] = {}
+
+
+def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
+    """The scripts of one kind's queue, compiled once per process and configuration."""
+    ident = (keys, limits)
     found = _compiled.get(ident)
     if found is not None:
         return found
@@ -244,20 +276,24 @@ def kind_scripts(keys: QueueKeys, stale: float, lock_ttl: float, dead_after: int
         "DIRTY": lua_string(keys.dirty),
         "DELAYED": lua_string(keys.delayed),
         "FAILURES": lua_string(keys.failures),
+        "FAILING": lua_string(keys.failing),
+        "DEATHS": lua_string(keys.deaths),
         "METRICS": lua_string(keys.metrics),
         "LIST": lua_string(keys.broker_list),
-        "DEADLETTER": lua_string(keys.deadletter),
-        "SUPERSEDED": lua_string(keys.superseded),
         "KIND": lua_string(keys.kind),
-        "STALE": repr(float(stale)),
-        "TTL": repr(float(lock_ttl)),
-        "DEAD_AFTER": str(int(dead_after)),
+        "QUARANTINE": lua_string(QUARANTINE),
+        "STALE": repr(float(limits.stale)),
+        "TTL": repr(float(limits.lock_ttl)),
+        "POISON_AFTER": str(int(limits.poison_after)),
+        "LONG_RETRY": repr(float(limits.long_retry)),
         "BUCKETS": ", ".join(repr(b) for b in BUCKETS),
     }
     prelude = _PRELUDE
     for name, value in constants.items():
         prelude = prelude.replace(f"@{name}@", value)
-    found = KindScripts(*(LuaScript(prelude + body) for body in (_ENQUEUE, _SCHEDULE, _BEGIN, _END)))
+    found = KindScripts(
+        *(LuaScript(prelude + body) for body in (_ENQUEUE, _SCHEDULE, _PROMOTE, _BEGIN, _END))
+    )
     _compiled[ident] = found
     return found
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.queue.messages import QUARANTINE, queue_keys
 from mcm_tasks.queue.scripts import BUCKETS
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, get_settings
@@ -37,10 +37,11 @@ class QueueStats:
     kind: str
     queued_messages: int  # messages in the broker list (immediate and not yet fetched countdowns)
     pending: int  # keys with an immediate message on its way: the workqueue depth
-    delayed: int  # keys with a countdown message
+    delayed: int  # keys in the delayed set (requeue-after, error backoff)
     running: int
     dirty: int
-    failing: int
+    failing: int  # keys whose last reconcile failed (retried at the backoff, forever)
+    quarantined: int  # poison keys held until their retry at long-retry
     adds: int
     retries: int
     recovered: int  # messages restored from dead workers (``count_recovered``)
@@ -74,10 +75,10 @@ def read_stats(client: redis.Redis | None = None) -> list[QueueStats]:
         qk = queue_keys(kind, settings)
         pipe.llen(qk.broker_list)
         pipe.hlen(qk.pending)
-        pipe.hlen(qk.delayed)
+        pipe.zcard(qk.delayed)
         pipe.hgetall(qk.locks)
         pipe.scard(qk.dirty)
-        pipe.hlen(qk.failures)
+        pipe.hlen(qk.failing)
         pipe.hgetall(qk.metrics)
     replies = pipe.execute()
     now = time.time()
@@ -85,10 +86,12 @@ def read_stats(client: redis.Redis | None = None) -> list[QueueStats]:
     for i, kind in enumerate(QUEUES):
         llen, pending, delayed, locks, dirty, failing, metrics = replies[i * 7 : i * 7 + 7]
         metrics = {_text(k): _text(v) for k, v in metrics.items()}
-        ages = []
+        ages, quarantined = [], 0
         for value in locks.values():
-            expires, started, _ = _text(value).split("|", 2)
-            if float(expires) > now:
+            expires, started, holder = _text(value).split("|", 2)
+            if holder == QUARANTINE:
+                quarantined += float(expires) > now
+            elif float(expires) > now:
                 ages.append(max(0.0, now - float(started)))
         out.append(
             QueueStats(
@@ -99,6 +102,7 @@ def read_stats(client: redis.Redis | None = None) -> list[QueueStats]:
                 running=len(ages),
                 dirty=dirty,
                 failing=failing,
+                quarantined=quarantined,
                 adds=int(metrics.get("adds", 0)),
                 retries=int(metrics.get("retries", 0)),
                 recovered=int(metrics.get(RECOVERED_FIELD, 0)),

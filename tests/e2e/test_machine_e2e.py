@@ -20,8 +20,8 @@ from mcm_sandbox.runner import Sandbox
 from mcm_tasks.api import API_VERSION, Machine, MachineClass
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import EVENTS, MACHINE_CLASSES, MACHINES, NODES, SECRETS
-from mcm_tasks.queue.deadletter import list_dead_letters
 from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.queue.state import failing
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalCloud, LocalDriver
 from tests.e2e.support import connected, running_sandbox
@@ -251,9 +251,9 @@ def test_bad_input_gives_status_and_event(world: World, case: str, expect: str) 
     m = world.get(name)
     assert m is not None and m.status.last_operation.state == "Failed"
     assert world.live_vms(name) == []
-    # no crash loop: the reconciles of this machine never failed (no backoff, nothing dead-lettered)
+    # no crash loop: the reconciles of this machine never failed (no backoff, nothing failing)
     assert world.redis.hget(queue_keys("machine").failures, f"{NS}/{name}") is None
-    assert not [d for d in list_dead_letters(world.redis) if d.key == f"{NS}/{name}"]
+    assert not [d for d in failing("machine", world.redis) if d.key == f"{NS}/{name}"]
 
 
 def test_user_data_never_reaches_status_events_or_logs(world: World) -> None:

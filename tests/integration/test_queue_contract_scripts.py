@@ -24,31 +24,26 @@ from informers.sink import deliver as deliver_routing
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.queue import Requeue, enqueue, enqueue_after, enqueue_many, register_reconciler, registry
 from mcm_tasks.queue import expectations as exp
-from mcm_tasks.queue.deadletter import list_dead_letters, replay, replay_all
-from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.queue.messages import build_message, new_id, queue_keys
 from mcm_tasks.queue.metrics import register_queue_metrics
 from mcm_tasks.queue.processing import process
-from mcm_tasks.queue.producer import enqueue_many_after
+from mcm_tasks.queue.producer import enqueue_many_after, publish_due
+from mcm_tasks.queue.state import failing, replay, replay_failing
 from mcm_tasks.queue.stats import read_stats
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, reset_settings
 
 pytestmark = pytest.mark.integration
 
-#: a visibility timeout short enough to see a countdown capped, with every requeue below half of it
-SHORT_VISIBILITY = {
-    "visibility_timeout": 1.0,
-    "long_retry": 0.4,
-    "resource_exhausted_retry": 0.4,
-    "class_resync_period": 0.4,
-}
+#: a visibility timeout short enough to see a lost message's marker go stale
+SHORT_VISIBILITY = {"visibility_timeout": 1.0, "worker_lost_timeout": 0.5}
 SETTINGS = {
     "reconcile_lock_ttl": 5,
     "visibility_timeout": 60,
     "long_retry": 30,
     "resource_exhausted_retry": 30,
     "class_resync_period": 30,
-    "dead_letter_after": 3,
+    "poison_after": 3,
     "error_backoff_base": 0.5,
     "error_backoff_max": 10,
     "expectations_timeout": 30,
@@ -60,10 +55,6 @@ class Delivery:
     id: str
     key: str
     eta: float | None
-
-    @property
-    def delayed(self) -> bool:
-        return self.eta is not None
 
 
 @pytest.fixture()
@@ -92,7 +83,18 @@ def take(client: redis.Redis, kind: str) -> Delivery:
 
 def deliver(client: redis.Redis, kind: str) -> str:
     d = take(client, kind)
-    return process(kind, d.key, d.id, d.delayed)
+    return process(kind, d.key, d.id)
+
+
+def fire(client: redis.Redis, after: float = 45.0) -> int:
+    """The publisher, as if ``after`` seconds had passed (less than a marker takes to go stale):
+    every key due by then is published."""
+    return publish_due(client, time.time() + after)[0]
+
+
+def due_in(client: redis.Redis, kind: str, key: str) -> float | None:
+    score = client.zscore(queue_keys(kind).delayed, key)
+    return None if score is None else float(score) - time.time()
 
 
 def recorder(calls: list[str], result: Callable[[str], Requeue | None] = lambda key: None):  # type: ignore[no-untyped-def]
@@ -139,7 +141,9 @@ def test_a_second_delivery_while_running_waits_for_the_first(client: redis.Redis
     def reconcile(key: str) -> None:
         inner.append(key)
         if len(inner) == 1:
-            enqueue_after("machine", key, 0.001)  # a countdown message for the same key arrives now
+            # a stray copy for the same key arrives now (e.g. restored from a worker taken for dead)
+            mid = new_id()
+            client.lpush(queue_keys("machine").broker_list, build_message("machine", key, mid, "mcm.machine"))
             assert deliver(client, "machine") == "busy"
 
     register_reconciler("machine", reconcile)
@@ -156,23 +160,54 @@ def test_redelivery_of_a_message_whose_worker_died_takes_over_and_counts_a_failu
     def dies(key: str) -> None:
         raise SystemExit("worker killed")  # not an Exception: the contract's end step never runs
 
+    recovered: list[str] = []
     register_reconciler("machine", dies)
+    registry.register_recovery_hook("machine", recovered.append)
     enqueue("machine", "k")
     d = take(client, "machine")
     with pytest.raises(SystemExit):
-        process("machine", "k", d.id, False)
+        process("machine", "k", d.id)
     assert enqueue("machine", "k") is False, "still locked by the dead run"
     with pytest.raises(SystemExit):
-        process("machine", "k", d.id, False)  # same message redelivered: takes the lock over
-    assert client.hget(queue_keys("machine").failures, "k") == "1"
+        process("machine", "k", d.id)  # same message redelivered: takes the lock over
+    assert client.hget(queue_keys("machine").failures, "k") == "1" and recovered == ["k"]
+    [entry] = failing("machine")
+    assert (entry.error, entry.count, entry.quarantined) == ("WorkerLost", 1, False)
     with pytest.raises(SystemExit):
-        process("machine", "k", d.id, False)
-    assert process("machine", "k", d.id, False) == "dead", "a crash loop ends in the dead letter"
-    [entry] = list_dead_letters()
-    assert (entry.kind, entry.key, entry.error, entry.count) == ("machine", "k", "WorkerLost", 3)
+        process("machine", "k", d.id)
+    # the third death in a row: a poison message, quarantined and retried at long-retry
+    assert process("machine", "k", d.id) == "quarantined"
+    [entry] = failing("machine")
+    assert (entry.kind, entry.key, entry.error, entry.count, entry.quarantined) == (
+        "machine", "k", "WorkerLost", 3, True)  # fmt: skip
+    assert entry.retry_at == pytest.approx(time.time() + SETTINGS["long_retry"], abs=2)
+    assert due_in(client, "machine", "k") == pytest.approx(SETTINGS["long_retry"], abs=2)
+    assert enqueue("machine", "k") is False and messages(client, "machine") == 0, "held until its retry"
+    assert fire(client, after=5) == 0
     register_reconciler("machine", lambda key: None)
-    assert replay("machine", "k") and deliver(client, "machine") == "run"
-    assert list_dead_letters() == [] and client.hget(queue_keys("machine").failures, "k") is None
+    # long-retry passes
+    past = time.time() - 1
+    client.hset(queue_keys("machine").locks, "k", f"{past}|{past}|quarantine")
+    client.zadd(queue_keys("machine").delayed, {"k": past})
+    assert fire(client, after=0) == 1, "the quarantined key comes back at long-retry"
+    assert deliver(client, "machine") == "run"
+    assert failing() == [] and client.hget(queue_keys("machine").failures, "k") is None
+
+
+def test_replay_lifts_a_quarantine(client: redis.Redis) -> None:
+    def dies(key: str) -> None:
+        raise SystemExit("worker killed")
+
+    register_reconciler("machine", dies)
+    enqueue("machine", "p")
+    d = take(client, "machine")
+    for _ in range(3):
+        with pytest.raises(SystemExit):
+            process("machine", "p", d.id)
+    assert process("machine", "p", d.id) == "quarantined"
+    register_reconciler("machine", lambda key: None)
+    assert replay("machine", "p") is True
+    assert deliver(client, "machine") == "run" and failing() == []
 
 
 def test_countdowns_keep_only_the_earliest(client: redis.Redis) -> None:
@@ -181,21 +216,28 @@ def test_countdowns_keep_only_the_earliest(client: redis.Redis) -> None:
     enqueue_after("machineset", "s", 10)
     enqueue_after("machineset", "s", 2)
     enqueue_after("machineset", "s", 5)
-    assert messages(client, "machineset") == 2 and read_stats()[2].delayed == 1
-    late, early = take(client, "machineset"), take(client, "machineset")
-    assert late.eta and early.eta and early.eta < late.eta
-    assert process("machineset", "s", early.id, True) == "run"
-    assert process("machineset", "s", late.id, True) == "superseded"
+    assert messages(client, "machineset") == 0, "a countdown is no message: it waits in Redis"
+    assert read_stats()[2].delayed == 1 and due_in(client, "machineset", "s") == pytest.approx(2, abs=0.5)
+    assert fire(client, after=0) == 0, "not due yet"
+    assert fire(client) == 1 and fire(client) == 0
+    assert deliver(client, "machineset") == "run"
     assert calls == ["s"]
+
+
+def test_publishers_racing_publish_each_due_key_once(client: redis.Redis) -> None:
+    enqueue_many_after([("node", f"n{i}") for i in range(50)], 0.01)
+    at = time.time() + 1
+    assert publish_due(client, at)[0] + publish_due(client, at)[0] == 50
+    assert messages(client, "node") == 50
 
 
 def test_countdown_firing_while_an_immediate_message_waits_coalesces(client: redis.Redis) -> None:
     register_reconciler("node", lambda key: None)
     enqueue_after("node", "n", 1)
-    countdown = take(client, "node")
     enqueue("node", "n")
-    assert process("node", "n", countdown.id, True) == "coalesced"
+    assert fire(client) == 0, "the waiting message serves both"
     assert deliver(client, "node") == "run"
+    assert messages(client, "node") == 0 and read_stats()[6].delayed == 0
 
 
 def test_a_batch_of_wakeups_is_one_countdown_per_key_and_never_delays_an_earlier_one(
@@ -206,16 +248,11 @@ def test_a_batch_of_wakeups_is_one_countdown_per_key_and_never_delays_an_earlier
     enqueue_after("machineset", "early", 0.2)
     enqueue_many_after([("machineset", "a"), ("machineset", "b"), ("machineset", "early")], 5)
     enqueue_many_after([("machineset", "a")], 5)  # a later event of the same burst: nothing new
-    deliveries = [take(client, "machineset") for _ in range(messages(client, "machineset"))]
-    by_key: dict[str, list[Delivery]] = {}
-    for d in deliveries:
-        by_key.setdefault(d.key, []).append(d)
-    assert sorted(by_key) == ["a", "b", "early"]
-    assert len(by_key["a"]) == 1 and by_key["a"][0].eta is not None
-    # the earlier countdown keeps its due time: the batch's later one publishes nothing
-    assert len(by_key["early"]) == 1 and by_key["early"][0].eta == deliveries[0].eta
-    for d in deliveries:
-        assert process("machineset", d.key, d.id, True) == "run"
+    assert due_in(client, "machineset", "early") == pytest.approx(0.2, abs=0.15)
+    assert due_in(client, "machineset", "a") == pytest.approx(5, abs=0.5)
+    assert fire(client) == 3
+    for _ in range(3):
+        assert deliver(client, "machineset") == "run"
     assert sorted(calls) == ["a", "b", "early"]
 
 
@@ -229,12 +266,13 @@ def test_the_informer_sends_a_machine_s_set_wakeup_after_the_batch_period(
     routing.add("machine", "m")
     sent_at = time.time()
     assert deliver_routing(QueueSink(), routing) == 2
-    assert take(client, "machine").eta is None
-    wakeup = take(client, "machineset")
+    assert take(client, "machine").key == "m"
     if period:
-        assert wakeup.eta is not None and wakeup.eta - sent_at == pytest.approx(period, abs=0.2)
+        assert messages(client, "machineset") == 0
+        wakeup = client.zscore(queue_keys("machineset").delayed, "s")
+        assert wakeup is not None and wakeup - sent_at == pytest.approx(period, abs=0.2)
     else:
-        assert wakeup.eta is None
+        assert take(client, "machineset").key == "s"
 
 
 def test_a_batch_with_no_period_is_sent_at_once(client: redis.Redis) -> None:
@@ -265,33 +303,106 @@ def test_a_stale_duplicate_is_dropped_when_a_fresh_message_waits(client: redis.R
     pending = queue_keys("machine").pending
     client.hset(pending, "k", f"0|{old.id}")  # its marker aged out
     assert enqueue("machine", "k") is True
-    assert process("machine", "k", old.id, False) == "duplicate"
+    assert process("machine", "k", old.id) == "duplicate"
     assert deliver(client, "machine") == "run"
 
 
-def test_errors_back_off_dead_letter_and_replay(client: redis.Redis) -> None:
-    failing = {"on": True}
+def test_errors_back_off_to_the_ceiling_and_keep_retrying(client: redis.Redis) -> None:
+    failing_now = {"on": True}
 
     def reconcile(key: str) -> None:
-        if failing["on"]:
+        if failing_now["on"]:
             raise RuntimeError("cloud said no; password=hunter2")
 
     register_reconciler("machine", reconcile)
     enqueue("machine", "m")
-    assert deliver(client, "machine") == "run"
-    for failures in (1, 2):
+    for failures in range(1, 8):
+        assert deliver(client, "machine") == "run"
         assert client.hget(queue_keys("machine").failures, "m") == str(failures)
-        retry = take(client, "machine")
-        assert retry.eta is not None
-        assert process("machine", "m", retry.id, True) == "run"
-    assert messages(client, "machine") == 0, "dead-lettered keys stop retrying"
-    [entry] = list_dead_letters()
-    assert entry.count == 3 and entry.error == "RuntimeError" and "hunter2" not in entry.message
-    assert read_stats()[0].retries == 2
-    failing["on"] = False
-    assert replay_all() == 1
+        expected = min(SETTINGS["error_backoff_base"] * 2 ** (failures - 1), SETTINGS["error_backoff_max"])
+        assert due_in(client, "machine", "m") == pytest.approx(expected, abs=0.3)
+        assert fire(client) == 1, "a failing key is always retried"
+    [entry] = failing()
+    assert entry.count == 7 and entry.error == "RuntimeError" and "hunter2" not in entry.message
+    assert entry.since < entry.time and not entry.quarantined
+    assert read_stats()[0].retries == 7 and read_stats()[0].failing == 1
+    failing_now["on"] = False
     assert deliver(client, "machine") == "run"
-    assert list_dead_letters() == [] and client.hget(queue_keys("machine").failures, "m") is None
+    assert failing() == [] and client.hget(queue_keys("machine").failures, "m") is None
+
+
+def test_replay_of_failing_keys(client: redis.Redis) -> None:
+    outcomes = iter([RuntimeError("x"), None])
+
+    def reconcile(key: str) -> None:
+        result = next(outcomes)
+        if result:
+            raise result
+
+    register_reconciler("machine", reconcile)
+    enqueue("machine", "m")
+    deliver(client, "machine")
+    assert [f.key for f in failing("machine")] == ["m"]
+    assert replay_failing() == 1
+    assert deliver(client, "machine") == "run" and failing() == []
+    assert replay("machine", "m") is False, "no longer failing"
+
+
+def test_a_warning_is_reported_on_the_first_failure_and_every_change_of_error(client: redis.Redis) -> None:
+    outcomes = iter(
+        [RuntimeError("a"), RuntimeError("a"), ValueError("b token=s3cr3t"), None, RuntimeError("a")]
+    )
+    reports: list[tuple[str, str, str]] = []
+
+    def reconcile(key: str) -> None:
+        result = next(outcomes)
+        if result:
+            raise result
+
+    register_reconciler("machine", reconcile)
+    registry.register_failure_reporter("machine", lambda *args: reports.append(args) or True)
+    enqueue("machine", "m")
+    deliver(client, "machine")
+    for _ in range(3):
+        fire(client)
+        deliver(client, "machine")
+    enqueue("machine", "m")
+    deliver(client, "machine")
+    assert reports == [
+        ("m", "ReconcileFailed", "RuntimeError: a"),
+        ("m", "ReconcileFailed", "ValueError: b token=<redacted>"),
+        ("m", "ReconcileFailed", "RuntimeError: a"),
+    ]
+
+
+def test_a_warning_that_could_not_be_written_is_written_later_in_the_streak(client: redis.Redis) -> None:
+    """An API server refusing every write refuses the Event too: it is owed until written."""
+    outcomes = iter([RuntimeError("500"), RuntimeError("500"), None])
+    api_up = iter([False, False, True])
+    reports: list[str] = []
+
+    def reconcile(key: str) -> None:
+        result = next(outcomes)
+        if result:
+            raise result
+
+    def reporter(key: str, reason: str, message: str) -> bool:
+        written = next(api_up)
+        if written:
+            reports.append(message)
+        return written
+
+    register_reconciler("machine", reconcile)
+    registry.register_failure_reporter("machine", reporter)
+    enqueue("machine", "m")
+    deliver(client, "machine")
+    assert failing()[0].reported is False
+    fire(client)
+    deliver(client, "machine")
+    fire(client)
+    deliver(client, "machine")
+    assert reports == ["RuntimeError: 500 (2 failures in a row, then recovered)"]
+    assert failing() == []
 
 
 def test_backoff_is_reset_by_success(client: redis.Redis) -> None:
@@ -305,14 +416,13 @@ def test_backoff_is_reset_by_success(client: redis.Redis) -> None:
     register_reconciler("machine", reconcile)
     enqueue("machine", "m")
     deliver(client, "machine")
-    first_retry = take(client, "machine")
-    process("machine", "m", first_retry.id, True)
+    fire(client)
+    deliver(client, "machine")
     assert client.hget(queue_keys("machine").failures, "m") is None
     enqueue("machine", "m")
     deliver(client, "machine")
-    again = take(client, "machine")
     assert client.hget(queue_keys("machine").failures, "m") == "1", "counting starts over"
-    assert again.eta is not None
+    assert due_in(client, "machine", "m") == pytest.approx(SETTINGS["error_backoff_base"], abs=0.3)
 
 
 def test_requeue_after_and_at_once(client: redis.Redis) -> None:
@@ -320,12 +430,12 @@ def test_requeue_after_and_at_once(client: redis.Redis) -> None:
     register_reconciler("machineclass", lambda key: next(results))
     enqueue("machineclass", "c")
     deliver(client, "machineclass")
-    d = take(client, "machineclass")
-    assert d.eta is not None
-    process("machineclass", "c", d.id, True)
-    d = take(client, "machineclass")
-    assert d.eta is None, "Requeue(0) goes back at once"
-    assert process("machineclass", "c", d.id, False) == "run" and messages(client, "machineclass") == 0
+    assert messages(client, "machineclass") == 0
+    assert due_in(client, "machineclass", "c") == pytest.approx(3, abs=0.5)
+    fire(client)
+    deliver(client, "machineclass")
+    assert messages(client, "machineclass") == 1, "Requeue(0) goes back at once"
+    assert deliver(client, "machineclass") == "run" and messages(client, "machineclass") == 0
 
 
 def test_missing_reconciler_is_a_failure_not_a_silent_drop(client: redis.Redis) -> None:
@@ -401,4 +511,38 @@ def test_a_bytes_client_works_too(client: redis.Redis) -> None:
     raw = redis.Redis.from_url(_url(client))
     assert enqueue("node", "n", raw) is True
     d = take(client, "node")
-    assert process("node", "n", d.id, False, raw) == "run"
+    assert process("node", "n", d.id, raw) == "run"
+
+
+def test_expectations_of_a_reconcile_that_died_are_rechecked_soon(client: redis.Redis) -> None:
+    exp.expect_creations("ns/set", 3)
+    remaining = exp.expires_in("ns/set")
+    assert remaining is not None and remaining > 20
+    exp.recheck_soon("ns/set")
+    remaining = exp.expires_in("ns/set")
+    assert remaining is not None and remaining <= exp.RECHECK_GRACE
+    exp.creation_observed("ns/set")
+    assert not exp.satisfied("ns/set"), "still trusted for the grace: creations made are observed"
+    wait_until(lambda: exp.satisfied("ns/set"), timeout=5, what="the grace to end")
+    assert exp.expires_in("ns/set") is None
+
+
+def test_the_sweep_restores_only_messages_nobody_renewed(client: redis.Redis) -> None:
+    from mcm_tasks.queue.keeper import renew, sweep
+    from mcm_tasks.settings import get_settings
+
+    settings = get_settings()
+    prefix = "mcm:broker:"
+    now = time.time()
+    for tag, key in (("dead-tag", "lost"), ("live-tag", "held")):
+        message = json.loads(build_message("machine", key, f"id-{key}", "mcm.machine"))
+        client.hset(prefix + "unacked", tag, json.dumps([message, "mcm.machine", "mcm.machine"]))
+        client.zadd(prefix + "unacked_index", {tag: now - 3600})
+    # kombu's binding of the queue's exchange (what celery declares)
+    client.sadd(prefix + "_kombu.binding.mcm.machine", "mcm.machine\x06\x16\x06\x16mcm.machine")
+    renew(client, "w1@host", ["live-tag"], now, settings)
+    assert sweep(client, now, settings) == 1
+    assert take(client, "machine").key == "lost" and messages(client, "machine") == 0
+    assert client.hkeys(prefix + "unacked") == ["live-tag"]
+    assert read_stats()[0].recovered == 1
+    assert sweep(client, now, settings) == 0, "idempotent"

@@ -2,7 +2,7 @@
 a real redis-server and the recording reconciler (mcm_sandbox.testing.queue).
 
 Time is compressed through MCM_ settings in the workers' environment: lock TTL 4 s, visibility
-timeout 8 s, retries in fractions of a second, dead letter after 4 failures.
+timeout 8 s, a worker lost after 3 s of silence, retries in fractions of a second.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from mcm_sandbox.testing.queue import RecorderKeys, Run, read_runs, set_behaviou
 from mcm_tasks.kube import ops
 from mcm_tasks.kube import resources as kres
 from mcm_tasks.queue import enqueue, enqueue_after, enqueue_many
-from mcm_tasks.queue.deadletter import list_dead_letters
 from mcm_tasks.queue.messages import broker_prefix, queue_keys
+from mcm_tasks.queue.state import failing
 from mcm_tasks.queue.stats import read_stats
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, reset_settings
@@ -51,7 +51,8 @@ COMPRESSED = {
     "short_retry": "0.5",
     "error_backoff_base": "0.02",
     "error_backoff_max": "0.3",
-    "dead_letter_after": "4",
+    "poison_after": "3",
+    "worker_lost_timeout": "3",
     "expectations_timeout": "2",
 }
 WORKERS = 2
@@ -168,7 +169,6 @@ def test_storm_of_10000_events_over_200_keys(client: redis.Redis) -> None:
     rng = random.Random(4)
     last_event: dict[str, float] = {}
     broker_list = queue_keys("machine").broker_list
-    delayed = queue_keys("machine").delayed
     runs_key = RecorderKeys.make().runs
     worst = 0
     for _ in range(100):
@@ -180,7 +180,7 @@ def test_storm_of_10000_events_over_200_keys(client: redis.Redis) -> None:
             last_event[key] = sent_at
         waiting = client.llen(broker_list)
         worst = max(worst, waiting)
-        assert waiting <= len(keys) + client.hlen(delayed), "queue length beyond distinct keys + requeues"
+        assert waiting <= len(keys), "queue length beyond distinct keys"
         # let the workers make progress between batches so events keep landing on running keys
         wait_until(partial(_more_runs_than, client, seen), timeout=30, interval=0.002)
     wait_until(lambda: quiet(client), timeout=180, interval=0.2, what="the storm to drain")
@@ -240,10 +240,13 @@ def test_worker_killed_mid_reconcile_is_reconciled_again(cluster: Cluster, clien
     killed_at = time.time()
     victim = cluster.worker_of(pid)
     victim.kill()  # the whole worker: main process and pool, SIGKILL
-    # its unacknowledged message comes back after the visibility timeout, via the other worker
+    # its unacknowledged message comes back after worker_lost_timeout (3 s), not the visibility
+    # timeout (8 s), via the other worker's sweep
     wait_until(lambda: bool(runs_of(client, "victim-2", after=killed_at)), timeout=60, what="the rerun")
     [run] = runs_of(client, "victim-2")
     assert os.getpgid(run.pid) != victim.pid
+    assert run.start - killed_at < 3 + 3, "back within worker_lost_timeout and a sweep, not visibility"
+    assert read_stats(client)[0].recovered >= 1
     check_no_overlap(client, read_runs(client))
 
 
@@ -345,22 +348,18 @@ def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_failures_back_off_then_dead_letter_and_replay(cluster: Cluster, client: redis.Redis) -> None:
+def test_failures_back_off_to_the_ceiling_and_keep_retrying(cluster: Cluster, client: redis.Redis) -> None:
     set_behaviour(client, "machine", "bad", fail=100, message="boom password=hunter2")
     enqueue("machine", "bad")
-    wait_until(lambda: bool(list_dead_letters(client)), timeout=30, what="the dead letter")
-    wait_until(lambda: quiet(client), timeout=30)
-    assert len(runs_of(client, "bad")) == 4, "dead letter after dead_letter_after failures, no more retries"
-    [entry] = list_dead_letters(client)
-    assert entry.error == "InjectedFailure" and entry.count == 4 and "hunter2" not in entry.message
+    # backoff 0.02 s doubling to the 0.3 s ceiling: well past where the dead letter used to stop it
+    wait_until(lambda: len(runs_of(client, "bad")) >= 12, timeout=30, what="retries past the ceiling")
+    [entry] = failing("machine", client)
+    assert entry.error == "InjectedFailure" and entry.count >= 11 and "hunter2" not in entry.message
 
     listing = _cli(cluster, "deadletter", "ls")
     assert listing.returncode == 0 and "bad" in listing.stdout and "hunter2" not in listing.stdout
-    set_behaviour(client, "machine", "bad")
-    replayed = _cli(cluster, "deadletter", "replay", "machine", "bad")
-    assert replayed.returncode == 0, replayed.stderr
-    wait_until(lambda: len(runs_of(client, "bad")) == 5 and quiet(client), timeout=30)
-    assert list_dead_letters(client) == []
+    set_behaviour(client, "machine", "bad")  # the fault clears: the next retry succeeds by itself
+    wait_until(lambda: not failing("machine", client) and quiet(client), timeout=30)
     assert client.hget(queue_keys("machine").failures, "bad") is None
     queues = _cli(cluster, "queues")
     assert queues.returncode == 0 and "machine-termination" in queues.stdout

@@ -143,7 +143,7 @@ def test_control_down_past_the_timeout_freezes_and_up_again_resets_unknown_machi
     assert env.get(running).metadata.resource_version == before, (
         "machines that were not Unknown are untouched"
     )
-    delayed = get_redis().hkeys(queue_keys("machine").delayed)
+    delayed = get_redis().zrange(queue_keys("machine").delayed, 0, -1)
     assert {env.key(unknown), env.key(running)} <= set(delayed), (
         "every machine reconciles again after a delay"
     )

@@ -94,8 +94,8 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             "--machine-safety-apiserver-statuscheck-period",
         ),
         ({"target_kubeconfig": "none"}, "--control-kubeconfig"),
-        ({"visibility_timeout": "15m"}, "--visibility-timeout"),
-        ({"resource_exhausted_retry": "40m"}, "--visibility-timeout"),
+        ({"visibility_timeout": "10s"}, "--worker-lost-timeout"),
+        ({"poison_after": 0}, "--poison-after"),
     ],
 )
 def test_invalid_settings_name_the_setting(overrides: dict[str, object], named: str) -> None:

@@ -175,7 +175,10 @@ def reconcile_machine_set(key: str) -> Requeue | None:
             failure = manage_replicas(api, machine_set, key, machines)
         else:
             log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
-            requeue = Requeue(after=min(settings.expectations_timeout, settings.long_retry))
+            # back when they expire (sooner than the timeout after a worker died: recheck_soon)
+            expires = expectations.expires_in(key)
+            wait = settings.expectations_timeout if expires is None else expires + 0.05
+            requeue = Requeue(after=min(wait, settings.long_retry))
     elif not machines:
         machine_set = set_finalizer(api, machine_set, False)
     elif machine_set.metadata.has_finalizer(MCM_FINALIZER):

@@ -1,0 +1,73 @@
+"""What the controllers do when the queue reports on a key rather than reconciling it:
+
+- a failing reconcile (first failure of a streak, a change of error, a quarantine) puts a Warning
+  Event on the key's object, so ``kubectl describe`` names the failure, as MCM's controllers do
+  with their own errors; the message is the queue's redacted one, and the recorder folds repeats.
+  An Event that could not be written (the API server refusing every write) is written later in
+  the streak, at the latest when the key recovers;
+- a MachineSet whose previous reconcile died with its worker gets its expectations re-checked
+  soon (``expectations.recheck_soon``) instead of waiting out ``expectations_timeout``.
+
+Imported with the reconcilers (controllers/reconcilers.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from mcm_tasks.cache import layout
+from mcm_tasks.cache.reader import get_reader
+from mcm_tasks.kube import resources as kres
+from mcm_tasks.kube.clients import get_clusters
+from mcm_tasks.kube.events import WARNING, ObjectRef, recorder_for
+from mcm_tasks.queue import expectations, registry
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "machine-controller-manager"
+
+#: queue kind → (mirror kind, API resource) of the object a key names
+OBJECTS: dict[str, tuple[str, kres.Resource]] = {
+    "machine": (layout.MACHINES, kres.MACHINES),
+    "machine-termination": (layout.MACHINES, kres.MACHINES),
+    "machineset": (layout.MACHINE_SETS, kres.MACHINE_SETS),
+    "machinedeployment": (layout.MACHINE_DEPLOYMENTS, kres.MACHINE_DEPLOYMENTS),
+    "machineclass": (layout.MACHINE_CLASSES, kres.MACHINE_CLASSES),
+}
+
+
+def object_ref(kind: str, key: str) -> ObjectRef | None:
+    """The object a queue key names, with its uid from the mirror (Events without it do not show
+    in ``kubectl describe``); None for keys that name no object (safety jobs, secrets, nodes)."""
+    found = OBJECTS.get(kind)
+    if found is None:
+        return None
+    mirror_kind, resource = found
+    namespace, name = layout.split_key(key)
+    obj = get_reader().get(mirror_kind, key) or {}
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = str(meta.get("uid") or "") if isinstance(meta, dict) else ""
+    return ObjectRef(resource.api_version, resource.kind, name,
+                     namespace or get_settings().namespace, uid)  # fmt: skip
+
+
+def reporter(kind: str) -> Callable[[str, str, str], bool]:
+    def report(key: str, reason: str, message: str) -> bool:
+        ref = object_ref(kind, key)
+        if ref is None:
+            return True
+        written = recorder_for(get_clusters().control.api, COMPONENT).event(ref, WARNING, reason, message)
+        return written is not None
+
+    return report
+
+
+def register() -> None:
+    for kind in OBJECTS:
+        registry.register_failure_reporter(kind, reporter(kind))
+    registry.register_recovery_hook("machineset", expectations.recheck_soon)
+
+
+register()

@@ -1,0 +1,168 @@
+"""The keeper: a thread in every worker's main process that makes the queues outlive any worker.
+
+Three duties, each leader-free and idempotent (any number of workers run them at once):
+
+1. **Publish due keys** (client-go's delaying queue ``waitingLoop``): requeue-afters and error
+   backoffs wait in Redis, in each kind's delayed sorted set, not as Celery ETA messages in some
+   worker's memory. Every ``delayed_publish_interval`` (sooner when the next key is due sooner)
+   the keeper moves due keys onto their queue (``producer.publish_due``, one Lua script per kind:
+   a key moved by another worker first is no longer due here).
+2. **Heartbeat and lease renewal**: kombu's Redis transport keeps each delivered, unacknowledged
+   message in ``<prefix>:broker:unacked`` (tag → message) and ``…:unacked_index`` (tag → time of
+   delivery) until its ack. The keeper sets the index time of every message this process holds
+   (prefetched or running) to now, every ``worker_lost_timeout / 5``, and records the worker's
+   heartbeat in ``<prefix>:q:workers``. A live worker's messages are therefore never older than a
+   few seconds in the index, however long they wait or run.
+3. **Sweep**: a message whose index time is older than ``worker_lost_timeout`` belongs to a worker
+   that died (SIGKILL, OOM, a lost node): one Lua script moves it back onto its queue (as kombu's
+   ``restore_visible`` does after ``visibility_timeout``, an hour by default) and counts it in its
+   kind's metrics (``recovered``: ``mcm_workqueue_recovered_total``). The redelivered message then
+   takes over its key's lock (the queue contract's BEGIN: same message id) and its recovery hooks
+   drop what the dead run promised.
+
+A Redis outage only pauses the keeper (logged once per outage); it never stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+import redis
+
+from mcm_tasks.broker import held_delivery_tags
+from mcm_tasks.queue.messages import broker_prefix, workers_key
+from mcm_tasks.queue.producer import publish_due
+from mcm_tasks.queue.scripts import LuaScript
+from mcm_tasks.redisdb import get_redis
+from mcm_tasks.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+#: most messages one sweep call restores (more come on the next tick)
+SWEEP_BATCH = 200
+#: a dead worker's heartbeat entry is forgotten after this
+FORGET_WORKERS_AFTER = 86400.0
+
+# KEYS: unacked hash, unacked index. ARGV: deadline (index time below it = lost), limit, broker key
+# prefix, key prefix (a queue ``<key prefix>.<kind>`` counts in ``<key prefix>:q:<kind>:metrics``).
+# kombu stores json.dumps([message, exchange, routing_key]); the message is pushed back as stored
+# (the text between the outer "[" and the last two strings), onto the queues bound to (exchange,
+# routing key), at the consuming end, as kombu's restore does.
+_SWEEP = LuaScript(
+    r"""
+local tags = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local restored = 0
+for _, tag in ipairs(tags) do
+  local raw = redis.call('HGET', KEYS[1], tag)
+  redis.call('ZREM', KEYS[2], tag)
+  redis.call('HDEL', KEYS[1], tag)
+  if raw then
+    local ok, entry = pcall(cjson.decode, raw)
+    local message = string.match(raw, '^%[(.*), "[^"]*", "[^"]*"%]$')
+    if ok and type(entry) == 'table' and message then
+      local exchange, routing_key = tostring(entry[2]), tostring(entry[3])
+      local queues = {}
+      if exchange ~= '' then
+        for _, binding in ipairs(redis.call('SMEMBERS', ARGV[3] .. '_kombu.binding.' .. exchange)) do
+          local rk, _, queue = string.match(binding, '^(.-)\006\022(.-)\006\022(.*)$')
+          if queue and rk == routing_key then queues[#queues + 1] = queue end
+        end
+      end
+      if #queues == 0 then queues[1] = routing_key end
+      for _, queue in ipairs(queues) do
+        redis.call('RPUSH', ARGV[3] .. queue, message)
+        if string.sub(queue, 1, #ARGV[4] + 1) == ARGV[4] .. '.' then
+          local kind = string.sub(queue, #ARGV[4] + 2)
+          redis.call('HINCRBY', ARGV[4] .. ':q:' .. kind .. ':metrics', 'recovered', 1)
+        end
+      end
+      restored = restored + 1
+    end
+  end
+end
+return restored
+"""
+)
+
+
+def renew(client: redis.Redis, worker: str, tags: list[str], now: float, settings: Settings) -> None:
+    """The worker's heartbeat, and the index time of every message it holds set to ``now``
+    (``XX``: a tag acknowledged meanwhile is not brought back)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zadd(workers_key(settings), {worker: now})
+    pipe.zremrangebyscore(workers_key(settings), "-inf", now - FORGET_WORKERS_AFTER)
+    if tags:
+        pipe.zadd(broker_prefix(settings) + "unacked_index", dict.fromkeys(tags, now), xx=True)
+    pipe.execute()
+
+
+def sweep(client: redis.Redis, now: float, settings: Settings) -> int:
+    """Put the messages of dead workers back on their queues; how many."""
+    prefix = broker_prefix(settings)
+    keys = (prefix + "unacked", prefix + "unacked_index")
+    args = [now - settings.worker_lost_timeout, SWEEP_BATCH, prefix, settings.key_prefix]
+    total = 0
+    while True:
+        n = int(_SWEEP(client, keys, args))
+        total += n
+        if n < SWEEP_BATCH:
+            return total
+
+
+class Keeper(threading.Thread):
+    """The three duties on one daemon thread; ``stop()`` ends it and clears the heartbeat."""
+
+    def __init__(self, worker: str, settings: Settings | None = None) -> None:
+        super().__init__(name="mcm-keeper", daemon=True)
+        self.worker = worker
+        self.settings = settings or get_settings()
+        self._stop_event = threading.Event()
+        self.published = 0
+        self.restored = 0
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout)
+        with contextlib.suppress(redis.RedisError):
+            get_redis().zrem(workers_key(self.settings), self.worker)
+
+    def run(self) -> None:
+        s = self.settings
+        beat_every = max(0.2, s.worker_lost_timeout / 5)
+        sweep_every = max(0.2, min(s.worker_lost_timeout / 10, 2.0))
+        next_beat = next_sweep = 0.0
+        down = False
+        while not self._stop_event.is_set():
+            wait = s.delayed_publish_interval
+            try:
+                client = get_redis()
+                now = time.time()
+                if now >= next_beat:
+                    renew(client, self.worker, held_delivery_tags(), now, s)
+                    next_beat = now + beat_every
+                published, next_due = publish_due(client, now)
+                self.published += published
+                if next_due is not None:
+                    wait = max(0.0, min(wait, next_due - time.time()))
+                if now >= next_sweep:
+                    restored = sweep(client, now, s)
+                    if restored:
+                        self.restored += restored
+                        log.warning("restored %d messages of dead workers to their queues", restored)
+                    next_sweep = now + sweep_every
+                if down:
+                    log.info("keeper: Redis is back")
+                    down = False
+            except (redis.RedisError, OSError) as err:
+                if not down:
+                    log.warning("keeper: Redis unreachable, retrying: %s", err)
+                    down = True
+                wait = 1.0
+            except Exception:  # never die: the queues depend on this thread
+                log.exception("keeper: unexpected error")
+                wait = 1.0
+            self._stop_event.wait(wait)
