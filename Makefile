@@ -4,15 +4,23 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo lint bench crds clean
+.PHONY: install lock test test-fast demo lint bench crds clean
 
-$(STAMP): pyproject.toml
+# pinned by constraints.txt, as the Dockerfile installs (tests/unit/test_image.py checks they agree)
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,dev,sandbox]'
+	$(BIN)/pip install -q -c constraints.txt --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,dev,sandbox]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# re-pin constraints.txt to what the venv holds (after a change of pyproject.toml's dependencies:
+# `pip install -e '.[test,dev,sandbox]'` without -c, then `make lock`)
+lock:
+	{ echo "# Every package 'make install' and the Dockerfile install, pinned: regenerate with 'make lock'."; \
+	  echo "# Used as pip constraints (-c): extras not asked for are not installed."; \
+	  $(BIN)/pip freeze --all --exclude-editable; } > constraints.txt
 
 test: $(STAMP)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
@@ -23,6 +31,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint Dockerfile
 	$(BIN)/mypy mcm_tasks informers providers mcm_sandbox beat_schedule.py
 	$(BIN)/lint-imports
 
