@@ -118,11 +118,23 @@ def sandbox_up(
     aws_endpoint: str = typer.Option("", help="Point the workers' boto3 at this EC2 endpoint (moto)."),
     beat: bool = typer.Option(True, help="Start Celery beat for the periodic jobs."),
     timeout: float = typer.Option(90.0, help="Seconds to wait for everything to be ready."),
+    force: bool = typer.Option(False, "--force", help="Replace a sandbox still running in --dir."),
 ) -> None:
     """Start Redis, API servers, kubelet simulator, informer, workers and beat in the background."""
-    from mcm_sandbox.runner import up
+    from mcm_sandbox.runner import SandboxRunning, up
 
-    up(dir, workers=workers, aws_endpoint=aws_endpoint or None, with_beat=beat, timeout=timeout)
+    try:
+        up(
+            dir,
+            workers=workers,
+            aws_endpoint=aws_endpoint or None,
+            with_beat=beat,
+            timeout=timeout,
+            force=force,
+        )
+    except SandboxRunning as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command("down")
@@ -131,3 +143,27 @@ def sandbox_down(dir: Path = typer.Option(..., "--dir", help="The folder given t
     from mcm_sandbox.runner import down
 
     down(dir)
+
+
+@app.command("install-crds")
+def sandbox_install_crds(
+    kubeconfig: Path = typer.Option(..., help="Kubeconfig of the control cluster."),
+    timeout: float = typer.Option(60.0, help="Seconds to wait for the API server and the CRDs."),
+) -> None:
+    """Register the machine.sapcloud.io CRDs and wait until they are served (compose's sandbox
+    profile; on a real cluster: `mcm-tasks crds | kubectl apply -f -`)."""
+    from urllib3.exceptions import HTTPError
+
+    from mcm_sandbox.procs import wait_until
+    from mcm_sandbox.runner import register_crds
+
+    def registered() -> bool:
+        try:
+            register_crds(kubeconfig, timeout)
+        except (OSError, HTTPError) as err:  # the API server is not listening yet
+            typer.echo(f"waiting for the API server: {err}", err=True)
+            return False
+        return True
+
+    wait_until(registered, timeout, interval=1.0, what="CRDs registered")
+    typer.echo("machine.sapcloud.io CRDs registered")

@@ -63,13 +63,30 @@ class Sandbox:
             "endpoints": self.endpoints,
         }
         (self.dir / STATE_FILE).write_text(json.dumps(state, indent=2))
-        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env().items())]
+        # kubectl finds the control cluster (machine objects); nodes are in the target kubeconfig
+        shell = {**self.env(), "KUBECONFIG": str(self.kubeconfig)}
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(shell.items())]
         (self.dir / ENV_FILE).write_text("\n".join(lines) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> Sandbox:
         state = json.loads((directory / STATE_FILE).read_text())
         return cls(dir=directory, **state)
+
+
+class SandboxRunning(RuntimeError):
+    """``up`` on a folder whose sandbox still runs (``force`` replaces it)."""
+
+
+def running_pids(directory: Path) -> dict[str, int]:
+    """The processes of the sandbox recorded in ``directory`` that are still alive."""
+    if not (directory / STATE_FILE).exists():
+        return {}
+    try:
+        sandbox = Sandbox.load(directory)
+    except (ValueError, TypeError, OSError):
+        return {}
+    return {name: pid for name, pid in sandbox.pids.items() if _alive(pid)}
 
 
 def _python_cli(*args: str) -> list[str]:
@@ -84,27 +101,47 @@ def up(
     timeout: float = 90.0,
     echo: Callable[[str], None] = print,
     controller_args: Sequence[str] = (),
+    force: bool = False,
 ) -> Sandbox:
-    """Start everything; on any failure stop what was started and re-raise. ``controller_args``
-    (flags, e.g. an upstream MCM command line) go to the informer, workers and beat; each still
-    gets its own ``--port``."""
+    """Start everything, telling ``echo`` what starts and how long it took; on any failure stop
+    what was started and re-raise. ``controller_args`` (flags, e.g. an upstream MCM command line)
+    go to the informer, workers and beat; each still gets its own ``--port``. A sandbox still
+    running in ``directory`` is an error (:class:`SandboxRunning`) unless ``force``, which stops
+    it first."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
+    alive = running_pids(directory)
+    if alive and not force:
+        raise SandboxRunning(
+            f"a sandbox is already running in {directory} ({len(alive)} processes: "
+            f"{', '.join(sorted(alive))}); use it (source {directory / ENV_FILE}), stop it with "
+            f"`mcm-tasks sandbox down --dir {directory}`, or replace it with --force"
+        )
     if (directory / STATE_FILE).exists():
         down(directory, echo=lambda _: None)
     sandbox = Sandbox(dir=directory)
     logs = directory / "logs"
+    clock = time.monotonic()
+
+    def done(what: str) -> None:
+        nonlocal clock
+        echo(f"  {what:<44} {time.monotonic() - clock:5.1f}s")
+        clock = time.monotonic()
+
     try:
         redis = RedisServer(directory / "redis").start(timeout)
         sandbox.redis_url = redis.url
         sandbox.pids["redis"] = redis.process.pid if redis.process else 0
+        done(f"redis-server on {redis.url}")
         for role, kubeconfig in (("control", sandbox.kubeconfig), ("target", sandbox.target_kubeconfig)):
             api = ApiServer(logs, name=f"apiserver-{role}", kubeconfig_path=kubeconfig)
             api.start(timeout)
             setattr(sandbox, f"{role}_url", api.url)
             sandbox.pids[f"apiserver-{role}"] = api.process.pid if api.process else 0
+            done(f"{role} API server on {api.url}")
         sandbox.save()
         register_crds(sandbox.kubeconfig, timeout)
+        done("machine.sapcloud.io CRDs registered")
 
         env = {**os.environ, **sandbox.env()}
         if aws_endpoint:
@@ -130,7 +167,8 @@ def up(
             proc.start()
             sandbox.pids[name] = proc.pid
             sandbox.save()
-        wait_ready(sandbox, workers, timeout)
+        done(f"started {', '.join(commands)}")
+        wait_ready(sandbox, workers, timeout, done)
     except BaseException:
         down(directory, echo=lambda _: None)
         raise
@@ -150,7 +188,9 @@ def register_crds(kubeconfig: Path, timeout: float) -> None:
         api_client.close()
 
 
-def wait_ready(sandbox: Sandbox, workers: int, timeout: float) -> None:
+def wait_ready(
+    sandbox: Sandbox, workers: int, timeout: float, done: Callable[[str], None] = lambda _: None
+) -> None:
     """Every started process alive, the informer synced, the workers answering a ping."""
     from mcm_tasks.redisdb import get_redis
 
@@ -169,6 +209,7 @@ def wait_ready(sandbox: Sandbox, workers: int, timeout: float) -> None:
         return bool(client.exists(_informer_synced_key()))
 
     wait_until(informer_synced, max(deadline - time.monotonic(), 1), what="informer synced")
+    done("informer synced both clusters into Redis")
 
     from celery import Celery
 
@@ -185,6 +226,7 @@ def wait_ready(sandbox: Sandbox, workers: int, timeout: float) -> None:
 
     try:
         wait_until(workers_answer, max(deadline - time.monotonic(), 1), what=f"{workers} workers")
+        done(f"{workers} workers answer")
     finally:
         pinger.close()
 

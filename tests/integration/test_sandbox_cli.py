@@ -33,7 +33,8 @@ MCM_TASKS = str(Path(sys.executable).with_name("mcm-tasks"))
 #: what `sandbox up` may take to report ready (about 10 s on an idle 2-core machine)
 UP_READY_TIMEOUT = 120
 STARTED = {"redis", "apiserver-control", "apiserver-target", "kubelet", "informer", "worker-0", "beat"}
-SETTINGS = {"MCM_REDIS_URL", "MCM_CONTROL_KUBECONFIG", "MCM_TARGET_KUBECONFIG"}
+#: the env file also points kubectl at the control cluster
+SETTINGS = {"MCM_REDIS_URL", "MCM_CONTROL_KUBECONFIG", "MCM_TARGET_KUBECONFIG", "KUBECONFIG"}
 #: the sandbox processes run without MCM_KEY_PREFIX, so with the default prefix
 SYNCED_KEY = ":".join((Settings.model_fields["key_prefix"].default, *SYNCED_KEY_PARTS))
 
@@ -169,7 +170,7 @@ def test_sandbox_up_then_down_leaves_nothing_running(tmp_path: Path) -> None:
             assert (directory / name).is_file(), name
         settings = _read_env_file(directory / ENV_FILE)
         assert set(settings) == SETTINGS
-        assert settings["MCM_CONTROL_KUBECONFIG"] == str(directory / "kubeconfig")
+        assert settings["MCM_CONTROL_KUBECONFIG"] == str(directory / "kubeconfig") == settings["KUBECONFIG"]
         assert settings["MCM_TARGET_KUBECONFIG"] == str(directory / "target-kubeconfig")
         control_host, control_namespaces = _namespaces(settings["MCM_CONTROL_KUBECONFIG"])
         target_host, target_namespaces = _namespaces(settings["MCM_TARGET_KUBECONFIG"])
