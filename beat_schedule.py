@@ -17,10 +17,11 @@ from datetime import timedelta
 from typing import Any, Final
 
 from mcm_tasks.controllers.safety import JOB_PERIODS
+from mcm_tasks.kinds import QUEUES, Queue
 from mcm_tasks.queue.messages import TASK_PREFIX, task_name
-from mcm_tasks.settings import QUEUES, Settings, get_settings
+from mcm_tasks.settings import Settings, get_settings
 
-SAFETY_KIND: Final = "safety"
+SAFETY_KIND: Final = Queue.SAFETY
 #: entry name = this prefix + the job's key
 ENTRY_PREFIX: Final = "safety-"
 

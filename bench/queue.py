@@ -53,10 +53,11 @@ sys.path.insert(0, str(ROOT))
 from mcm_sandbox.procs import ManagedProcess, RedisServer, scratch_dir, wait_until  # noqa: E402
 from mcm_sandbox.testing.queue import bench_keys  # noqa: E402
 from mcm_tasks.celery_app import app, apply_settings  # noqa: E402
+from mcm_tasks.kinds import QUEUES  # noqa: E402
 from mcm_tasks.queue import enqueue_many  # noqa: E402
 from mcm_tasks.queue.messages import queue_keys  # noqa: E402
 from mcm_tasks.redisdb import get_redis  # noqa: E402
-from mcm_tasks.settings import QUEUES, configure  # noqa: E402
+from mcm_tasks.settings import configure  # noqa: E402
 
 BENCH_QUEUE = "mcm.bench"
 Publisher = Callable[[list[tuple[str, str]]], object]

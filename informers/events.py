@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from informers.resources import Obj, meta
-from mcm_tasks.settings import QUEUES
+from mcm_tasks import kinds
+from mcm_tasks.kinds import Queue
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
-
-Q_MACHINE, Q_TERMINATION, Q_MACHINESET, Q_DEPLOYMENT, Q_CLASS, Q_SECRET, Q_NODE, Q_SAFETY = QUEUES
 
 #: keys on the ``safety`` queue (one job each, not one per object)
 SAFETY_ORPHAN_VMS = "orphan-vms"
@@ -106,6 +105,6 @@ def annotations_of(obj: Obj | None) -> dict[str, str]:
     return dict(meta(obj).get("annotations") or {})
 
 
-def machine_queue(machine: Obj) -> str:
+def machine_queue(machine: Obj) -> Queue:
     """Machines being deleted go to their own queue, so long drains cannot starve creations."""
-    return Q_TERMINATION if is_deleting(machine) else Q_MACHINE
+    return kinds.machine_queue(is_deleting(machine))

@@ -38,13 +38,6 @@ from informers.events import (
     ADDED,
     DELETED,
     MODIFIED,
-    Q_CLASS,
-    Q_DEPLOYMENT,
-    Q_MACHINESET,
-    Q_NODE,
-    Q_SAFETY,
-    Q_SECRET,
-    Q_TERMINATION,
     SAFETY_ORPHAN_VMS,
     SAFETY_OVERSHOOTING,
     Event,
@@ -59,6 +52,8 @@ from informers.resources import MACHINE_CLASSES, Obj, controller_ref, key_of, me
 from mcm_tasks.api.constants import PRESERVE_ANNOTATION
 from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.cache import layout
+from mcm_tasks.controllers.machineset.watches import seen_by_set
+from mcm_tasks.kinds import Queue
 
 #: a machine whose description says this has several VMs behind it (GetMachineStatus)
 OUT_OF_RANGE = "OutOfRange"
@@ -124,8 +119,8 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
     if ev.type == ADDED:
         assert new is not None
         out.add(machine_queue(new), key)
-        out.add(Q_CLASS, _class_key(new))
-        out.add(Q_SAFETY, SAFETY_OVERSHOOTING)
+        out.add(Queue.MACHINE_CLASS, _class_key(new))
+        out.add(Queue.SAFETY, SAFETY_OVERSHOOTING)
     elif ev.type == MODIFIED:
         assert new is not None and old is not None
         if (
@@ -135,17 +130,17 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
         ):
             out.add(machine_queue(new), key)
         if _class_key(old) != _class_key(new):
-            out.add(Q_CLASS, _class_key(old))
-            out.add(Q_CLASS, _class_key(new))
+            out.add(Queue.MACHINE_CLASS, _class_key(old))
+            out.add(Queue.MACHINE_CLASS, _class_key(new))
         if OUT_OF_RANGE in _description(new) and OUT_OF_RANGE not in _description(old):
-            out.add(Q_SAFETY, SAFETY_ORPHAN_VMS)
+            out.add(Queue.SAFETY, SAFETY_ORPHAN_VMS)
     else:
         assert old is not None
-        out.add(Q_TERMINATION, key)
+        out.add(Queue.MACHINE_TERMINATION, key)
         # a scale-down deletes hundreds at once: the class's finalizer check and the orphan sweep
         # need one pass after the burst, not one per machine
-        out.add(Q_CLASS, _class_key(old), batched=True)
-        out.add(Q_SAFETY, SAFETY_ORPHAN_VMS, batched=True)
+        out.add(Queue.MACHINE_CLASS, _class_key(old), batched=True)
+        out.add(Queue.SAFETY, SAFETY_ORPHAN_VMS, batched=True)
         _recreate_deployment_emptied(view, old, out)
     _machine_to_machine_sets(ev, view, out)
 
@@ -159,34 +154,6 @@ def _class_key(machine: Obj | None) -> str | None:
 
 def _description(machine: Obj | None) -> str:
     return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
-
-
-def seen_by_set(machine: Obj | None) -> tuple[Any, ...]:
-    """What a MachineSet's pass reads of one of its machines: claim (labels, owner), propagation
-    (spec), manageReplicas (phase, deletion, annotations, preservation, age) and status (phase,
-    labels, and the whole lastOperation of a failed one, which goes into ``failedMachines``).
-
-    MCM wakes the set on every machine update. Most of them are the machine controller's own
-    progress notes (a new lastOperation description, a heartbeat time): at a thousand machines they
-    kept the set's pass, which reads every machine, running back to back without changing anything.
-    An update that leaves this projection alike cannot change the set's decisions or its status, so
-    it does not wake the set; everything else does, as upstream.
-    """
-    m = meta(machine)
-    status = (machine or {}).get("status") or {}
-    current = {k: v for k, v in (status.get("currentStatus") or {}).items() if k != "lastUpdateTime"}
-    operation = status.get("lastOperation") or {}
-    failed = operation.get("state") == "Failed"
-    return (
-        m.get("labels"),
-        m.get("annotations"),
-        m.get("ownerReferences"),
-        m.get("deletionTimestamp"),
-        m.get("generation"),
-        (machine or {}).get("spec"),
-        current,
-        operation if failed else (operation.get("state"), operation.get("type")),
-    )
 
 
 def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
@@ -206,28 +173,28 @@ def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
         ms = resolve_controller(view, layout.MACHINE_SETS, new, controller_ref(new))
         if ms:
             out.creations_observed.append(ms)
-            out.add(Q_MACHINESET, ms, batched=True)
+            out.add(Queue.MACHINE_SET, ms, batched=True)
         elif controller_ref(new) is None:
             for candidate in selecting(view, layout.MACHINE_SETS, new):
-                out.add(Q_MACHINESET, candidate, batched=True)
+                out.add(Queue.MACHINE_SET, candidate, batched=True)
         return
     labels_changed = labels_of(old) != labels_of(new)
     if is_deleting(new):
         if not is_deleting(old):
             _machine_gone(view, new, out)
         else:
-            _enqueue_owner(view, layout.MACHINE_SETS, new, Q_MACHINESET, out, batched=True)
+            _enqueue_owner(view, layout.MACHINE_SETS, new, Queue.MACHINE_SET, out, batched=True)
         if labels_changed:
-            _enqueue_owner(view, layout.MACHINE_SETS, old, Q_MACHINESET, out, batched=True)
+            _enqueue_owner(view, layout.MACHINE_SETS, old, Queue.MACHINE_SET, out, batched=True)
         return
-    _owner_moved(view, layout.MACHINE_SETS, Q_MACHINESET, old, new, out, batched=True)
+    _owner_moved(view, layout.MACHINE_SETS, Queue.MACHINE_SET, old, new, out, batched=True)
 
 
 def _machine_gone(view: View, machine: Obj, out: Routing) -> None:
     ms = resolve_controller(view, layout.MACHINE_SETS, machine, controller_ref(machine))
     if ms:
         out.deletions_observed[(ms, str(meta(machine).get("name")))] = None
-        out.add(Q_MACHINESET, ms, batched=True)
+        out.add(Queue.MACHINE_SET, ms, batched=True)
 
 
 def _enqueue_owner(
@@ -271,30 +238,30 @@ def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None
     if not any(
         view.index_keys(layout.MACHINES, layout.BY_OWNER, str(meta(s).get("uid"))) for s in owned_sets
     ):
-        out.add(Q_DEPLOYMENT, mcd_key)
+        out.add(Queue.MACHINE_DEPLOYMENT, mcd_key)
 
 
 # --- machine sets and deployments --------------------------------------------------------------------------
 
 
 def _machine_set(ev: Event, view: View, out: Routing) -> None:
-    out.add(Q_MACHINESET, key_of(ev.obj))
+    out.add(Queue.MACHINE_SET, key_of(ev.obj))
     old, new = ev.old, ev.new
     if ev.type == DELETED or (ev.type == ADDED and is_deleting(new)):
-        _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, ev.obj, Q_DEPLOYMENT, out)
+        _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, ev.obj, Queue.MACHINE_DEPLOYMENT, out)
     elif ev.type == ADDED:
         assert new is not None
         if controller_ref(new) is not None:
-            _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, new, Q_DEPLOYMENT, out)
+            _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, new, Queue.MACHINE_DEPLOYMENT, out)
         else:
             for candidate in selecting(view, layout.MACHINE_DEPLOYMENTS, new):
-                out.add(Q_DEPLOYMENT, candidate)
+                out.add(Queue.MACHINE_DEPLOYMENT, candidate)
     else:
-        _owner_moved(view, layout.MACHINE_DEPLOYMENTS, Q_DEPLOYMENT, old, new, out)
+        _owner_moved(view, layout.MACHINE_DEPLOYMENTS, Queue.MACHINE_DEPLOYMENT, old, new, out)
 
 
 def _machine_deployment(ev: Event, view: View, out: Routing) -> None:
-    out.add(Q_DEPLOYMENT, key_of(ev.obj))
+    out.add(Queue.MACHINE_DEPLOYMENT, key_of(ev.obj))
 
 
 # --- classes and secrets -----------------------------------------------------------------------------------
@@ -306,12 +273,12 @@ def _secret_keys(cls: Obj | None) -> list[str]:
 
 def _machine_class(ev: Event, view: View, out: Routing) -> None:
     key = key_of(ev.obj)
-    out.add(Q_CLASS, key)
+    out.add(Queue.MACHINE_CLASS, key)
     old, new = ev.old, ev.new
     old_secrets, new_secrets = _secret_keys(old), _secret_keys(new)
     if ev.type != MODIFIED or old_secrets != new_secrets:
         for secret in (*old_secrets, *new_secrets):
-            out.add(Q_SECRET, secret)
+            out.add(Queue.SECRET, secret)
     wake_machines = ev.type == ADDED or (
         ev.type == MODIFIED
         and (_content(old) != _content(new) or meta(old).get("finalizers") != meta(new).get("finalizers"))
@@ -332,15 +299,15 @@ def _secret(ev: Event, view: View, out: Routing) -> None:
     key = key_of(ev.obj)
     old, new = ev.old, ev.new
     if ev.type != MODIFIED:
-        out.add(Q_SECRET, key)
+        out.add(Queue.SECRET, key)
         data_changed = True
     else:
         if meta(old).get("finalizers") != meta(new).get("finalizers") or is_deleting(old) != is_deleting(new):
-            out.add(Q_SECRET, key)
+            out.add(Queue.SECRET, key)
         data_changed = _data_digest(old) != _data_digest(new)
     if data_changed:
         for cls in view.by_index(layout.MACHINE_CLASSES, layout.BY_SECRET, key):
-            out.add(Q_CLASS, key_of(cls))
+            out.add(Queue.MACHINE_CLASS, key_of(cls))
 
 
 def full_resync(view: View) -> Routing:
@@ -349,16 +316,16 @@ def full_resync(view: View) -> Routing:
     for machine in view.values(layout.MACHINES):
         out.add(machine_queue(machine), key_of(machine))
     for kind, queue in (
-        (layout.MACHINE_SETS, Q_MACHINESET),
-        (layout.MACHINE_DEPLOYMENTS, Q_DEPLOYMENT),
-        (layout.MACHINE_CLASSES, Q_CLASS),
-        (layout.SECRETS, Q_SECRET),
+        (layout.MACHINE_SETS, Queue.MACHINE_SET),
+        (layout.MACHINE_DEPLOYMENTS, Queue.MACHINE_DEPLOYMENT),
+        (layout.MACHINE_CLASSES, Queue.MACHINE_CLASS),
+        (layout.SECRETS, Queue.SECRET),
     ):
         for obj in view.values(kind):
             out.add(queue, key_of(obj))
     for node in view.values(layout.NODES):
         if routing_target.node_is_managed(node):
-            out.add(Q_NODE, key_of(node))
+            out.add(Queue.NODE, key_of(node))
     return out
 
 

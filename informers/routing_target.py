@@ -26,9 +26,6 @@ from informers.events import (
     ADDED,
     DELETED,
     MODIFIED,
-    Q_MACHINE,
-    Q_NODE,
-    Q_TERMINATION,
     Event,
     Routing,
     View,
@@ -51,6 +48,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.api.enums import MachinePhase
 from mcm_tasks.cache import layout
+from mcm_tasks.kinds import Queue
 
 #: taints whose arrival or removal changes a machine's lifecycle (MCM's ``EssentialTaints``)
 ESSENTIAL_TAINTS = (CRITICAL_COMPONENTS_NOT_READY_TAINT,)
@@ -129,12 +127,12 @@ def route_node(ev: Event, view: View, out: Routing) -> None:
     name = str(meta(node).get("name"))
     machine = machine_for_node(view, name, node)
     if ev.type == ADDED:
-        out.add(Q_NODE, name)
+        out.add(Queue.NODE, name)
         if machine is not None and _phase(machine) not in _QUIET_PHASES and conditions_differ(machine, node):
             out.add(machine_queue(machine), key_of(machine))
         return
     if ev.type == DELETED:
-        out.add(Q_NODE, name)
+        out.add(Queue.NODE, name)
         if machine is not None:
             out.add(machine_queue(machine), key_of(machine))
         return
@@ -144,23 +142,23 @@ def route_node(ev: Event, view: View, out: Routing) -> None:
     machine_key = key_of(machine)
     if is_deleting(machine):
         if _volumes_attached(old) != _volumes_attached(new):
-            out.add(Q_TERMINATION, machine_key)
+            out.add(Queue.MACHINE_TERMINATION, machine_key)
         return
     if _node_needs_task(new):
-        out.add(Q_NODE, name)
+        out.add(Queue.NODE, name)
     if (
         essential_taints_changed(old, new)
         or in_place_labels_changed(old, new)
         or (_phase(machine) not in _QUIET_PHASES and conditions_differ(machine, new))
         or annotations_of(old).get(PRESERVE_ANNOTATION) != annotations_of(new).get(PRESERVE_ANNOTATION)
     ):
-        out.add(Q_MACHINE, machine_key)
+        out.add(Queue.MACHINE, machine_key)
 
 
 def _wake_draining_machine(view: View, node_name: str, out: Routing) -> None:
     machine = machine_for_node(view, node_name)
     if machine is not None and is_deleting(machine):
-        out.add(Q_TERMINATION, key_of(machine))
+        out.add(Queue.MACHINE_TERMINATION, key_of(machine))
 
 
 def _node_name(obj: Obj | None) -> str:

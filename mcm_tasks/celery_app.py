@@ -40,8 +40,9 @@ from celery.signals import (
 from kombu import Queue
 
 from mcm_tasks.broker import register_transport
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.messages import broker_prefix, task_name
-from mcm_tasks.settings import QUEUES, Settings, get_settings
+from mcm_tasks.settings import Settings, get_settings
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

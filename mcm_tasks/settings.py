@@ -18,22 +18,10 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mcm_tasks.durations import format_duration, parse_duration
+from mcm_tasks.kinds import QUEUES
 
 #: seconds, parsed from Go duration strings (``90s``, ``10m``) or plain numbers
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-
-#: The queues of the contract, one per resource kind (ARCHITECTURE.md).
-QUEUES = (
-    "machine",
-    "machine-termination",
-    "machineset",
-    "machinedeployment",
-    "machineclass",
-    "secret",
-    "node",
-    "safety",
-)
-
 
 #: --leader-elect-resource-lock values that hold a Lease (the *leases forms are client-go's
 #: migration locks: their Lease half is what we keep)

@@ -9,11 +9,11 @@ from typing import Any
 from celery import Task
 
 from mcm_tasks.celery_app import app
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.messages import task_name
 from mcm_tasks.queue.policy import SKIPPED, ReconcileFailed
 from mcm_tasks.queue.processing import deliver
 from mcm_tasks.queue.producer import MAX_KEY_LENGTH
-from mcm_tasks.settings import QUEUES
 
 log = logging.getLogger(__name__)
 

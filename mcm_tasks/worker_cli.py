@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from mcm_tasks.cli_support import command_settings
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.observability import MULTIPROC_ENV, serve
-from mcm_tasks.settings import QUEUES, Settings, configure, get_settings
+from mcm_tasks.settings import Settings, configure, get_settings
 
 app = typer.Typer(add_completion=False)
 admin_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Inspect and steer the queues.")

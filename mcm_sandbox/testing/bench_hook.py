@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import redis
 
-from informers.events import MODIFIED, Q_MACHINE
+from informers.events import MODIFIED
 from informers.mirror import Mirror
 from informers.processor import Processor, WatchEvent
 from informers.resources import Obj
@@ -26,6 +26,7 @@ from informers.sink import QueueSink, Sink, deliver
 from informers.store import Store
 from mcm_sandbox.testing import fixtures
 from mcm_tasks.cache import layout
+from mcm_tasks.kinds import Queue
 
 
 class SyntheticInformer:
@@ -44,7 +45,7 @@ class SyntheticInformer:
         events: list[WatchEvent] = []
         passthrough: list[tuple[str, str]] = []
         for kind, key in items:
-            if kind == Q_MACHINE:
+            if kind == Queue.MACHINE:
                 events.append(WatchEvent(layout.MACHINES, MODIFIED, self._changed_machine(key)))
             else:
                 passthrough.append((kind, key))
@@ -94,8 +95,8 @@ def enqueue_rate(
     under load (``BATCH_MAX``), over ``keys`` machines (so the queue coalesces repeats)."""
     informer = SyntheticInformer(client, sink)
     names = [f"bench-informer-{i}" for i in range(keys)]
-    informer.push([(Q_MACHINE, name) for name in names])  # warm: every machine known and mirrored
+    informer.push([(Queue.MACHINE, name) for name in names])  # warm: every machine known and mirrored
     started = time.perf_counter()
     for start in range(0, events, batch):
-        informer.push([(Q_MACHINE, names[i % keys]) for i in range(start, min(events, start + batch))])
+        informer.push([(Queue.MACHINE, names[i % keys]) for i in range(start, min(events, start + batch))])
     return events / (time.perf_counter() - started)

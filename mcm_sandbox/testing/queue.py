@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 import redis
 
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.policy import Requeue
 from mcm_tasks.queue.registry import Reconciler, register_reconciler
 from mcm_tasks.redisdb import get_redis, rkey
-from mcm_tasks.settings import QUEUES
 
 
 class InjectedFailure(RuntimeError):

@@ -17,65 +17,57 @@ from __future__ import annotations
 
 from typing import Final
 
+from mcm_tasks import kinds as _kinds
+from mcm_tasks.kinds import (  # the index names, defined with the kinds
+    BY_CLAIM as BY_CLAIM,
+)
+from mcm_tasks.kinds import (
+    BY_CLASS as BY_CLASS,
+)
+from mcm_tasks.kinds import (
+    BY_DEPLOYMENT_NAME as BY_DEPLOYMENT_NAME,
+)
+from mcm_tasks.kinds import (
+    BY_MACHINE_NAME as BY_MACHINE_NAME,
+)
+from mcm_tasks.kinds import (
+    BY_NAMESPACE as BY_NAMESPACE,
+)
+from mcm_tasks.kinds import (
+    BY_NODE as BY_NODE,
+)
+from mcm_tasks.kinds import (
+    BY_OWNER as BY_OWNER,
+)
+from mcm_tasks.kinds import (
+    BY_PERSISTENT_VOLUME as BY_PERSISTENT_VOLUME,
+)
+from mcm_tasks.kinds import (
+    BY_SECRET as BY_SECRET,
+)
+from mcm_tasks.kinds import (
+    BY_VOLUME as BY_VOLUME,
+)
 from mcm_tasks.redisdb import rkey
 
-# --- kinds (REST plurals) ------------------------------------------------------------------------
-MACHINES: Final = "machines"
-MACHINE_SETS: Final = "machinesets"
-MACHINE_DEPLOYMENTS: Final = "machinedeployments"
-MACHINE_CLASSES: Final = "machineclasses"
-SECRETS: Final = "secrets"
-NODES: Final = "nodes"
-PODS: Final = "pods"
-POD_DISRUPTION_BUDGETS: Final = "poddisruptionbudgets"
-PERSISTENT_VOLUMES: Final = "persistentvolumes"
-PERSISTENT_VOLUME_CLAIMS: Final = "persistentvolumeclaims"
-VOLUME_ATTACHMENTS: Final = "volumeattachments"
+# --- mirror keys of the kinds (``mcm_tasks.kinds``: the REST plurals) ----------------------------------
+MACHINES: Final = _kinds.MACHINE.mirror
+MACHINE_SETS: Final = _kinds.MACHINE_SET.mirror
+MACHINE_DEPLOYMENTS: Final = _kinds.MACHINE_DEPLOYMENT.mirror
+MACHINE_CLASSES: Final = _kinds.MACHINE_CLASS.mirror
+SECRETS: Final = _kinds.SECRET.mirror
+NODES: Final = _kinds.NODE.mirror
+PODS: Final = _kinds.POD.mirror
+POD_DISRUPTION_BUDGETS: Final = _kinds.POD_DISRUPTION_BUDGET.mirror
+PERSISTENT_VOLUMES: Final = _kinds.PERSISTENT_VOLUME.mirror
+PERSISTENT_VOLUME_CLAIMS: Final = _kinds.PERSISTENT_VOLUME_CLAIM.mirror
+VOLUME_ATTACHMENTS: Final = _kinds.VOLUME_ATTACHMENT.mirror
 
-CONTROL_KINDS: Final = (MACHINE_CLASSES, SECRETS, MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES)
-TARGET_KINDS: Final = (
-    NODES,
-    PODS,
-    POD_DISRUPTION_BUDGETS,
-    PERSISTENT_VOLUMES,
-    PERSISTENT_VOLUME_CLAIMS,
-    VOLUME_ATTACHMENTS,
-)
+CONTROL_KINDS: Final = tuple(k.mirror for k in _kinds.CONTROL)
+TARGET_KINDS: Final = tuple(k.mirror for k in _kinds.TARGET)
 ALL_KINDS: Final = CONTROL_KINDS + TARGET_KINDS
 
-# --- index names, per kind -----------------------------------------------------------------------
-#: Machines and MachineSets: uid of the controller ownerReference
-BY_OWNER: Final = "owner"
-#: Machines: ``spec.class.name``
-BY_CLASS: Final = "class"
-#: Machines: the ``node`` label; Pods and VolumeAttachments: ``spec.nodeName``
-BY_NODE: Final = "node"
-#: Machines: the ``name`` label (MachineDeployment name, the meltdown-protection permit key)
-BY_DEPLOYMENT_NAME: Final = "name-label"
-#: MachineClasses: key of each Secret they reference (``secretRef`` and ``credentialsSecretRef``)
-BY_SECRET: Final = "secret"
-#: Nodes: label ``node.gardener.cloud/machine-name``
-BY_MACHINE_NAME: Final = "machine-name"
-#: PodDisruptionBudgets: namespace
-BY_NAMESPACE: Final = "namespace"
-#: PersistentVolumes: key of the bound claim (``namespace/name`` from ``spec.claimRef``)
-BY_CLAIM: Final = "claim"
-#: PersistentVolumeClaims: ``spec.volumeName``
-BY_VOLUME: Final = "volume"
-#: VolumeAttachments: ``spec.source.persistentVolumeName``
-BY_PERSISTENT_VOLUME: Final = "pv"
-
-INDEXES: Final[dict[str, tuple[str, ...]]] = {
-    MACHINES: (BY_OWNER, BY_CLASS, BY_NODE, BY_DEPLOYMENT_NAME),
-    MACHINE_SETS: (BY_OWNER,),
-    MACHINE_CLASSES: (BY_SECRET,),
-    NODES: (BY_MACHINE_NAME,),
-    PODS: (BY_NODE,),
-    POD_DISRUPTION_BUDGETS: (BY_NAMESPACE,),
-    PERSISTENT_VOLUMES: (BY_CLAIM,),
-    PERSISTENT_VOLUME_CLAIMS: (BY_VOLUME,),
-    VOLUME_ATTACHMENTS: (BY_NODE, BY_PERSISTENT_VOLUME),
-}
+INDEXES: Final[dict[str, tuple[str, ...]]] = {k.mirror: k.indexes for k in _kinds.ALL if k.indexes}
 
 #: the mirror keeps a Secret without its data, with a keyed digest of the data under this annotation
 #: (for change detection; never on the API server)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.reader import get_reader
+from mcm_tasks.controllers.common.events import COMPONENT
+from mcm_tasks.kinds import OF_QUEUE
 from mcm_tasks.kube import resources as kres
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.events import WARNING, ObjectRef, recorder_for
@@ -26,15 +28,9 @@ from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "machine-controller-manager"
-
-#: queue kind → (mirror kind, API resource) of the object a key names
+#: queue kind → (mirror kind, API resource) of the MCM object a key names
 OBJECTS: dict[str, tuple[str, kres.Resource]] = {
-    "machine": (layout.MACHINES, kres.MACHINES),
-    "machine-termination": (layout.MACHINES, kres.MACHINES),
-    "machineset": (layout.MACHINE_SETS, kres.MACHINE_SETS),
-    "machinedeployment": (layout.MACHINE_DEPLOYMENTS, kres.MACHINE_DEPLOYMENTS),
-    "machineclass": (layout.MACHINE_CLASSES, kres.MACHINE_CLASSES),
+    queue: (kind.mirror, kind.resource) for queue, kind in OF_QUEUE.items() if kind.model is not None
 }
 
 

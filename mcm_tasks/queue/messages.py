@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from mcm_tasks.settings import QUEUES, Settings, get_settings
+from mcm_tasks.kinds import QUEUES
+from mcm_tasks.settings import Settings, get_settings
 
 TASK_PREFIX = "mcm.reconcile."
 _EMBED = '{"callbacks": null, "errbacks": null, "chain": null, "chord": null}'

@@ -8,10 +8,11 @@ from collections.abc import Iterable
 
 import redis
 
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue import scripts
 from mcm_tasks.queue.messages import build_message, new_id, queue_keys
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.settings import QUEUES, Settings, get_settings
+from mcm_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 

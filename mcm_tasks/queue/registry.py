@@ -15,8 +15,8 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.policy import Requeue
-from mcm_tasks.settings import QUEUES
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ import orjson
 import redis
 from pydantic import BaseModel
 
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.messages import QUARANTINE, queue_keys, workers_key
 from mcm_tasks.queue.producer import enqueue
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.settings import QUEUES
 
 
 class Failing(BaseModel):

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 import redis
 
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.messages import QUARANTINE, queue_keys
 from mcm_tasks.queue.scripts import BUCKETS
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.settings import QUEUES, get_settings
+from mcm_tasks.settings import get_settings
 
 
 @dataclass

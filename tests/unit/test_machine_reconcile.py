@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from mcm_tasks.api import LastOperation, Machine, MachineClass
-from mcm_tasks.controllers.common.queues import machine_queue_items
 from mcm_tasks.controllers.machine.classes import finalizers_patch
 from mcm_tasks.controllers.machine.nodes import is_managed, wants_machine_deleted
 from mcm_tasks.controllers.machine.reconcile import (
@@ -18,6 +17,7 @@ from mcm_tasks.controllers.machine.reconcile import (
     needs_health_check,
     resolved_operation,
 )
+from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, reset_settings
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.stats import Histogram
-from mcm_tasks.settings import QUEUES
 from mcm_tasks.tasks import RECONCILE_TASKS, key_from_arguments
 from mcm_tasks.worker_cli import prepare_worker, queue_names, worker_argv
 

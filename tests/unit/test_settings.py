@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from mcm_tasks.durations import format_duration, parse_duration
-from mcm_tasks.settings import QUEUES, SettingsError, load_settings, parse_flags
+from mcm_tasks.kinds import QUEUES
+from mcm_tasks.settings import SettingsError, load_settings, parse_flags
 
 
 @pytest.mark.parametrize(

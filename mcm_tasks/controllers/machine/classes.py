@@ -16,7 +16,7 @@ from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.common.queues import machine_queue_items
+from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES
 from mcm_tasks.queue import Requeue, enqueue_many

@@ -33,6 +33,7 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
 from mcm_tasks.controllers.machine import create, healthcheck
+from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.kube.resources import MACHINES
@@ -40,8 +41,6 @@ from mcm_tasks.queue import Requeue, enqueue
 
 log = logging.getLogger(__name__)
 
-TERMINATION_QUEUE = "machine-termination"
-CLASS_QUEUE = "machineclass"
 RESOLVED_DESCRIPTION = "Machine configuration is valid again"
 
 
@@ -110,7 +109,7 @@ def _add_finalizer(machine: Machine) -> Machine:
 def _reconcile(machine: Machine) -> Requeue | None:
     meta = machine.metadata
     if meta.is_deleting:
-        enqueue(TERMINATION_QUEUE, machine.key)
+        enqueue(Queue.MACHINE_TERMINATION, machine.key)
         return None
     if MCM_FINALIZER not in meta.finalizers:
         machine = _add_finalizer(machine)
@@ -128,7 +127,7 @@ def _reconcile(machine: Machine) -> Requeue | None:
         write_problem(machine, f"MachineClass {class_name} not found")
         return Requeue.long()
     if MCM_FINALIZER not in machine_class.metadata.finalizers:
-        enqueue(CLASS_QUEUE, object_key(machine_class.metadata.namespace, class_name))
+        enqueue(Queue.MACHINE_CLASS, object_key(machine_class.metadata.namespace, class_name))
         return Requeue.short()
     problem = class_problem(machine_class)
     if problem:

@@ -8,14 +8,15 @@ from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.nodes import reconcile_node
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machine.secrets import reconcile_secret
+from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import register_reconciler
 
 
 def register() -> None:
-    register_reconciler("machine", reconcile_machine)
-    register_reconciler("machineclass", reconcile_machine_class)
-    register_reconciler("secret", reconcile_secret)
-    register_reconciler("node", reconcile_node)
+    register_reconciler(Queue.MACHINE, reconcile_machine)
+    register_reconciler(Queue.MACHINE_CLASS, reconcile_machine_class)
+    register_reconciler(Queue.SECRET, reconcile_secret)
+    register_reconciler(Queue.NODE, reconcile_node)
 
 
 register()

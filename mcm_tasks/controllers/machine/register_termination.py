@@ -5,8 +5,7 @@ drains starved its machine queue). Imported by the worker's reconciler modules."
 from __future__ import annotations
 
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
+from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import register_reconciler
 
-TERMINATION_QUEUE = "machine-termination"
-
-register_reconciler(TERMINATION_QUEUE, reconcile_termination)
+register_reconciler(Queue.MACHINE_TERMINATION, reconcile_termination)

@@ -4,8 +4,7 @@ worker's reconciler modules, see ``mcm_tasks.queue.registry``)."""
 from __future__ import annotations
 
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
+from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import register_reconciler
 
-KIND = "machinedeployment"
-
-register_reconciler(KIND, reconcile_machine_deployment)
+register_reconciler(Queue.MACHINE_DEPLOYMENT, reconcile_machine_deployment)

@@ -4,8 +4,7 @@ modules, see ``mcm_tasks.queue.registry``)."""
 from __future__ import annotations
 
 from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
+from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import register_reconciler
 
-KIND = "machineset"
-
-register_reconciler(KIND, reconcile_machine_set)
+register_reconciler(Queue.MACHINE_SET, reconcile_machine_set)

@@ -21,10 +21,10 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
-from mcm_tasks.controllers.common.queues import machine_queue_items
 from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION, FreezeAction, decide
+from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 from mcm_tasks.kube.resources import MACHINES, NODES, Resource

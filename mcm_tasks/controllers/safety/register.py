@@ -15,6 +15,7 @@ from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, de
 from mcm_tasks.controllers.safety.apiserver_io import check_apiservers
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.overshooting_io import check_overshooting
+from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import Requeue, register_reconciler
 from mcm_tasks.settings import get_settings
 
@@ -58,7 +59,7 @@ def reconcile_safety(key: str) -> Requeue | None:
 
 
 def register() -> None:
-    register_reconciler("safety", reconcile_safety)
+    register_reconciler(Queue.SAFETY, reconcile_safety)
 
 
 register()

@@ -1,0 +1,35 @@
+"""What the MachineSet controller watches, declared beside it: the informer's routing wakes a set on a
+change of one of its machines only when the change touches what the set's pass reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def seen_by_set(machine: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What a MachineSet's pass reads of one of its machines: claim (labels, owner), propagation
+    (spec), manageReplicas (phase, deletion, annotations, preservation, age) and status (phase,
+    labels, and the whole lastOperation of a failed one, which goes into ``failedMachines``).
+
+    MCM wakes the set on every machine update. Most of them are the machine controller's own
+    progress notes (a new lastOperation description, a heartbeat time): at a thousand machines they
+    kept the set's pass, which reads every machine, running back to back without changing anything.
+    An update that leaves this projection alike cannot change the set's decisions or its status, so
+    it does not wake the set; everything else does, as upstream.
+    """
+    m = (machine or {}).get("metadata") or {}
+    status = (machine or {}).get("status") or {}
+    current = {k: v for k, v in (status.get("currentStatus") or {}).items() if k != "lastUpdateTime"}
+    operation = status.get("lastOperation") or {}
+    failed = operation.get("state") == "Failed"
+    return (
+        m.get("labels"),
+        m.get("annotations"),
+        m.get("ownerReferences"),
+        m.get("deletionTimestamp"),
+        m.get("generation"),
+        (machine or {}).get("spec"),
+        current,
+        operation if failed else (operation.get("state"), operation.get("type")),
+    )
