@@ -81,6 +81,10 @@ class Controllers:
     # --- garbage collection ------------------------------------------------------------------
 
     def _owner_exists(self, ref: dict[str, Any]) -> bool:
+        """An owner of a kind nobody serves counts as present: upstream's GC cannot resolve it, so it
+        leaves the dependent alone rather than deleting on a guess."""
+        if not self.registry.kind_served(ref.get("apiVersion", ""), ref.get("kind", "")):
+            return True
         owner = self.store.get_by_uid(ref.get("uid", ""))
         return owner is not None and owner.meta.get("name") == ref.get("name")
 

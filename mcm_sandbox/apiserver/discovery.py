@@ -9,13 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mcm_sandbox.apiserver.resources import (
-    ALL_VERBS,
-    PREFERRED_GROUP_ORDER,
-    SUB_VERBS,
-    Registry,
-    ResourceType,
-)
+from mcm_sandbox.apiserver.builtins import PREFERRED_GROUP_ORDER
+from mcm_sandbox.apiserver.resources import SUB_VERBS, Registry, ResourceType
 
 VERSION_INFO = {
     "major": "1",
@@ -86,7 +81,7 @@ def _resource(rt: ResourceType) -> dict[str, Any]:
         "singularName": rt.singular,
         "namespaced": rt.namespaced,
         "kind": rt.kind,
-        "verbs": ALL_VERBS,
+        "verbs": rt.served_verbs,
     }
     if rt.short_names:
         out["shortNames"] = rt.short_names
@@ -129,6 +124,18 @@ def _subresources(rt: ResourceType) -> list[dict[str, Any]]:
                 "version": "v1",
                 "kind": "Eviction",
                 "verbs": ["create"],
+            }
+        )
+    for name, (group, version, kind, verbs) in rt.extra_subresources.items():
+        subs.append(
+            {
+                "name": f"{rt.plural}/{name}",
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "group": group,
+                "version": version,
+                "kind": kind,
+                "verbs": verbs,
             }
         )
     if rt.plural == "namespaces" and not rt.group:

@@ -74,8 +74,12 @@ class ResourceType:
     schema: dict[str, Any] | None = None
     columns: list[PrinterColumn] | None = None
     crd: bool = False
-    # Several group/versions may share one storage (core/v1 and events.k8s.io/v1 events do not: see notes).
+    # Several group/versions may share one storage (core/v1 and events.k8s.io/v1 events do).
     storage: str = ""
+    # The verbs the resource answers (None: all of ALL_VERBS); review kinds only take ``create``.
+    verbs: list[str] | None = None
+    # Other subresources a built-in serves: name -> (group, version, kind, verbs).
+    extra_subresources: dict[str, tuple[str, str, str, list[str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.storage:
@@ -93,98 +97,12 @@ class ResourceType:
     def list_kind(self) -> str:
         return f"{self.kind}List"
 
+    @property
+    def served_verbs(self) -> list[str]:
+        return self.verbs if self.verbs is not None else ALL_VERBS
+
     def field_selectors(self) -> tuple[str, ...]:
         return COMMON_FIELDS + (EXTRA_FIELDS.get(self.plural, ()) if not self.group else ())
-
-
-def _core(plural: str, kind: str, namespaced: bool = True, **kw: Any) -> ResourceType:
-    return ResourceType("", "v1", plural, kind.lower(), kind, namespaced, **kw)
-
-
-BUILTINS: list[ResourceType] = [
-    _core(
-        "namespaces",
-        "Namespace",
-        namespaced=False,
-        short_names=["ns"],
-        status=True,
-        returns_deleted_object=True,
-    ),
-    _core("nodes", "Node", namespaced=False, short_names=["no"], status=True),
-    _core(
-        "pods",
-        "Pod",
-        short_names=["po"],
-        categories=["all"],
-        status=True,
-        eviction=True,
-        has_generation=True,
-        returns_deleted_object=True,
-    ),
-    _core("secrets", "Secret"),
-    _core("configmaps", "ConfigMap", short_names=["cm"]),
-    _core("events", "Event", short_names=["ev"]),
-    _core("services", "Service", short_names=["svc"], categories=["all"], status=True),
-    _core("serviceaccounts", "ServiceAccount", short_names=["sa"]),
-    _core(
-        "persistentvolumes",
-        "PersistentVolume",
-        namespaced=False,
-        short_names=["pv"],
-        status=True,
-        returns_deleted_object=True,
-    ),
-    _core(
-        "persistentvolumeclaims",
-        "PersistentVolumeClaim",
-        short_names=["pvc"],
-        status=True,
-        returns_deleted_object=True,
-    ),
-    ResourceType(
-        "policy",
-        "v1",
-        "poddisruptionbudgets",
-        "poddisruptionbudget",
-        "PodDisruptionBudget",
-        True,
-        short_names=["pdb"],
-        status=True,
-        has_generation=True,
-    ),
-    ResourceType(
-        "storage.k8s.io",
-        "v1",
-        "volumeattachments",
-        "volumeattachment",
-        "VolumeAttachment",
-        False,
-        status=True,
-        returns_deleted_object=True,
-    ),
-    ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
-    ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, short_names=["ev"]),
-    ResourceType(
-        "apiextensions.k8s.io",
-        "v1",
-        "customresourcedefinitions",
-        "customresourcedefinition",
-        "CustomResourceDefinition",
-        False,
-        short_names=["crd", "crds"],
-        status=True,
-        has_generation=True,
-    ),
-]
-
-PREFERRED_GROUP_ORDER = [
-    "",
-    "events.k8s.io",
-    "policy",
-    "storage.k8s.io",
-    "coordination.k8s.io",
-    "apiextensions.k8s.io",
-]
 
 
 class Registry:
@@ -193,7 +111,9 @@ class Registry:
     def __init__(self) -> None:
         self._by_path: dict[tuple[str, str, str], ResourceType] = {}
         self._crd_owned: dict[str, list[tuple[str, str, str]]] = {}
-        for rt in BUILTINS:
+        from mcm_sandbox.apiserver.builtins import builtin_types
+
+        for rt in builtin_types():
             self.add(rt)
 
     def add(self, rt: ResourceType) -> None:
@@ -216,6 +136,10 @@ class Registry:
 
     def in_group_version(self, group: str, version: str) -> list[ResourceType]:
         return [rt for rt in self._by_path.values() if rt.group == group and rt.version == version]
+
+    def kind_served(self, api_version: str, kind: str) -> bool:
+        group = api_version.rpartition("/")[0]
+        return any(rt.group == group and rt.kind == kind for rt in self._by_path.values())
 
     def by_storage(self, storage: str) -> list[ResourceType]:
         return [rt for rt in self._by_path.values() if rt.storage == storage]
