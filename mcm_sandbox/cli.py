@@ -36,6 +36,11 @@ def apiserver(
         "timer", help="Who ends graceful pod deletion: timer (grace period elapses), kubelet, immediate."
     ),
     bookmark_interval: float = typer.Option(5.0, help="Seconds between BOOKMARK events on idle watches."),
+    authorization_mode: str = typer.Option(
+        "AlwaysAllow",
+        help="AlwaysAllow, or RBAC to enforce Roles and bindings as kube-apiserver's "
+        "--authorization-mode=RBAC does (the kubeconfig then carries an admin token).",
+    ),
 ) -> None:
     """Run the sandbox Kubernetes API server in the foreground."""
     from mcm_sandbox.apiserver.app import ServerOptions
@@ -48,8 +53,14 @@ def apiserver(
         raise typer.BadParameter(
             f"--pod-grace-mode must be one of {[m.value for m in PodGraceMode]}"
         ) from exc
+    if authorization_mode not in ("AlwaysAllow", "RBAC"):
+        raise typer.BadParameter("--authorization-mode must be AlwaysAllow or RBAC")
     opts = ServerOptions(
-        token=token, history_window=history_window, pod_grace_mode=mode, bookmark_interval=bookmark_interval
+        token=token,
+        history_window=history_window,
+        pod_grace_mode=mode,
+        bookmark_interval=bookmark_interval,
+        authorization_mode=authorization_mode,
     )
     run(host, port, kubeconfig, opts)
 

@@ -9,33 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcm_sandbox.apiserver import errors, objects
+from mcm_sandbox.apiserver import defaults, errors, objects
+from mcm_sandbox.apiserver.authn import (
+    SA_NAME_ANNOTATION,
+    SA_UID_ANNOTATION,
+    TOKEN_SECRET_TYPE,
+    Authenticator,
+)
 from mcm_sandbox.apiserver.resources import Registry, ResourceType, crd_causes
 from mcm_sandbox.apiserver.store import DELETED, Entry, Store
 
 CRD_STORAGE = "customresourcedefinitions.apiextensions.k8s.io"
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 
-# Status a real server resets on create, by storage.
-_CREATE_STATUS: dict[str, dict[str, Any] | None] = {
-    "pods": {"phase": "Pending"},
-    "persistentvolumes": {"phase": "Pending"},
-    "persistentvolumeclaims": {"phase": "Pending"},
-    "poddisruptionbudgets.policy": {
-        "disruptionsAllowed": 0,
-        "currentHealthy": 0,
-        "desiredHealthy": 0,
-        "expectedPods": 0,
-    },
-    "volumeattachments.storage.k8s.io": {"attached": False},
-    "namespaces": {"phase": "Active"},
-}
-
 
 class Admission:
     def __init__(self, store: Store, registry: Registry) -> None:
         self.store = store
         self.registry = registry
+        self.tokens: Authenticator | None = None  # set by the server: fills legacy token Secrets
 
     def check_namespace_writable(self, namespace: str, body: dict[str, Any]) -> None:
         ns = self.store.get("namespaces", "", namespace)
@@ -64,14 +56,36 @@ class Admission:
 
     # --- create ------------------------------------------------------------------------------
 
+    def default(self, rt: ResourceType, body: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """Built-in defaulting, on create and on every update of the main resource."""
+        if rt.crd:
+            return
+        defaults.default(rt.kind, body)
+        if rt.storage == "services":
+            used_ips = {
+                ip
+                for e in self.store.iter("services")
+                for ip in (e.obj.get("spec") or {}).get("clusterIPs") or []
+            }
+            used_ports = {
+                p.get("nodePort")
+                for e in self.store.iter("services")
+                for p in (e.obj.get("spec") or {}).get("ports") or []
+                if p.get("nodePort")
+            }
+            try:
+                defaults.service_spec(body, old, used_ips, used_ports)
+            except ValueError as exc:
+                raise errors.internal(str(exc)) from exc
+
     def on_create(self, rt: ResourceType, body: dict[str, Any]) -> None:
-        if rt.storage in _CREATE_STATUS:
-            body["status"] = dict(_CREATE_STATUS[rt.storage] or {})
-        if rt.storage == "pods":
-            spec = body.setdefault("spec", {})
-            spec.setdefault("terminationGracePeriodSeconds", 30)
-            spec.setdefault("restartPolicy", "Always")
-        elif rt.storage == "namespaces":
+        if not rt.crd and rt.kind in defaults.INITIAL_STATUS:
+            body["status"] = dict(defaults.INITIAL_STATUS[rt.kind])
+        if rt.storage == "jobs.batch":
+            defaults.job_selector(body)
+        elif rt.storage == "secrets" and body.get("type") == TOKEN_SECRET_TYPE:
+            self._token_secret(body)
+        if rt.storage == "namespaces":
             body.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
             body["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = body["metadata"][
                 "name"
@@ -83,6 +97,32 @@ class Admission:
             if rt.status:
                 body.pop("status", None)
             self._validate_custom(rt, body)
+
+    def _token_secret(self, body: dict[str, Any]) -> None:
+        """What the tokens controller does to a legacy token Secret: uid annotation, token, ca, namespace."""
+        meta = body["metadata"]
+        sa_name = (meta.get("annotations") or {}).get(SA_NAME_ANNOTATION)
+        if not sa_name:
+            raise errors.invalid(
+                "Secret",
+                "",
+                meta["name"],
+                [
+                    errors.cause(
+                        f"metadata.annotations[{SA_NAME_ANNOTATION}]", "Required value", "FieldValueRequired"
+                    )
+                ],
+            )
+        sa = self.store.get("serviceaccounts", meta.get("namespace", ""), sa_name)
+        if sa is None or self.tokens is None:
+            return
+        import base64
+
+        meta["annotations"][SA_UID_ANNOTATION] = sa.meta.get("uid", "")
+        data = body.setdefault("data", {})
+        token = self.tokens.legacy_token(sa.obj, meta["name"])
+        for key, value in (("token", token), ("namespace", meta.get("namespace", "")), ("ca.crt", "")):
+            data[key] = base64.b64encode(value.encode()).decode()
 
     def _check_crd_not_terminating(self, rt: ResourceType) -> None:
         crd = self.store.get(CRD_STORAGE, "", rt.storage)

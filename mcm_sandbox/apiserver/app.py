@@ -4,6 +4,7 @@ errors into Status objects, then hands the parsed request to the verbs."""
 from __future__ import annotations
 
 import logging
+import secrets
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -11,13 +12,16 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, table
+from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, rbac, reviews, table
 from mcm_sandbox.apiserver.admission import Admission
+from mcm_sandbox.apiserver.authn import ANONYMOUS, Authenticator, InvalidToken, UserInfo
+from mcm_sandbox.apiserver.builtins import review_kind
 from mcm_sandbox.apiserver.controllers import Controllers
 from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
 from mcm_sandbox.apiserver.disruption import Disruption
 from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
 from mcm_sandbox.apiserver.handlers import Api, parse_json
+from mcm_sandbox.apiserver.impersonation import impersonate
 from mcm_sandbox.apiserver.resources import Registry
 from mcm_sandbox.apiserver.routing import Discovery, Target, resolve
 from mcm_sandbox.apiserver.store import DEFAULT_HISTORY_WINDOW, Store, dumps
@@ -38,6 +42,8 @@ class ServerOptions:
     pod_grace_mode: PodGraceMode = PodGraceMode.TIMER
     bookmark_interval: float = 5.0
     server_address: str = "127.0.0.1:6443"
+    # kube-apiserver's --authorization-mode: AlwaysAllow (the default here) or RBAC.
+    authorization_mode: str = "AlwaysAllow"
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -59,6 +65,11 @@ class Server:
         self.watchers: set[Watcher] = set()
         self.faults = FaultGate(self.watchers)
         self.ready = False
+        if opts.authorization_mode == "RBAC" and not opts.token:
+            opts.token = secrets.token_urlsafe(32)  # the admin kubeconfig needs a credential
+        self.authenticator = Authenticator(self.store, opts.token)
+        self.authorizer = rbac.Authorizer(self.store) if opts.authorization_mode == "RBAC" else None
+        self.api.admission.tokens = self.authenticator
 
     def bootstrap(self) -> None:
         """Runs on the loop (controllers schedule work with it): the namespaces a cluster starts with."""
@@ -68,6 +79,10 @@ class Server:
         assert ns_rt is not None
         for name in BOOT_NAMESPACES:
             self.api.create(ns_rt, None, {"metadata": {"name": name}})
+        for plural, body in rbac.bootstrap_objects():
+            rt = self.registry.get(rbac.RBAC_GROUP, "v1", plural)
+            assert rt is not None
+            self.api.create(rt, None, body)
         self.ready = True
 
     def make_app(self) -> web.Application:
@@ -108,7 +123,21 @@ class Server:
         path = request.path.rstrip("/") or "/"
         if path in PUBLIC_PATHS or path.startswith(("/readyz/", "/livez/", "/healthz/")):
             return self._health(path)
-        self._authenticate(request)
+        user = self._authenticate(request)
+        found: Target | Discovery | None = None
+        missing: errors.ApiError | None = None
+        if not path.startswith(("/sandbox/", "/openapi")):
+            try:
+                found = resolve(self.registry, path)
+            except errors.ApiError as exc:  # authorized as a path first, as upstream does
+                missing = exc
+        query = _query(request)
+        verb = (
+            self._verb(request.method, found, query) if isinstance(found, Target) else request.method.lower()
+        )
+        self._authorize(user, path, verb, found)
+        if missing is not None:
+            raise missing
         if path.startswith("/sandbox/faults"):
             return await self.faults.admin(request)
         if path.startswith("/openapi/v3"):
@@ -120,15 +149,12 @@ class Server:
             if doc is None:
                 raise errors.not_found_path()
             return _json(doc)
-        if path.startswith("/openapi/"):
+        if path.startswith("/openapi/") or found is None:
             raise errors.not_found_path()
-        found = resolve(self.registry, path)
         if isinstance(found, Discovery):
             return self._discovery(found)
-        query = _query(request)
-        verb = self._verb(request.method, found, query)
         await self.faults.gate(verb, found.resource)
-        return await self._serve(request, found, verb, query)
+        return await self._serve(request, found, verb, query, user)
 
     def _health(self, path: str) -> web.Response:
         if path == "/version":
@@ -137,9 +163,33 @@ class Server:
             return web.Response(status=503, text="not ready")
         return web.Response(text="ok", content_type="text/plain")
 
-    def _authenticate(self, request: web.Request) -> None:
-        if self.opts.token and request.headers.get("Authorization", "") != f"Bearer {self.opts.token}":
+    def _authenticate(self, request: web.Request) -> UserInfo:
+        """Who is asking: 401 for a bad credential, or for none when a token is required without RBAC
+        (with RBAC the request goes on as system:anonymous, and RBAC decides)."""
+        try:
+            user = self.authenticator.authenticate(request.headers.get("Authorization", ""))
+        except InvalidToken:
+            raise errors.unauthorized() from None
+        if user is ANONYMOUS and self.opts.token and self.authorizer is None:
             raise errors.unauthorized()
+        return impersonate(user, request.headers, self.authorizer)
+
+    def _authorize(self, user: UserInfo, path: str, verb: str, found: Target | Discovery | None) -> None:
+        if self.authorizer is None:
+            return
+        if isinstance(found, Target):
+            rt = found.rt
+            namespace = found.namespace or ""
+            if rt.storage == "namespaces" and found.name:
+                namespace = found.name  # upstream's RequestInfo: a namespace is inside itself
+            attrs = rbac.Attributes(
+                user, verb, namespace, rt.group, rt.plural, found.sub or "", found.name or "", path
+            )
+        else:
+            attrs = rbac.Attributes(user, verb, path=path, resource_request=False)
+        allowed, reason = self.authorizer.authorize(attrs)
+        if not allowed:
+            raise errors.rbac_forbidden(attrs, reason)
 
     def _discovery(self, found: Discovery) -> web.Response:
         body: dict[str, Any] | None
@@ -196,10 +246,16 @@ class Server:
     # --- verbs -------------------------------------------------------------------------------
 
     async def _serve(
-        self, request: web.Request, t: Target, verb: str, query: dict[str, str]
+        self, request: web.Request, t: Target, verb: str, query: dict[str, str], user: UserInfo
     ) -> web.StreamResponse:
         rt, sub = t.rt, t.sub
         dry_run = bool(query.get("dryRun"))
+        if verb not in rt.served_verbs:
+            raise errors.method_not_allowed()
+        if review_kind(rt):
+            body = await self._object_body(request)
+            out = reviews.review(rt, body, user, t.namespace, self.authorizer, self.authenticator)
+            return _json(out, 201)
         if rt.namespaced and t.namespace is None and verb not in ("list", "watch"):
             raise errors.method_not_allowed()
         if t.name is None and verb in ("update", "patch"):
@@ -236,6 +292,10 @@ class Server:
                 return _json(table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata")))
             return _json(entry.raw)
         if verb == "create":
+            if sub == "token":
+                sa = self.api.must_get(rt, t.namespace, t.name or "")
+                body = await self._object_body(request)
+                return _json(reviews.token_request(self.authenticator, sa.obj, body, self.store.get), 201)
             if sub == "eviction":
                 body = await self._object_body(request)
                 return _json(*self.disruption.evict(rt, t.namespace or "", t.name or "", body, dry_run))
@@ -279,6 +339,7 @@ class Server:
             or (t.sub == "scale" and rt.scale is not None)
             or (t.sub == "eviction" and rt.eviction)
             or (t.sub == "finalize" and rt.storage == "namespaces")
+            or (t.sub in rt.extra_subresources)
         )
 
     def _sub_allowed(self, t: Target, verb: str) -> bool:
@@ -288,6 +349,8 @@ class Server:
             return verb == "create"
         if t.sub == "finalize":
             return verb == "update"
+        if t.sub in t.rt.extra_subresources:
+            return verb in t.rt.extra_subresources[t.sub][3]
         return verb in ("get", "update", "patch")
 
     def _finalize(self, t: Target, body: Any, dry_run: bool) -> Any:

@@ -77,9 +77,7 @@ class Deleter:
         entry = self.api.must_get(rt, namespace, name)
         removed, after = self.delete_entry(rt, entry, opts, dry_run)
         if removed and not rt.returns_deleted_object:
-            details = {"name": name, "kind": rt.plural, "uid": entry.meta.get("uid", "")}
-            if rt.group:
-                details["group"] = rt.group
+            details = errors.details_of(name, rt.group, rt.plural, uid=entry.meta.get("uid", ""))
             return 200, errors.success(details)
         return 200, after.raw
 

@@ -28,6 +28,8 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def status(self) -> dict[str, Any]:
+        """The Status in metav1.Status's field order (kind, apiVersion, metadata, status, message,
+        reason, details, code), as kube-apiserver's JSON serializer writes it."""
         body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
@@ -35,17 +37,19 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code,
         }
         if self.details is not None:
             body["details"] = self.details
+        body["code"] = self.code
         return body
 
 
-def _details(name: str, group: str, resource: str, **extra: Any) -> dict[str, Any]:
-    details: dict[str, Any] = {"name": name, "kind": resource}
+def details_of(name: str, group: str, resource: str, **extra: Any) -> dict[str, Any]:
+    """StatusDetails in field order (name, group, kind, uid, causes), empty fields omitted."""
+    details: dict[str, Any] = {"name": name} if name else {}
     if group:
         details["group"] = group
+    details["kind"] = resource
     details.update(extra)
     return details
 
@@ -56,7 +60,7 @@ def qualified(resource: str, group: str) -> str:
 
 def not_found(resource: str, group: str, name: str) -> ApiError:
     return ApiError(
-        404, "NotFound", f'{qualified(resource, group)} "{name}" not found', _details(name, group, resource)
+        404, "NotFound", f'{qualified(resource, group)} "{name}" not found', details_of(name, group, resource)
     )
 
 
@@ -69,7 +73,7 @@ def already_exists(resource: str, group: str, name: str) -> ApiError:
         409,
         "AlreadyExists",
         f'{qualified(resource, group)} "{name}" already exists',
-        _details(name, group, resource),
+        details_of(name, group, resource),
     )
 
 
@@ -78,7 +82,7 @@ def conflict(resource: str, group: str, name: str, why: str) -> ApiError:
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {qualified(resource, group)} "{name}": {why}',
-        _details(name, group, resource),
+        details_of(name, group, resource),
     )
 
 
@@ -113,7 +117,7 @@ def forbidden(resource: str, group: str, name: str, why: str) -> ApiError:
         403,
         "Forbidden",
         f'{qualified(resource, group)} "{name}" is forbidden: {why}',
-        _details(name, group, resource),
+        details_of(name, group, resource),
     )
 
 
@@ -178,8 +182,22 @@ def success(details: dict[str, Any] | None = None, code: int = 200) -> dict[str,
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
-        "code": code,
     }
     if details is not None:
         body["details"] = details
+    body["code"] = code
     return body
+
+
+def rbac_forbidden(attrs: Any, reason: str) -> ApiError:
+    """403 as kube-apiserver's authorization filter words it (``responsewriters.Forbidden``)."""
+    from mcm_sandbox.apiserver.rbac import forbidden_message
+
+    why = forbidden_message(attrs) + (f": {reason}" if reason else "")
+    if not attrs.resource_request:
+        return ApiError(403, "Forbidden", f"forbidden: {why}", {})
+    prefix = qualified(attrs.resource, attrs.api_group)
+    message = (
+        f'{prefix} "{attrs.name}" is forbidden: {why}' if attrs.name else f"{prefix} is forbidden: {why}"
+    )
+    return ApiError(403, "Forbidden", message, details_of(attrs.name, attrs.api_group, attrs.resource))

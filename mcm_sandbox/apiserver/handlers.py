@@ -123,6 +123,7 @@ class Api:
             meta["name"] = objects.generate_name(meta["generateName"])
         else:
             raise errors.already_exists(rt.plural, rt.group, meta["name"])
+        self.admission.default(rt, body, None)
         self.admission.on_create(rt, body)
         if dry_run:
             return Entry(body, dumps(body))
@@ -209,6 +210,8 @@ class Api:
     ) -> Entry:
         """Commit an update computed from ``old``; a no-op writes nothing, emptied finalizers delete."""
         if not system:  # emulated controllers write exactly what they computed from ``old``
+            if sub is None:
+                self.admission.default(rt, new, old.obj)
             new = objects.merge_for_update(rt, old.obj, new, sub)
         self.admission.on_update(rt, new, old.obj, sub)
         if objects.same_content(new, old.obj):
@@ -229,6 +232,8 @@ class Api:
         status: dict[str, Any] = {"replicas": objects.get_path(entry.obj, rt.scale.status_replicas) or 0}
         if rt.scale.label_selector:
             selector = objects.get_path(entry.obj, rt.scale.label_selector)
+            if isinstance(selector, dict):  # built-ins keep a LabelSelector; Scale carries its string form
+                selector = _selector_string(selector)
             if selector:
                 status["selector"] = selector
         scale_meta = {
@@ -274,6 +279,15 @@ class Api:
     ) -> Entry:
         """A write made by an emulated controller (GC, disruption, namespace): no precondition."""
         return self.write_update(rt, old, new, sub, system=True)
+
+
+def _selector_string(selector: dict[str, Any]) -> str:
+    from mcm_sandbox import selectors
+
+    try:
+        return str(selectors.label_selector_from_api(selector))
+    except selectors.SelectorError:
+        return ""
 
 
 def parse_json(raw: bytes) -> Any:

@@ -31,3 +31,44 @@ def write_kubeconfig(path: Path, server: str, token: str = "", name: str = "sand
     tmp.write_text(yaml.safe_dump(kubeconfig(server, token, name), sort_keys=False))
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def service_account_token(
+    admin_kubeconfig: Path, namespace: str, name: str, expiration_seconds: int = 3600, create: bool = True
+) -> str:
+    """A bearer token for a ServiceAccount (TokenRequest, as ``kubectl create token``), for tests that
+    run a component as that account; the account is created first when missing and ``create``."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(admin_kubeconfig))
+    try:
+        core = client.CoreV1Api(api)
+        if create:
+            try:
+                core.create_namespaced_service_account(
+                    namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+                )
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)
+        )
+        issued = core.create_namespaced_service_account_token(name, namespace, request)
+        assert issued.status is not None
+        return str(issued.status.token)
+    finally:
+        api.close()
+
+
+def service_account_kubeconfig(
+    admin_kubeconfig: Path, namespace: str, name: str, out: Path, expiration_seconds: int = 86400
+) -> Path:
+    """A kubeconfig that authenticates as ``system:serviceaccount:{namespace}:{name}``."""
+    admin = yaml.safe_load(admin_kubeconfig.read_text())
+    server = admin["clusters"][0]["cluster"]["server"]
+    token = service_account_token(admin_kubeconfig, namespace, name, expiration_seconds)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(kubeconfig(server, token, name=f"{namespace}-{name}", namespace=namespace)))
+    os.chmod(out, 0o600)
+    return out

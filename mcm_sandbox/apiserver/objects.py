@@ -19,6 +19,7 @@ from mcm_sandbox.apiserver.resources import ResourceType
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Set by the server, never by a client: copied from the stored object on every update.
 SYSTEM_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 
@@ -50,7 +51,29 @@ def new_uid() -> str:
     return str(uuid.uuid4())
 
 
+def _path_segment_causes(name: str) -> list[dict[str, str]]:
+    """``path.IsValidPathSegmentName``: the rule for RBAC object names (``system:discovery``)."""
+    if name in (".", ".."):
+        return [cause("metadata.name", f"Invalid value: {name!r}: may not be '{name}'")]
+    for bad in ("/", "%"):
+        if bad in name:
+            return [cause("metadata.name", f"Invalid value: {name!r}: may not contain '{bad}'")]
+    return []
+
+
 def name_causes(rt: ResourceType, name: str) -> list[dict[str, str]]:
+    if rt.group == "rbac.authorization.k8s.io":
+        return _path_segment_causes(name)
+    if rt.storage == "services" and (len(name) > 63 or not _DNS_1035.match(name)):
+        return [
+            cause(
+                "metadata.name",
+                f"Invalid value: {name!r}: a DNS-1035 label must consist of lower case alphanumeric "
+                "characters or '-', start with an alphabetic character, and end with an alphanumeric "
+                "character (e.g. 'my-name',  or 'abc-123', regex used for validation is "
+                "'[a-z]([-a-z0-9]*[a-z0-9])?')",
+            )
+        ]
     pattern, what, limit = (
         (_DNS_LABEL, "RFC 1123 label", 63)
         if rt.plural == "namespaces"
