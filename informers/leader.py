@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks.kube import rest
 from mcm_tasks.kube.errors import is_already_exists, is_conflict, is_not_found
 from mcm_tasks.kube.resources import LEASES
+from mcm_tasks.probes import PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,7 @@ class LeaderElector:
         return True
 
     def _attempt(self) -> bool:
+        PROGRESS.beat("elector")  # campaigning or renewing, every retry period
         try:
             return self.try_acquire_or_renew()
         except Exception as err:  # the API server is unreachable: not acquired, not renewed

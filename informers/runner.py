@@ -34,6 +34,7 @@ from informers.resources import WatchedResource, watch_namespace, watched_resour
 from informers.routing import full_resync
 from informers.sink import Sink, deliver
 from informers.store import Store
+from mcm_tasks.probes import PROGRESS
 from mcm_tasks.redisdb import rkey
 from mcm_tasks.settings import Settings
 
@@ -127,6 +128,7 @@ class Informer:
         next_resync = time.monotonic() + self._resync_period()
         next_status = 0.0
         while not stop.is_set():
+            PROGRESS.beat("writer")
             batch = _take_batch(inbox, IDLE_CHECK)
             outcome = processor.process(batch) if batch else Outcome()
             unlisted.difference_update(outcome.listed)
@@ -181,6 +183,7 @@ class Informer:
                 if stop.is_set():
                     return None
                 delay = backoff.next()
+                PROGRESS.beat("writer")  # waiting for Redis is not being wedged
                 log.warning("Redis unavailable (%s); retrying in %.2fs", err, delay)
                 stop.wait(delay)
 

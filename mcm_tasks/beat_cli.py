@@ -40,6 +40,7 @@ from redis.exceptions import LockError
 
 from beat_schedule import beat_schedule, job_of
 from mcm_tasks.cli_support import command_settings
+from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
 from mcm_tasks.queue import enqueue
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import Settings, get_settings
@@ -150,8 +151,11 @@ class SafetyScheduler(RedBeatScheduler):  # type: ignore[misc]
             super().setup_schedule()
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        PROGRESS.beat("scheduler")
         try:
-            if not self._lead():
+            leading = self._lead()
+            LEADING["beat"] = leading
+            if not leading:
                 return float(self.max_interval)
             return float(super().tick(*args, **kwargs))
         except redis.RedisError as err:
@@ -215,7 +219,7 @@ def beat(
     settings = command_settings(ctx.args)
     from mcm_tasks.observability import serve
 
-    serve(settings)
+    serve(settings, standard_probes(settings, apiserver=False))
     run_beat(settings, identity, loglevel)
 
 

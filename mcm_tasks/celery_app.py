@@ -33,6 +33,7 @@ from celery import Celery
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    heartbeat_sent,
     worker_init,
     worker_ready,
     worker_shutdown,
@@ -133,3 +134,11 @@ def _start_keeper(sender: Any = None, **_: Any) -> None:
 def _stop_keeper(**_: Any) -> None:
     if _keeper is not None:
         _keeper.stop()
+
+
+@heartbeat_sent.connect
+def _consumer_progress(**_: Any) -> None:
+    """The consumer's event loop turned (it sends an event heartbeat every 2 s): /healthz."""
+    from mcm_tasks.probes import PROGRESS
+
+    PROGRESS.beat("consumer")

@@ -39,17 +39,28 @@ def informer(
     from informers.sink import make_sink
     from mcm_tasks.kube.clients import build_clusters, check_control_cluster
     from mcm_tasks.observability import serve
+    from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
     from mcm_tasks.redisdb import get_redis
 
     me = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     clusters = build_clusters(settings)
     check_control_cluster(clusters)
-    serve(settings)
+    serve(settings, standard_probes(settings), fleet=lambda: LEADING.get("informer", False))
     apis = {"control": clusters.control.api}
     if clusters.target is not None:
         apis["target"] = clusters.target.api
     client = get_redis(settings.redis_url, decode=False)
     runner = Informer(settings, apis, client, make_sink(sink, client), me)
+    LEADING["informer"] = False
+
+    def lead(leading: threading.Event) -> None:
+        """The informer leads (mcm_leader, /readyz, the fleet metrics) while this runs."""
+        LEADING["informer"] = True
+        try:
+            runner.lead(leading)
+        finally:
+            LEADING["informer"] = False
+            PROGRESS.forget("writer")  # a standby's writer does not turn
 
     stop = threading.Event()
 
@@ -68,7 +79,7 @@ def informer(
             settings.leader_elect_renew_deadline,
             settings.leader_elect_retry_period,
         )
-        elector.run(runner.lead, stop)
+        elector.run(lead, stop)
     else:
-        runner.lead(stop)
+        lead(stop)
     clusters.close()

@@ -1,13 +1,22 @@
-"""The endpoints every mcm-tasks process serves (MCM §8): ``/metrics``, ``/healthz``, ``/configz``.
+"""The endpoints every mcm-tasks process serves (MCM §8): ``/metrics``, ``/healthz``, ``/readyz``,
+``/configz``.
 
-Metrics come from three places, and one registry gathers them all:
-- collectors computed at scrape time from Redis (the queue metrics, which span every process) and
-  from the mirror (machine, MachineSet and MachineDeployment gauges), so any process reports the
-  whole system's figures;
-- counters and histograms recorded where work happens (driver calls, machine durations). A Celery
-  worker runs reconciles in forked children, so for it these go through prometheus_client's
-  multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``), which the worker command sets before anything
-  creates a metric.
+Metrics add up across pods (summing a series over every pod's scrape gives the installation's
+figure):
+- **fleet metrics** describe the whole installation: the queue metrics (kept in Redis by the queue
+  scripts) and the machine, MachineSet and MachineDeployment gauges (computed from the mirror).
+  Any process could compute them, so only one does: the leading informer (``serve(fleet=…)``);
+  every other process leaves them out, so a sum over pods counts them once;
+- **process metrics** are recorded where work happens (driver calls, machine durations, failed
+  joins) and each process exports its own. A Celery worker runs reconciles in forked children, so
+  for it these go through prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``,
+  which the worker command sets before anything creates a metric), aggregated without a ``pid``
+  label;
+- ``mcm_leader{component}`` is 1 in the process that leads (informer, beat), 0 in a standby.
+
+A collector that reads Redis yields nothing while Redis is unreachable, so ``/metrics`` keeps
+answering (with the process metrics) instead of failing the scrape. ``/healthz`` and ``/readyz``:
+mcm_tasks/probes.py.
 """
 
 from __future__ import annotations
@@ -17,12 +26,16 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import redis
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app, multiprocess
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from mcm_tasks.probes import LEADING, Probes
 from mcm_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -33,28 +46,75 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _HIDDEN_SETTINGS = frozenset({"redis_url"})
 
 
-def build_registry() -> CollectorRegistry:
-    """The registry to expose: the multiprocess view for forked workers, else the default one,
-    plus every scrape-time collector of the project."""
-    from mcm_tasks.controllers.machine.metrics import register_collector
-    from mcm_tasks.controllers.machinedeployment.metrics import register_machine_deployment_metrics
-    from mcm_tasks.controllers.machineset.metrics import register_machine_set_metrics
-    from mcm_tasks.queue.metrics import register_queue_metrics
+class Guarded(Collector):
+    """A scrape-time collector that yields nothing while Redis is unreachable (logged once per
+    outage), and only while ``when()`` holds (the fleet metrics: only in the leader)."""
 
+    def __init__(self, inner: Collector, when: Callable[[], bool] = lambda: True) -> None:
+        self.inner = inner
+        self.when = when
+        self.failing = False
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # described lazily: registering must not read Redis
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.when():
+            return
+        try:
+            metrics = list(self.inner.collect())
+        except (redis.RedisError, OSError) as err:
+            if not self.failing:
+                log.warning("%s left out of /metrics: %s", type(self.inner).__name__, err)
+            self.failing = True
+            return
+        self.failing = False
+        yield from metrics
+
+
+class LeaderCollector(Collector):
+    """``mcm_leader{component}``: 1 where this process leads, 0 in a standby."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "mcm_leader",
+            "1 if this process leads its component (informer, beat), else 0",
+            labels=["component"],
+        )
+        for component, leading in sorted(LEADING.items()):
+            family.add_metric([component], 1.0 if leading else 0.0)
+        yield family
+
+
+def fleet_collectors() -> list[Collector]:
+    from mcm_tasks.controllers.machine.metrics import MachineCollector
+    from mcm_tasks.controllers.machinedeployment.metrics import MachineDeploymentMetricsCollector
+    from mcm_tasks.controllers.machineset.metrics import MachineSetMetricsCollector
+    from mcm_tasks.queue.metrics import QueueMetricsCollector
+
+    return [
+        QueueMetricsCollector(),
+        MachineCollector(),
+        MachineSetMetricsCollector(),
+        MachineDeploymentMetricsCollector(),
+    ]
+
+
+def build_registry(fleet: Callable[[], bool] | None = None) -> CollectorRegistry:
+    """The registry to expose: the multiprocess view for forked workers, else the default one;
+    plus the fleet metrics when ``fleet`` is given (exported while it returns True)."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry = REGISTRY
-    for register in (
-        register_queue_metrics,
-        register_collector,
-        register_machine_set_metrics,
-        register_machine_deployment_metrics,
-    ):
-        # a second serve() in one process finds them registered already
+    extra: list[Collector] = [LeaderCollector()]
+    if fleet is not None:
+        extra += [Guarded(c, fleet) for c in fleet_collectors()]
+    for collector in extra:
+        # a second serve() in one process finds its own registered already
         with contextlib.suppress(ValueError):
-            register(registry)
+            registry.register(collector)
     return registry
 
 
@@ -66,19 +126,25 @@ def configz(settings: Settings) -> dict[str, Any]:
     return shown
 
 
+def _json(start_response: Callable[..., Any], ok: bool, body: dict[str, Any]) -> list[bytes]:
+    start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "application/json")])
+    return [json.dumps(body, indent=2).encode()]
+
+
 def make_app(
-    registry: CollectorRegistry, settings: Settings, healthy: Callable[[], bool] = lambda: True
+    registry: CollectorRegistry, settings: Settings, probes: Probes | None = None
 ) -> Callable[..., Iterable[bytes]]:
     metrics_app = make_wsgi_app(registry)
+    probes = probes or Probes(settings)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
             return metrics_app(environ, start_response)
         if path == "/healthz":
-            ok = healthy()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"ok" if ok else b"unhealthy"]
+            return _json(start_response, *probes.alive())
+        if path == "/readyz":
+            return _json(start_response, *probes.ready())
         if path == "/configz":
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps(configz(settings), indent=2).encode()]
@@ -93,16 +159,21 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def serve(settings: Settings | None = None, healthy: Callable[[], bool] = lambda: True) -> WSGIServer | None:
+def serve(
+    settings: Settings | None = None,
+    probes: Probes | None = None,
+    fleet: Callable[[], bool] | None = None,
+) -> WSGIServer | None:
     """Serve the endpoints on ``--address``/``--port`` in a daemon thread; ``None`` when the port
-    is taken (several processes on one host), which is logged, not fatal."""
+    is taken (several processes on one host), which is logged, not fatal. ``fleet``: export the
+    fleet metrics while it returns True (the leading informer)."""
     settings = settings or get_settings()
-    app = make_app(build_registry(), settings, healthy)
+    app = make_app(build_registry(fleet), settings, probes)
     try:
         server = make_server(settings.address, settings.port, app, handler_class=_QuietHandler)
     except OSError as err:
         log.warning("metrics endpoint not served on %s:%s: %s", settings.address, settings.port, err)
         return None
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    log.info("serving /metrics, /healthz, /configz on %s:%s", settings.address, server.server_port)
+    log.info("serving /metrics, /healthz, /readyz, /configz on %s:%s", settings.address, server.server_port)
     return server

@@ -17,6 +17,7 @@ from rich.table import Table
 from mcm_tasks.cli_support import command_settings
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.observability import MULTIPROC_ENV, serve
+from mcm_tasks.probes import standard_probes
 from mcm_tasks.settings import Settings, configure, get_settings
 
 app = typer.Typer(add_completion=False)
@@ -99,7 +100,7 @@ def worker(
     settings = prepare_worker(ctx.args, reconcilers)
     from mcm_tasks.celery_app import app as celery
 
-    serve(settings)
+    serve(settings, standard_probes(settings))
     name = hostname or f"mcm-{os.getpid()}@%h"
     celery.worker_main(
         worker_argv(queue_names(queues), concurrency or settings.worker_concurrency, name, loglevel)
