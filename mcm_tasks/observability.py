@@ -21,7 +21,6 @@ mcm_tasks/probes.py.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -103,18 +102,15 @@ def fleet_collectors() -> list[Collector]:
 def build_registry(fleet: Callable[[], bool] | None = None) -> CollectorRegistry:
     """The registry to expose: the multiprocess view for forked workers, else the default one;
     plus the fleet metrics when ``fleet`` is given (exported while it returns True)."""
+    registry = CollectorRegistry()  # one per endpoint: what it adds stays its own
     if os.environ.get(MULTIPROC_ENV):
-        registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
-        registry = REGISTRY
-    extra: list[Collector] = [LeaderCollector()]
+        registry.register(REGISTRY)  # type: ignore[arg-type]  # the process's metrics
+    registry.register(LeaderCollector())
     if fleet is not None:
-        extra += [Guarded(c, fleet) for c in fleet_collectors()]
-    for collector in extra:
-        # a second serve() in one process finds its own registered already
-        with contextlib.suppress(ValueError):
-            registry.register(collector)
+        for collector in fleet_collectors():
+            registry.register(Guarded(collector, fleet))
     return registry
 
 

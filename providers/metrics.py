@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from prometheus_client import Counter, Histogram
 
-from providers.errors import code_of
+from providers.errors import Code, code_of
 
 NAMESPACE = "mcm"
 SUBSYSTEM = "cloud_api"
@@ -65,13 +65,29 @@ def record_api_call(provider: str, service: str, seconds: float, ok: bool) -> No
         API_REQUESTS_FAILED.labels(provider, service).inc()
 
 
+#: driver methods for which NotFound is an answer, not a failure: the VM is already gone (delete),
+#: or does not exist yet (status: the controller creates it)
+NOT_FOUND_ANSWERS = frozenset({"delete_machine", "get_machine_status"})
+
+
+def failure_code(operation: str, err: BaseException) -> str | None:
+    """The ``error_code`` label of a failed call (the code's name: ``ResourceExhausted``), or None
+    when the error is the method's normal answer."""
+    code = code_of(err)
+    if code is Code.NotFound and operation in NOT_FOUND_ANSWERS:
+        return None
+    return code.name
+
+
 @contextmanager
 def driver_operation(provider: str, operation: str) -> Iterator[None]:
-    """Time a driver method; a failure is counted under its machine code (MCM labels the number)."""
+    """Time a driver method; a failure is counted under its machine code's name."""
     started = time.perf_counter()
     try:
         yield
     except BaseException as err:
-        DRIVER_REQUESTS_FAILED.labels(provider, operation, str(int(code_of(err)))).inc()
+        code = failure_code(operation, err)
+        if code is not None:
+            DRIVER_REQUESTS_FAILED.labels(provider, operation, code).inc()
         raise
     DRIVER_REQUEST_DURATION.labels(provider, operation).observe(time.perf_counter() - started)

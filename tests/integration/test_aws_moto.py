@@ -247,7 +247,7 @@ def test_create_machine_failures(
     )
 
     def counts() -> tuple[float, float]:
-        labels = {"provider": "aws", "operation": "create_machine", "error_code": str(int(code))}
+        labels = {"provider": "aws", "operation": "create_machine", "error_code": code.name}
         failed_calls = _metric(
             "mcm_cloud_api_requests_failed_total", provider="aws", service="DescribeImages"
         )

@@ -178,7 +178,7 @@ def test_failed_driver_calls_are_counted(driver: LocalDriver) -> None:
     labels = {
         "provider": "local",
         "operation": "create_machine",
-        "error_code": str(int(Code.InvalidArgument)),
+        "error_code": Code.InvalidArgument.name,
     }
     before = REGISTRY.get_sample_value("mcm_cloud_api_driver_requests_failed_total", labels) or 0.0
     with pytest.raises(MachineError):

@@ -81,7 +81,7 @@ def stubbed() -> Iterator[StubbedDriver]:
 def test_run_instances_capacity_errors_are_resource_exhausted(stubbed: StubbedDriver, code: str) -> None:
     before = REGISTRY.get_sample_value(
         "mcm_cloud_api_driver_requests_failed_total",
-        {"provider": "aws", "operation": "create_machine", "error_code": "8"},
+        {"provider": "aws", "operation": "create_machine", "error_code": "ResourceExhausted"},
     )
     stubbed.stub.add_response("describe_images", IMAGE, {"ImageIds": [AMI]})
     stubbed.stub.add_client_error(
@@ -92,7 +92,7 @@ def test_run_instances_capacity_errors_are_resource_exhausted(stubbed: StubbedDr
     assert err.value.code is Code.ResourceExhausted and code in err.value.message
     after = REGISTRY.get_sample_value(
         "mcm_cloud_api_driver_requests_failed_total",
-        {"provider": "aws", "operation": "create_machine", "error_code": "8"},
+        {"provider": "aws", "operation": "create_machine", "error_code": "ResourceExhausted"},
     )
     assert (after or 0) == (before or 0) + 1
 

@@ -9,9 +9,12 @@ from prometheus_client import Gauge
 
 from mcm_tasks.api import ConditionStatus, MachinePhase, MachineStatus
 
-#: a gauge that only goes up, so the series keeps MCM's exact name (a Counter would add ``_total``)
+#: a gauge that only goes up, so the series keeps MCM's exact name (a Counter would add ``_total``);
+#: in a worker's pool processes (multiprocess mode) their values are summed, with no ``pid`` label
 FAILED_JOINS = Gauge(
-    "mcm_machine_num_failed_join", "Machines that did not join within the creation timeout (since start)."
+    "mcm_machine_num_failed_join",
+    "Machines that did not join within the creation timeout (since start).",
+    multiprocess_mode="sum",
 )
 
 #: condition status → gauge value, as MCM maps them
