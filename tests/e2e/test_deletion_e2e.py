@@ -18,7 +18,7 @@ import pytest
 
 from mcm_sandbox.runner import Sandbox
 from mcm_tasks.api import API_VERSION, Machine
-from mcm_tasks.controllers.machine.drain_state import PodProgress, drain_key
+from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import (
     EVENTS,

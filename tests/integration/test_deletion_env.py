@@ -29,7 +29,7 @@ from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
-from mcm_tasks.controllers.machine.drain_state import drain_key
+from mcm_tasks.controllers.machine.drain.state_io import drain_key
 from mcm_tasks.kube.clients import reset_clusters
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, reset_settings

@@ -12,7 +12,7 @@ import pytest
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import NODE_FINALIZER
 from mcm_tasks.cache import get_listers
-from mcm_tasks.controllers.machine.drain_state import PodProgress, drain_key
+from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from tests.integration import test_deletion_env as sandbox
 from tests.integration.test_deletion_env import (
     Env,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from mcm_tasks.controllers.machine.drain_state import (
+from mcm_tasks.controllers.machine.drain.state_io import (
     DrainProgress,
     DrainStore,
     PodProgress,

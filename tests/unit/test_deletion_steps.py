@@ -12,7 +12,7 @@ import pytest
 
 from mcm_tasks.api import Machine, MachineState
 from mcm_tasks.controllers.machine import deletion as d
-from mcm_tasks.controllers.machine.drain import DrainResult, Outcome
+from mcm_tasks.controllers.machine.drain.step_io import DrainResult, Outcome
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, reset_settings
 from providers.errors import Code, MachineError

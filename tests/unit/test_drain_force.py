@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mcm_tasks.api import Machine
-from mcm_tasks.controllers.machine import drain_force as df
+from mcm_tasks.controllers.machine.drain import force as df
 from mcm_tasks.settings import Settings, load_settings
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcm_tasks.controllers.machine import drain_plan as plan
-from mcm_tasks.controllers.machine import drain_pods as dp
-from mcm_tasks.controllers.machine.drain_force import DrainParams
-from mcm_tasks.controllers.machine.drain_state import DrainProgress, PodProgress
+from mcm_tasks.controllers.machine.drain import plan
+from mcm_tasks.controllers.machine.drain import pods as dp
+from mcm_tasks.controllers.machine.drain.force import DrainParams
+from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, PodProgress
 
 NOW = 1000.0
 NODE = "node-a"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.controllers.machine import drain_pods as dp
-from mcm_tasks.controllers.machine.drain_force import DrainParams
-from mcm_tasks.controllers.machine.drain_state import PodProgress
+from mcm_tasks.controllers.machine.drain import pods as dp
+from mcm_tasks.controllers.machine.drain.force import DrainParams
+from mcm_tasks.controllers.machine.drain.state_io import PodProgress
 
 NOW = 1000.0
 NORMAL = DrainParams(timeout=600.0, max_evict_retries=3)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.controllers.machine import drain_select as ds
+from mcm_tasks.controllers.machine.drain import select as ds
 
 NODE = "node-a"
 

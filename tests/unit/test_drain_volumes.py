@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.controllers.machine import drain_volumes as dv
+from mcm_tasks.controllers.machine.drain import volumes as dv
 
 NODE = "node-a"
 

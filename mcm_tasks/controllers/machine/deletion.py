@@ -46,11 +46,11 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.common import context, status
-from mcm_tasks.controllers.machine import drain as drain_mod
-from mcm_tasks.controllers.machine import drain_io as io
 from mcm_tasks.controllers.machine import metrics
-from mcm_tasks.controllers.machine.drain_state import DrainStore
-from mcm_tasks.controllers.machine.drain_volumes import live_attachments_on
+from mcm_tasks.controllers.machine.drain import cluster_io as io
+from mcm_tasks.controllers.machine.drain import step_io as drain_mod
+from mcm_tasks.controllers.machine.drain.state_io import DrainStore
+from mcm_tasks.controllers.machine.drain.volumes import live_attachments_on
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING

@@ -26,9 +26,9 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.cache.listers import Lister
-from mcm_tasks.controllers.machine import drain_select as ds
-from mcm_tasks.controllers.machine.drain_pods import Answer, Removal, Reply
-from mcm_tasks.controllers.machine.drain_volumes import shared_pv_names
+from mcm_tasks.controllers.machine.drain import select as ds
+from mcm_tasks.controllers.machine.drain.pods import Answer, Removal, Reply
+from mcm_tasks.controllers.machine.drain.volumes import shared_pv_names
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_too_many_requests
 from mcm_tasks.kube.resources import (

@@ -20,7 +20,7 @@ still on the node, and that is safe:
 - a pod still terminating is evicted again (the API server accepts evicting a terminating pod) and its
   wait starts over; a pod already gone is done, as it would have been;
 - the one thing a fresh drain cannot know is that a *gone* pod's volumes were still detaching. Every
-  normal drain therefore ends with a detach barrier (``drain_volumes.detach_barrier``): it does not
+  normal drain therefore ends with a detach barrier (``volumes.detach_barrier``): it does not
   report success while VolumeAttachments on the node are left that no remaining pod uses, so a lost
   record never lets the VM be deleted under an attached volume.
 

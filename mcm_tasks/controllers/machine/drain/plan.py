@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcm_tasks.controllers.machine import drain_pods as dp
-from mcm_tasks.controllers.machine import drain_select as ds
-from mcm_tasks.controllers.machine import drain_volumes as dv
-from mcm_tasks.controllers.machine.drain_force import DrainParams
-from mcm_tasks.controllers.machine.drain_state import DrainProgress, PodProgress
+from mcm_tasks.controllers.machine.drain import pods as dp
+from mcm_tasks.controllers.machine.drain import select as ds
+from mcm_tasks.controllers.machine.drain import volumes as dv
+from mcm_tasks.controllers.machine.drain.force import DrainParams
+from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, PodProgress
 
 Obj = Mapping[str, Any]
 

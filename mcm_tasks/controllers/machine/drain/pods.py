@@ -26,9 +26,9 @@ from enum import StrEnum
 from typing import Any, Final
 
 from mcm_tasks.api import LabelSelector
-from mcm_tasks.controllers.machine import drain_volumes as dv
-from mcm_tasks.controllers.machine.drain_force import DrainParams
-from mcm_tasks.controllers.machine.drain_state import PodProgress
+from mcm_tasks.controllers.machine.drain import volumes as dv
+from mcm_tasks.controllers.machine.drain.force import DrainParams
+from mcm_tasks.controllers.machine.drain.state_io import PodProgress
 
 Obj = Mapping[str, Any]
 

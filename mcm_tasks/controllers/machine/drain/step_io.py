@@ -1,11 +1,11 @@
 """Node drain (reference §4.5) as one bounded step per reconcile: the "Initiate node drain" step of the
 deletion flow calls ``drain_step`` again and again; each call looks at the node, issues what is due,
-saves the progress (``drain_state``) and says when to come back, until the drain is over.
+saves the progress (``state_io``) and says when to come back, until the drain is over.
 
 What a call does, in MCM's order: decide the drain's parameters and whether it is forced
-(``drain_force``); set the node's ``Terminating`` condition and cordon it; select the pods
-(``drain_select``); bring their progress up to date and issue the due evictions or deletions
-(``drain_plan``, ``drain_pods``, ``drain_volumes``); conclude. It never sleeps: waits are progress
+(``force``); set the node's ``Terminating`` condition and cordon it; select the pods
+(``select``); bring their progress up to date and issue the due evictions or deletions
+(``plan``, ``pods``, ``volumes``); conclude. It never sleeps: waits are progress
 plus the returned ``wake_in``.
 
 The outcome goes back to the deletion flow, which owns ``lastOperation`` (MCM's descriptions); the
@@ -30,13 +30,13 @@ from mcm_tasks.api.constants import (
     NODE_TERMINATING_REASON_SCALE_DOWN,
 )
 from mcm_tasks.controllers.common import context, status
-from mcm_tasks.controllers.machine import drain_io as io
-from mcm_tasks.controllers.machine import drain_plan as plan
-from mcm_tasks.controllers.machine import drain_pods as dp
-from mcm_tasks.controllers.machine import drain_select as ds
 from mcm_tasks.controllers.machine import metrics
-from mcm_tasks.controllers.machine.drain_force import DrainParams, drain_params, force_due_in
-from mcm_tasks.controllers.machine.drain_state import DrainProgress, DrainStore, state_ttl
+from mcm_tasks.controllers.machine.drain import cluster_io as io
+from mcm_tasks.controllers.machine.drain import plan
+from mcm_tasks.controllers.machine.drain import pods as dp
+from mcm_tasks.controllers.machine.drain import select as ds
+from mcm_tasks.controllers.machine.drain.force import DrainParams, drain_params, force_due_in
+from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainStore, state_ttl
 from mcm_tasks.kube.errors import describe
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.settings import Settings, get_settings
