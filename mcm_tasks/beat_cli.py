@@ -42,7 +42,7 @@ from beat_schedule import beat_schedule, job_of
 from mcm_tasks.cli_support import command_settings
 from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
 from mcm_tasks.queue import enqueue
-from mcm_tasks.redisdb import get_redis, rkey
+from mcm_tasks.redisdb import get_redis, redbeat_options, rkey
 from mcm_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -186,8 +186,7 @@ def beat_config(settings: Settings, identity: str) -> dict[str, Any]:
     return {
         "beat_schedule": beat_schedule(settings),
         "beat_max_loop_interval": max(0.1, settings.leader_elect_retry_period),
-        "redbeat_redis_url": settings.redis_url,
-        "redbeat_redis_options": {},
+        **redbeat_options(settings),  # the URL, Sentinel and TLS: mcm_tasks.redisdb
         "redbeat_key_prefix": rkey("beat", ""),
         "redbeat_lock_key": None,
         IDENTITY_CONF: identity or default_identity(),

@@ -29,6 +29,9 @@ from kombu.transport import redis as kombu_redis
 TRANSPORT = f"{__name__}:Transport"
 #: the URL schemes it serves in place of kombu's own Redis transport
 SCHEMES = ("redis", "rediss")
+#: kombu's name for the Sentinel twin, and the scheme it serves (``sentinel://H1:P1;sentinel://H2:P2``)
+SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
+SENTINEL_SCHEME = "sentinel"
 
 
 #: the channels of this process (the consumer's, producers'): their QoS holds the unacked tags
@@ -53,20 +56,36 @@ def held_delivery_tags() -> list[str]:
     return tags
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]
+class _Changes:
+    """The two changes, for the plain and the Sentinel channel alike."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _channels.add(self)
+        _channels.add(self)  # type: ignore[arg-type]
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
-        if self.connection.client is None:
+        if self.connection.client is None:  # type: ignore[attr-defined]
             raise redis.exceptions.ConnectionError("the broker connection of this channel was released")
-        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)
+        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
         return params
+
+
+class Channel(_Changes, kombu_redis.Channel):  # type: ignore[misc]
+    pass
 
 
 class Transport(kombu_redis.Transport):  # type: ignore[misc]
     Channel = Channel
+
+
+class SentinelChannel(_Changes, kombu_redis.SentinelChannel):  # type: ignore[misc]
+    pass
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):  # type: ignore[misc]
+    """``sentinel://`` URLs (``mcm_tasks.redisdb``): the master the sentinels name."""
+
+    Channel = SentinelChannel
 
 
 def register_transport() -> None:
@@ -77,6 +96,7 @@ def register_transport() -> None:
     supported"): no Broker page, no queue lengths. Through kombu's alias table the URL, and
     everything that reads it, stays ``redis://``.
     """
-    for scheme in SCHEMES:
-        kombu_transport.TRANSPORT_ALIASES[scheme] = TRANSPORT
+    aliases = {**dict.fromkeys(SCHEMES, TRANSPORT), SENTINEL_SCHEME: SENTINEL_TRANSPORT}
+    for scheme, transport in aliases.items():
+        kombu_transport.TRANSPORT_ALIASES[scheme] = transport
         kombu_transport._transport_cache.pop(scheme, None)  # resolved before this call

@@ -43,14 +43,17 @@ from kombu import Queue
 from mcm_tasks.broker import register_transport
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.messages import broker_prefix, task_name
+from mcm_tasks.redisdb import broker_options
 from mcm_tasks.settings import Settings, get_settings
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     queues = [settings.queue_name(kind) for kind in QUEUES]
     ttl = settings.reconcile_lock_ttl
+    broker = broker_options(settings)  # the URL, Sentinel and TLS: mcm_tasks.redisdb
     return {
-        "broker_url": settings.redis_url,
+        "broker_url": broker["broker_url"],
+        "broker_use_ssl": broker["broker_use_ssl"],
         "broker_connection_retry_on_startup": True,
         "broker_connection_max_retries": None,
         "broker_transport_options": {
@@ -58,6 +61,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "global_keyprefix": broker_prefix(settings),
             "unacked_restore_interval": max(1.0, min(10.0, settings.visibility_timeout / 10)),
             "unacked_restore_throttle": 1,
+            **broker["transport_options"],
         },
         "task_serializer": "json",
         "result_serializer": "json",

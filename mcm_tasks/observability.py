@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: settings whose values never leave the process (they may carry credentials)
-_HIDDEN_SETTINGS = frozenset({"redis_url"})
+_HIDDEN_SETTINGS = frozenset({"redis_url", "redis_password", "redis_sentinel_password"})
 
 
 class Guarded(Collector):

@@ -212,6 +212,19 @@ class Settings(BaseSettings):
         "redis://127.0.0.1:6379/0",
         description="Redis for the cache, queues (Celery broker), locks and permits",
     )
+    redis_sentinel_master: str = Field(
+        "", description="with a `sentinel://H1:P1;sentinel://H2:P2/0` --redis-url: the master's name"
+    )
+    redis_sentinel_password: str = Field("", description="password of the sentinels themselves")
+    redis_username: str = Field("", description="Redis ACL user (overrides the URL's)")
+    redis_password: str = Field("", description="Redis password (overrides the URL's)")
+    redis_tls: bool = Field(False, description="TLS to Redis and its sentinels (implied by `rediss://`)")
+    redis_tls_ca_file: str = Field("", description="CA bundle that signs Redis' certificate")
+    redis_tls_cert_file: str = Field("", description="client certificate presented to Redis")
+    redis_tls_key_file: str = Field("", description="key of the client certificate")
+    redis_failover_timeout: Duration = Field(
+        30.0, description="with Sentinel: a command retries this long through a failover"
+    )
     key_prefix: str = Field(
         "mcm",
         description="prefix of every Redis key and queue name (several installations can share one Redis)",
