@@ -1,0 +1,115 @@
+"""Every Redis client of the project through a Sentinel failover, with real servers (a master, a
+replica, three sentinels): the redis-py clients of ``mcm_tasks.redisdb`` (plain commands, the queue
+contract's Lua scripts alone and in a pipeline), the broker's kombu connection and beat's redbeat
+client find the promoted replica after the master is SIGKILLed, without an error reaching the caller
+for plain commands and scripts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kombu import Exchange, Queue
+
+from mcm_sandbox.redis_ha import SentinelGroup
+from mcm_tasks.queue.scripts import LuaScript, run_pipeline
+from mcm_tasks.redisdb import close_all, get_redis
+from mcm_tasks.settings import configure, reset_settings
+
+pytestmark = pytest.mark.integration
+
+INCR = LuaScript("return redis.call('INCR', ARGV[1])")
+
+
+@pytest.fixture()
+def group(tmp_path: Path) -> Iterator[SentinelGroup]:
+    started = SentinelGroup(tmp_path / "ha").start()
+    configure({"redis_url": started.url, "redis_sentinel_master": started.master_name})
+    try:
+        yield started
+    finally:
+        close_all()
+        reset_settings()
+        started.stop()
+
+
+def test_commands_and_scripts_carry_on_through_a_failover(group: SentinelGroup) -> None:
+    client = get_redis()
+    assert client.set("mcm:x", "1")
+    assert INCR(client, (), ["mcm:n"]) == 1
+    old_port = group.master_port()
+    # the replica has everything written so far before the master dies (WAIT: 1 replica acked)
+    assert client.execute_command("WAIT", 1, 2000) == 1
+
+    errors: list[BaseException] = []
+    done = 0
+    stop = threading.Event()
+
+    def hammer() -> None:  # a worker issuing commands while the master dies
+        nonlocal done
+        while not stop.is_set():
+            try:
+                INCR(client, (), ["mcm:n"])
+                run_pipeline(client, [(INCR, ["mcm:p"]), (INCR, ["mcm:p"])])
+                done += 1
+            except Exception as err:
+                errors.append(err)
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    try:
+        old, new = group.kill_master()
+        before = done
+        deadline = time.monotonic() + 30
+        while done < before + 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert old == old_port and new != old
+    assert done >= before + 20, "commands did not resume on the promoted replica"
+    assert not errors, f"a failover reached the caller: {errors[:3]}"
+    assert client.get("mcm:x") == "1"
+    assert int(client.connection_pool.get_master_address()[1]) == new  # type: ignore[attr-defined]
+
+
+def test_the_broker_and_beat_follow_the_sentinels(group: SentinelGroup) -> None:
+    from celery import Celery
+    from redbeat.schedulers import get_redis as redbeat_redis
+
+    from mcm_tasks.beat_cli import beat_config
+    from mcm_tasks.celery_app import celery_config
+    from mcm_tasks.settings import get_settings
+
+    app = Celery("sentinel-test", set_as_current=False)
+    app.conf.update(celery_config(get_settings()))
+    app.conf.update(beat_config(get_settings(), "beat-test"))
+    queue = Queue("sentinel-q", Exchange("sentinel-q"), "sentinel-q")
+
+    def roundtrip(n: int) -> None:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=30, interval_start=0.2, interval_step=0.2, interval_max=1)
+            channel = conn.default_channel
+            queue(channel).declare()
+            with conn.Producer() as producer:
+                producer.publish({"n": n}, exchange="sentinel-q", routing_key="sentinel-q", retry=True)
+            message = None
+            deadline = time.monotonic() + 10
+            while message is None and time.monotonic() < deadline:
+                message = queue(channel).get(no_ack=True)
+            assert message is not None and message.payload == {"n": n}
+
+    roundtrip(1)
+    beat_client = redbeat_redis(app)
+    beat_client.set("mcm:beat:probe", "1")
+    assert get_redis().get("mcm:beat:probe") == "1"  # the same master as every other client
+
+    group.kill_master()
+    roundtrip(2)
+    assert beat_client.get("mcm:beat:probe") in ("1", b"1", None)  # answers, from the new master
+    beat_client.set("mcm:beat:probe", "2")
+    assert get_redis().get("mcm:beat:probe") == "2"
