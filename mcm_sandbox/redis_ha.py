@@ -264,8 +264,22 @@ class SentinelGroup:
         for i in range(self.sentinels):
             watcher = SentinelNode(self.workdir / f"sentinel-{i}", master.port, host=self.host)
             self.watchers.append(watcher.start())
+        wait_until(self._replicating, timeout, interval=0.1, what="replicas in sync with the master")
         wait_until(self._settled, timeout, interval=0.1, what="sentinels see the master and its replicas")
         return self
+
+    def _replicating(self) -> bool:
+        import redis
+
+        client = redis.Redis(host=self.host, port=self.nodes[0].port, socket_timeout=1)
+        try:
+            info: Any = client.info("replication")
+            online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+            return sum(1 for v in online if v.get("state") == "online") >= self.replicas
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
 
     def _sentinel_view(self, watcher: SentinelNode) -> dict[str, Any] | None:
         import redis
