@@ -122,11 +122,12 @@ def test_failed_deleted_even_without_excess() -> None:
 def test_preserved_failed_machine_is_kept() -> None:
     machines = [
         machine("a"),
-        machine("p", "Failed", preserve_until=NOW + timedelta(hours=1)),
+        machine("p", "Failed", preserve="auto-preserved", preserve_until=NOW + timedelta(hours=1)),
         machine("q", "Failed", preserve="when-failed"),
-        machine("x", "Failed", preserve_until=NOW - timedelta(hours=1)),
+        machine("x", "Failed", preserve="now", preserve_until=NOW - timedelta(hours=1)),
+        machine("y", "Failed", preserve_until=NOW + timedelta(hours=1)),  # annotation removed: over
     ]
-    assert names(plan_replicas(machine_set(4), machines, NOW).delete) == ["x"]
+    assert names(plan_replicas(machine_set(5), machines, NOW).delete) == ["x", "y"]
 
 
 def test_burst_limits_creation_and_deletion() -> None:
@@ -243,7 +244,9 @@ def test_deletion_order(name: str, machines: list[Machine], expected: list[str])
         ("when-failed", "Running", None, False),
         ("when-failed", "Failed", None, True),
         ("false", "Failed", None, False),
-        (None, "Failed", NOW + timedelta(seconds=1), True),
+        # the annotation is gone: the preservation is over, whatever the expiry still says
+        (None, "Failed", NOW + timedelta(seconds=1), False),
+        ("when-failed", "Failed", NOW + timedelta(seconds=1), True),
         ("now", "Failed", NOW - timedelta(seconds=1), False),  # expired preservation wins
     ],
 )

@@ -6,7 +6,7 @@
 4. validate the Machine; 5. validate its MachineClass (exists, carries the MCM finalizer, valid node
    template) and merge its secrets;
 6. with a node and a phase: health check, then node sync;
-7. (machine preservation, §4.8: not implemented yet);
+7. machine preservation (§4.8, ``preserve.manage_preservation``);
 8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
 
 Bad input is reported on the machine (status + Warning Event, written once thanks to the status
@@ -32,7 +32,7 @@ from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
-from mcm_tasks.controllers.machine import create, healthcheck
+from mcm_tasks.controllers.machine import create, healthcheck, preserve
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
@@ -141,6 +141,8 @@ def _reconcile(machine: Machine) -> Requeue | None:
         machine, recheck = healthcheck.reconcile_health(machine, cc)
         requeues.append(recheck)
         requeues.append(healthcheck.sync_node(machine, cc))
+    machine, preserved = preserve.manage_preservation(machine)
+    requeues.append(preserved)
     if needs_creation(machine):
         requeues.append(create.trigger_creation_flow(machine, cc))
     return earliest(requeues)

@@ -37,6 +37,7 @@ def calculate_status(
             "ready_replicas": sum(ms.status.ready_replicas for ms in all_sets),
             "available_replicas": available,
             "unavailable_replicas": max(desired - available, 0),
+            "preserved_failed_replicas": sum(ms.status.preserved_failed_replicas for ms in all_sets),
             "failed_machines": [summary for ms in all_sets for summary in ms.status.failed_machines],
             "conditions": list(current.conditions),
         }
@@ -69,6 +70,7 @@ def status_key(status: MachineDeploymentStatus) -> tuple[object, ...]:
         status.ready_replicas,
         status.available_replicas,
         status.unavailable_replicas,
+        status.preserved_failed_replicas,
         status.collision_count,
         [dump(c) for c in status.conditions],
         [dump(f) for f in status.failed_machines],

@@ -14,16 +14,19 @@ server (tests without an informer, a worker that started first). Writes go to th
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any, Final
 
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineSet, now_utc
-from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION, PRESERVE_AUTO_PRESERVED
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers, one_pass
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.machineset import control, status
@@ -171,6 +174,8 @@ def reconcile_machine_set(key: str) -> Requeue | None:
     failure: status.ReplicaFailure | None = None
     requeue = Requeue.long()
     if not deleting:
+        machines = auto_preserve(api, machine_set, machines)
+        requeue = preservation_wake_up(machines, now_utc()) or requeue
         if expectations.satisfied(key):
             failure = manage_replicas(api, machine_set, key, machines)
         else:
@@ -191,6 +196,47 @@ def reconcile_machine_set(key: str) -> Requeue | None:
     if failure is not None:
         raise ManageReplicasError(f"MachineSet {key}: {failure.reason}: {failure.message}")
     return requeue
+
+
+def auto_preserve(api: ApiClient, machine_set: MachineSet, machines: list[Machine]) -> list[Machine]:
+    """Upstream's ``triggerAutoPreservationOfFailedMachines``: annotate Failed machines
+    ``auto-preserved`` up to ``autoPreserveFailedMachineMax``; the machine controller preserves them.
+    Returns the machines as they are now."""
+    chosen = preservation.auto_preserve_candidates(
+        machines, machine_set.spec.auto_preserve_failed_machine_max, now_utc()
+    )
+    if not chosen:
+        return machines
+    written: dict[str, Machine] = {}
+    for machine in chosen:
+        body = {
+            "metadata": {
+                "annotations": {PRESERVE_ANNOTATION: PRESERVE_AUTO_PRESERVED},
+                "resourceVersion": machine.metadata.resource_version,
+            }
+        }
+        try:
+            raw = ops.patch(api, MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)
+        except ApiException as err:
+            log.warning("MachineSet %s: auto-preserving %s: %s", machine_set.key, machine.metadata.name,
+                        describe(err))  # fmt: skip
+            continue
+        written[machine.metadata.name or ""] = Machine.model_validate(raw)
+        log.info("MachineSet %s: machine %s auto-preserved", machine_set.key, machine.metadata.name)
+    return [written.get(m.metadata.name or "", m) for m in machines]
+
+
+def preservation_wake_up(machines: list[Machine], now: datetime) -> Requeue | None:
+    """Come back when the first preservation expires: its machine is replaced then."""
+    expiries = [
+        m.status.current_status.preserve_expiry_time
+        for m in machines
+        if m.status.current_status.preserve_expiry_time is not None and preservation.is_preserved(m, now)
+    ]
+    if not expiries:
+        return None
+    first = min(e for e in expiries if e is not None)
+    return Requeue(max(0.0, (first - now).total_seconds()) + 0.5)
 
 
 def manage_replicas(

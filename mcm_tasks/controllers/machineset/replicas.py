@@ -34,12 +34,9 @@ from mcm_tasks.api.constants import (
     MACHINE_PRIORITY_DEFAULT,
     MACHINE_PRIORITY_TRIGGERED,
     MARKED_FOR_DELETION_TIME_ANNOTATION,
-    PRESERVE_ANNOTATION,
-    PRESERVE_AUTO_PRESERVED,
-    PRESERVE_NOW,
-    PRESERVE_WHEN_FAILED,
     SCALE_UP_DISABLED_LABEL_KEY,
 )
+from mcm_tasks.controllers.common.preservation import is_preserved
 
 #: at most this many creations or deletions per pass (MCM's BurstReplicas)
 BURST_REPLICAS: Final = 100
@@ -81,18 +78,6 @@ def is_failed(machine: Machine) -> bool:
 def is_active(machine: Machine) -> bool:
     """MCM's IsMachineActive: neither terminating nor failed (these get template propagation)."""
     return not is_terminating(machine) and not is_failed(machine)
-
-
-def is_preserved(machine: Machine, now: datetime) -> bool:
-    """Preserved now or on its way to it: an unexpired preservation, ``now`` / ``auto-preserved``, or
-    ``when-failed`` on a Failed machine. (Preservation itself is the machine controller's, later.)"""
-    expiry = machine.status.current_status.preserve_expiry_time
-    if expiry is not None:
-        return expiry > now
-    value = machine.metadata.annotations.get(PRESERVE_ANNOTATION, "")
-    if value in (PRESERVE_NOW, PRESERVE_AUTO_PRESERVED):
-        return True
-    return value == PRESERVE_WHEN_FAILED and is_failed(machine)
 
 
 def machine_priority(machine: Machine) -> int:

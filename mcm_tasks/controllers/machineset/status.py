@@ -35,6 +35,7 @@ from mcm_tasks.api import (
     remove_condition,
     set_condition,
 )
+from mcm_tasks.controllers.common import preservation
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict, is_not_found
 from mcm_tasks.kube.resources import MACHINE_SETS
@@ -85,6 +86,10 @@ def calculate_status(
         "ready_replicas": ready,
         "available_replicas": available,
         "observed_generation": machine_set.metadata.generation or old.observed_generation,
+        "preserved_failed_replicas": sum(preservation.is_preserved_failed(m, now) for m in machines),
+        "auto_preserve_failed_machine_count": sum(
+            preservation.is_auto_preserved(m) and not m.metadata.is_deleting for m in machines
+        ),
     }
     failed = [failed_summary(m) for m in machines if m.status.last_operation.state == MachineState.FAILED]
     if failed:
@@ -114,6 +119,8 @@ def _managed(status: MachineSetStatus) -> tuple[Any, ...]:
         status.ready_replicas,
         status.available_replicas,
         status.observed_generation,
+        status.preserved_failed_replicas,
+        status.auto_preserve_failed_machine_count or 0,
         [dump(c) for c in status.conditions],
         [dump(f) for f in status.failed_machines],
     )

@@ -1,0 +1,188 @@
+"""Machine preservation (MCM ≥ v0.60, "failed-machine-preservation"), the pure decisions shared by
+the machine controller (which preserves and stops preserving) and the MachineSet controller (which
+keeps a preserved machine, counts it, and auto-preserves Failed machines).
+
+The annotation ``node.machine.sapcloud.io/preserve`` goes on the Node or the Machine: ``now``
+preserves at once, ``when-failed`` once the machine is Failed, ``auto-preserved`` is what the
+MachineSet writes on a Failed machine while ``autoPreserveFailedMachineMax`` allows, ``false`` stops
+a preservation and keeps the machine from being auto-preserved. The Node's value wins; the machine
+remembers the Node's last value in ``last-applied-node-preserve-value`` so that removing the Node's
+annotation stops a preservation it started (upstream's ``computeEffectivePreserveValues``).
+
+A preservation lasts until ``status.currentStatus.preserveExpiryTime`` (now +
+``spec.machinePreserveTimeout``, else ``--machine-preserve-timeout``), until the annotation goes or
+says ``false``, or — for ``when-failed`` and ``auto-preserved`` — until the machine is healthy
+again. On expiry the annotation is removed too, so the machine is not preserved again at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from mcm_tasks.api import Machine, MachinePhase
+from mcm_tasks.api.constants import (
+    PRESERVE_ANNOTATION,
+    PRESERVE_AUTO_PRESERVED,
+    PRESERVE_FALSE,
+    PRESERVE_NOW,
+    PRESERVE_WHEN_FAILED,
+)
+
+#: on the Machine: the Node's preserve value the machine controller last acted on
+LAST_APPLIED_NODE_PRESERVE_ANNOTATION: Final = "node.machine.sapcloud.io/last-applied-node-preserve-value"
+ALLOWED_VALUES: Final = frozenset(
+    {PRESERVE_NOW, PRESERVE_WHEN_FAILED, PRESERVE_AUTO_PRESERVED, PRESERVE_FALSE}
+)
+#: the Node condition that shows a preservation
+PRESERVED_CONDITION: Final = "Preserved"
+PRESERVED_REASON: Final = "PreservedByMCM"
+PRESERVATION_STOPPED_REASON: Final = "PreservationStopped"
+
+
+def annotation_value(
+    node_annotations: Mapping[str, str] | None, machine_annotations: Mapping[str, str], has_expiry: bool
+) -> tuple[str, bool]:
+    """Upstream's ``GetPreserveAnnotationValue``: the preserve value that applies and whether there is
+    preservation work at all. A valid Node value wins; a Node without one, on a machine that acted on
+    one before, means "stop" ("", True); then the machine's valid value; then a leftover expiry.
+    Invalid values count as absent."""
+    if node_annotations is not None:
+        value = node_annotations.get(PRESERVE_ANNOTATION)
+        if value in ALLOWED_VALUES:
+            return str(value), True
+        if LAST_APPLIED_NODE_PRESERVE_ANNOTATION in machine_annotations:
+            return "", True
+    value = machine_annotations.get(PRESERVE_ANNOTATION)
+    if value in ALLOWED_VALUES:
+        return str(value), True
+    return "", has_expiry
+
+
+def effective_values(
+    node_value: str, last_applied_node_value: str, machine_value: str
+) -> tuple[str, str, str]:
+    """Upstream's ``GetEffectivePreservationAnnotations``: (effective value, the machine's preserve
+    annotation afterwards, its last-applied Node value afterwards). The machine's own value applies
+    only while the Node has none and never had one; a Node value wins and the machine's is deleted."""
+    if not node_value and not last_applied_node_value:
+        return machine_value, machine_value, ""
+    if not node_value:
+        return "", machine_value, ""
+    return node_value, "", node_value
+
+
+def set_view_value(machine: Machine) -> str:
+    """The effective value as far as the machine alone tells (what the MachineSet sees): the Node's
+    last-applied value when the machine carries one, else the machine's annotation."""
+    annotations = machine.metadata.annotations
+    if LAST_APPLIED_NODE_PRESERVE_ANNOTATION in annotations:
+        node_value = annotations[LAST_APPLIED_NODE_PRESERVE_ANNOTATION]
+        if node_value:
+            return node_value
+    value = annotations.get(PRESERVE_ANNOTATION, "")
+    return value if value in ALLOWED_VALUES else ""
+
+
+def is_expired(machine: Machine, now: datetime) -> bool:
+    """Upstream's ``IsMachinePreservationExpired``."""
+    expiry = machine.status.current_status.preserve_expiry_time
+    return expiry is not None and expiry <= now
+
+
+def is_preserved(machine: Machine, now: datetime) -> bool:
+    """Whether the MachineSet keeps the machine as preserved: its effective value asks for a
+    preservation that applies to its phase, and the preservation has not expired. A machine whose
+    value asks for one the machine controller has not written yet counts as preserved already, so a
+    Failed machine is never deleted in the moment between its failure and its preservation."""
+    value = set_view_value(machine)
+    failed = machine.status.current_status.phase == MachinePhase.FAILED
+    if value == PRESERVE_NOW or (value in (PRESERVE_WHEN_FAILED, PRESERVE_AUTO_PRESERVED) and failed):
+        return not is_expired(machine, now)
+    return False
+
+
+def is_preserved_failed(machine: Machine, now: datetime) -> bool:
+    return machine.status.current_status.phase == MachinePhase.FAILED and is_preserved(machine, now)
+
+
+def is_auto_preserved(machine: Machine) -> bool:
+    return machine.metadata.annotations.get(PRESERVE_ANNOTATION) == PRESERVE_AUTO_PRESERVED
+
+
+def auto_preserve_candidates(
+    machines: Sequence[Machine], maximum: int | None, now: datetime
+) -> list[Machine]:
+    """Upstream's ``triggerAutoPreservationOfFailedMachines``: the Failed machines to annotate
+    ``auto-preserved`` while fewer than ``autoPreserveFailedMachineMax`` carry it. Never one marked
+    ``false``, one preserved otherwise, or one being deleted; the newest failures first."""
+    if not maximum or maximum <= 0:
+        return []
+    remaining = maximum - sum(1 for m in machines if is_auto_preserved(m) and not m.metadata.is_deleting)
+    if remaining <= 0:
+        return []
+    candidates = [
+        m
+        for m in machines
+        if m.status.current_status.phase == MachinePhase.FAILED
+        and not m.metadata.is_deleting
+        and not set_view_value(m)
+        and m.metadata.annotations.get(PRESERVE_ANNOTATION) != PRESERVE_FALSE
+        and not is_expired(m, now)
+    ]
+    candidates.sort(key=lambda m: m.status.current_status.last_update_time or now, reverse=True)
+    return candidates[:remaining]
+
+
+class Action(StrEnum):
+    NONE = "none"
+    PRESERVE = "preserve"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What upstream's ``manageMachinePreservation`` does with one machine."""
+
+    action: Action
+    #: the effective value the decision is about
+    value: str = ""
+    #: the machine's preserve annotation afterwards ("" removes it)
+    machine_value: str = ""
+    #: the machine's last-applied Node value afterwards ("" removes it)
+    last_applied: str = ""
+    #: remove the Node's preserve annotation (an expired preservation the Node asked for)
+    clear_node_value: bool = False
+
+
+def decide(machine: Machine, node_annotations: Mapping[str, str] | None, now: datetime) -> Decision:
+    """The preservation step of one machine reconcile."""
+    annotations = machine.metadata.annotations
+    machine_value = annotations.get(PRESERVE_ANNOTATION, "")
+    last_applied = annotations.get(LAST_APPLIED_NODE_PRESERVE_ANNOTATION, "")
+    node_value = (node_annotations or {}).get(PRESERVE_ANNOTATION, "")
+    value, machine_value, last_applied = effective_values(node_value, last_applied, machine_value)
+    keep = Decision(Action.NONE, value, machine_value, last_applied)
+    if not value:
+        return Decision(Action.STOP, value, machine_value, last_applied)
+    if value not in ALLOWED_VALUES:
+        return keep  # upstream logs a warning and leaves everything as it is
+    if value == PRESERVE_FALSE:
+        return Decision(Action.STOP, value, machine_value, last_applied)
+    if is_expired(machine, now):
+        # expired: stop, and drop the request so that it does not preserve the machine again
+        dropped = machine_value if machine_value == PRESERVE_FALSE else ""
+        return Decision(Action.STOP, value, dropped, "", clear_node_value=bool(node_value))
+    failed = machine.status.current_status.phase == MachinePhase.FAILED
+    if value in (PRESERVE_WHEN_FAILED, PRESERVE_AUTO_PRESERVED) and not failed:
+        # healthy again: stop; an auto-preservation is forgotten (the set's count may have moved)
+        dropped = "" if value == PRESERVE_AUTO_PRESERVED and machine_value == value else machine_value
+        return Decision(Action.STOP, value, dropped, last_applied)
+    return Decision(Action.PRESERVE, value, machine_value, last_applied)
+
+
+def expiry_for(now: datetime, timeout_seconds: float) -> datetime:
+    return now + timedelta(seconds=timeout_seconds)

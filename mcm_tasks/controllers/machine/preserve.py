@@ -1,0 +1,227 @@
+"""The machine controller's preservation step (upstream ``manageMachinePreservation``,
+``preserveMachine``, ``stopMachinePreservationIfPreserved``); the decisions are
+``controllers.common.preservation``'s, this module writes them.
+
+Preserving a machine: ``preserveExpiryTime`` (once), the cluster-autoscaler's scale-down protection
+on its Node (``scale-down-disabled`` plus ``…-by-mcm``, so that only what MCM added is removed), the
+Node condition ``Preserved=True``; and for a Failed machine the ``node.machine.sapcloud.io/preserved``
+NoSchedule taint and a drain (every pod but DaemonSet and mirror pods is evicted, a PDB refusal is
+retried on the next pass). Stopping undoes all of it; a Failed machine is then replaced by its
+MachineSet. Each pass comes back at the expiry at the latest.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks.api import Machine, MachinePhase, format_time, now_utc
+from mcm_tasks.api.constants import (
+    CA_SCALE_DOWN_DISABLED_ANNOTATION,
+    CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
+    CA_SCALE_DOWN_DISABLED_VALUE,
+    NODE_LABEL_KEY,
+    PRESERVE_ANNOTATION,
+    PRESERVED_TAINT,
+    TAINT_EFFECT_NO_SCHEDULE,
+)
+from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common import preservation as p
+from mcm_tasks.controllers.machine import drain_io as io
+from mcm_tasks.controllers.machine import drain_select as ds
+from mcm_tasks.controllers.machine.drain_pods import Answer, Removal
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import is_not_found
+from mcm_tasks.kube.events import NORMAL
+from mcm_tasks.kube.resources import MACHINES, NODES
+from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def preserve_timeout(machine: Machine) -> float:
+    own = machine.spec.machine_preserve_timeout_seconds
+    return own if own is not None else get_settings().machine_preserve_timeout
+
+
+def manage_preservation(machine: Machine) -> tuple[Machine, Requeue | None]:
+    """The preservation step of a machine reconcile: the machine as it is now, and when to come back
+    (None: nothing is preserved)."""
+    if machine.metadata.is_deleting or not machine.status.current_status.phase:
+        return machine, None
+    api = context.target_api()
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    node = context.get_node(node_name) if node_name and api is not None else None
+    node_annotations = _annotations(node) if node is not None else None
+    has_expiry = machine.status.current_status.preserve_expiry_time is not None
+    _, work = p.annotation_value(node_annotations, machine.metadata.annotations, has_expiry)
+    if not work and not _marked(node):
+        return machine, None
+    now = now_utc()
+    decision = p.decide(machine, node_annotations, now)
+    machine = _write_annotations(machine, decision)
+    if decision.clear_node_value and node is not None and api is not None:
+        _patch_node(api, node, {"metadata": {"annotations": {PRESERVE_ANNOTATION: None}}})
+    if decision.action is p.Action.PRESERVE:
+        return _preserve(machine, node, api, decision.value, now)
+    if decision.action is p.Action.STOP:
+        return _stop(machine, node, api), None
+    return machine, None
+
+
+def _annotations(obj: Obj | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
+
+
+def _taints(node: Obj) -> list[Obj]:
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def _condition(node: Obj) -> Obj | None:
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == p.PRESERVED_CONDITION:
+            return dict(condition)
+    return None
+
+
+def _marked(node: Obj | None) -> bool:
+    """Whether the Node still carries something a preservation put there."""
+    if node is None:
+        return False
+    return (
+        CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION in _annotations(node)
+        or any(t.get("key") == PRESERVED_TAINT for t in _taints(node))
+        or (_condition(node) or {}).get("status") == "True"
+    )
+
+
+def _write_annotations(machine: Machine, decision: p.Decision) -> Machine:
+    annotations = machine.metadata.annotations
+    patch: dict[str, str | None] = {}
+    if annotations.get(PRESERVE_ANNOTATION, "") != decision.machine_value:
+        patch[PRESERVE_ANNOTATION] = decision.machine_value or None
+    if annotations.get(p.LAST_APPLIED_NODE_PRESERVE_ANNOTATION, "") != decision.last_applied:
+        patch[p.LAST_APPLIED_NODE_PRESERVE_ANNOTATION] = decision.last_applied or None
+    if not patch:
+        return machine
+    body = {"metadata": {"annotations": patch, "resourceVersion": machine.metadata.resource_version}}
+    written = ops.patch(
+        context.control_api(), MACHINES, machine.metadata.name or "", body, machine.metadata.namespace
+    )
+    return Machine.model_validate(written)
+
+
+def _patch_node(api: ApiClient, node: Obj, body: Obj, *, subresource: str | None = None) -> None:
+    try:
+        if subresource:
+            ops.patch(api, NODES, str(node["metadata"]["name"]), body,
+                      patch_type=ops.PatchType.STRATEGIC, subresource=subresource)  # fmt: skip
+        else:
+            ops.patch(api, NODES, str(node["metadata"]["name"]), body)
+    except ApiException as err:
+        if not is_not_found(err):
+            raise
+
+
+def _set_condition(api: ApiClient, node: Obj, preserved: bool, message: str, now: datetime) -> None:
+    wanted = "True" if preserved else "False"
+    found = _condition(node)
+    if found is not None and found.get("status") == wanted:
+        return
+    if found is None and not preserved:
+        return
+    stamp = format_time(now)
+    condition = {
+        "type": p.PRESERVED_CONDITION,
+        "status": wanted,
+        "reason": p.PRESERVED_REASON if preserved else p.PRESERVATION_STOPPED_REASON,
+        "message": message,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+    _patch_node(api, node, {"status": {"conditions": [condition]}}, subresource="status")
+
+
+def _set_marks(api: ApiClient, node: Obj, *, protect: bool, taint: bool) -> None:
+    """The autoscaler annotations and the preserved taint, as wanted; one write when anything moves."""
+    annotations = _annotations(node)
+    body: Obj = {}
+    changes: dict[str, str | None] = {}
+    if protect and CA_SCALE_DOWN_DISABLED_ANNOTATION not in annotations:
+        changes[CA_SCALE_DOWN_DISABLED_ANNOTATION] = CA_SCALE_DOWN_DISABLED_VALUE
+        changes[CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION] = CA_SCALE_DOWN_DISABLED_VALUE
+    if not protect and CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION in annotations:
+        changes[CA_SCALE_DOWN_DISABLED_ANNOTATION] = None
+        changes[CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION] = None
+    if changes:
+        body["metadata"] = {"annotations": changes}
+    taints = _taints(node)
+    has_taint = any(t.get("key") == PRESERVED_TAINT for t in taints)
+    if taint and not has_taint:
+        body["spec"] = {"taints": [*taints, {"key": PRESERVED_TAINT, "effect": TAINT_EFFECT_NO_SCHEDULE}]}
+    elif not taint and has_taint:
+        body["spec"] = {"taints": [t for t in taints if t.get("key") != PRESERVED_TAINT]}
+    if body:
+        body.setdefault("metadata", {})["resourceVersion"] = node["metadata"].get("resourceVersion")
+        _patch_node(api, node, body)
+
+
+def _drain(api: ApiClient, node_name: str) -> int:
+    """Evict what a drain removes from the node; the number of pods still to go."""
+    left = 0
+    for pod in ds.pods_for_deletion(io.pods_on_node(api, node_name), node_name):
+        if ds.is_terminating(pod) or ds.is_finished(pod):
+            continue
+        reply = io.remove_pod(api, pod, Removal.EVICT)
+        if reply.answer is not Answer.NOT_FOUND:
+            left += 1
+    return left
+
+
+def _preserve(
+    machine: Machine, node: Obj | None, api: ApiClient | None, value: str, now: datetime
+) -> tuple[Machine, Requeue | None]:
+    current = machine.status.current_status
+    expiry = current.preserve_expiry_time
+    if expiry is None:
+        expiry = p.expiry_for(now, preserve_timeout(machine))
+        new = machine.status.model_copy(
+            update={"current_status": current.model_copy(update={"preserve_expiry_time": expiry})}
+        )
+        machine = status.write_status(machine, new, dedup=False) or machine
+        status.record_event(
+            machine, NORMAL, "MachinePreserved", f"Machine preserved ({value}) until {format_time(expiry)}"
+        )
+        log.info("machine %s: preserved (%s) until %s", machine.key, value, format_time(expiry))
+    until = Requeue(max(0.0, (expiry - now).total_seconds()) + 0.5)
+    if node is None or api is None:
+        return machine, until
+    failed = machine.status.current_status.phase == MachinePhase.FAILED
+    _set_marks(api, node, protect=True, taint=failed)
+    _set_condition(api, node, True, f"Machine preserved until {format_time(expiry)}", now)
+    if failed and _drain(api, str(node["metadata"]["name"])):
+        return machine, Requeue.short()
+    return machine, until
+
+
+def _stop(machine: Machine, node: Obj | None, api: ApiClient | None) -> Machine:
+    if node is not None and api is not None:
+        _set_marks(api, node, protect=False, taint=False)
+        _set_condition(api, node, False, "Machine preservation stopped", now_utc())
+    current = machine.status.current_status
+    if current.preserve_expiry_time is None:
+        return machine
+    new = machine.status.model_copy(
+        update={"current_status": current.model_copy(update={"preserve_expiry_time": None})}
+    )
+    written = status.write_status(machine, new, dedup=False) or machine
+    status.record_event(written, NORMAL, "MachinePreservationStopped", "Machine preservation stopped")
+    log.info("machine %s: preservation stopped", machine.key)
+    return written

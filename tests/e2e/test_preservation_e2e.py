@@ -1,0 +1,242 @@
+"""Machine preservation end to end in the sandbox, with real workers and compressed timeouts: a
+Failed machine whose Node says ``when-failed`` is kept (tainted, drained, protected from the
+autoscaler) until the preserve timeout, then deleted and replaced; ``now`` on a healthy machine and
+its removal; auto-preservation up to ``autoPreserveFailedMachineMax``."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kubernetes.client import ApiClient
+
+from mcm_sandbox.procs import wait_until
+from mcm_sandbox.runner import Sandbox
+from mcm_tasks.api import API_VERSION, Machine
+from mcm_tasks.api.constants import (
+    CA_SCALE_DOWN_DISABLED_ANNOTATION,
+    CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
+    PRESERVE_ANNOTATION,
+    PRESERVED_TAINT,
+)
+from mcm_tasks.controllers.common.preservation import LAST_APPLIED_NODE_PRESERVE_ANNOTATION
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, PODS, SECRETS
+from tests.e2e.support import connected, running_sandbox
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+NS = "default"
+WAIT = 90.0
+PRESERVE_TIMEOUT = 20
+ENV = {
+    "MCM_RECONCILER_MODULES": ",".join(
+        (
+            "mcm_tasks.controllers.machine.register",
+            "mcm_tasks.controllers.machine.register_termination",
+            "mcm_tasks.controllers.machineset.register",
+        )
+    ),
+    "MCM_LONG_RETRY": "10s",
+    "MCM_MACHINE_HEALTH_TIMEOUT": "2s",
+    "MCM_MACHINE_DRAIN_TIMEOUT": "5s",
+    "MCM_MACHINE_PRESERVE_TIMEOUT": f"{PRESERVE_TIMEOUT}s",
+}
+READY_FALSE = {"sandbox.mcm-tasks.io/condition-Ready": "False"}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    with running_sandbox(Path(tmp_path_factory.mktemp("preserve-e2e")), ENV, with_beat=False) as started:
+        yield started
+
+
+class Fleet:
+    def __init__(self, clients: tuple[ApiClient, ApiClient, redis.Redis]) -> None:
+        self.control, self.target, self.redis = clients
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+        wait_until(predicate, timeout, interval=0.2, what=what)
+
+    def machine_set(self, name: str, replicas: int, **spec: Any) -> None:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "MachineSet",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"set": name}},
+                "template": {
+                    "metadata": {"labels": {"set": name}},
+                    "spec": {"class": {"kind": "MachineClass", "name": "preserve"}},
+                },
+                **spec,
+            },
+        }
+        ops.create(self.control, MACHINE_SETS, body)
+        self.wait(lambda: len(self.running(name)) == replicas, f"{replicas} machines of {name} Running")
+
+    def machines(self, set_name: str) -> list[Machine]:
+        items = ops.list_(self.control, MACHINES, NS, label_selector=f"set={set_name}")["items"]
+        return [Machine.model_validate(m) for m in items]
+
+    def running(self, set_name: str) -> list[str]:
+        return sorted(
+            m.metadata.name or ""
+            for m in self.machines(set_name)
+            if m.status.current_status.phase == "Running"
+            and not m.metadata.is_deleting
+            and self.node(m.metadata.name or "") is not None
+        )
+
+    def get(self, name: str) -> Machine | None:
+        found = ops.get(self.control, MACHINES, name, NS, missing_ok=True)
+        return None if found is None else Machine.model_validate(found)
+
+    def phase(self, name: str) -> str:
+        found = self.get(name)
+        return "" if found is None else str(found.status.current_status.phase)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return ops.get(self.target, NODES, name, missing_ok=True)
+
+    def node_annotations(self, name: str) -> dict[str, str]:
+        return dict(((self.node(name) or {}).get("metadata") or {}).get("annotations") or {})
+
+    def tainted(self, name: str) -> bool:
+        taints = ((self.node(name) or {}).get("spec") or {}).get("taints") or []
+        return any(t.get("key") == PRESERVED_TAINT and t.get("effect") == "NoSchedule" for t in taints)
+
+    def protected(self, name: str) -> bool:
+        a = self.node_annotations(name)
+        return (
+            a.get(CA_SCALE_DOWN_DISABLED_ANNOTATION) == "true"
+            and CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION in a
+        )
+
+    def condition(self, name: str) -> str:
+        for c in ((self.node(name) or {}).get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Preserved":
+                return str(c.get("status"))
+        return ""
+
+    def expiry(self, name: str) -> Any:
+        found = self.get(name)
+        return None if found is None else found.status.current_status.preserve_expiry_time
+
+    def set_status(self, name: str) -> dict[str, Any]:
+        return dict((ops.get(self.control, MACHINE_SETS, name, NS) or {}).get("status") or {})
+
+    def fail(self, name: str) -> None:
+        ops.patch(self.target, NODES, name, {"metadata": {"annotations": READY_FALSE}})
+
+
+@pytest.fixture(scope="module")
+def fleet(sandbox: Sandbox) -> Iterator[Fleet]:
+    with connected(sandbox) as clients:
+        made = Fleet(clients)
+        user_data = base64.b64encode(b"#!/bin/sh\n").decode()
+        secret = {"metadata": {"name": "preserve-secret", "namespace": NS}, "data": {"userData": user_data}}
+        ops.create(made.control, SECRETS, secret)
+        ops.create(
+            made.control,
+            MACHINE_CLASSES,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "MachineClass",
+                "metadata": {"name": "preserve", "namespace": NS},
+                "provider": "local",
+                "providerSpec": {},
+                "secretRef": {"name": "preserve-secret", "namespace": NS},
+            },
+        )
+        yield made
+
+
+def test_failed_machine_preserved_when_failed_until_the_timeout_then_replaced(fleet: Fleet) -> None:
+    fleet.machine_set("wf", 2)
+    victim, other = fleet.running("wf")
+    pod = f"work-{uuid.uuid4().hex[:5]}"
+    ops.create(
+        fleet.target,
+        PODS,
+        {
+            "metadata": {"name": pod, "namespace": NS},
+            "spec": {"nodeName": victim, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        },
+    )  # fmt: skip
+    ops.patch(
+        fleet.target, NODES, victim, {"metadata": {"annotations": {PRESERVE_ANNOTATION: "when-failed"}}}
+    )
+    fleet.wait(
+        lambda: (
+            (fleet.get(victim) or Machine()).metadata.annotations.get(LAST_APPLIED_NODE_PRESERVE_ANNOTATION)
+            == "when-failed"
+        ),
+        "the machine records the node's request",
+    )
+    assert not fleet.protected(victim) and fleet.expiry(victim) is None, "healthy: when-failed waits"
+
+    fleet.fail(victim)
+    fleet.wait(
+        lambda: fleet.phase(victim) == "Failed" and fleet.expiry(victim) is not None, "Failed, preserved"
+    )
+    fleet.wait(lambda: fleet.tainted(victim) and fleet.protected(victim), "tainted and protected")
+    fleet.wait(lambda: fleet.condition(victim) == "True", "Preserved condition")
+    fleet.wait(lambda: ops.get(fleet.target, PODS, pod, NS, missing_ok=True) is None, "its pod drained")
+    fleet.wait(lambda: fleet.set_status("wf").get("preservedFailedReplicas") == 1, "counted as preserved")
+    # kept: still counts toward the replicas, no replacement while preserved
+    assert fleet.get(victim) is not None and not fleet.get(victim).metadata.is_deleting  # type: ignore[union-attr]
+    assert sorted(m.metadata.name or "" for m in fleet.machines("wf")) == sorted([victim, other])
+
+    # the timeout ends it: deleted and replaced
+    fleet.wait(
+        lambda: fleet.get(victim) is None, "deleted after the preserve timeout", timeout=PRESERVE_TIMEOUT + 60
+    )
+    fleet.wait(lambda: len(fleet.running("wf")) == 2, "replaced")
+    assert victim not in fleet.running("wf")
+    fleet.wait(lambda: fleet.set_status("wf").get("preservedFailedReplicas", 0) == 0, "no longer counted")
+
+
+def test_now_on_a_healthy_machine_and_its_removal(fleet: Fleet) -> None:
+    fleet.machine_set("now", 1)
+    [name] = fleet.running("now")
+    ops.patch(fleet.control, MACHINES, name, {"metadata": {"annotations": {PRESERVE_ANNOTATION: "now"}}}, NS)
+    fleet.wait(lambda: fleet.expiry(name) is not None, "preserve expiry set")
+    fleet.wait(lambda: fleet.protected(name) and fleet.condition(name) == "True", "autoscaler protection")
+    assert not fleet.tainted(name), "a healthy preserved machine stays schedulable"
+    assert fleet.phase(name) == "Running"
+
+    ops.patch(fleet.control, MACHINES, name, {"metadata": {"annotations": {PRESERVE_ANNOTATION: None}}}, NS)
+    fleet.wait(lambda: fleet.expiry(name) is None, "preserve expiry cleared")
+    fleet.wait(lambda: not fleet.protected(name) and fleet.condition(name) == "False", "protection gone")
+    assert CA_SCALE_DOWN_DISABLED_ANNOTATION not in fleet.node_annotations(name)
+
+
+def test_auto_preservation_up_to_the_max(fleet: Fleet) -> None:
+    fleet.machine_set("auto", 3, autoPreserveFailedMachineMax=1)
+    first, second, _ = fleet.running("auto")
+    fleet.fail(first)
+    fleet.fail(second)
+
+    def one_kept_one_replaced() -> bool:
+        kept = [n for n in (first, second) if fleet.phase(n) == "Failed" and fleet.expiry(n) is not None]
+        return len(kept) == 1 and len(fleet.running("auto")) == 2 and len(fleet.machines("auto")) == 3
+
+    fleet.wait(one_kept_one_replaced, "one auto-preserved, the other replaced")
+    [kept] = [n for n in (first, second) if fleet.get(n) is not None and fleet.phase(n) == "Failed"]
+    assert (fleet.get(kept) or Machine()).metadata.annotations[PRESERVE_ANNOTATION] == "auto-preserved"
+    fleet.wait(lambda: fleet.tainted(kept) and fleet.protected(kept), "the auto-preserved node tainted")
+    fleet.wait(
+        lambda: (
+            fleet.set_status("auto").get("autoPreserveFailedMachineCount") == 1
+            and fleet.set_status("auto").get("preservedFailedReplicas") == 1
+        ),
+        "status counts it",
+    )
