@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,7 @@ import redis
 from mcm_tasks.queue import concurrency, enqueue, register_reconciler, registry
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.processing import process
+from mcm_tasks.queue.producer import publish_due
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, get_settings, reset_settings
 
@@ -51,7 +53,9 @@ def test_third_reconcile_of_a_kind_waits_while_two_run(client: redis.Redis) -> N
     assert calls == [] and client.hget(queue_keys("machine").failures, "ns/a") is None
     assert deliver(client, "machineset") == "run", "another kind has its own slots"
     concurrency.release(client, "machine", "other-1", settings)
-    # the key came back by itself (a short countdown), and runs now that a slot is free
+    # the key comes back by itself after a short countdown, and runs now that a slot is free
+    assert client.zscore(queue_keys("machine").delayed, "ns/a") is not None
+    assert publish_due(client, time.time() + 1)[0] == 1
     assert client.llen(queue_keys("machine").broker_list) == 1
     assert deliver(client, "machine") == "run"
     assert calls == ["ns/s", "ns/a"]
