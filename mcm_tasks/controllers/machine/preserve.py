@@ -31,9 +31,9 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common import preservation as p
-from mcm_tasks.controllers.machine import drain_io as io
-from mcm_tasks.controllers.machine import drain_select as ds
-from mcm_tasks.controllers.machine.drain_pods import Answer, Removal
+from mcm_tasks.controllers.machine.drain import cluster_io as io
+from mcm_tasks.controllers.machine.drain import select as ds
+from mcm_tasks.controllers.machine.drain.pods import Answer, Removal
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.events import NORMAL
