@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock test test-fast demo lint bench crds clean
+.PHONY: install lock test test-fast demo lint bench crds clean chart-render chart-schema
 
 # pinned by constraints.txt, as the Dockerfile installs (tests/unit/test_image.py checks they agree)
 $(STAMP): pyproject.toml constraints.txt
@@ -22,7 +22,7 @@ lock:
 	  echo "# Used as pip constraints (-c): extras not asked for are not installed."; \
 	  $(BIN)/pip freeze --all --exclude-editable; } > constraints.txt
 
-test: $(STAMP)
+test: $(STAMP) $(RENDERER)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -34,6 +34,32 @@ lint: $(STAMP)
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/mypy mcm_tasks informers providers mcm_sandbox beat_schedule.py
 	$(BIN)/lint-imports
+
+# The chart renderer (tools/chart-render): Go's text/template with sprig, the engine Helm uses, built
+# offline in GOPATH mode from Debian's packaged libraries (no helm binary is in reach).
+GO_DEBS  := golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev \
+            golang-github-xeipuuv-gojsonschema-dev
+GOPATH_DEBIAN := /usr/share/gocode
+RENDERER := build/chart-render
+CHART    := helm/mcm-tasks
+
+$(RENDERER): tools/chart-render/main.go
+	@missing=$$(for p in $(GO_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing $$missing (Debian) for the chart renderer"; \
+	  $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	mkdir -p build
+	cd tools/chart-render && GO111MODULE=off GOFLAGS= GOPATH=$(GOPATH_DEBIAN) go build -o ../../$(RENDERER) .
+
+# `helm template` for this chart: make chart-render [VALUES=my-values.yaml] [ARGS=--include-crds]
+chart-render: $(RENDERER)
+	@$(RENDERER) $(if $(VALUES),-f $(VALUES),) $(ARGS) $(CHART)
+
+# values.schema.json's settings come from mcm_tasks/settings.py
+chart-schema: $(STAMP)
+	$(BIN)/python tools/chart_schema.py
 
 demo: $(STAMP)
 	$(BIN)/python -m mcm_sandbox.demo $(if $(KEEP),--keep,)

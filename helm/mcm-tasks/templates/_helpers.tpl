@@ -1,0 +1,227 @@
+{{/* Names */}}
+{{- define "mcm-tasks.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "mcm-tasks.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespace of the machine objects and the Lease (MCM's --namespace). */}}
+{{- define "mcm-tasks.controlNamespace" -}}
+{{- default .Release.Namespace .Values.controlNamespace -}}
+{{- end -}}
+
+{{- define "mcm-tasks.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "mcm-tasks.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "worker") */}}
+{{- define "mcm-tasks.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcm-tasks.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "mcm-tasks.componentLabels" -}}
+{{ include "mcm-tasks.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "mcm-tasks.serviceAccountName" -}}
+{{- printf "%s-%s" (include "mcm-tasks.fullname" .root) .component -}}
+{{- end -}}
+
+{{- define "mcm-tasks.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Redis */}}
+{{- define "mcm-tasks.redisSecretName" -}}
+{{- if .Values.redis.existingSecret -}}
+{{- .Values.redis.existingSecret -}}
+{{- else -}}
+{{- printf "%s-redis" (include "mcm-tasks.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mcm-tasks.redisHasPassword" -}}
+{{- if or .Values.redis.bundled .Values.redis.existingSecret .Values.redis.password -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Redis URL, with $(REDIS_PASSWORD) expanded by the kubelet from the variable before it. */}}
+{{- define "mcm-tasks.redisURL" -}}
+{{- $url := .Values.redis.url -}}
+{{- if .Values.redis.bundled -}}
+{{- $url = printf "redis://%s-redis:6379/0" (include "mcm-tasks.fullname" .) -}}
+{{- else if not $url -}}
+{{- fail "redis.url is required when redis.bundled is false" -}}
+{{- end -}}
+{{- if include "mcm-tasks.redisHasPassword" . -}}
+{{- $url = regexReplaceAll "^(rediss?://)" $url "${1}:$(REDIS_PASSWORD)@" -}}
+{{- end -}}
+{{- if .Values.redis.tls.caSecret -}}
+{{- $sep := ternary "&" "?" (contains "?" $url) -}}
+{{- $url = printf "%s%sssl_cert_reqs=required&ssl_ca_certs=/etc/mcm/redis-ca/ca.crt" $url $sep -}}
+{{- end -}}
+{{- $url -}}
+{{- end -}}
+
+{{/* What every mcm-tasks process gets: Redis, the clusters, the metrics endpoint, the settings. */}}
+{{- define "mcm-tasks.env" -}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+{{- if include "mcm-tasks.redisHasPassword" .root }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ include "mcm-tasks.redisSecretName" .root }}, key: {{ .root.Values.redis.passwordKey }}}
+{{- end }}
+- name: MCM_REDIS_URL
+  value: {{ include "mcm-tasks.redisURL" .root | quote }}
+- name: MCM_NAMESPACE
+  value: {{ include "mcm-tasks.controlNamespace" .root | quote }}
+- name: MCM_ADDRESS
+  value: "0.0.0.0"
+- name: MCM_PORT
+  value: {{ .root.Values.metrics.port | quote }}
+- name: MCM_CONTROL_KUBECONFIG
+  value: {{ ternary "/etc/mcm/control/kubeconfig" "" (not (empty (index .root.Values.controlCluster.kubeconfigSecrets .component | default ""))) | quote }}
+- name: MCM_TARGET_KUBECONFIG
+  value: {{ if .root.Values.targetCluster.none }}"none"{{ else }}{{ ternary "/etc/mcm/target/kubeconfig" "" (not (empty (index .root.Values.targetCluster.kubeconfigSecrets .component | default ""))) | quote }}{{ end }}
+{{- end -}}
+
+{{- define "mcm-tasks.kubeconfigVolumes" -}}
+{{- $control := index .root.Values.controlCluster.kubeconfigSecrets .component | default "" -}}
+{{- $target := index .root.Values.targetCluster.kubeconfigSecrets .component | default "" -}}
+{{- if $control }}
+- name: control-kubeconfig
+  secret: {secretName: {{ $control }}, items: [{key: kubeconfig, path: kubeconfig}]}
+{{- end }}
+{{- if and $target (not .root.Values.targetCluster.none) }}
+- name: target-kubeconfig
+  secret: {secretName: {{ $target }}, items: [{key: kubeconfig, path: kubeconfig}]}
+{{- end }}
+{{- end -}}
+
+{{- define "mcm-tasks.kubeconfigMounts" -}}
+{{- if index .root.Values.controlCluster.kubeconfigSecrets .component | default "" }}
+- {name: control-kubeconfig, mountPath: /etc/mcm/control, readOnly: true}
+{{- end }}
+{{- if and (index .root.Values.targetCluster.kubeconfigSecrets .component | default "") (not .root.Values.targetCluster.none) }}
+- {name: target-kubeconfig, mountPath: /etc/mcm/target, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{/* A pod talks to a cluster in-cluster (needs its ServiceAccount token) unless both kubeconfigs are Secrets. */}}
+{{- define "mcm-tasks.needsToken" -}}
+{{- $control := index .root.Values.controlCluster.kubeconfigSecrets .component | default "" -}}
+{{- $target := index .root.Values.targetCluster.kubeconfigSecrets .component | default "" -}}
+{{- if or (not $control) (and (not $target) (not .root.Values.targetCluster.none)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The pod spec of a controller process: (dict "root" $ "component" "worker" "args" (list …) "kube" true "values" .Values.worker) */}}
+{{- define "mcm-tasks.podSpec" -}}
+{{- $root := .root -}}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .kube }}
+serviceAccountName: {{ include "mcm-tasks.serviceAccountName" . }}
+automountServiceAccountToken: {{ ternary true false (eq (include "mcm-tasks.needsToken" .) "true") }}
+{{- else }}
+automountServiceAccountToken: false
+{{- end }}
+securityContext: {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+terminationGracePeriodSeconds: 30
+containers:
+  - name: {{ .component }}
+    image: {{ include "mcm-tasks.image" $root }}
+    imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+    args: {{- toYaml .args | nindent 6 }}
+    env:
+      {{- include "mcm-tasks.env" . | nindent 6 }}
+      {{- with .env }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    envFrom:
+      - configMapRef: {name: {{ include "mcm-tasks.fullname" $root }}-settings}
+    ports:
+      - {name: metrics, containerPort: {{ $root.Values.metrics.port }}, protocol: TCP}
+    livenessProbe:
+      httpGet: {path: /healthz, port: metrics}
+      {{- toYaml $root.Values.probes.liveness | nindent 6 }}
+    readinessProbe:
+      httpGet: {path: /readyz, port: metrics}
+      {{- toYaml $root.Values.probes.readiness | nindent 6 }}
+    resources: {{- toYaml .values.resources | nindent 6 }}
+    securityContext: {{- toYaml $root.Values.securityContext | nindent 6 }}
+    volumeMounts:
+      - {name: tmp, mountPath: /tmp}
+      {{- if $root.Values.redis.tls.caSecret }}
+      - {name: redis-ca, mountPath: /etc/mcm/redis-ca, readOnly: true}
+      {{- end }}
+      {{- if .kube }}
+      {{- include "mcm-tasks.kubeconfigMounts" . | nindent 6 }}
+      {{- end }}
+volumes:
+  - name: tmp
+    emptyDir: {}
+  {{- if $root.Values.redis.tls.caSecret }}
+  - name: redis-ca
+    secret: {secretName: {{ $root.Values.redis.tls.caSecret }}, items: [{key: ca.crt, path: ca.crt}]}
+  {{- end }}
+  {{- if .kube }}
+  {{- include "mcm-tasks.kubeconfigVolumes" . | nindent 2 }}
+  {{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* One Deployment of a controller process: the same dict as podSpec plus "replicas". */}}
+{{- define "mcm-tasks.deployment" -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "mcm-tasks.fullname" .root }}-{{ .component }}
+  namespace: {{ .root.Release.Namespace }}
+  labels: {{- include "mcm-tasks.componentLabels" . | nindent 4 }}
+spec:
+  {{- if not (and (eq .component "worker") (or .root.Values.worker.autoscaling.enabled .root.Values.worker.keda.enabled)) }}
+  replicas: {{ .values.replicas }}
+  {{- end }}
+  revisionHistoryLimit: 3
+  selector:
+    matchLabels: {{- include "mcm-tasks.selectorLabels" . | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "mcm-tasks.componentLabels" . | nindent 8 }}
+        mcm-tasks.gardener.cloud/metrics: "true"
+      annotations:
+        checksum/settings: {{ toJson .root.Values.settings | sha256sum }}
+        {{- with .values.podAnnotations }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+    spec:
+      {{- include "mcm-tasks.podSpec" . | nindent 6 }}
+{{- end -}}
