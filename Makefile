@@ -25,7 +25,7 @@ lock:
 test: $(STAMP) $(RENDERER)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(RENDERER)
 	$(BIN)/pytest -q -m "not integration and not e2e" $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -69,6 +69,7 @@ bench: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/mcm-tasks crds --out crds/
+	$(BIN)/mcm-tasks crds --out $(CHART)/crds/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
