@@ -8,23 +8,19 @@ import os
 import shutil
 import sys
 import tempfile
-from datetime import UTC, datetime
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from mcm_tasks.admin.cli import admin_app
 from mcm_tasks.cli_support import command_settings
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.observability import MULTIPROC_ENV, serve
 from mcm_tasks.probes import standard_probes
-from mcm_tasks.settings import Settings, configure, get_settings
+from mcm_tasks.settings import Settings, get_settings
 
 app = typer.Typer(add_completion=False)
-admin_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Inspect and steer the queues.")
-deadletter_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keys that keep failing.")
 app.add_typer(admin_app, name="admin")
-admin_app.add_typer(deadletter_app, name="deadletter")
 #: piped output (grep, tests) is not cut to 80 columns
 console = Console(width=None if sys.stdout.isatty() else 200)
 
@@ -105,86 +101,6 @@ def worker(
     celery.worker_main(
         worker_argv(queue_names(queues), concurrency or settings.worker_concurrency, name, loglevel)
     )
-
-
-def _kind(kind: str) -> str:
-    if kind not in QUEUES:
-        raise typer.BadParameter(f"unknown kind {kind!r}; one of {', '.join(QUEUES)}")
-    return kind
-
-
-@admin_app.callback()
-def admin(redis_url: str = typer.Option("", help="Redis to use (default: MCM_REDIS_URL).")) -> None:
-    if redis_url:
-        configure({"redis_url": redis_url})
-
-
-@admin_app.command("enqueue")
-def admin_enqueue(kind: str, key: str) -> None:
-    """Reconcile one key now (coalesces with a waiting message)."""
-    from mcm_tasks.queue import enqueue
-
-    published = enqueue(_kind(kind), key)
-    console.print(f"{kind} {key}: " + ("enqueued" if published else "already waiting or running (coalesced)"))
-
-
-@admin_app.command("queues")
-def admin_queues() -> None:
-    """Depth and state of every queue."""
-    from mcm_tasks.queue.stats import read_stats
-
-    table = Table("queue", "messages", "pending", "delayed", "running", "dirty", "failing", "adds", "retries")
-    for s in read_stats():
-        table.add_row(
-            s.kind,
-            *(
-                str(v)
-                for v in (
-                    s.queued_messages,
-                    s.pending,
-                    s.delayed,
-                    s.running,
-                    s.dirty,
-                    s.failing,
-                    s.adds,
-                    s.retries,
-                )
-            ),
-        )
-    console.print(table)
-
-
-@deadletter_app.command("ls")
-def deadletter_ls() -> None:
-    """Failing keys with their last error (they keep being retried at the backoff ceiling)."""
-    from mcm_tasks.queue.state import failing
-
-    entries = failing()
-    table = Table("kind", "key", "failures", "since", "error")
-    for e in entries:
-        when = datetime.fromtimestamp(e.since, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(e.kind, e.key, str(e.count), when, f"{e.error}: {e.message}")
-    console.print(table if entries else "no failing keys")
-
-
-@deadletter_app.command("replay")
-def deadletter_replay(
-    kind: str = typer.Argument("", help="Kind of the key to replay."),
-    key: str = typer.Argument("", help="The key."),
-    all_: bool = typer.Option(False, "--all", help="Replay every failing key."),
-) -> None:
-    """Forget a key's failures and reconcile it now."""
-    from mcm_tasks.queue.state import replay, replay_failing
-
-    if all_:
-        console.print(f"replayed {replay_failing()} keys")
-        return
-    if not kind or not key:
-        raise typer.BadParameter("give KIND KEY, or --all")
-    if not replay(_kind(kind), key):
-        console.print(f"{kind} {key} is not failing")
-        raise typer.Exit(1)
-    console.print(f"replayed {kind} {key}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,284 @@
+"""``mcm-tasks admin …``: every verb prints a table (or lines) for people and, with ``--output
+json``, JSON for scripts. Bad input (an unknown kind, a key nothing knows, an unreachable Redis or API
+server) is one clear line on stderr and a non-zero exit (2 for what does not exist), never a
+traceback."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any, ParamSpec, TypeVar
+
+import orjson
+import redis
+import typer
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from mcm_tasks.admin.keys import NotFound, check_kind, exists, inspect_key, when, worker_of
+from mcm_tasks.settings import configure
+
+admin_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Inspect and steer the queues.")
+deadletter_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keys that keep failing.")
+admin_app.add_typer(deadletter_app, name="deadletter")
+#: piped output (grep, tests) is not cut to 80 columns
+console = Console(width=None if sys.stdout.isatty() else 200)
+errors = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+OUTPUT = typer.Option(Output.TABLE, "--output", "-o", help="table, or json for scripts.")
+KIND_FILTER = typer.Option("", "--kind", help="Only this kind.")
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    errors.print(f"error: {message}", markup=False, highlight=False)
+    return typer.Exit(code)
+
+
+def clean_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Known failures as one line and an exit code instead of a traceback."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except NotFound as err:
+            raise fail(str(err), 2) from None
+        except ValueError as err:  # an unknown kind or an invalid key, from the queue layer
+            raise fail(str(err), 2) from None
+        except (redis.RedisError, OSError) as err:
+            raise fail(f"cannot reach Redis: {type(err).__name__}: {err}", 1) from None
+        except ApiException as err:
+            raise fail(f"the API server answered {err.status} {err.reason}", 1) from None
+
+    return run
+
+
+def emit(output: Output, data: Any, table: Callable[[], Any]) -> None:
+    if output is Output.JSON:
+        sys.stdout.write(orjson.dumps(_plain(data), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        console.print(table())
+
+
+def _plain(data: Any) -> Any:
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if isinstance(data, list | tuple):
+        return [_plain(item) for item in data]
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    return data
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[object]], empty: str) -> Any:
+    if not rows:
+        return empty
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    return table
+
+
+def _kind_or_none(kind: str) -> str | None:
+    return check_kind(kind) if kind else None
+
+
+@admin_app.callback()
+def admin(redis_url: str = typer.Option("", help="Redis to use (default: MCM_REDIS_URL).")) -> None:
+    if redis_url:
+        configure({"redis_url": redis_url})
+
+
+@admin_app.command("enqueue")
+@clean_errors
+def admin_enqueue(kind: str, key: str) -> None:
+    """Reconcile one key now (coalesces with a waiting message)."""
+    from mcm_tasks.queue import enqueue
+
+    published = enqueue(check_kind(kind), key)
+    console.print(f"{kind} {key}: " + ("enqueued" if published else "already waiting or running (coalesced)"))
+
+
+QUEUE_LEGEND = """\
+messages   Celery messages in the queue's Redis list (not yet taken by a worker)
+waiting    keys with a message on its way (the workqueue depth, coalesced per key)
+delayed    keys waiting for a requeue-after or an error backoff (admin delayed)
+running    keys whose reconcile runs now (admin running)
+dirty      running keys that got an event meanwhile: each runs once more when it ends
+failing    keys whose last reconcile failed, retried at the backoff forever (admin failing)
+adds       keys added since the queues began (mcm_workqueue_adds_total)
+retries    reconciles retried after a failure (mcm_workqueue_retries_total)
+recovered  messages restored from dead workers (mcm_workqueue_recovered_total)"""
+
+
+@admin_app.command("queues")
+@clean_errors
+def admin_queues(output: Output = OUTPUT) -> None:
+    """Depth and state of every queue, with a legend."""
+    from mcm_tasks.queue.stats import read_stats
+
+    stats = read_stats()
+    rows = [(s.kind, s.queued_messages, s.pending, s.delayed, s.running, s.dirty, s.failing, s.adds,
+             s.retries, s.recovered) for s in stats]  # fmt: skip
+    columns = ("queue", "messages", "waiting", "delayed", "running", "dirty", "failing", "adds", "retries",
+               "recovered")  # fmt: skip
+
+    def table() -> Any:
+        console.print(_table(columns, rows, ""))
+        return QUEUE_LEGEND
+
+    emit(output, [dict(zip(columns, row, strict=True)) for row in rows], table)
+
+
+@admin_app.command("inspect")
+@clean_errors
+def admin_inspect(kind: str, key: str, output: Output = OUTPUT) -> None:
+    """One key: idle / waiting / delayed until T / running on W since T / failing N times (last
+    error), and its last runs."""
+    found = inspect_key(kind, key)
+
+    def table() -> Any:
+        console.print(f"{found.kind} {found.key}: {found.state}", markup=False, highlight=False)
+        for line in found.summary:
+            console.print(f"  {line}", markup=False, highlight=False)
+        rows = [
+            (when(r.start), "-" if r.duration is None else f"{r.duration:.3f}s", r.worker,
+             r.outcome or ("running, or its worker died" if r.end is None else ""), r.error)
+            for r in found.history
+        ]  # fmt: skip
+        return _table(("started", "took", "worker", "outcome", "error"), rows, "  no runs recorded")
+
+    emit(output, found, table)
+
+
+@admin_app.command("running")
+@clean_errors
+def admin_running(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
+    """Keys whose reconcile runs now, where and since when."""
+    from mcm_tasks.queue.state import running
+
+    now = time.time()
+    found = [{**r.model_dump(), "worker": worker_of(r.kind, r)} for r in running(_kind_or_none(kind))]
+    rows = [(r["kind"], r["key"], r["worker"] or "?", when(r["started"]), f"{now - r['started']:.1f}s")
+            for r in found]  # fmt: skip
+    emit(output, found, lambda: _table(("kind", "key", "worker", "since", "for"), rows, "nothing running"))
+
+
+@admin_app.command("delayed")
+@clean_errors
+def admin_delayed(
+    kind: str = KIND_FILTER,
+    limit: int = typer.Option(1000, help="At most this many per kind (earliest first)."),
+    output: Output = OUTPUT,
+) -> None:
+    """Keys waiting for a requeue-after or an error backoff, earliest first."""
+    from mcm_tasks.queue.state import delayed
+
+    now = time.time()
+    found = delayed(_kind_or_none(kind), limit)
+    rows = [(d.kind, d.key, when(d.due), f"{d.due - now:.1f}s") for d in found]
+    emit(output, found, lambda: _table(("kind", "key", "due", "in"), rows, "nothing delayed"))
+
+
+@admin_app.command("failing")
+@clean_errors
+def admin_failing(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
+    """Keys whose reconciles fail, with their streak and last error (retried automatically)."""
+    from mcm_tasks.queue.state import failing
+
+    now = time.time()
+    found = failing(_kind_or_none(kind))
+    rows = [
+        (f.kind, f.key, f.count, when(f.since), f"{f.retry_at - now:.1f}s",
+         ("quarantined; " if f.quarantined else "") + f"{f.error}: {f.message}")
+        for f in found
+    ]  # fmt: skip
+    columns = ("kind", "key", "failures", "since", "next retry in", "last error")
+    emit(output, found, lambda: _table(columns, rows, "no failing keys"))
+
+
+@admin_app.command("replay")
+@clean_errors
+def admin_replay(
+    kind: str = typer.Argument("", help="Kind of the key."),
+    key: str = typer.Argument("", help="The key (namespace/name, or a safety job)."),
+    failing_: bool = typer.Option(False, "--failing", help="Replay every failing key (of --kind)."),
+    only_kind: str = KIND_FILTER,
+    output: Output = OUTPUT,
+) -> None:
+    """Forget a key's failure streak and reconcile it now; or every failing key."""
+    from mcm_tasks.queue.state import replay, replay_failing
+
+    if failing_:
+        if kind or key:
+            raise typer.BadParameter("give KIND KEY, or --failing, not both")
+        n = replay_failing(_kind_or_none(only_kind))
+        emit(output, {"replayed": n}, lambda: f"replayed {n} failing keys")
+        return
+    if not kind or not key:
+        raise typer.BadParameter("give KIND KEY, or --failing")
+    check_kind(kind)
+    was_failing = replay(kind, key) if exists(kind, key) else None
+    if was_failing is None:
+        raise NotFound(f"no {kind} {key!r} in the mirror")
+    text = f"replayed {kind} {key}" + ("" if was_failing else " (it was not failing; enqueued)")
+    emit(output, {"kind": kind, "key": key, "was_failing": was_failing}, lambda: text)
+
+
+def _freeze(kind: str, key: str, frozen: bool, output: Output) -> None:
+    from mcm_tasks.admin.freeze import set_frozen
+
+    check_kind(kind)
+    metadata = set_frozen(kind, key, frozen)
+    name = f"{metadata.get('namespace', '')}/{metadata.get('name', key)}"
+    text = (f"froze {kind} {name}" if frozen
+            else f"asked the safety controller to unfreeze {kind} {name} (it runs now)")  # fmt: skip
+    body = {"kind": kind, "key": name, "labels": metadata.get("labels") or {},
+            "annotations": metadata.get("annotations") or {}}  # fmt: skip
+    emit(output, body, lambda: text)
+
+
+@admin_app.command("freeze")
+@clean_errors
+def admin_freeze(kind: str, key: str, output: Output = OUTPUT) -> None:
+    """Freeze a MachineSet or MachineDeployment (MCM's ``freeze`` label): no scale-up."""
+    _freeze(kind, key, True, output)
+
+
+@admin_app.command("unfreeze")
+@clean_errors
+def admin_unfreeze(kind: str, key: str, output: Output = OUTPUT) -> None:
+    """Unfreeze it (MCM's ``safety.machine.sapcloud.io/unfreeze`` annotation)."""
+    _freeze(kind, key, False, output)
+
+
+@deadletter_app.command("ls")
+@clean_errors
+def deadletter_ls(output: Output = OUTPUT) -> None:
+    """Failing keys (an alias of ``admin failing``)."""
+    admin_failing("", output)
+
+
+@deadletter_app.command("replay")
+@clean_errors
+def deadletter_replay(
+    kind: str = typer.Argument("", help="Kind of the key to replay."),
+    key: str = typer.Argument("", help="The key."),
+    all_: bool = typer.Option(False, "--all", help="Replay every failing key."),
+) -> None:
+    """Forget a key's failures and reconcile it now (an alias of ``admin replay``)."""
+    admin_replay(kind, key, all_, "", Output.TABLE)
