@@ -93,6 +93,29 @@ class Routing:
         return bool(self.enqueue or self.creations_observed or self.deletions_observed)
 
 
+@dataclass(frozen=True)
+class Problem:
+    """An object the informer could not fully index or route, and why (reported by
+    ``informers.problems``: a log line, a metric, a Warning Event on the object)."""
+
+    kind: str
+    key: str
+    #: the object's identity (apiVersion, kind, metadata name/namespace/uid/resourceVersion), no content
+    identity: Obj
+    reason: str
+    message: str
+
+
+def identity_of(obj: Obj | None) -> Obj:
+    """What an Event needs of an object, and nothing else (never its spec or data)."""
+    m = meta(obj)
+    return {
+        "apiVersion": (obj or {}).get("apiVersion"),
+        "kind": (obj or {}).get("kind"),
+        "metadata": {k: m.get(k) for k in ("name", "namespace", "uid", "resourceVersion") if m.get(k)},
+    }
+
+
 def is_deleting(obj: Obj | None) -> bool:
     return bool(meta(obj).get("deletionTimestamp"))
 

@@ -3,6 +3,12 @@
 ``process`` is pure with respect to I/O: it updates the in-memory store and returns what to write to
 Redis (a ``Commit``) and what to enqueue (a ``Routing``); the runner writes, retries on Redis errors
 and only then enqueues, so a reconcile never starts before the cache shows the change behind it.
+
+No object content stops it: the writer thread is every controller's only source of events, so an
+object it cannot index (a hostile value) is mirrored under the indexes it can be filed in, an event
+whose routing fails still reaches its own object's queue, and both come back as ``Problem``s for
+the runner to report. Objects routing reads while handling *other* events (owner selectors) are
+checked when they arrive, so the cause is reported on the object at fault.
 """
 
 from __future__ import annotations
@@ -10,11 +16,42 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from informers.events import ADDED, DELETED, MODIFIED, Event, Routing
+from informers.events import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    Event,
+    Problem,
+    Routing,
+    identity_of,
+    machine_queue,
+)
 from informers.mirror import Change, Commit, encode
-from informers.resources import BY_KIND, Obj, WatchedResource, key_of, resource_version
-from informers.routing import route
+from informers.resources import (
+    BY_KIND,
+    MAX_PROBLEM_LENGTH,
+    Obj,
+    WatchedResource,
+    key_of,
+    resource_version,
+)
+from informers.routing import route, selector_problem
 from informers.store import Store
+from mcm_tasks.cache import layout
+from mcm_tasks.kinds import Queue
+
+#: Problem reasons (the informer's Event reasons and metric label)
+UNINDEXABLE = "Unindexable"
+UNROUTABLE = "Unroutable"
+UNUSABLE_SELECTOR = "InvalidSelector"
+
+#: the queue of each kind's own reconcile (a failed routing still wakes the object itself)
+_OWN_QUEUE = {
+    layout.MACHINE_SETS: Queue.MACHINE_SET,
+    layout.MACHINE_DEPLOYMENTS: Queue.MACHINE_DEPLOYMENT,
+    layout.MACHINE_CLASSES: Queue.MACHINE_CLASS,
+    layout.SECRETS: Queue.SECRET,
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +82,8 @@ class Outcome:
     #: kinds whose list completed in this batch
     listed: list[str] = field(default_factory=list)
     events: int = 0
+    #: objects that could not be fully indexed or routed (mirrored all the same)
+    problems: list[Problem] = field(default_factory=list)
 
 
 class Processor:
@@ -88,29 +127,52 @@ class Processor:
             return
         self.store.put(kind, key, new)
         if not unchanged:
-            out.commit.changes.append(
-                Change(
-                    kind,
-                    key,
-                    encode(stored),
-                    res.index_values(old),
-                    res.index_values(new),
-                )
-            )
+            new_index, index_problems = res.indexed(new)
+            out.commit.changes.append(Change(kind, key, encode(stored), res.index_values(old), new_index))
+            self._check(res, key, raw, index_problems, out)
         if announce_added:
-            routed = route(Event(kind, ADDED, None, new), self.store)
+            routed = self._route(Event(kind, ADDED, None, new), key, raw, Routing(), out)
             if old is not None:
                 routed.creations_observed.clear()  # seen by the previous leader already
             out.routing.merge(routed)
         else:
-            route(Event(kind, MODIFIED if old is not None else ADDED, old, new), self.store, out.routing)
+            event = Event(kind, MODIFIED if old is not None else ADDED, old, new)
+            self._route(event, key, raw, out.routing, out)
+
+    def _check(self, res: WatchedResource, key: str, raw: Obj, problems: list[str], out: Outcome) -> None:
+        """Report what of a new object version the informer cannot use."""
+        for message in problems:
+            out.problems.append(Problem(res.kind, key, identity_of(raw), UNINDEXABLE, message))
+        if res.kind in (layout.MACHINE_SETS, layout.MACHINE_DEPLOYMENTS):
+            problem = selector_problem(raw)
+            if problem is not None:
+                message = f"its selector selects no orphan until fixed: {problem}"
+                out.problems.append(Problem(res.kind, key, identity_of(raw), UNUSABLE_SELECTOR, message))
+
+    def _route(self, event: Event, key: str, raw: Obj | None, into: Routing, out: Outcome) -> Routing:
+        """Route one event; if routing fails on the object's content, the object's own key is still
+        enqueued (its reconcile reports what is wrong) and the failure becomes a Problem."""
+        try:
+            return route(event, self.store, into)
+        except Exception as err:  # any content the schema lets through must not end the watch loop
+            if event.kind == layout.MACHINES:
+                into.add(
+                    Queue.MACHINE_TERMINATION if event.type == DELETED else machine_queue(event.obj), key
+                )
+            elif event.kind in _OWN_QUEUE:
+                into.add(_OWN_QUEUE[event.kind], key)
+            message = f"routing of a {event.type} event failed: {type(err).__name__}: {err}"
+            message = message[:MAX_PROBLEM_LENGTH]
+            out.problems.append(Problem(event.kind, key, identity_of(raw or event.obj), UNROUTABLE, message))
+            return into
 
     def _delete(self, res: WatchedResource, key: str, final: Obj | None, out: Outcome) -> None:
         old = self.store.delete(res.kind, key)
         if old is None and final is None:
             return
         out.commit.changes.append(Change(res.kind, key, None, res.index_values(old), {}))
-        route(Event(res.kind, DELETED, final if final is not None else old, None), self.store, out.routing)
+        gone = final if final is not None else old
+        self._route(Event(res.kind, DELETED, gone, None), key, gone, out.routing, out)
 
     # --- a whole list -------------------------------------------------------------------------------
 

@@ -35,6 +35,11 @@ IndexFunc = Callable[[Obj], list[str]]
 CONTROL = "control"
 TARGET = "target"
 
+#: index values longer than a Kubernetes qualified name (namespace/name, 63 + 1 + 253) are not
+#: names of anything: such a value is not filed, so one object cannot put megabyte keys into Redis
+MAX_INDEX_VALUE_LENGTH = 317
+MAX_PROBLEM_LENGTH = 300
+
 
 def meta(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return (obj or {}).get("metadata") or {}
@@ -205,9 +210,29 @@ class WatchedResource:
         return stored if self.remembered_paths is None else pick(stored, self.remembered_paths)
 
     def index_values(self, obj: Obj | None) -> dict[str, list[str]]:
+        return self.indexed(obj)[0]
+
+    def indexed(self, obj: Obj | None) -> tuple[dict[str, list[str]], list[str]]:
+        """The index values, and what could not be indexed and why. Object content never makes this
+        raise (client-go's indexer would fail the whole store update): an index function that fails
+        on hostile content, or a value too long to be a Kubernetes name, files the object under
+        nothing for that index, and the informer reports it (``informers.problems``)."""
         if obj is None:
-            return {}
-        return {name: fn(obj) for name, fn in self.indexes.items()}
+            return {}, []
+        values: dict[str, list[str]] = {}
+        problems: list[str] = []
+        for name, fn in self.indexes.items():
+            try:
+                found = fn(obj)
+            except Exception as err:  # hostile content: any shape the schema lets through
+                values[name] = []
+                problems.append(f"index {name}: {type(err).__name__}: {err}"[:MAX_PROBLEM_LENGTH])
+                continue
+            kept = [v for v in found if len(v) <= MAX_INDEX_VALUE_LENGTH]
+            if len(kept) != len(found):
+                problems.append(f"index {name}: a value longer than {MAX_INDEX_VALUE_LENGTH} characters")
+            values[name] = kept
+        return values, problems
 
     def collection_path(self, namespace: str | None) -> str:
         return self.api.path(namespace if self.api.namespaced else None)

@@ -51,6 +51,7 @@ from informers.events import (
 from informers.resources import MACHINE_CLASSES, Obj, controller_ref, key_of, meta, resource_version
 from mcm_tasks.api.constants import PRESERVE_ANNOTATION
 from mcm_tasks.api.meta import LabelSelector
+from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout
 from mcm_tasks.controllers.machineset.watches import seen_by_set
 from mcm_tasks.kinds import Queue
@@ -97,13 +98,39 @@ def selecting(view: View, kind: str, child: Obj | None) -> list[str]:
     for owner in view.values(kind):
         if meta(owner).get("namespace") != namespace:
             continue
-        raw = (owner.get("spec") or {}).get("selector")
-        if not raw:
-            continue
-        selector = LabelSelector.model_validate(raw)
-        if not selector.is_empty and selector.matches(child_labels):
+        selector = owner_selector(owner)
+        if selector is not None and selector.matches(child_labels):
             out.append(key_of(owner))
     return sorted(out)
+
+
+def owner_selector(owner: Obj | None) -> LabelSelector | None:
+    """An owner's selector as routing uses it: None when missing, empty or unusable (a wrong shape,
+    an unknown operator). An unusable selector selects nothing, so that one bad MachineSet cannot
+    stop the routing of every orphan's event; the set's own reconcile reports it."""
+    raw = ((owner or {}).get("spec") or {}).get("selector")
+    if not raw:
+        return None
+    try:
+        selector = LabelSelector.model_validate(raw)
+    except ValueError:
+        return None
+    if selector.is_empty or validate_label_selector(selector):
+        return None
+    return selector
+
+
+def selector_problem(owner: Obj | None) -> str | None:
+    """Why routing cannot use an owner's selector (for the informer's report); None when it can."""
+    raw = ((owner or {}).get("spec") or {}).get("selector")
+    if not raw:
+        return None
+    try:
+        selector = LabelSelector.model_validate(raw)
+    except ValueError as err:
+        return f"spec.selector cannot be read: {parse_problem(err)}"
+    errors = validate_label_selector(selector)
+    return "; ".join(str(e) for e in errors) if errors else None
 
 
 def _content(obj: Obj | None) -> dict[str, Any]:
@@ -147,7 +174,9 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
 
 def _class_key(machine: Obj | None) -> str | None:
     cls = ((machine or {}).get("spec") or {}).get("class") or {}
-    if not cls.get("name") or cls.get("kind", "MachineClass") != "MachineClass":
+    if not isinstance(cls, Mapping) or not cls.get("name"):
+        return None
+    if cls.get("kind", "MachineClass") != "MachineClass":
         return None
     return layout.object_key(meta(machine).get("namespace"), cls["name"])
 

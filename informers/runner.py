@@ -29,8 +29,9 @@ from kubernetes.client import ApiClient
 from informers.events import Routing
 from informers.informer import Backoff, Reflector
 from informers.mirror import Mirror
+from informers.problems import ProblemReporter
 from informers.processor import Item, Outcome, Processor
-from informers.resources import WatchedResource, watch_namespace, watched_resources
+from informers.resources import BY_KIND, Obj, WatchedResource, watch_namespace, watched_resources
 from informers.routing import full_resync
 from informers.sink import Sink, deliver
 from informers.store import Store
@@ -71,7 +72,20 @@ class Informer:
         self.identity = identity or uuid.uuid4().hex
         self.resources = resources if resources is not None else watched_resources(settings)
         self.reflectors: list[Reflector] = []
-        self.counters = {"batches": 0, "events": 0, "enqueued": 0, "resyncs": 0, "redis_lost": 0}
+        self.counters = {
+            "batches": 0, "events": 0, "enqueued": 0, "resyncs": 0, "redis_lost": 0, "object_problems": 0,
+        }  # fmt: skip
+        self.problems = ProblemReporter(self._record_problem)
+
+    def _record_problem(self, identity: Obj, reason: str, message: str) -> None:
+        """A Warning Event on the object, in its own cluster (the control cluster for MCM kinds)."""
+        from mcm_tasks.kube.events import WARNING, recorder_for
+
+        kind = next((r.kind for r in BY_KIND.values() if r.api.kind == identity.get("kind")), None)
+        cluster = BY_KIND[kind].cluster if kind is not None else "control"
+        api = self.apis.get(cluster)
+        if api is not None:
+            recorder_for(api, "mcm-tasks-informer").event(identity, WARNING, reason, message)
 
     def lead(self, stop: threading.Event) -> None:
         """Mirror and route until ``stop`` is set (leadership lost, or shutdown)."""
@@ -113,6 +127,7 @@ class Informer:
                 reflector.stop()
             for reflector in reflectors:
                 reflector.join(5.0)
+            self.problems.close()
             self._publish_status(reflectors, leading=False)
 
     def _write_loop(
@@ -132,6 +147,9 @@ class Informer:
             batch = _take_batch(inbox, IDLE_CHECK)
             outcome = processor.process(batch) if batch else Outcome()
             unlisted.difference_update(outcome.listed)
+            if outcome.problems:
+                self.counters["object_problems"] += len(outcome.problems)
+                self.problems.report(outcome.problems)
             if epoch is None and not unlisted:
                 epoch = expected = f"{self.identity}:{uuid.uuid4().hex}"
                 outcome.commit.sentinel = epoch

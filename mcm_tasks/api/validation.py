@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel
+from kubernetes.utils import parse_quantity
+from pydantic import BaseModel, ValidationError
 
 from mcm_tasks.api.enums import MachineDeploymentStrategyType, OrchestrationType
 from mcm_tasks.api.intstr import INT32_MAX, INT32_MIN, resolve_int_or_percent
@@ -23,6 +24,8 @@ from mcm_tasks.durations import parse_duration
 __all__ = [
     "ErrorType",
     "FieldError",
+    "parse_problem",
+    "validate_label_selector",
     "validate_machine",
     "validate_machine_class",
     "validate_machine_deployment",
@@ -34,6 +37,7 @@ class ErrorType(StrEnum):
     REQUIRED = "Required"
     INVALID = "Invalid"
     NOT_SUPPORTED = "NotSupported"
+    FORBIDDEN = "Forbidden"
 
 
 class FieldError(BaseModel):
@@ -77,16 +81,53 @@ def _configuration(config: MachineConfiguration, path: str) -> list[FieldError]:
         try:
             seconds = parse_duration(value)
         except ValueError:
-            errors.append(_invalid(f"{path}.{alias}", f"{value!r} is not a duration (e.g. 10m, 1h30m)"))
+            errors.append(_invalid(f"{path}.{alias}", f"{_short(value)} is not a duration (e.g. 10m, 1h30m)"))
             continue
         if seconds < 0:
-            errors.append(_invalid(f"{path}.{alias}", f"{value!r} must not be negative"))
+            errors.append(_invalid(f"{path}.{alias}", f"{_short(value)} must not be negative"))
     return errors
 
 
 def _replicas(replicas: int, path: str) -> list[FieldError]:
     # upstream reports a negative count as Required, not Invalid
     return [_required(path, "Replicas has to be a whole number")] if replicas < 0 else []
+
+
+def validate_label_selector(selector: LabelSelector | None, path: str = "spec.selector") -> list[FieldError]:
+    """``metav1validation.ValidateLabelSelector``'s operator rules. Not in MCM's own validation, but
+    its controllers convert every selector with ``LabelSelectorAsSelector``, which fails on these;
+    here they are reported on the object rather than failing each match of the selector."""
+    if selector is None:
+        return []
+    errors = []
+    for i, req in enumerate(selector.match_expressions):
+        at = f"{path}.matchExpressions[{i}]"
+        if req.operator in ("In", "NotIn"):
+            if not req.values:
+                message = "must be specified when `operator` is 'In' or 'NotIn'"
+                errors.append(_required(f"{at}.values", message))
+        elif req.operator in ("Exists", "DoesNotExist"):
+            if req.values:
+                errors.append(
+                    FieldError(
+                        field=f"{at}.values",
+                        type=ErrorType.FORBIDDEN,
+                        message="may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    )
+                )
+        else:
+            message = f"{_short(req.operator)} is not a valid selector operator"
+            errors.append(_invalid(f"{at}.operator", message))
+    return errors
+
+
+def _short(value: object, limit: int = 64) -> str:
+    """A user's value quoted in a message, cut short: a status message must not carry a megabyte."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _selector_in_template(selector: LabelSelector | None, template: MachineTemplateSpec) -> list[FieldError]:
@@ -100,7 +141,7 @@ def _selector_in_template(selector: LabelSelector | None, template: MachineTempl
             return [
                 _required(
                     "spec.selector.matchLabels",
-                    f"is not matching with spec.template.metadata.labels (label {key!r})",
+                    f"is not matching with spec.template.metadata.labels (label {_short(key)})",
                 )
             ]
     return []
@@ -119,10 +160,10 @@ def _scaled_int32(value: int | str | None, replicas: int, round_up: bool, path: 
     try:
         resolved = resolve_int_or_percent(value, replicas, round_up)
     except ValueError as err:
-        reason = "must be set (an integer or a percentage)" if value is None else str(err)
+        reason = "must be set (an integer or a percentage)" if value is None else _cut(str(err))
         return [_required(path, f"unable to convert {name} to int32: {reason}")]
     if not INT32_MIN <= resolved <= INT32_MAX:
-        return [_required(path, f"unable to convert {name} to int32: {value!r} does not fit")]
+        return [_required(path, f"unable to convert {name} to int32: {_short(value)} does not fit")]
     return []
 
 
@@ -137,6 +178,7 @@ def validate_machine_set(machine_set: MachineSet) -> list[FieldError]:
     spec = machine_set.spec
     return (
         _replicas(spec.replicas, "spec.replicas")
+        + validate_label_selector(spec.selector)
         + _selector_in_template(spec.selector, spec.template)
         + _template(spec.template)
     )
@@ -174,10 +216,15 @@ def validate_machine_deployment(deployment: MachineDeployment) -> list[FieldErro
                 errors.append(
                     _invalid(
                         f"{path}.orchestrationType",
-                        f"{in_place.orchestration_type!r} is not one of {', '.join(orchestrations)}",
+                        f"{_short(in_place.orchestration_type)} is not one of {', '.join(orchestrations)}",
                     )
                 )
-    return errors + _selector_in_template(spec.selector, spec.template) + _template(spec.template)
+    return (
+        errors
+        + validate_label_selector(spec.selector)
+        + _selector_in_template(spec.selector, spec.template)
+        + _template(spec.template)
+    )
 
 
 #: capacity entries the autoscaler needs to scale a node group from zero
@@ -193,6 +240,15 @@ def validate_machine_class(machine_class: MachineClass) -> list[FieldError]:
         for key in NODE_TEMPLATE_CAPACITY_KEYS
         if key not in template.capacity
     ]
+    for field_name, quantities in (
+        ("capacity", template.capacity),
+        ("virtualCapacity", template.virtual_capacity),
+    ):
+        for name, quantity in quantities.items():
+            if not _is_quantity(quantity):
+                errors.append(
+                    _invalid(f"nodeTemplate.{field_name}.{name}", f"{_short(quantity)} is not a quantity")
+                )
     for alias, value in (
         ("instanceType", template.instance_type),
         ("region", template.region),
@@ -201,3 +257,26 @@ def validate_machine_class(machine_class: MachineClass) -> list[FieldError]:
         if not value:
             errors.append(_required(f"nodeTemplate.{alias}", f"{alias} is required"))
     return errors
+
+
+def _is_quantity(value: object) -> bool:
+    """Whether ``resource.Quantity`` would decode it (upstream's decoder refuses the whole object)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return False
+    return True
+
+
+def parse_problem(err: Exception, limit: int = 600) -> str:
+    """What is wrong with an object that does not even parse into its model, field by field, without
+    the values (they may be huge, or hold what does not belong in an Event)."""
+    if not isinstance(err, ValidationError):
+        return _cut(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", limit)
+    parts = []
+    for e in err.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in e["loc"])
+        parts.append(f"{loc}: {e['msg']}" if loc else str(e["msg"]))
+    return _cut("; ".join(parts), limit)

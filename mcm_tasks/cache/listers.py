@@ -9,7 +9,7 @@ models reused from the process's parsed-object cache (read-only: see ``mcm_tasks
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
@@ -17,7 +17,7 @@ import orjson
 
 from mcm_tasks.api import Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.cache import layout
-from mcm_tasks.cache.models import ParsedCache, get_parsed_cache
+from mcm_tasks.cache.models import ParsedCache, Unreadable, get_parsed_cache, parser
 from mcm_tasks.cache.reader import CacheReader, Obj, get_reader
 
 T = TypeVar("T")
@@ -53,7 +53,19 @@ class Lister(Generic[T]):
     def list(self) -> builtins.list[T]:
         if self.parsed is not None:
             return self.parsed.every(self.kind, self.parse, self.reader.list_stored(self.kind))
-        return [self.parse(o) for o in self.reader.list(self.kind)]
+        return self._readable(self.reader.list(self.kind))
+
+    def _readable(self, objs: Iterable[Obj]) -> builtins.list[T]:
+        """The objects that parse: an unreadable one is left out of every list (as client-go's
+        reflector drops what it cannot decode), so it cannot fail the reconcile of its neighbours.
+        A ``get`` of it raises ``Unreadable``, which its own reconcile answers."""
+        out = []
+        for obj in objs:
+            try:
+                out.append(self.parse(obj))
+            except Unreadable:
+                continue
+        return out
 
     def list_if_synced(self) -> builtins.list[T] | None:
         """``list``, or None when the kind is not synced, read together (see ``list_stored_if_synced``)."""
@@ -62,13 +74,13 @@ class Lister(Generic[T]):
             return None
         if self.parsed is not None:
             return self.parsed.every(self.kind, self.parse, stored)
-        return [self.parse(orjson.loads(raw)) for raw in stored.values()]
+        return self._readable(orjson.loads(raw) for raw in stored.values())
 
     def by_index(self, index: str, value: str) -> builtins.list[T]:
         if self.parsed is not None:
             stored = self.reader.by_index_stored(self.kind, index, value)
             return self.parsed.some(self.kind, self.parse, stored)
-        return [self.parse(o) for o in self.reader.by_index(self.kind, index, value)]
+        return self._readable(self.reader.by_index(self.kind, index, value))
 
     def keys(self) -> builtins.list[str]:
         return self.reader.keys(self.kind)
@@ -183,7 +195,7 @@ class Listers:
 
 
 def _model(cls: Any) -> Callable[[Obj], Any]:
-    return cls.model_validate  # type: ignore[no-any-return]
+    return parser(cls)
 
 
 def new_listers(namespace: str, reader: CacheReader | None = None) -> Listers:

@@ -13,14 +13,63 @@ parse, which is why sharing is opt-in (``Lister.shared``) and the plain listers 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import orjson
+from pydantic import BaseModel, ValidationError
 
 from mcm_tasks.cache import layout
 
 Parse = Callable[[Any], Any]
+B = TypeVar("B", bound=BaseModel)
+
+
+class Unreadable(ValueError):
+    """An object the API server accepted that our model refuses (content its schema does not type).
+
+    Carries the object's identity (never its content) and what is wrong, field by field. Listers leave
+    such objects out of lists and raise this for a single get; the reconcilers answer it with a Warning
+    Event on the object (``controllers.problems``) instead of failing, since retrying cannot help.
+    """
+
+    def __init__(self, kind: str, raw: Mapping[str, Any], problem: str) -> None:
+        found = raw.get("metadata")
+        meta: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        self.kind = kind
+        self.identity: dict[str, Any] = {
+            "apiVersion": raw.get("apiVersion"),
+            "kind": raw.get("kind") or kind,
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+        }
+        self.problem = problem
+        name = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+        super().__init__(f"{kind} {name} cannot be read: {problem}")
+
+
+def parse_object(model: type[B], raw: Mapping[str, Any]) -> B:
+    """``model.model_validate(raw)``, raising ``Unreadable`` for content the model refuses."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        from mcm_tasks.api.validation import parse_problem
+
+        raise Unreadable(model.__name__, raw, parse_problem(err)) from None
+
+
+_parsers: dict[type[BaseModel], Parse] = {}
+
+
+def parser(model: type[BaseModel]) -> Parse:
+    """One parse function per model (the parsed-object cache keys its tables by it)."""
+    found = _parsers.get(model)
+    if found is None:
+
+        def parse(raw: Any) -> Any:
+            return parse_object(model, raw)
+
+        found = _parsers[model] = parse
+    return found
 
 
 class ParsedCache:
@@ -52,7 +101,14 @@ class ParsedCache:
         return parsed
 
     def some(self, kind: str, parse: Parse, items: Iterable[tuple[str, bytes]]) -> list[Any]:
-        return [self.one(kind, parse, key, raw) for key, raw in items]
+        """The readable ones among ``items`` (an unreadable object is left out, see ``Unreadable``)."""
+        out = []
+        for key, raw in items:
+            try:
+                out.append(self.one(kind, parse, key, raw))
+            except Unreadable:
+                self.forget(kind, parse, key)
+        return out
 
     def every(self, kind: str, parse: Parse, items: dict[str, bytes]) -> list[Any]:
         """All objects of a kind: entries of objects no longer stored are dropped."""

@@ -158,6 +158,11 @@ def test_invalid_deployment_is_skipped_with_an_event(world: World) -> None:
     assert world.reconcile() is None
     assert world.sets() == []
     assert world.events("ValidationFailed")
+    d = world.deployment()
+    assert d is not None
+    assert [(c.type, c.status, c.reason) for c in d.status.conditions] == [
+        ("ReplicaFailure", "True", "ValidationFailed")
+    ]
 
 
 @pytest.mark.parametrize("spoil", ["selector", "strategy"])

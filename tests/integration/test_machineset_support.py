@@ -324,6 +324,11 @@ def test_invalid_set_is_skipped_with_an_event(harness: Harness) -> None:
     assert "finalizers" not in harness.get_set("bad")["metadata"]  # type: ignore[index]
     [event] = harness.events("ValidationFailed")
     assert "spec.template.spec.class.name" in event["message"]
+    condition = harness.get_set("bad")["status"]["machineSetCondition"]  # type: ignore[index]
+    assert [(c["type"], c["status"], c["reason"]) for c in condition] == [
+        ("ReplicaFailure", "True", "ValidationFailed")
+    ]
+    assert "spec.template.spec.class.name" in condition[0]["message"]
 
 
 def test_metrics_read_from_the_cache(harness: Harness) -> None:

@@ -25,6 +25,7 @@ from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
+from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import secretdata
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
@@ -82,7 +83,7 @@ def get_machine(key: str) -> Machine | None:
 
 def get_machine_live(name: str, namespace: str) -> Machine | None:
     data = ops.get(control_api(), MACHINES, name, namespace, missing_ok=True)
-    return None if data is None else Machine.model_validate(data)
+    return None if data is None else parse_object(Machine, data)
 
 
 def get_machine_class(name: str, namespace: str) -> MachineClass | None:
@@ -90,7 +91,7 @@ def get_machine_class(name: str, namespace: str) -> MachineClass | None:
     if mirror_has(lister):
         return lister.get(name, namespace)
     data = ops.get(control_api(), MACHINE_CLASSES, name, namespace, missing_ok=True)
-    return None if data is None else MachineClass.model_validate(data)
+    return None if data is None else parse_object(MachineClass, data)
 
 
 def machines_of_class(name: str, namespace: str) -> list[Machine]:

@@ -5,24 +5,34 @@ deleted carries the MCM finalizer; when the finalizer is first added, the class'
 enqueued, since their reconciles wait for it (a new machine of an unused class enqueues the class
 itself). A class no machine uses loses the finalizer, deleted or not; a class being deleted keeps
 it while machines still use it. Every class comes back after ``class_resync_period``.
+
+Not in upstream: a class not being deleted that cannot make machines (an invalid node template, a
+missing secret, an unknown provider) gets a Warning Event saying why, so that a broken class is
+answered even before a machine uses it (upstream says nothing until a machine fails).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Final
 
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.validation import validate_machine_class
 from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.problems import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES
 from mcm_tasks.queue import Requeue, enqueue_many
 from mcm_tasks.settings import get_settings
+from providers import provider_names
 
 log = logging.getLogger(__name__)
+
+INVALID_CLASS_REASON: Final = "InvalidMachineClass"
+MAX_MESSAGE = 1000
 
 
 def finalizers_patch(
@@ -43,6 +53,29 @@ def finalizers_patch(
     return {"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}}
 
 
+def class_problems(machine_class: MachineClass, missing_secrets: list[str]) -> list[str]:
+    """What keeps a class from making machines that can be told without the cloud: its node template,
+    its secrets, its provider. (The providerSpec is the driver's to judge: a bad one is reported on
+    each machine's create and by the orphan-VM job, which lists the class's VMs through the driver.)"""
+    problems = [str(e) for e in validate_machine_class(machine_class)]
+    problems += [f"secret {ref} not found" for ref in missing_secrets]
+    known = provider_names()
+    if machine_class.provider not in known:
+        shown = repr(machine_class.provider)
+        shown = shown if len(shown) <= 64 else shown[:61] + "..."
+        problems.append(f"provider: {shown} is not one of the installed providers ({', '.join(known)})")
+    return problems
+
+
+def _report_problems(key: str, machine_class: MachineClass) -> None:
+    problems = class_problems(machine_class, context.load_class_context(machine_class).missing_secrets)
+    if problems:
+        message = f"MachineClass {machine_class.metadata.name} cannot make machines: " + "; ".join(problems)
+        log.warning("machine class %s: %s", key, message)
+        warn(machine_class, INVALID_CLASS_REASON, message[:MAX_MESSAGE])
+
+
+@answers_unreadable
 @one_pass
 def reconcile_machine_class(key: str) -> Requeue | None:
     namespace, name = context.namespace_of(key)
@@ -51,6 +84,8 @@ def reconcile_machine_class(key: str) -> Requeue | None:
         return None
     resync = Requeue(get_settings().class_resync_period)
     meta = machine_class.metadata
+    if not meta.is_deleting:
+        _report_problems(key, machine_class)
     machines = context.machines_of_class(name, namespace)
     if not meta.is_deleting and machines:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)

@@ -51,6 +51,7 @@ from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import step_io as drain_mod
 from mcm_tasks.controllers.machine.drain.state_io import DrainStore
 from mcm_tasks.controllers.machine.drain.volumes import live_attachments_on
+from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
@@ -213,6 +214,7 @@ def requeue(retry: Retry) -> Requeue:
 # --- the reconciler ------------------------------------------------------------------------------------
 
 
+@answers_unreadable
 @one_pass
 def reconcile_termination(key: str) -> Requeue | None:
     """The ``machine-termination`` queue's reconciler (and the machine queue's for deleting machines)."""

@@ -23,6 +23,7 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.machine.classes import finalizers_patch
+from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINES, NODES
 from mcm_tasks.queue import Requeue
@@ -44,6 +45,7 @@ def wants_machine_deleted(node: Mapping[str, Any] | None) -> bool:
     )
 
 
+@answers_unreadable
 @one_pass
 def reconcile_node(key: str) -> Requeue | None:
     name = key.rpartition("/")[2]

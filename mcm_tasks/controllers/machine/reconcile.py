@@ -29,10 +29,12 @@ from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.api.validation import validate_machine, validate_machine_class
 from mcm_tasks.cache import one_pass
 from mcm_tasks.cache.layout import object_key
+from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
 from mcm_tasks.controllers.machine import create, healthcheck, preserve
+from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
@@ -78,6 +80,7 @@ def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
+@answers_unreadable
 @one_pass
 def reconcile_machine(key: str) -> Requeue | None:
     """The ``machine`` queue's reconciler."""
@@ -122,7 +125,12 @@ def _reconcile(machine: Machine) -> Requeue | None:
         return Requeue.long()
     namespace = meta.namespace or ""
     class_name = machine.spec.class_.name
-    machine_class = context.get_machine_class(class_name, namespace)
+    try:
+        machine_class = context.get_machine_class(class_name, namespace)
+    except Unreadable as err:
+        report_unreadable(err)
+        write_problem(machine, f"MachineClass {class_name} cannot be read: {err.problem}")
+        return Requeue.long()
     if machine_class is None:
         write_problem(machine, f"MachineClass {class_name} not found")
         return Requeue.long()

@@ -15,6 +15,7 @@ from mcm_tasks.cache import get_listers, one_pass
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.machine.classes import finalizers_patch
+from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, SECRETS
 from mcm_tasks.queue import Requeue
@@ -50,6 +51,7 @@ def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
     return None if found is None else dict(found.get("metadata") or {})
 
 
+@answers_unreadable
 @one_pass
 def reconcile_secret(key: str) -> Requeue | None:
     namespace, name = context.namespace_of(key)

@@ -26,6 +26,7 @@ from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.listers import Lister
+from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.template import merge_diff
@@ -51,7 +52,7 @@ def _synced(lister: Lister[Any]) -> bool:
 
 def get_deployment(api: ApiClient, name: str, namespace: str) -> MachineDeployment | None:
     data = ops.get(api, MACHINE_DEPLOYMENTS, name, namespace, missing_ok=True)
-    return None if data is None else MachineDeployment.model_validate(data)
+    return None if data is None else parse_object(MachineDeployment, data)
 
 
 @dataclass

@@ -38,6 +38,7 @@ from mcm_tasks.controllers.machinedeployment.rolling import rollout_rolling
 from mcm_tasks.controllers.machinedeployment.scaling import is_scaling_event
 from mcm_tasks.controllers.machinedeployment.sync import status_only, sync
 from mcm_tasks.controllers.machinedeployment.trigger import handle_trigger_deletion
+from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
@@ -51,6 +52,7 @@ SELECTING_ALL_REASON: Final = "SelectingAll"
 SELECTING_ALL_MESSAGE: Final = "This deployment is selecting all machines. A non-empty selector is required."
 
 
+@answers_unreadable
 @one_pass
 def reconcile_machine_deployment(key: str) -> Requeue | None:
     settings = get_settings()
@@ -85,6 +87,11 @@ def reconcile_once(namespace: str, name: str, *, live: bool) -> Requeue | None:
         message = "; ".join(str(p) for p in problems)
         log.warning("MachineDeployment %s is invalid, skipped: %s", ctx.key, message)
         ctx.event(WARNING, INVALID_REASON, message)
+        # said on the status too (cleared by the first valid pass, which recomputes ReplicaFailure)
+        invalid = progress.condition(
+            progress.REPLICA_FAILURE, ConditionStatus.TRUE, INVALID_REASON, message, ctx.now
+        )
+        ctx.write_status(progress.with_condition(ctx.deployment.status, invalid))
         return None
 
     ctx.set_finalizer(True)

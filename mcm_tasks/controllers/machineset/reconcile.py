@@ -26,12 +26,14 @@ from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers, one_pass
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
+from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.machineset import control, status
 from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
 from mcm_tasks.controllers.machineset.sync import propagate
+from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import describe, is_conflict
@@ -43,6 +45,7 @@ from mcm_tasks.settings import get_settings
 log = logging.getLogger(__name__)
 
 INVALID_REASON: Final = "ValidationFailed"
+CLASS_NOT_FOUND_REASON: Final = "MachineClassNotFound"
 
 
 class ManageReplicasError(RuntimeError):
@@ -68,7 +71,7 @@ def get_machine_set(name: str, namespace: str) -> MachineSet | None:
     if _cached(lister):
         return lister.get(name, namespace)
     data = ops.get(control_api(), MACHINE_SETS, name, namespace, missing_ok=True)
-    return None if data is None else MachineSet.model_validate(data)
+    return None if data is None else parse_object(MachineSet, data)
 
 
 def candidate_machines(machine_set: MachineSet) -> list[Machine]:
@@ -139,6 +142,7 @@ def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> Mac
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
+@answers_unreadable
 @one_pass
 def reconcile_machine_set(key: str) -> Requeue | None:
     settings = get_settings()
@@ -155,11 +159,15 @@ def reconcile_machine_set(key: str) -> Requeue | None:
         message = "; ".join(str(p) for p in problems)
         log.warning("MachineSet %s is invalid, skipped: %s", key, message)
         control.recorder(api).event(machine_set, WARNING, INVALID_REASON, message)
+        # said on the status too (cleared by the first valid pass, which recomputes ReplicaFailure)
+        invalid = status.ReplicaFailure(INVALID_REASON, message)
+        status.write_status(api, machine_set, lambda ms: status.with_failure(ms.status, invalid, now_utc()))
         return None
 
     deleting = machine_set.metadata.is_deleting
     if not deleting:
         machine_set = set_finalizer(api, machine_set, True)
+        _warn_missing_class(api, machine_set)
 
     claim = claim_children(
         api, MACHINES, Machine, machine_set, machine_set.spec.selector, candidate_machines(machine_set),
@@ -237,6 +245,22 @@ def preservation_wake_up(machines: list[Machine], now: datetime) -> Requeue | No
         return None
     first = min(e for e in expiries if e is not None)
     return Requeue(max(0.0, (first - now).total_seconds()) + 0.5)
+
+
+def _warn_missing_class(api: ApiClient, machine_set: MachineSet) -> None:
+    """Not in MCM: a set whose template names a class that does not exist still creates its machines
+    (the class may be on its way), but says on itself why they will not come up."""
+    class_name = machine_set.spec.template.spec.class_.name
+    lister = get_listers().machine_classes
+    if not class_name or not _cached(lister):
+        return
+    try:
+        found = lister.raw.get(class_name, machine_set.metadata.namespace)
+    except Exception:  # a read that fails here only costs the hint
+        return
+    if found is None:
+        message = f"MachineClass {class_name} not found: the machines of this set wait for it"
+        control.recorder(api).event(machine_set, WARNING, CLASS_NOT_FOUND_REASON, message)
 
 
 def manage_replicas(

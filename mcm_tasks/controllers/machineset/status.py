@@ -96,8 +96,12 @@ def calculate_status(
         update["failed_machines"] = failed
     elif ready == old.replicas:
         update["failed_machines"] = []
-    conditions = old.conditions
-    current = get_condition(conditions, MachineSetConditionType.REPLICA_FAILURE)
+    return with_failure(old.model_copy(update=update), failure, now)
+
+
+def with_failure(status: MachineSetStatus, failure: ReplicaFailure | None, now: datetime) -> MachineSetStatus:
+    """The status with the ReplicaFailure condition for ``failure``, or without one for None."""
+    conditions = status.conditions
     if failure is not None:
         condition = MachineSetCondition(
             type=MachineSetConditionType.REPLICA_FAILURE,
@@ -106,10 +110,12 @@ def calculate_status(
             message=failure.message[:MAX_MESSAGE],
             last_transition_time=now,
         )
-        update["conditions"] = set_condition(conditions, condition)
-    elif current is not None:
-        update["conditions"] = remove_condition(conditions, MachineSetConditionType.REPLICA_FAILURE)
-    return old.model_copy(update=update)
+        return status.model_copy(update={"conditions": set_condition(conditions, condition)})
+    if get_condition(conditions, MachineSetConditionType.REPLICA_FAILURE) is not None:
+        return status.model_copy(
+            update={"conditions": remove_condition(conditions, MachineSetConditionType.REPLICA_FAILURE)}
+        )
+    return status
 
 
 def _managed(status: MachineSetStatus) -> tuple[Any, ...]:

@@ -1,20 +1,23 @@
 """The orphan job's I/O: list each class's VMs through its driver, delete the orphans, then sweep Nodes.
 
-A class whose secrets or provider are missing, or whose ``ListMachines`` fails, is skipped with a
-warning and the others still run: one broken class must not keep the cloud of the others from being
-cleaned (the next period tries it again). Each orphan is confirmed against the API server right before
-its deletion, so a mirror that lags a just-created Machine cannot cost that machine its VM.
+A class whose secrets or provider are missing, whose ``ListMachines`` fails, or whose content makes
+any step raise, is skipped with a Warning Event on it and the others still run: one broken class must
+not keep the cloud of the others from being cleaned (the next period tries it again). Each orphan is
+confirmed against the API server right before its deletion, so a mirror that lags a just-created
+Machine cannot cost that machine its VM.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Final
 
 from mcm_tasks.api import Machine, MachineClass, now_utc
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.problems import warn
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.orphans import (
     OrphanVM,
@@ -35,6 +38,9 @@ from providers.driver import DeleteMachineRequest, Driver, ListMachinesRequest, 
 
 log = logging.getLogger(__name__)
 
+CLASS_SKIPPED_REASON: Final = "OrphanCollectionSkipped"
+MAX_MESSAGE = 600
+
 
 @dataclass
 class OrphanReport:
@@ -54,7 +60,10 @@ def collect_orphans() -> OrphanReport:
     by_name = {m.metadata.name or "": m for m in machines}
     for machine_class in reads.machine_classes():
         report.classes += 1
-        _collect_class(machine_class, by_name, report)
+        try:
+            _collect_class(machine_class, by_name, report)
+        except Exception as err:  # one class's content or cloud must not stop the others
+            _skip(machine_class, report, f"{type(err).__name__}: {err}")
     sweep_nodes(machines, report)
     log.info(
         "orphan collection: %d classes (%d skipped), %d VMs, %d orphans deleted; nodes: %d marked not "
@@ -70,13 +79,9 @@ def collect_orphans() -> OrphanReport:
 
 
 def _collect_class(machine_class: MachineClass, by_name: dict[str, Machine], report: OrphanReport) -> None:
-    name = machine_class.metadata.name or ""
     class_ctx = context.load_class_context(machine_class)
     if class_ctx.missing_secrets:
-        log.warning(
-            "orphan collection: class %s skipped, secrets missing: %s", name, class_ctx.missing_secrets
-        )
-        report.skipped_classes += 1
+        _skip(machine_class, report, f"secrets missing: {', '.join(class_ctx.missing_secrets)}")
         return
     try:
         driver = get_driver(machine_class.provider)
@@ -84,13 +89,21 @@ def _collect_class(machine_class: MachineClass, by_name: dict[str, Machine], rep
             ListMachinesRequest(machine_class=machine_class, secret=class_ctx.secret)
         )
     except (UnknownProviderError, MachineError) as err:
-        log.warning("orphan collection: class %s skipped, cannot list its VMs: %s", name, err)
-        report.skipped_classes += 1
+        _skip(machine_class, report, f"cannot list its VMs: {err}")
         return
     report.vms += len(listed.machine_list)
     for vm in orphan_vms(listed.machine_list, by_name):
         if _delete_orphan(driver, machine_class, class_ctx.secret, vm):
             report.deleted += 1
+
+
+def _skip(machine_class: MachineClass, report: OrphanReport, why: str) -> None:
+    """A class whose VMs cannot be listed: said on the class, and the job goes on with the others (the
+    next period tries it again)."""
+    message = f"orphan VM collection skipped this class: {why}"[:MAX_MESSAGE]
+    log.warning("orphan collection: class %s: %s", machine_class.key, message)
+    report.skipped_classes += 1
+    warn(machine_class, CLASS_SKIPPED_REASON, message)
 
 
 def _confirmed(vm: OrphanVM, namespace: str) -> bool:

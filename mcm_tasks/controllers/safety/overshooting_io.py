@@ -5,7 +5,9 @@ by merge patch, then the ``Frozen`` condition through the status subresource, ba
 returned and re-read on a Conflict (the MachineSet and MachineDeployment controllers write statuses
 too, keeping conditions they do not own). The label goes first because it is what stops scale-ups.
 A failure on one object does not stop the others; the first one is raised afterwards so the job is
-retried with backoff.
+retried with backoff. Sets and deployments that fail validation are not judged: their controllers do
+not scale them (and say so on them), and their numbers (negative replicas, say) mean nothing; those
+that do not even parse are reported on themselves by ``reads`` and left out.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from mcm_tasks.api import (
     set_condition,
 )
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, FREEZE_LABEL_VALUE, UNFREEZE_ANNOTATION
+from mcm_tasks.api.validation import validate_machine_deployment, validate_machine_set
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.safety import reads
@@ -48,8 +51,8 @@ Frozenable = TypeVar("Frozenable", MachineSet, MachineDeployment)
 def check_overshooting() -> Plan:
     settings = get_settings()
     the_plan = plan(
-        reads.machine_sets(),
-        reads.machine_deployments(),
+        [s for s in reads.machine_sets() if not validate_machine_set(s)],
+        [d for d in reads.machine_deployments() if not validate_machine_deployment(d)],
         reads.machines(),
         settings.safety_up,
         settings.safety_down,

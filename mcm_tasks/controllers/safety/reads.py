@@ -1,6 +1,9 @@
 """What the safety jobs read: whole kinds at once, from the informers' mirror once it holds a complete
 list of the kind, else from the API server (a worker started before the informer synced, tests).
 
+An object that does not parse is reported on itself (``controllers.problems``) and left out: a fleet-wide
+job must not fail for everyone because of one bad object.
+
 Deletions of cloud VMs never rest on the mirror alone: ``machine_live`` confirms a candidate against
 the API server first, because a mirror that lags a just-created Machine would make its VM look orphaned.
 """
@@ -13,6 +16,7 @@ from mcm_tasks.api import K8sObject, Machine, MachineClass, MachineDeployment, M
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.problems import parse_each
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import (
     MACHINE_CLASSES,
@@ -29,12 +33,14 @@ M = TypeVar("M", bound=K8sObject)
 
 
 def _list(lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
-    """Every object of a kind in the control namespace."""
+    """Every object of a kind in the control namespace that can be read: one that does not parse is
+    reported on itself and left out, so that the job still covers all the others."""
     namespace = get_settings().namespace
     if context.mirror_has(lister):
-        return [i for i in lister.list() if i.metadata.namespace == namespace]
-    items = ops.list_(context.control_api(), res, namespace)["items"]
-    return [model.model_validate(i) for i in items]
+        raws = [i for i in lister.raw.list() if (i.get("metadata") or {}).get("namespace") == namespace]
+    else:
+        raws = ops.list_(context.control_api(), res, namespace)["items"]
+    return parse_each(model, raws)
 
 
 def machines() -> list[Machine]:
@@ -71,4 +77,4 @@ def machine_live(name: str, namespace: str) -> Machine | None:
 def machines_live() -> list[Machine]:
     """Every Machine as the API server has it now (after an outage the mirror may still be catching up)."""
     items = ops.list_(context.control_api(), MACHINES, get_settings().namespace)["items"]
-    return [Machine.model_validate(i) for i in items]
+    return parse_each(Machine, items)

@@ -1,0 +1,125 @@
+"""No object content stops the informer's writer: what it cannot index or route is mirrored all the
+same, its own key still enqueued, and reported as a Problem (issue 13, item 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from informers.events import ADDED, MODIFIED, Problem
+from informers.problems import OBJECT_PROBLEMS, ProblemReporter
+from informers.processor import UNINDEXABLE, UNROUTABLE, UNUSABLE_SELECTOR, Processor, WatchEvent
+from informers.resources import MACHINES, MAX_INDEX_VALUE_LENGTH, Obj
+from informers.routing import owner_selector
+from informers.store import Store
+from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks.cache import layout
+
+NS = fx.NS
+
+
+def near_set(name: str = "near") -> Obj:
+    obj = fx.machine_set(name, selector={"app": "x"})
+    obj["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "Near", "values": ["x"]}]}
+    return obj
+
+
+def test_a_set_with_an_unknown_operator_does_not_stop_the_routing_of_orphans() -> None:
+    processor = Processor(Store(NS))
+    healthy = fx.machine_set("healthy", selector={"app": "x"})
+    added = processor.process([WatchEvent(layout.MACHINE_SETS, ADDED, near_set()),
+                               WatchEvent(layout.MACHINE_SETS, ADDED, healthy)])  # fmt: skip
+    assert [(p.key, p.reason) for p in added.problems] == [(f"{NS}/near", UNUSABLE_SELECTOR)]
+    assert "'Near' is not a valid selector operator" in added.problems[0].message
+
+    orphan = fx.machine("orphan", labels={"app": "x"})
+    out = processor.process([WatchEvent(layout.MACHINES, ADDED, orphan)])
+    assert ("machineset", f"{NS}/healthy") in out.routing.items()
+    assert ("machineset", f"{NS}/near") not in out.routing.items()
+    assert out.problems == []
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"matchExpressions": [{"key": "a", "operator": "Near", "values": ["x"]}]},
+        {"matchExpressions": [{"key": "a", "operator": "In"}]},
+        {"matchExpressions": "not a list"},
+        {"matchLabels": ["a", "b"]},
+        {},
+    ],
+)
+def test_owner_selector_is_none_for_what_cannot_select(selector: Obj) -> None:
+    assert owner_selector({"spec": {"selector": selector}}) is None
+
+
+def test_content_that_breaks_an_index_is_mirrored_under_the_others_and_reported() -> None:
+    processor = Processor(Store(NS))
+    cls = fx.machine_class("cls")
+    cls["secretRef"] = "not-an-object"  # the schema types it; a hostile server or an old CRD might not
+    out = processor.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, cls)])
+    assert [c.key for c in out.commit.changes] == [f"{NS}/cls"]
+    assert out.commit.changes[0].stored is not None
+    assert [(p.reason, p.kind) for p in out.problems] == [(UNINDEXABLE, layout.MACHINE_CLASSES)]
+    assert ("machineclass", f"{NS}/cls") in out.routing.items()
+
+
+def test_index_values_longer_than_a_name_are_not_filed() -> None:
+    machine = fx.machine("m")
+    machine["spec"]["class"]["name"] = "c" * (MAX_INDEX_VALUE_LENGTH + 1)
+    values, problems = MACHINES.indexed(machine)
+    assert values[layout.BY_CLASS] == []
+    assert problems and "longer than" in problems[0]
+
+
+def test_routing_that_raises_still_wakes_the_object_itself() -> None:
+    processor = Processor(Store(NS))
+    machine = fx.machine("m")
+    machine["metadata"]["ownerReferences"] = ["a string where an object belongs"]
+    out = processor.process([WatchEvent(layout.MACHINES, ADDED, machine)])
+    assert ("machine", f"{NS}/m") in out.routing.items()
+    assert [p.reason for p in out.problems] == [UNINDEXABLE, UNROUTABLE]
+    # and the next event of the same object is handled too
+    fixed = fx.machine("m", rv="2", generation=2)
+    again = processor.process([WatchEvent(layout.MACHINES, MODIFIED, fixed)])
+    assert ("machine", f"{NS}/m") in again.routing.items()
+
+
+def test_a_class_reference_of_the_wrong_shape_routes_to_no_class() -> None:
+    machine = fx.machine("m")
+    machine["spec"]["class"] = "a string where an object belongs"
+    out = Processor(Store(NS)).process([WatchEvent(layout.MACHINES, ADDED, machine)])
+    assert out.problems == [] and ("machine", f"{NS}/m") in out.routing.items()
+
+
+def test_problems_carry_identity_only() -> None:
+    processor = Processor(Store(NS))
+    obj = near_set()
+    obj["spec"]["template"] = {"metadata": {"annotations": {"secret": "s3cr3t"}}}
+    problem = processor.process([WatchEvent(layout.MACHINE_SETS, ADDED, obj)]).problems[0]
+    assert problem.identity == {
+        "apiVersion": obj["apiVersion"],
+        "kind": "MachineSet",
+        "metadata": {k: obj["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")},
+    }
+    assert "s3cr3t" not in repr(problem)
+
+
+def test_the_reporter_counts_logs_and_records_without_blocking_the_writer() -> None:
+    recorded: list[tuple[str, str]] = []
+    reporter = ProblemReporter(lambda identity, reason, message: recorded.append((reason, message)))
+    before = OBJECT_PROBLEMS.labels(layout.MACHINE_SETS, UNUSABLE_SELECTOR)._value.get()
+    problem = Problem(layout.MACHINE_SETS, f"{NS}/near", {"kind": "MachineSet"}, UNUSABLE_SELECTOR, "bad")
+    reporter.report([problem, problem])
+    reporter.close()
+    assert recorded == [(UNUSABLE_SELECTOR, "bad")] * 2
+    assert OBJECT_PROBLEMS.labels(layout.MACHINE_SETS, UNUSABLE_SELECTOR)._value.get() == before + 2
+
+
+def test_a_failing_recorder_does_not_stop_the_reporter() -> None:
+    def broken(identity: Obj, reason: str, message: str) -> None:
+        raise RuntimeError("api down")
+
+    reporter = ProblemReporter(broken)
+    reporter.report([Problem(layout.MACHINES, f"{NS}/m", {}, UNROUTABLE, "x")])
+    reporter.close()
+    assert reporter._thread is None
