@@ -34,6 +34,8 @@ from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
     heartbeat_sent,
+    task_postrun,
+    task_prerun,
     worker_init,
     worker_ready,
     worker_shutdown,
@@ -42,7 +44,7 @@ from kombu import Queue
 
 from mcm_tasks.broker import register_transport
 from mcm_tasks.kinds import QUEUES
-from mcm_tasks.queue.messages import broker_prefix, task_name
+from mcm_tasks.queue.messages import TASK_PREFIX, broker_prefix, task_name
 from mcm_tasks.redisdb import broker_options
 from mcm_tasks.settings import Settings, get_settings
 
@@ -146,3 +148,20 @@ def _consumer_progress(**_: Any) -> None:
     from mcm_tasks.probes import PROGRESS
 
     PROGRESS.beat("consumer")
+
+
+@task_prerun.connect
+def _enter_log_context(task: Any = None, args: Any = None, **_: Any) -> None:
+    """Every line of a reconcile task, Celery's own included, names its kind and key."""
+    name = str(getattr(task, "name", ""))
+    if name.startswith(TASK_PREFIX) and isinstance(args, list | tuple) and len(args) == 1:
+        from mcm_tasks.logs import enter
+
+        enter(name[len(TASK_PREFIX) :], str(args[0])[:200])
+
+
+@task_postrun.connect
+def _leave_log_context(**_: Any) -> None:
+    from mcm_tasks.logs import leave
+
+    leave()

@@ -35,6 +35,16 @@ def log_context(kind: str, key: str) -> Iterator[None]:
         _current.reset(token)
 
 
+def enter(kind: str, key: str) -> None:
+    """``log_context`` for hooks that cannot wrap a block (Celery's task_prerun / task_postrun):
+    Celery's own "succeeded in" line then names the key too."""
+    _current.set((kind, key))
+
+
+def leave() -> None:
+    _current.set(None)
+
+
 class ContextFilter(logging.Filter):
     """Stamps records with the reconcile they belong to (``kind``/``key``, empty outside one); for
     text output, a message that does not name the key gets ``<kind> <key>: `` in front."""

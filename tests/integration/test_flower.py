@@ -10,6 +10,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,8 +49,12 @@ class Flower:
 
 
 @pytest.fixture(scope="module")
-def flower(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flower, redis.Redis]]:
-    workdir = tmp_path_factory.mktemp("flower")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("flower")
+
+
+@pytest.fixture(scope="module")
+def flower(workdir: Path) -> Iterator[tuple[Flower, redis.Redis]]:
     server = RedisServer(workdir / "redis").start()
     env = {
         **os.environ,
@@ -140,3 +145,21 @@ def test_queue_lengths_through_our_transport(flower: tuple[Flower, redis.Redis])
     with urllib.request.urlopen(f.url + "/broker", timeout=5) as resp:
         page = resp.read().decode()
     assert "mcm.machineset" in page and "not supported" not in page
+
+
+def test_worker_log_lines_name_kind_and_key(flower: tuple[Flower, redis.Redis], workdir: Path) -> None:
+    """Celery's own lines about a reconcile (succeeded, raised) name the key as well as the task."""
+    f, client = flower
+    set_behaviour(client, "machine", "default/logged-bad", fail=5)
+    enqueue("machine", "default/logged")
+    enqueue("machine", "default/logged-bad")
+    wait_until(
+        lambda: _state_of(f, "default/logged") is not None and _state_of(f, "default/logged-bad") is not None,
+        60,
+        interval=0.5,
+        what="both reconciles",
+    )
+    lines = (workdir / "worker.log").read_text().splitlines()
+    assert any("succeeded in" in line and "machine default/logged:" in line for line in lines)
+    assert any("raised expected" in line and "machine default/logged-bad:" in line for line in lines)
+    assert not [line for line in lines if "succeeded in" in line and " default/" not in line]

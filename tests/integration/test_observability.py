@@ -164,6 +164,35 @@ def test_worker_readyz_follows_redis(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_worker_logs_json_with_kind_and_key(redis_url: str, tmp_path: Path) -> None:
+    """``--log-format json``: one JSON object per line, and a reconcile's lines carry kind and key."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k != MULTIPROC_ENV and not k.startswith("MCM_")},
+        "MCM_REDIS_URL": redis_url,
+        "MCM_PORT": str(free_port()),
+        "MCM_RECONCILER_MODULES": "tests.integration.metrics_reconciler",
+    }
+    cmd = [sys.executable, "-m", "mcm_tasks.cli", "worker", "--queues", "machine", "--concurrency", "1",
+           "--log-format", "json"]  # fmt: skip
+    worker = ManagedProcess(cmd, tmp_path / "worker.log", env=env)
+    worker.start()
+    configure({"redis_url": redis_url})
+    try:
+        enqueue("machine", "default/json-1")
+
+        def lines() -> list[dict[str, object]]:
+            text = (tmp_path / "worker.log").read_text()
+            return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+        wait_until(lambda: any(e.get("key") == "default/json-1" for e in lines()), 60, what="a JSON line")
+        about = [e for e in lines() if e.get("key") == "default/json-1"]
+        assert all(e["kind"] == "machine" for e in about)
+        assert any("succeeded" in str(e["message"]) for e in about)
+    finally:
+        worker.stop()
+        reset_settings()
+
+
 def _status(url: str) -> int | None:
     try:
         return _get(url)[0]
