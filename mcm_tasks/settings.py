@@ -207,6 +207,28 @@ class Settings(BaseSettings):
         "in its memory (never in Redis); 0 = read it on every driver call",
     )
 
+    # --- provider AWS (environment MCM_AWS_*; the driver reads them through get_driver) ---
+    aws_endpoint_url: str = Field(
+        "", description="EC2/STS endpoint the AWS driver calls (a moto server in tests); empty = AWS's own"
+    )
+    aws_describe_timeout: Duration = Field(
+        300.0, description="how long the AWS driver waits for a new instance to show in DescribeInstances"
+    )
+    aws_rate_limit: bool = Field(
+        True,
+        description="the AWS driver draws every EC2 request from a token bucket in Redis shared by all "
+        "workers, per account and region (EC2 throttles per account and region, not per process)",
+    )
+    aws_rate_limit_qps: float = Field(
+        20.0, gt=0, description="EC2 requests per second per account and region, across all workers"
+    )
+    aws_rate_limit_burst: int = Field(100, ge=1, description="burst of the shared EC2 request bucket")
+    aws_rate_limit_max_wait: Duration = Field(
+        5.0,
+        description="a request that would wait longer than this for the EC2 bucket fails Unavailable and "
+        "the key is retried, so no worker slot sleeps on a throttle",
+    )
+
     # --- engine: Redis, queues, workers ---
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",

@@ -26,11 +26,13 @@ def provider_names() -> list[str]:
 @cache
 def get_driver(name: str, **options: Any) -> Driver:
     """One driver instance per provider name (and options) and process: drivers keep client
-    caches, so they must be shared, not rebuilt per reconcile."""
+    caches, so they must be shared, not rebuilt per reconcile. Without options, a provider whose
+    class has ``from_settings`` is built from the process's settings (what workers do)."""
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             factory = ep.load()
-            driver = factory(**options)
+            from_settings = None if options else getattr(factory, "from_settings", None)
+            driver = from_settings() if from_settings is not None else factory(**options)
             if not isinstance(driver, Driver):
                 raise TypeError(f"provider {name!r} ({ep.value}) does not implement the Driver contract")
             return driver

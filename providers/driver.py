@@ -1,4 +1,4 @@
-"""The Driver contract between the machine controller and a cloud provider (MCM §7).
+"""The Driver contract between the machine controller and a cloud provider (upstream `driver.Driver`).
 
 Requests and responses are pydantic models so that a driver never sees a raw dict and the
 controller never parses strings. Machines and classes travel as the API models of
@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mcm_tasks.api import Machine, MachineClass
 
 
 class _Msg(BaseModel):
@@ -39,8 +41,8 @@ class NodeAddress(_Msg):
 
 
 class CreateMachineRequest(_Msg):
-    machine: Any  # mcm_tasks.api.Machine
-    machine_class: Any  # mcm_tasks.api.MachineClass
+    machine: Machine
+    machine_class: MachineClass
     secret: Secret
 
 
@@ -80,7 +82,7 @@ class GetMachineStatusResponse(_Msg):
 
 
 class ListMachinesRequest(_Msg):
-    machine_class: Any
+    machine_class: MachineClass
     secret: Secret
 
 

@@ -10,15 +10,16 @@ only talks to EC2 and turns its answers into responses and machine codes.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.redisdb import get_redis, rkey
+from mcm_tasks.settings import Settings, get_settings
 from providers.aws import errors, instances
 from providers.aws.client import CachedClient, ClientCache, ClientFactory, ClientSettings
-from providers.aws.ratelimit import DEFAULT_BURST, DEFAULT_MAX_WAIT, DEFAULT_QPS, RequestLimiter
+from providers.aws.ratelimit import RequestLimiter
 from providers.aws.secret import AWSCredentials, credentials_from, sensitive_values, user_data
 from providers.aws.spec import AWSProviderSpec, decode_provider_spec
 from providers.aws.validation import check_provider_spec_and_secret
@@ -45,11 +46,6 @@ log = logging.getLogger(__name__)
 
 PROVIDER = "AWS"
 _LABEL = "aws"
-ENV_ENDPOINT = "MCM_AWS_ENDPOINT_URL"
-ENV_DESCRIBE_TIMEOUT = "MCM_AWS_DESCRIBE_TIMEOUT"
-ENV_QPS = "MCM_AWS_RATE_LIMIT_QPS"
-ENV_BURST = "MCM_AWS_RATE_LIMIT_BURST"
-DEFAULT_DESCRIBE_TIMEOUT = 300.0
 
 
 def backoff_delays(
@@ -65,27 +61,27 @@ def backoff_delays(
         delay *= factor
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    return float(raw) if raw else default
-
-
-def _machine_name(machine: Any) -> str:
+def _machine_name(machine: Machine) -> str:
     return str(machine.metadata.name)
 
 
-def _provider_id(machine: Any) -> str:
+def _provider_id(machine: Machine) -> str:
     return str(getattr(machine.spec, "provider_id", "") or "")
 
 
-def _node_template_annotations(machine: Any) -> dict[str, str]:
+def _node_template_annotations(machine: Machine) -> dict[str, str]:
     template = getattr(machine.spec, "node_template", None)
     metadata = getattr(template, "metadata", None) if template is not None else None
     return dict(getattr(metadata, "annotations", None) or {})
 
 
 class AWSDriver:
-    """One per worker process (``providers.get_driver``), holding the client cache."""
+    """One per worker process (``providers.get_driver``), holding the client cache.
+
+    Options not given come from the settings (``MCM_AWS_*``). The shared EC2 request limiter is on
+    when the driver is given a ``redis_url``; ``from_settings``, which ``get_driver`` uses in every
+    worker, gives it the workers' Redis unless ``aws_rate_limit`` is off.
+    """
 
     def __init__(
         self,
@@ -97,38 +93,42 @@ class AWSDriver:
         max_attempts: int = 5,
         rate_limit_qps: float | None = None,
         rate_limit_burst: int | None = None,
-        rate_limit_max_wait: float = DEFAULT_MAX_WAIT,
+        rate_limit_max_wait: float | None = None,
         client_factory: ClientFactory | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        settings: Settings | None = None,
     ) -> None:
-        self.endpoint_url = endpoint_url or os.environ.get(ENV_ENDPOINT) or None
-        self.describe_timeout = (
-            describe_timeout
-            if describe_timeout is not None
-            else _env_float(ENV_DESCRIBE_TIMEOUT, DEFAULT_DESCRIBE_TIMEOUT)
-        )
+        s = settings or get_settings()
+        max_wait = rate_limit_max_wait if rate_limit_max_wait is not None else s.aws_rate_limit_max_wait
+        self.endpoint_url = endpoint_url or s.aws_endpoint_url or None
+        self.describe_timeout = describe_timeout if describe_timeout is not None else s.aws_describe_timeout
         self.page_size = page_size
         self._sleep = sleep
-        limiter = None
+        self.limiter: RequestLimiter | None = None
         if redis_url:
-            limiter = RequestLimiter(
+            self.limiter = RequestLimiter(
                 get_redis(redis_url),
                 rkey("ratelimit", "aws"),
-                qps=rate_limit_qps if rate_limit_qps is not None else _env_float(ENV_QPS, DEFAULT_QPS),
-                burst=rate_limit_burst
-                if rate_limit_burst is not None
-                else int(_env_float(ENV_BURST, DEFAULT_BURST)),
-                max_wait=rate_limit_max_wait,
+                qps=rate_limit_qps if rate_limit_qps is not None else s.aws_rate_limit_qps,
+                burst=rate_limit_burst if rate_limit_burst is not None else s.aws_rate_limit_burst,
+                max_wait=max_wait,
             )
-        settings = ClientSettings(endpoint_url=self.endpoint_url, max_attempts=max_attempts)
-        self.clients = ClientCache(settings, limiter=limiter, factory=client_factory)
+        client_settings = ClientSettings(endpoint_url=self.endpoint_url, max_attempts=max_attempts)
+        self.clients = ClientCache(client_settings, limiter=self.limiter, factory=client_factory)
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> AWSDriver:
+        """The production driver: every option from the settings, the shared EC2 limiter on the
+        workers' Redis unless ``aws_rate_limit`` is off."""
+        s = settings or get_settings()
+        return cls(redis_url=s.redis_url if s.aws_rate_limit else None, settings=s)
 
     def __repr__(self) -> str:
         return f"AWSDriver(endpoint_url={self.endpoint_url!r})"
 
     # --- shared steps ---------------------------------------------------------------------------
 
-    def _prepare(self, machine_class: Any, secret: Secret) -> tuple[AWSProviderSpec, AWSCredentials]:
+    def _prepare(self, machine_class: MachineClass, secret: Secret) -> tuple[AWSProviderSpec, AWSCredentials]:
         provider = getattr(machine_class, "provider", None)
         if provider != PROVIDER:
             raise MachineError(
@@ -183,7 +183,7 @@ class AWSDriver:
         ]
 
     def _matching_instances(
-        self, client: CachedClient, spec: AWSProviderSpec, machine: Any, secret: Secret
+        self, client: CachedClient, spec: AWSProviderSpec, machine: Machine, secret: Secret
     ) -> list[instances.Instance]:
         """By tags; when tags find nothing (new tags are eventually consistent), by providerID.
         Unlike upstream the fallback also requires a live state: a terminated VM stays visible

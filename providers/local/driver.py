@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from mcm_tasks.api import Machine
 from mcm_tasks.redisdb import get_redis
 from providers.driver import (
     CreateMachineRequest,
@@ -56,18 +57,18 @@ from providers.local.spec import (
 from providers.metrics import driver_operation, record_api_call
 
 
-def _machine_name(machine: Any) -> str:
+def _machine_name(machine: Machine) -> str:
     name = getattr(getattr(machine, "metadata", None), "name", "") or ""
     if not name:
         raise MachineError(Code.InvalidArgument, "machine.metadata.name is required")
     return str(name)
 
 
-def _machine_namespace(machine: Any) -> str:
+def _machine_namespace(machine: Machine) -> str:
     return str(getattr(getattr(machine, "metadata", None), "namespace", "") or "")
 
 
-def _provider_id(machine: Any) -> str:
+def _provider_id(machine: Machine) -> str:
     return str(getattr(getattr(machine, "spec", None), "provider_id", "") or "")
 
 
@@ -203,7 +204,7 @@ class LocalDriver:
         vm: LocalVM | None = self._api("TerminateInstances", lambda: self.cloud.terminate(vm_id))
         return vm
 
-    def _find(self, machine: Any) -> LocalVM:
+    def _find(self, machine: Machine) -> LocalVM:
         """The machine's one live VM, by name, else by its providerID; NotFound or OutOfRange."""
         name = _machine_name(machine)
         found = self._live_by_machine(name)

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from mcm_tasks.settings import reset_settings
 from providers.aws import AWSDriver
 from providers.aws.client import ClientCache, ClientSettings
 from providers.aws.secret import AWSCredentials
@@ -49,11 +50,13 @@ def test_cache_keys_do_not_hold_credentials_in_clear() -> None:
 def test_endpoint_and_describe_timeout_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCM_AWS_ENDPOINT_URL", "http://moto:5000")
     monkeypatch.setenv("MCM_AWS_DESCRIBE_TIMEOUT", "12.5")
+    reset_settings()  # the driver reads them through the settings, loaded once per process
     driver = AWSDriver()
     assert (driver.endpoint_url, driver.describe_timeout) == ("http://moto:5000", 12.5)
     assert AWSDriver(endpoint_url="http://other", describe_timeout=3).describe_timeout == 3
     monkeypatch.delenv("MCM_AWS_ENDPOINT_URL")
     monkeypatch.delenv("MCM_AWS_DESCRIBE_TIMEOUT")
+    reset_settings()
     assert (AWSDriver().endpoint_url, AWSDriver().describe_timeout) == (None, 300.0)
 
 
