@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +199,33 @@ def test_bad_input_is_one_line_and_exit_2(sandbox: Sandbox, machine_set: str) ->
     assert bad_output.returncode == 2
     gone = f"redis://127.0.0.1:{free_port()}/0"
     assert "cannot reach Redis" in refused(sandbox, "--redis-url", gone, "queues", code=1)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_probes_and_metrics_that_add_up_across_processes(sandbox: Sandbox, machine_set: str) -> None:
+    """In the same live sandbox: the informer leads and says so, every process is ready, and the
+    fleet series come from the leading informer alone, so a sum over all pods counts them once."""
+    informer, worker = sandbox.endpoints["informer"], sandbox.endpoints["worker-0"]
+    status, body = _get(informer + "/readyz")
+    ready = json.loads(body)
+    assert status == 200 and ready["leading"] == {"informer": True}
+    assert ready["checks"]["redis"]["ok"] and ready["checks"]["apiserver"]["ok"]
+    status, body = _get(worker + "/readyz")
+    assert status == 200 and json.loads(body)["checks"]["apiserver"]["ok"]
+    for endpoint in (informer, worker):
+        assert _get(endpoint + "/healthz")[0] == 200
+    scrapes = {
+        name: _get(url + "/metrics")[1] for name, url in sandbox.endpoints.items() if name != "kubelet"
+    }
+    assert 'mcm_leader{component="informer"} 1.0' in scrapes["informer"]
+    for series in ("mcm_machine_set_items_total ", 'mcm_workqueue_depth{name="machineset"}'):
+        exporting = [name for name, text in scrapes.items() if series in text]
+        assert exporting == ["informer"], (series, exporting)
+    assert "pid=" not in scrapes["worker-0"]
