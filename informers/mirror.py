@@ -7,7 +7,7 @@ Very large batches (the first list of 100k pods) are cut into chunks so Redis is
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -106,8 +106,3 @@ def _text(value: Any) -> str | None:
 
 def encode(obj: dict[str, Any]) -> bytes:
     return orjson.dumps(obj)
-
-
-def chunks_of(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]

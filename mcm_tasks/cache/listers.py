@@ -161,11 +161,6 @@ class PodDisruptionBudgetLister(Lister[Obj]):
         return self.by_index(layout.BY_NAMESPACE, namespace)
 
 
-class PersistentVolumeLister(Lister[Obj]):
-    def bound_to(self, claim_key: str) -> builtins.list[Obj]:
-        return self.by_index(layout.BY_CLAIM, claim_key)
-
-
 class PersistentVolumeClaimLister(Lister[Obj]):
     def for_volume(self, volume_name: str) -> builtins.list[Obj]:
         return self.by_index(layout.BY_VOLUME, volume_name)
@@ -189,7 +184,7 @@ class Listers:
     nodes: NodeLister
     pods: PodLister
     pod_disruption_budgets: PodDisruptionBudgetLister
-    persistent_volumes: PersistentVolumeLister
+    persistent_volumes: Lister[Obj]
     persistent_volume_claims: PersistentVolumeClaimLister
     volume_attachments: VolumeAttachmentLister
 
@@ -210,7 +205,7 @@ def new_listers(namespace: str, reader: CacheReader | None = None) -> Listers:
         nodes=NodeLister(layout.NODES, _identity, None, r),
         pods=PodLister(layout.PODS, _identity, None, r),
         pod_disruption_budgets=PodDisruptionBudgetLister(layout.POD_DISRUPTION_BUDGETS, _identity, None, r),
-        persistent_volumes=PersistentVolumeLister(layout.PERSISTENT_VOLUMES, _identity, None, r),
+        persistent_volumes=Lister(layout.PERSISTENT_VOLUMES, _identity, None, r),
         persistent_volume_claims=PersistentVolumeClaimLister(
             layout.PERSISTENT_VOLUME_CLAIMS, _identity, None, r
         ),

@@ -238,11 +238,6 @@ class EventRecorder:
                         reason, ref.kind, ref.namespace, ref.name, describe(err))  # fmt: skip
             return None
 
-    def eventf(
-        self, obj: ops.Obj | ObjectRef, type_: EventType, reason: str, fmt: str, *args: Any
-    ) -> dict[str, Any] | None:
-        return self.event(obj, type_, reason, fmt % args if args else fmt)
-
     # --- internals -------------------------------------------------------------------------------
 
     def _allowed(self, ref: ObjectRef) -> bool:

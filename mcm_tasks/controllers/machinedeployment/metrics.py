@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
-from prometheus_client.core import REGISTRY, CollectorRegistry, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mcm_tasks.api import MachineDeployment
@@ -117,11 +117,3 @@ def machine_deployment_metrics(deployments: Iterable[MachineDeployment]) -> list
 class MachineDeploymentMetricsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from machine_deployment_metrics(get_listers().machine_deployments.list())
-
-
-def register_machine_deployment_metrics(
-    registry: CollectorRegistry = REGISTRY,
-) -> MachineDeploymentMetricsCollector:
-    collector = MachineDeploymentMetricsCollector()
-    registry.register(collector)
-    return collector

@@ -37,7 +37,6 @@ from mcm_tasks.controllers.machinedeployment.revisions import (
     max_revision,
     new_set_annotations,
     replicas_annotations,
-    revision_of,
 )
 from mcm_tasks.controllers.machinedeployment.scaling import (
     Sizes,
@@ -336,7 +335,3 @@ def delete_all_sets(ctx: Context) -> None:
     for ms in ctx.sets:
         if not ms.metadata.is_deleting:
             ctx.delete_set(ms)
-
-
-def revision_number(machine_set: MachineSet) -> int | None:
-    return revision_of(machine_set.metadata.annotations)
