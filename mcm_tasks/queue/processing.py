@@ -5,7 +5,6 @@ the kind's failure reporter."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -78,9 +77,16 @@ def deliver(
     client = client or get_redis()
     kind_scripts = scripts_for(kind, settings)
     started = time.time()
-    status, failures_text, recovered, previous_error = (
-        _text(v) for v in kind_scripts.begin(client, (), [key, message_id, started])
+    runner = history.worker_name(worker)
+    # the run's start goes into the key's history in the same round trip, if BEGIN lets it run
+    began, _ = scripts.run_pipeline(
+        client,
+        [
+            (kind_scripts.begin, [key, message_id, started]),
+            history.start_call(kind, key, message_id, started, runner),
+        ],
     )
+    status, failures_text, recovered, previous_error = (_text(v) for v in began)
     failures_before = int(failures_text)
     if recovered == "1":
         _recovered(kind, key, status, failures_before, previous_error)
@@ -93,12 +99,9 @@ def deliver(
         # every --concurrent-syncs slot of this kind is busy across the fleet: hand the key back
         # (unlocked, no failure counted) to come back shortly
         outcome = Outcome(Action.REQUEUE, after=concurrency.SLOT_RETRY)
-        _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry)
+        _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, "")
         return Delivery("busy", text=f"skipped: every --concurrent-syncs slot of {kind} busy")
 
-    run = history.Run(id=message_id, start=started, worker=history.worker_name(worker))
-    with contextlib.suppress(redis.RedisError):  # the history is for people; never fail a run for it
-        history.record_start(client, kind, key, run)
     error: tuple[str, str] | None = None
     with log_context(kind, key):
         try:
@@ -115,12 +118,8 @@ def deliver(
                 _recovered_from_failures(client, kind, key)
         finally:
             concurrency.release(client, kind, message_id, settings)
-    done = run.model_copy(
-        update={
-            "end": time.time(),
-            "outcome": describe("run", outcome),
-            "error": ": ".join(error) if error else "",
-        }
+    done = history.entry(
+        message_id, started, runner, time.time(), describe("run", outcome), ": ".join(error) if error else ""
     )
     _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done)
     return Delivery("run", outcome, error)
@@ -221,8 +220,10 @@ def _finish(
     failures_before: int,
     outcome: Outcome,
     entry: str,
-    run: history.Run | None = None,
+    run: str,
 ) -> None:
+    """END, and the key's history (``run``: the finished run's entry; "" drops its start) in the
+    same round trip."""
     queue = get_settings().queue_name(kind)
     now = time.time()
     # the message for a re-add at once (dirty key, or requeue after 0) is always ready, so that the
@@ -233,7 +234,10 @@ def _finish(
     if outcome.action in (Action.REQUEUE, Action.RETRY) and outcome.after > 0:
         due = repr(now + outcome.after)
     fields = "|".join((repr(now), repr(started), outcome.action.value, due, now_id, str(failures_before)))
-    calls = [(kind_scripts.end, [key, message_id, fields, entry, now_message])]
-    if run is not None:  # the key's history, in the same round trip
-        calls.append(history.finish_call(kind, key, run))
-    scripts.run_pipeline(client, calls)
+    scripts.run_pipeline(
+        client,
+        [
+            (kind_scripts.end, [key, message_id, fields, entry, now_message]),
+            history.finish_call(kind, key, message_id, run),
+        ],
+    )
