@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class ReflectorStats:
     bookmarks: int = 0
     #: watches ended by our read timeout (the server neither sent nor closed)
     timeouts: int = 0
+    #: objects skipped because no JSON decoder here can read them (nested deeper than orjson's limit)
+    undecodable: int = 0
     resource_version: str = ""
 
     def as_fields(self, kind: str) -> dict[str, str]:
@@ -174,19 +177,50 @@ class Reflector:
         while True:
             objects: list[Obj] = []
             version, cont = "", None
+            #: after a page that cannot be decoded, one object at a time until the culprit is skipped
+            limit = PAGE_SIZE
             try:
                 while True:
-                    page = self._get({"limit": PAGE_SIZE, "continue": cont})
-                    version = version or str((page.get("metadata") or {}).get("resourceVersion", ""))
-                    objects.extend(self._typed(o) for o in page.get("items") or ())
-                    cont = (page.get("metadata") or {}).get("continue")
+                    page = self._page(cont, limit)
+                    if page is None and limit > 1:
+                        limit = 1
+                        continue
+                    if page is None:
+                        raw = self._get_bytes({"limit": 1, "continue": cont})
+                        self._undecodable(raw, "list")
+                        version = version or _field(raw, "resourceVersion")
+                        cont, limit = _field(raw, "continue"), PAGE_SIZE
+                    else:
+                        version = version or str((page.get("metadata") or {}).get("resourceVersion", ""))
+                        objects.extend(self._typed(o) for o in page.get("items") or ())
+                        cont = (page.get("metadata") or {}).get("continue")
                     if not cont:
                         return objects, version
             except ApiException as err:
                 if not (cont and is_gone(err)):
                     raise
 
+    def _page(self, cont: str | None, limit: int) -> dict[str, Any] | None:
+        """One page of the list; None when it holds an object no decoder here can read."""
+        raw = self._get_bytes({"limit": limit, "continue": cont})
+        try:
+            return orjson.loads(raw)  # type: ignore[no-any-return]
+        except orjson.JSONDecodeError:
+            return None
+
+    def _undecodable(self, raw: bytes, where: str) -> None:
+        """Say that an object was skipped, with what can be told of it without decoding it."""
+        self.stats.undecodable += 1
+        log.warning(
+            "%s: %s: object %s (%d bytes) cannot be decoded (nested deeper than %d levels?): skipped; "
+            "it is neither mirrored nor routed until it changes",
+            self.resource.kind, where, _field(raw, "name") or "?", len(raw), MAX_DECODE_DEPTH,
+        )  # fmt: skip
+
     def _get(self, query: dict[str, Any]) -> dict[str, Any]:
+        return orjson.loads(self._get_bytes(query))  # type: ignore[no-any-return]
+
+    def _get_bytes(self, query: dict[str, Any]) -> bytes:
         # a list answers at once, however silent the watches are: its read timeout is not theirs
         resp = rest.open_request(
             self.api,
@@ -196,10 +230,10 @@ class Reflector:
             timeout=(CONNECT_TIMEOUT, max(self.client_timeout, LIST_TIMEOUT)),
         )
         try:
-            data = resp.read()
+            data: bytes = resp.read()
         finally:
             resp.response.release_conn()
-        return orjson.loads(data)  # type: ignore[no-any-return]
+        return data
 
     def _typed(self, obj: Obj) -> Obj:
         obj.setdefault("apiVersion", self.resource.api.api_version)
@@ -243,7 +277,16 @@ class Reflector:
             response.release_conn()
 
     def _handle(self, line: bytes) -> None:
-        event = orjson.loads(line)
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            # skipped, but the watch moves past it: retrying would read the same line forever
+            version = _field(line, "resourceVersion")
+            if not version:
+                raise
+            self._undecodable(line, "watch")
+            self.stats.resource_version = version
+            return
         type_ = event.get("type")
         obj = event.get("object") or {}
         if type_ == "ERROR":
@@ -278,6 +321,17 @@ def _lines(response: urllib3.BaseHTTPResponse) -> Any:
                 yield line
     if pending.strip():
         yield pending
+
+
+#: orjson's nesting limit; the Kubernetes API server accepts deeper objects
+MAX_DECODE_DEPTH = 1024
+
+
+def _field(raw: bytes, name: str) -> str:
+    """The first string value of ``name`` in undecodable JSON: in an API server's output an object's
+    ``metadata`` (name, resourceVersion) and a list's ``metadata`` (continue) come before any spec."""
+    found = re.search(rb'"' + re.escape(name.encode()) + rb'"\s*:\s*"((?:[^"\\]|\\.)*)"', raw)
+    return found.group(1).decode(errors="replace") if found else ""
 
 
 def _describe(err: BaseException) -> str:

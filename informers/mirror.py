@@ -7,6 +7,7 @@ Very large batches (the first list of 100k pods) are cut into chunks so Redis is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -105,4 +106,10 @@ def _text(value: Any) -> str | None:
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    return orjson.dumps(obj)
+    """The stored JSON. orjson refuses objects nested deeper than 255 levels, which the API server
+    accepts: those go through the standard library (about a thousand levels; deeper raises
+    RecursionError, which the processor reports as an object it cannot mirror)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -44,6 +44,7 @@ from mcm_tasks.kinds import Queue
 UNINDEXABLE = "Unindexable"
 UNROUTABLE = "Unroutable"
 UNUSABLE_SELECTOR = "InvalidSelector"
+UNMIRRORABLE = "Unmirrorable"
 
 #: the queue of each kind's own reconcile (a failed routing still wakes the object itself)
 _OWN_QUEUE = {
@@ -125,10 +126,19 @@ class Processor:
         unchanged = old is not None and resource_version(old) == resource_version(new)
         if unchanged and not announce_added:
             return
+        encoded = b""
+        if not unchanged:
+            try:
+                encoded = encode(stored)
+            except (RecursionError, TypeError, ValueError) as err:
+                # not mirrored (workers cannot see it, as if it did not exist); said on the object
+                message = f"cannot be mirrored: {type(err).__name__}: {err}"[:MAX_PROBLEM_LENGTH]
+                out.problems.append(Problem(kind, key, identity_of(raw), UNMIRRORABLE, message))
+                return
         self.store.put(kind, key, new)
         if not unchanged:
             new_index, index_problems = res.indexed(new)
-            out.commit.changes.append(Change(kind, key, encode(stored), res.index_values(old), new_index))
+            out.commit.changes.append(Change(kind, key, encoded, res.index_values(old), new_index))
             self._check(res, key, raw, index_problems, out)
         if announce_added:
             routed = self._route(Event(kind, ADDED, None, new), key, raw, Routing(), out)

@@ -10,6 +10,7 @@ an ``await`` in between is an atomic compare-and-swap.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -22,7 +23,12 @@ ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
 
 def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
+    """orjson stops at 255 levels of nesting; the real API server stores deeper objects, so those go
+    through the standard library."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def loads(raw: bytes | str) -> Any:
@@ -118,7 +124,7 @@ class Store:
         self.rv += 1
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self.rv)
-        entry = Entry(obj, orjson.dumps(obj))
+        entry = Entry(obj, dumps(obj))
         namespace = meta.get("namespace", "")
         name = meta["name"]
         key = (storage, namespace, name)

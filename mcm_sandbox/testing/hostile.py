@@ -165,7 +165,8 @@ class Generator:
         return self._class(f"providerSpec.{field} is a list", providerSpec={field: ["a", {"b": 1}]})
 
     def class_deeply_nested(self) -> Hostile:
-        return self._class("providerSpec nested 90 deep", providerSpec=nested(90))
+        depth = self.rnd.choice([90, 300, 400])  # orjson stops at 255 levels, the API server does not
+        return self._class(f"providerSpec nested {depth} deep", providerSpec=nested(depth))
 
     def class_huge_value(self) -> Hostile:
         field = self.rnd.choice(["hugeField", "bootDelaySeconds", "failCreates"])
@@ -246,7 +247,7 @@ class Generator:
             [
                 {"spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}},
                 {"metadata": {"labels": {"a": SNOWMAN * 100}}},
-                {"spec": {"weird": nested(40)}},
+                {"spec": {"weird": nested(self.rnd.choice([40, 400]))}},
             ]
         )
         return self._machine("odd nodeTemplate, missing class", {"nodeTemplate": template})

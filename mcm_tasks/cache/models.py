@@ -47,8 +47,28 @@ class Unreadable(ValueError):
         super().__init__(f"{kind} {name} cannot be read: {problem}")
 
 
+#: deeper than any MCM object needs (its deepest fields are a dozen levels down), and well below where
+#: pydantic stops serialising (about 255): a model read from deeper content could not be written back
+MAX_DEPTH = 100
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests dicts and lists more than ``limit`` levels (iteratively, stopping early)."""
+    level: list[Any] = [value]
+    for _ in range(limit + 1):
+        level = [
+            c for v in level if isinstance(v, dict | list) for c in (v.values() if isinstance(v, dict) else v)
+        ]
+        if not level:
+            return False
+    return True
+
+
 def parse_object(model: type[B], raw: Mapping[str, Any]) -> B:
-    """``model.model_validate(raw)``, raising ``Unreadable`` for content the model refuses."""
+    """``model.model_validate(raw)``, raising ``Unreadable`` for content the model refuses, or nested so
+    deep that the model could not be written back."""
+    if too_deep(raw):
+        raise Unreadable(model.__name__, raw, f"nested deeper than {MAX_DEPTH} levels")
     try:
         return model.model_validate(raw)
     except ValidationError as err:

@@ -46,12 +46,27 @@ def ref_of(raw: Mapping[str, Any], default_kind: str) -> ObjectRef | None:
     )
 
 
+def identity(obj: K8sObject) -> ObjectRef:
+    """The involved object of a model, from its metadata alone: dumping the whole model (what the
+    recorder does with an object) fails on content nested deeper than pydantic serialises."""
+    meta = obj.metadata
+    return ObjectRef(
+        api_version=obj.api_version,
+        kind=obj.kind,
+        name=meta.name or "",
+        namespace=meta.namespace or "",
+        uid=meta.uid or "",
+        resource_version=meta.resource_version or "",
+    )
+
+
 def warn(obj: K8sObject | ObjectRef, reason: str, message: str) -> None:
     """A Warning Event on ``obj`` (best effort, as every Event)."""
     from mcm_tasks.kube.clients import get_clusters
 
+    ref = obj if isinstance(obj, ObjectRef) else identity(obj)
     try:
-        recorder_for(get_clusters().control.api, COMPONENT).event(obj, WARNING, reason, message)
+        recorder_for(get_clusters().control.api, COMPONENT).event(ref, WARNING, reason, message)
     except Exception as err:  # no Event must turn a skipped object into a failed job
         log.warning("could not record %s on %s: %s: %s", reason, _name(obj), type(err).__name__, err)
 

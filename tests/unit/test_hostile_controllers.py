@@ -121,3 +121,16 @@ def test_unreadable_carries_what_an_event_needs() -> None:
         parse_object(MachineSet, unreadable_set())
     ref = problems.ref_of(caught.value.identity, caught.value.kind)
     assert ref is not None and (ref.kind, ref.name, ref.namespace) == ("MachineSet", "bad", fx.NS)
+
+
+def test_the_event_reference_of_a_deep_object_needs_no_dump() -> None:
+    obj = fx.machine_class("deep")
+    value: Any = "leaf"
+    for _ in range(300):
+        value = {"a": value}
+    obj["providerSpec"] = value
+    deep = MachineClass.model_validate(obj)
+    with pytest.raises(Exception, match="depth"):
+        ObjectRef.of(deep)  # what the recorder does with a model: dumps it whole
+    ref = problems.identity(deep)
+    assert (ref.kind, ref.name, ref.namespace) == ("MachineClass", "deep", fx.NS)

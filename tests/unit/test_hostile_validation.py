@@ -20,7 +20,7 @@ from mcm_tasks.api.validation import (
     validate_machine_set,
 )
 from mcm_tasks.cache import layout
-from mcm_tasks.cache.models import ParsedCache, Unreadable, parse_object, parser
+from mcm_tasks.cache.models import MAX_DEPTH, ParsedCache, Unreadable, parse_object, parser, too_deep
 
 
 def selector(*requirements: dict[str, Any]) -> LabelSelector:
@@ -107,3 +107,15 @@ def test_the_parsed_cache_leaves_unreadable_objects_out_of_lists() -> None:
     assert [m.metadata.name for m in cache.some(layout.MACHINE_SETS, parse, items)] == ["good"]
     with pytest.raises(Unreadable):
         cache.one(layout.MACHINE_SETS, parse, *items[1])
+
+
+def test_content_nested_deeper_than_a_model_can_be_written_back_is_unreadable() -> None:
+    obj = fx.machine_class("c")
+    value: Any = "leaf"
+    for _ in range(MAX_DEPTH + 1):
+        value = {"a": value}
+    obj["providerSpec"] = value
+    assert not too_deep(fx.machine_class("c"))
+    with pytest.raises(Unreadable) as caught:
+        parse_object(MachineClass, obj)
+    assert caught.value.problem == f"nested deeper than {MAX_DEPTH} levels"

@@ -3,16 +3,28 @@ same, its own key still enqueued, and reported as a Problem (issue 13, item 6)."
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 from informers.events import ADDED, MODIFIED, Problem
+from informers.informer import Reflector
 from informers.problems import OBJECT_PROBLEMS, ProblemReporter
-from informers.processor import UNINDEXABLE, UNROUTABLE, UNUSABLE_SELECTOR, Processor, WatchEvent
-from informers.resources import MACHINES, MAX_INDEX_VALUE_LENGTH, Obj
+from informers.processor import (
+    UNINDEXABLE,
+    UNMIRRORABLE,
+    UNROUTABLE,
+    UNUSABLE_SELECTOR,
+    Processor,
+    WatchEvent,
+)
+from informers.resources import MACHINE_CLASSES, MACHINES, MAX_INDEX_VALUE_LENGTH, Obj
 from informers.routing import owner_selector
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.cache import layout
+from mcm_tasks.settings import Settings
 
 NS = fx.NS
 
@@ -123,3 +135,72 @@ def test_a_failing_recorder_does_not_stop_the_reporter() -> None:
     reporter.report([Problem(layout.MACHINES, f"{NS}/m", {}, UNROUTABLE, "x")])
     reporter.close()
     assert reporter._thread is None
+
+
+# --- content no JSON library here can handle ----------------------------------------------------------
+
+
+def deep_json(depth: int) -> bytes:
+    """A value nested ``depth`` levels: past orjson's decoding limit (1024) at 1100."""
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+def raw_class(name: str, rv: str, deep: bool = False) -> bytes:
+    spec = deep_json(1100) if deep else b"{}"
+    return (
+        b'{"apiVersion":"machine.sapcloud.io/v1alpha1","kind":"MachineClass","metadata":{"name":"'
+        + name.encode() + b'","namespace":"' + NS.encode() + b'","resourceVersion":"' + rv.encode()
+        + b'"},"providerSpec":' + spec + b"}"
+    )  # fmt: skip
+
+
+def reflector(emitted: list[Any]) -> Reflector:
+    return Reflector(MACHINE_CLASSES, None, NS, emitted.append, Settings(), threading.Event())  # type: ignore[arg-type]
+
+
+def test_a_watch_event_too_deep_to_decode_is_skipped_and_the_watch_moves_past_it() -> None:
+    emitted: list[Any] = []
+    r = reflector(emitted)
+    r._handle(b'{"type":"ADDED","object":' + raw_class("deep", "7", deep=True) + b"}")
+    assert emitted == [] and r.stats.undecodable == 1 and r.stats.resource_version == "7"
+    r._handle(b'{"type":"ADDED","object":' + raw_class("fine", "8") + b"}")
+    assert [e.obj["metadata"]["name"] for e in emitted] == ["fine"]
+
+
+def test_a_list_with_an_object_too_deep_to_decode_lists_the_others() -> None:
+    objects = [raw_class(f"c{i}", str(i), deep=i == 3) for i in range(6)]
+    r = reflector([])
+    pages: list[int] = []
+
+    def get_bytes(query: dict[str, Any]) -> bytes:
+        start, limit = int(query.get("continue") or 0), int(query["limit"])
+        pages.append(limit)
+        chunk, end = objects[start : start + limit], start + limit
+        cont = f',"continue":"{end}"' if end < len(objects) else ""
+        return (
+            b'{"metadata":{"resourceVersion":"99"' + cont.encode() + b'},"items":[' + b",".join(chunk) + b"]}"
+        )
+
+    r._get_bytes = get_bytes  # type: ignore[method-assign]
+    listed, version = r._list_all()
+    assert [o["metadata"]["name"] for o in listed] == ["c0", "c1", "c2", "c4", "c5"]
+    assert version == "99" and r.stats.undecodable == 1
+
+
+def test_objects_deeper_than_orjson_writes_are_mirrored_and_deeper_ones_reported() -> None:
+    processor = Processor(Store(NS))
+    cls = fx.machine_class("deep300")
+    cls["providerSpec"] = nest(300)
+    out = processor.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, cls)])
+    assert out.problems == [] and out.commit.changes[0].stored is not None
+    deeper = fx.machine_class("deep2000")
+    deeper["providerSpec"] = nest(2000)
+    out = processor.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, deeper)])
+    assert [p.reason for p in out.problems] == [UNMIRRORABLE] and out.commit.changes == []
+
+
+def nest(depth: int) -> Obj:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return {"deep": value}
