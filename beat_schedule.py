@@ -1,4 +1,4 @@
-"""The beat schedule of the safety jobs (MCM §6), built from the settings.
+"""The beat schedule of the safety jobs (upstream ``machine_safety.go``), built from the settings.
 
 One entry per job, each a reconcile of its key on the ``safety`` queue: orphan-VM collection every
 ``machine_safety_orphan_vms_period``, the API-server health check every

@@ -2,17 +2,19 @@
 
 A pure function of the event (old and new object, as the informer remembers them) and a read-only
 view of the informer's store, which already holds the event's outcome (client-go runs handlers after
-the indexer is updated). The table, per kind (MCM reference §4 "Event routing", §5, §6):
+the indexer is updated). The table, per kind (upstream's
+``addMachine``/``updateMachine``/``deleteMachine``, ``addMachineToMachineSet``…, ``addNodeToMachine``…,
+``addMachineToSafety``… event handlers):
 
 Machine
 - ADD: itself on ``machine``, or ``machine-termination`` when it has a deletionTimestamp; its class;
   its controlling MachineSet (creation observed), or every MachineSet selecting an orphan; the
   ``overshooting`` safety check.
-- UPDATE with a new resourceVersion: itself only when the spec changed (generation), the preserve
-  annotation changed or a deletionTimestamp appeared — status-only echoes of our own writes reconcile
-  nothing (quirk §11.6). Its MachineSet when anything the set reads changed (``seen_by_set``), the
-  old one too when the ownerRef or labels moved. Old and new class when the class changed.
-  ``orphan-vms`` when the description first reports OutOfRange (several VMs behind one machine).
+- UPDATE with a new resourceVersion: itself only when the spec changed (generation), the preserve annotation
+  changed or a deletionTimestamp appeared — status-only echoes of our own writes reconcile nothing (upstream
+  does not reconcile on status-only updates either). Its MachineSet when anything the set reads changed
+  (``seen_by_set``), the old one too when the ownerRef or labels moved. Old and new class when the class
+  changed. ``orphan-vms`` when the description first reports OutOfRange (several VMs behind one machine).
 - A machine's MachineSet is always woken ``batched``, and so are its class and the orphan sweep when
   it is deleted: they may wait ``--machine-updates-batch-period`` so that a burst of machine events
   joins one pass (the set's expectations are lowered at once).
@@ -141,6 +143,7 @@ def _content(obj: Obj | None) -> dict[str, Any]:
 
 
 def _machine(ev: Event, view: View, out: Routing) -> None:
+    """Upstream: ``deleteMachineToSafety``, ``updateMachineToSafety``."""
     old, new = ev.old, ev.new
     key = key_of(ev.obj)
     if ev.type == ADDED:
@@ -186,7 +189,10 @@ def _description(machine: Obj | None) -> str:
 
 
 def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
-    """MCM's add/update/deleteMachineToMachineSet, with its expectations bookkeeping."""
+    """MCM's add/update/deleteMachineToMachineSet, with its expectations bookkeeping.
+
+    Upstream: ``updateMachineToMachineSet``.
+    """
     old, new = ev.old, ev.new
     if ev.type == DELETED:
         assert old is not None
@@ -274,6 +280,8 @@ def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None
 
 
 def _machine_set(ev: Event, view: View, out: Routing) -> None:
+    """Upstream: ``addMachineSetToDeployment``, ``updateMachineSetToDeployment``,
+    ``deleteMachineSetToDeployment``."""
     out.add(Queue.MACHINE_SET, key_of(ev.obj))
     old, new = ev.old, ev.new
     if ev.type == DELETED or (ev.type == ADDED and is_deleting(new)):

@@ -121,6 +121,7 @@ def _node_needs_task(node: Obj) -> bool:
 
 
 def route_node(ev: Event, view: View, out: Routing) -> None:
+    """Upstream: ``updateNodeToMachine``, ``deleteNodeToMachine``."""
     node = ev.obj
     if not node_is_managed(node):
         return

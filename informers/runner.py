@@ -55,6 +55,12 @@ def status_key(identity: str) -> str:
 
 
 class Informer:
+    """The informer process's work while it leads: list+watch every kind, mirror, route, resync.
+
+    Upstream: the informers of ``NewController`` and ``Run``; the reconciling ``worker`` loops run in
+    the Celery workers instead.
+    """
+
     def __init__(
         self,
         settings: Settings,

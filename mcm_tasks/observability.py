@@ -1,4 +1,4 @@
-"""The endpoints every mcm-tasks process serves (MCM §8): ``/metrics``, ``/healthz``, ``/readyz``,
+"""The endpoints every mcm-tasks process serves, as MCM's do: ``/metrics``, ``/healthz``, ``/readyz``,
 ``/configz``.
 
 Metrics add up across pods (summing a series over every pod's scrape gives the installation's

@@ -66,6 +66,7 @@ class PermitGiver:
         return max(1, int(self.stale_after))
 
     def register_permits(self, key: str, permits: int) -> None:
+        """Upstream: ``RegisterPermits``, ``TryToGetPermit``, ``ReleasePermit``, ``DeletePermits``."""
         capacity, holders = self._keys(key)
         pipe = self.redis.pipeline()
         pipe.set(capacity, int(permits), ex=self._expire_seconds())

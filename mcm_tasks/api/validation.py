@@ -171,6 +171,7 @@ def _scaled_int32(value: int | str | None, replicas: int, round_up: bool, path: 
 
 
 def validate_machine(machine: Machine) -> list[FieldError]:
+    """Upstream: ``validateMachine``, ``validateMachineClass``."""
     return _class_reference(machine.spec.class_, "spec.class") + _configuration(machine.spec, "spec")
 
 

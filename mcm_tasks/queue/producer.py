@@ -115,7 +115,8 @@ def enqueue_many_after(
 def enqueue_after(kind: str, key: str, seconds: float, client: redis.Redis | None = None) -> None:
     """client-go's ``AddAfter``: the key goes into the kind's delayed set (in Redis, so it outlives
     any worker) and is published when due by a worker's publisher; the earliest due time per key
-    wins."""
+    wins. Upstream: ``enqueueMachineAfter``, ``enqueueMachineSetAfter``, ``enqueueMachineDeploymentAfter``.
+    """
     enqueue_many_after([(kind, key)], seconds, client)
 
 

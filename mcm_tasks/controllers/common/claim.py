@@ -67,7 +67,10 @@ def claim_children(
     children: Iterable[T],
     can_adopt: Callable[[], None],
 ) -> ClaimOutcome[T]:
-    """Keep, adopt or release each child; errors are collected, not raised (the caller decides)."""
+    """Keep, adopt or release each child; errors are collected, not raised (the caller decides).
+
+    Upstream: ``claimMachines``, ``MachineControllerRefManager.ClaimMachines``.
+    """
     out: ClaimOutcome[T] = ClaimOutcome()
     adoption_checked: Exception | bool | None = False
     for child in children:

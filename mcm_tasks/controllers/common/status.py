@@ -214,6 +214,7 @@ def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True)
 
     Returns the machine as written, or None when de-duplication skipped the write. A Conflict or any
     other API error propagates.
+    Upstream: ``updateMachineStatus``.
     """
     if dedup and is_status_similar(status, machine.status, now_utc()):
         log.debug("machine %s: status similar to the current one, not written", machine.key)
@@ -260,7 +261,10 @@ def write_operation(
 def write_problem(machine: Machine, description: str) -> Machine | None:
     """Report bad input (invalid machine, missing class or secret or userData, invalid class, unknown
     provider) on the machine: lastOperation Failed with the operation it was in (Create when none),
-    errorCode ``ConfigurationError``, phase unchanged."""
+    errorCode ``ConfigurationError``, phase unchanged.
+
+    Upstream: ``updateMachineToFailedState``.
+    """
     type_ = machine.status.last_operation.type or MachineOperationType.CREATE
     return write_operation(
         machine, description, MachineState.FAILED, type_, error_code=CONFIGURATION_ERROR_CODE

@@ -1,4 +1,5 @@
-"""Bootstrap tokens and userData placeholders (§4.7).
+"""Bootstrap tokens and userData placeholders (upstream ``addBootstrapTokenToUserData``,
+``addMachineNameToUserData``).
 
 In target mode a machine's userData may carry ``<<BOOTSTRAP_TOKEN>>``: the controller creates a
 bootstrap-token Secret in the target's ``kube-system`` (id derived from the machine name, random
@@ -125,6 +126,7 @@ def ensure_token(api: ApiClient, machine_name: str, valid_for: float, extra_grou
 
 
 def delete_token(api: ApiClient, machine_name: str) -> None:
+    """Upstream: ``deleteBootstrapToken``."""
     ops.delete(api, SECRETS, token_secret_name(machine_name), BOOTSTRAP_TOKEN_NAMESPACE, missing_ok=True)
 
 

@@ -1,4 +1,4 @@
-"""The MachineClass reconcile (§4.10).
+"""The MachineClass reconcile (upstream ``reconcileClusterMachineClass``).
 
 As upstream's ``reconcileClusterMachineClass``: a class that machines use and that is not being
 deleted carries the MCM finalizer; when the finalizer is first added, the class's machines are
@@ -78,6 +78,7 @@ def _report_problems(key: str, machine_class: MachineClass) -> None:
 @answers_unreadable
 @one_pass
 def reconcile_machine_class(key: str) -> Requeue | None:
+    """Upstream: ``addMachineClassFinalizers``, ``deleteMachineClassFinalizers``."""
     namespace, name = context.namespace_of(key)
     machine_class = context.get_machine_class(name, namespace)
     if machine_class is None:

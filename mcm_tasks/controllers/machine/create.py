@@ -1,4 +1,5 @@
-"""The creation flow (§4.2): find or launch the machine's VM, record it on the machine, set Pending.
+"""The creation flow (upstream ``triggerCreationFlow``): find or launch the machine's VM, record it on the
+machine, set Pending.
 
 Order, as MCM: fill in userData's placeholders; ask the driver for the VM first (GetMachineStatus)
 and adopt what it finds; otherwise launch one (CreateMachine) and check that no stale Node of an

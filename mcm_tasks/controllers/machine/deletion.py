@@ -1,6 +1,6 @@
-"""The deletion flow (reference §4.4), driven by ``status.lastOperation.description`` exactly as MCM
-drives it: each description names the next step, and each step writes the next description before
-anything else runs, so a person reading the Machine sees MCM's words and any worker can pick the
+"""The deletion flow (upstream ``triggerDeletionFlow``), driven by ``status.lastOperation.description``
+exactly as MCM drives it: each description names the next step, and each step writes the next description
+before anything else runs, so a person reading the Machine sees MCM's words and any worker can pick the
 flow up.
 
 Steps, matched by the constants MCM's descriptions contain, in MCM's order:
@@ -296,6 +296,7 @@ def _driver(machine: Machine) -> tuple[context.ClassContext, Driver] | None:
 
 
 def _set_terminating(machine: Machine) -> StepResult:
+    """Upstream: ``setMachineTerminationStatus``."""
     DrainStore().clear(machine.key)
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
     api = context.target_api()
@@ -316,6 +317,7 @@ def _set_terminating(machine: Machine) -> StepResult:
 
 
 def _get_vm_status(machine: Machine) -> StepResult:
+    """Upstream: ``getVMStatus``."""
     api = context.target_api()
     if machine.metadata.labels.get(NODE_LABEL_KEY):
         return _write(machine, _moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
@@ -363,6 +365,7 @@ def _drain(machine: Machine) -> StepResult:
 
 
 def _delete_volume_attachments(machine: Machine) -> StepResult:
+    """Upstream: ``getLiveVAForNode``, ``deleteVAForNode``."""
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
     api = context.target_api()
     node = context.get_node(node_name) if node_name and api is not None else None
@@ -386,6 +389,7 @@ def _delete_volume_attachments(machine: Machine) -> StepResult:
 
 
 def _delete_vm(machine: Machine) -> StepResult:
+    """Upstream: ``deleteVM``."""
     found = _driver(machine)
     if found is None:
         return Requeue.long()
@@ -401,6 +405,7 @@ def _delete_vm(machine: Machine) -> StepResult:
 
 
 def _delete_node(machine: Machine) -> StepResult:
+    """Upstream: ``deleteNodeObject``."""
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
     api = context.target_api()
     if not node_name or api is None:
@@ -435,6 +440,7 @@ def _delete_node(machine: Machine) -> StepResult:
 
 
 def _remove_finalizer(machine: Machine) -> Requeue | None:
+    """Upstream: ``deleteMachineFinalizers``."""
     rest = [f for f in machine.metadata.finalizers if f != MCM_FINALIZER]
     body = {"metadata": {"finalizers": rest, "resourceVersion": machine.metadata.resource_version}}
     ops.patch(context.control_api(), MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)

@@ -1,5 +1,5 @@
-"""The health check (§4.3) as pure decisions: from a machine, its node and the clock to the status it
-should have, without any I/O. ``healthcheck`` carries them out.
+"""The health check (upstream ``reconcileMachineHealth``, ``isHealthy``) as pure decisions: from a machine,
+its node and the clock to the status it should have, without any I/O. ``healthcheck`` carries them out.
 
 The matrix:
 
@@ -87,6 +87,7 @@ def node_condition_types(machine: Machine, settings: Settings) -> list[str]:
 
 
 def node_conditions(node: Mapping[str, Any]) -> list[NodeCondition]:
+    """Upstream: ``getNodeCondition``, ``NodeConditions``."""
     raw = (node.get("status") or {}).get("conditions") or []
     return [NodeCondition.model_validate(c) for c in raw]
 

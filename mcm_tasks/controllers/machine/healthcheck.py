@@ -1,5 +1,6 @@
-"""The health check's edges (§4.3, §4.6): read the node, write what ``health`` decided, mark machines
-Failed through the permit giver, and keep the node in sync with the machine.
+"""The health check's edges (upstream ``reconcileMachineHealth``, ``syncMachineNodeTemplates``): read the
+node, write what ``health`` decided, mark machines Failed through the permit giver, and keep the node in
+sync with the machine.
 
 After a health status write the reconcile goes on to the node sync in the same task (upstream stops
 and comes back after ShortRetry): the two write different objects, so nothing is gained by waiting.

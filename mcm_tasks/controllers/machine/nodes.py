@@ -48,6 +48,7 @@ def wants_machine_deleted(node: Mapping[str, Any] | None) -> bool:
 @answers_unreadable
 @one_pass
 def reconcile_node(key: str) -> Requeue | None:
+    """Upstream: ``reconcileClusterNode``."""
     name = key.rpartition("/")[2]
     target = context.target_api()
     if target is None:

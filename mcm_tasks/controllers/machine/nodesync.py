@@ -1,4 +1,5 @@
-"""Node syncing (§4.6) as pure functions producing merge patches for the machine's Node.
+"""Node syncing (upstream ``syncMachineNodeTemplates``) as pure functions producing merge patches for the
+machine's Node.
 
 Three-way merges: what the machine's node template wants, what the node has, and what was applied
 last time (kept in an annotation on the node). Entries applied before and no longer wanted are

@@ -1,4 +1,4 @@
-"""The machine reconcile (§4.1), in MCM's order:
+"""The machine reconcile (upstream ``reconcileClusterMachine``), in MCM's order:
 
 1. add the machine finalizer (and carry on with the object as written);
 2. a machine with a deletionTimestamp goes to the ``machine-termination`` queue;
@@ -6,7 +6,7 @@
 4. validate the Machine; 5. validate its MachineClass (exists, carries the MCM finalizer, valid node
    template) and merge its secrets;
 6. with a node and a phase: health check, then node sync;
-7. machine preservation (§4.8, ``preserve.manage_preservation``);
+7. machine preservation (upstream ``manageMachinePreservation``, ``preserve.manage_preservation``);
 8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
 
 Bad input is reported on the machine (status + Warning Event, written once thanks to the status
@@ -83,7 +83,10 @@ def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
 @answers_unreadable
 @one_pass
 def reconcile_machine(key: str) -> Requeue | None:
-    """The ``machine`` queue's reconciler."""
+    """The ``machine`` queue's reconciler.
+
+    Upstream: ``addMachineFinalizers``.
+    """
     machine = context.get_machine(key)
     if machine is None:
         return None

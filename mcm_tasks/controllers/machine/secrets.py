@@ -1,7 +1,7 @@
-"""The Secret reconcile (§4.10): a secret referenced by a MachineClass (``secretRef`` or
-``credentialsSecretRef``) carries the ``machine.sapcloud.io/machine-controller`` finalizer, so it
-cannot disappear under machines that still need it; an unreferenced one does not. Comes back after
-``class_resync_period``.
+"""The Secret reconcile (upstream ``reconcileClusterSecret``): a secret referenced by a MachineClass
+(``secretRef`` or ``credentialsSecretRef``) carries the ``machine.sapcloud.io/machine-controller``
+finalizer, so it cannot disappear under machines that still need it; an unreferenced one does not. Comes
+back after ``class_resync_period``.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
 @answers_unreadable
 @one_pass
 def reconcile_secret(key: str) -> Requeue | None:
+    """Upstream: ``findMachineClassForSecret``, ``addSecretFinalizers``, ``deleteSecretFinalizers``."""
     namespace, name = context.namespace_of(key)
     meta = get_secret_meta(name, namespace)
     if meta is None:

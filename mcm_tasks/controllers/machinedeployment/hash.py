@@ -64,7 +64,10 @@ def _safe_encode(digest: bytes, length: int) -> str:
 
 
 def template_hash(template: MachineTemplateSpec, collision_count: int | None) -> str:
-    """The ``machine-template-hash`` label value for a template and a collisionCount."""
+    """The ``machine-template-hash`` label value for a template and a collisionCount.
+
+    Upstream: ``ComputeHash``.
+    """
     canonical = orjson.dumps(rollout_identity(template), option=orjson.OPT_SORT_KEYS)
     hasher = hashlib.sha256(canonical)
     if collision_count is not None:

@@ -55,6 +55,7 @@ def plan_recreate(
 
 
 def rollout_recreate(ctx: Context) -> float | None:
+    """Upstream: ``rolloutRecreate``."""
     new_set, old_sets = machine_sets.new_and_old(ctx, create=False)
     if taints.rollout_running(old_sets):
         taints.protect_from_scale_down(ctx, [*old_sets, *([new_set] if new_set else [])])

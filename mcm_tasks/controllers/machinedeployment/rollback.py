@@ -80,6 +80,7 @@ def rolled_back(
 
 
 def rollback(ctx: Context) -> None:
+    """Upstream: ``rollbackToTemplate``."""
     new_set, old_sets = machine_sets.new_and_old(ctx, create=False)
     all_sets = [*old_sets, *([new_set] if new_set is not None else [])]
     plan = plan_rollback(ctx.deployment, all_sets)

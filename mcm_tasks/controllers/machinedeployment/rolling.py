@@ -33,7 +33,10 @@ from mcm_tasks.controllers.machinedeployment.sync import finish_rollout
 
 
 def plan_new_set(deployment: MachineDeployment, all_sets: Sequence[MachineSet], new_set: MachineSet) -> Sizes:
-    """The new set's next size: down to replicas if above, else as far up as the surge allows."""
+    """The new set's next size: down to replicas if above, else as far up as the surge allows.
+
+    Upstream: ``reconcileNewMachineSet``.
+    """
     replicas = deployment.spec.replicas
     if new_set.spec.replicas == replicas:
         return {}
@@ -46,7 +49,10 @@ def plan_new_set(deployment: MachineDeployment, all_sets: Sequence[MachineSet], 
 def plan_old_sets(
     deployment: MachineDeployment, all_sets: Sequence[MachineSet], new_set: MachineSet
 ) -> Sizes:
-    """The old sets' next sizes (only those that change)."""
+    """The old sets' next sizes (only those that change).
+
+    Upstream: ``reconcileOldMachineSets``.
+    """
     olds = active(ms for ms in all_sets if ms.metadata.uid != new_set.metadata.uid)
     if sum(ms.spec.replicas for ms in olds) == 0:
         return {}
@@ -66,7 +72,10 @@ def plan_rolling(deployment: MachineDeployment, new_set: MachineSet, old_sets: S
 
 
 def rollout_rolling(ctx: Context) -> float | None:
-    """One pass of the RollingUpdate strategy; seconds until the next deadline check, if any."""
+    """One pass of the RollingUpdate strategy; seconds until the next deadline check, if any.
+
+    Upstream: ``rolloutRolling``.
+    """
     new_set, old_sets = machine_sets.new_and_old(ctx, create=True)
     assert new_set is not None
     if taints.rollout_running(old_sets):

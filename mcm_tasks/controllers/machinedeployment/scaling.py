@@ -217,7 +217,10 @@ def max_scaled_down(
 
 def cleanup_unhealthy(old_sets: Sequence[MachineSet], budget: int) -> Sizes:
     """Shrink old sets by their unavailable machines first (oldest set first), up to ``budget``:
-    removing a machine that is not available costs no availability."""
+    removing a machine that is not available costs no availability.
+
+    Upstream: ``cleanupUnhealthyReplicas``.
+    """
     sizes: Sizes = {}
     done = 0
     for ms in by_age(old_sets):
@@ -235,7 +238,10 @@ def cleanup_unhealthy(old_sets: Sequence[MachineSet], budget: int) -> Sizes:
 def scale_down_old(
     deployment: MachineDeployment, all_sets: Sequence[MachineSet], old_sets: Sequence[MachineSet]
 ) -> Sizes:
-    """Shrink old sets (oldest first) by the available machines above the minimum."""
+    """Shrink old sets (oldest first) by the available machines above the minimum.
+
+    Upstream: ``scaleDownOldMachineSetsForRollingUpdate``.
+    """
     surplus = sum(available(ms) for ms in all_sets) - min_available(deployment)
     sizes: Sizes = {}
     for ms in by_age(old_sets):

@@ -60,7 +60,10 @@ class HashCollision(RuntimeError):
 
 
 def claim_sets(ctx: Context) -> list[MachineSet]:
-    """Adopt selected orphan sets, release controlled sets no longer selected; the controlled ones."""
+    """Adopt selected orphan sets, release controlled sets no longer selected; the controlled ones.
+
+    Upstream: ``getMachineSetsForMachineDeployment``.
+    """
     deployment = ctx.deployment
     outcome = claim_children(
         ctx.api, MACHINE_SETS, MachineSet, deployment, deployment.spec.selector, ctx.candidate_sets(),
@@ -130,7 +133,10 @@ def _dump_node_template(value: NodeTemplateSpec | None) -> object:
 
 def sync_revision(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet]) -> MachineSet:
     """Bring an existing new set in line, then record its revision on the deployment (and, when the
-    rollout has no Progressing condition yet, that the new set was found)."""
+    rollout has no Progressing condition yet, that the new set was found).
+
+    Upstream: ``getNewMachineSet``.
+    """
     desired = synced_new_set(ctx.deployment, new_set, max_revision(old_sets) + 1)
     new_set = ctx.update_set(new_set, desired)
     revision = new_set.metadata.annotations.get(REVISION_ANNOTATION)
@@ -257,7 +263,10 @@ def _existing_new_set(ctx: Context, body: MachineSet) -> MachineSet:
 
 
 def scale_set(ctx: Context, machine_set: MachineSet, size: int) -> bool:
-    """Set a set's replicas and its desired/max-replicas annotations; whether its size changed."""
+    """Set a set's replicas and its desired/max-replicas annotations; whether its size changed.
+
+    Upstream: ``scaleMachineSet``, ``scaleMachineSetAndRecordEvent``.
+    """
     deployment = ctx.deployment
     annotations = {
         **machine_set.metadata.annotations,
@@ -324,6 +333,7 @@ def cleanup_candidates(deployment: MachineDeployment, old_sets: Sequence[Machine
 
 
 def cleanup(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
+    """Upstream: ``cleanupMachineDeployment``."""
     for ms in cleanup_candidates(ctx.deployment, old_sets):
         log.info("MachineDeployment %s: deleting old MachineSet %s (revision history limit %s)",
                  ctx.key, ms.metadata.name, ctx.deployment.spec.revision_history_limit)  # fmt: skip

@@ -34,7 +34,10 @@ def finish_rollout(
 ) -> float | None:
     """Status with the rollout's progress; with ``complete_actions``, a complete rollout also ends
     the autoscaler protection (on the pass that sees it complete), untaints the new set's nodes and
-    cleans up old sets. Seconds until the progress deadline should be checked, if it applies."""
+    cleans up old sets. Seconds until the progress deadline should be checked, if it applies.
+
+    Upstream: ``calculateDeploymentStatus``.
+    """
     new_set = machine_sets.current(ctx, new_set)
     old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
     all_sets = _all(new_set, old_sets)
@@ -70,6 +73,7 @@ def sync(ctx: Context) -> None:
 
 
 def status_only(ctx: Context, new_set: MachineSet | None, old_sets: Sequence[MachineSet]) -> None:
+    """Upstream: ``syncStatusOnly``."""
     new_set = machine_sets.current(ctx, new_set)
     old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
     ctx.write_status(calculate_status(ctx.deployment, _all(new_set, old_sets), new_set, ctx.now))

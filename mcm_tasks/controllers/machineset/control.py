@@ -144,6 +144,7 @@ def terminate_machines(
 
     ``expect``: record deletion expectations (manageReplicas); a set being deleted does not wait
     on them.
+    Upstream: ``terminateMachines``.
     """
     targets = [m for m in machines if not m.metadata.is_deleting]
     if not targets:

@@ -115,7 +115,10 @@ def _is_candidate_raw(raw: dict[str, Any], machine_set: MachineSet) -> bool:
 
 
 def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> MachineSet:
-    """Add or remove MCM's finalizer with a resourceVersion-guarded patch (fresh read on Conflict)."""
+    """Add or remove MCM's finalizer with a resourceVersion-guarded patch (fresh read on Conflict).
+
+    Upstream: ``addMachineSetFinalizers``, ``deleteMachineSetFinalizers``.
+    """
     current = [machine_set]
 
     def attempt() -> MachineSet:

@@ -118,6 +118,7 @@ def deletion_key(machine: Machine, now: datetime) -> tuple[bool, int, datetime, 
 
 
 def deletion_order(machines: Iterable[Machine], now: datetime) -> list[Machine]:
+    """Upstream: ``getMachinesToDelete``."""
     return sorted(machines, key=lambda m: deletion_key(m, now))
 
 

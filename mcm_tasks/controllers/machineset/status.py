@@ -141,7 +141,10 @@ def write_status(
     api: ApiClient, machine_set: MachineSet, compute: Callable[[MachineSet], MachineSetStatus]
 ) -> MachineSet | None:
     """Write the status ``compute`` gives for the set, if it changed; on a Conflict the set is read
-    afresh and the status computed again for it. None when the set is gone."""
+    afresh and the status computed again for it. None when the set is gone.
+
+    Upstream: ``updateMachineSetStatus``.
+    """
     current: list[MachineSet] = [machine_set]
 
     def attempt() -> MachineSet:

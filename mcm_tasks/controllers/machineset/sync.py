@@ -77,7 +77,10 @@ def propagation_patch(
 ) -> dict[str, Any] | None:
     """What to change on one claimed machine so that it carries the set's node template, machine
     configuration and class kind; None when nothing needs to change. ``carried``: the machine's
-    ``carried_of``, when the caller has it already."""
+    ``carried_of``, when the caller has it already.
+
+    Upstream: ``syncMachinesNodeTemplates``, ``syncMachinesConfig``, ``syncMachinesClassKind``.
+    """
     spec: dict[str, Any] = {}
     if is_active(machine):
         now = carried if carried is not None else carried_of(machine)

@@ -1,4 +1,5 @@
-"""The safety controllers (MCM §6): jobs over the whole installation rather than one object each.
+"""The safety controllers (upstream ``machine_safety.go``): jobs over the whole installation rather than one
+object each.
 
 They run on the ``safety`` queue under three keys, enqueued by beat every period (and at its start)
 and by the informer on the events that make a check urgent:

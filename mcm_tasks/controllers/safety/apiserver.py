@@ -1,4 +1,4 @@
-"""The API-server freeze (MCM §6), as a pure decision.
+"""The API-server freeze (upstream ``reconcileClusterMachineSafetyAPIServer``), as a pure decision.
 
 Each check probes the control and the target API server. While the machine controller is not frozen,
 the first failed check starts a timer, a passing check clears it, and a failed check with the timer

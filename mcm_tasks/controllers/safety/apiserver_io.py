@@ -59,7 +59,10 @@ def probe_client(api: ApiClient) -> ApiClient:
 
 
 def probe(api: ApiClient, res: Resource, namespace: str | None, timeout: float) -> bool:
-    """Whether the server answers for ``res`` (see ``apiserver``: NotFound is the good answer)."""
+    """Whether the server answers for ``res`` (see ``apiserver``: NotFound is the good answer).
+
+    Upstream: ``isAPIServerUp``.
+    """
     try:
         rest.request(probe_client(api), "GET", res.path(namespace, PROBE_NAME), timeout=timeout)
     except ApiException as err:

@@ -1,4 +1,5 @@
-"""Orphan VMs and unmanaged Nodes (MCM §6), as pure decisions.
+"""Orphan VMs and unmanaged Nodes (upstream ``reconcileClusterMachineSafetyOrphanVMs``,
+``checkMachineClasses``, ``AnnotateNodesUnmanagedByMCM``), as pure decisions.
 
 A VM the cloud lists for a class (providerID → machine name) is accounted for when a Machine of that
 name carries that providerID, or when the Machine is still being created (phase empty, or

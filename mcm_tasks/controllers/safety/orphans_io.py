@@ -79,6 +79,7 @@ def collect_orphans() -> OrphanReport:
 
 
 def _collect_class(machine_class: MachineClass, by_name: dict[str, Machine], report: OrphanReport) -> None:
+    """Upstream: ``checkMachineClass``."""
     class_ctx = context.load_class_context(machine_class)
     if class_ctx.missing_secrets:
         _skip(machine_class, report, f"secrets missing: {', '.join(class_ctx.missing_secrets)}")

@@ -1,5 +1,6 @@
-"""Overshooting (MCM §6), as pure decisions: freeze a MachineSet with far more machines than it may
-have, and its MachineDeployment with it; unfreeze them once the count is back down.
+"""Overshooting (upstream ``reconcileClusterMachineSafetyOvershooting``), as pure decisions: freeze a
+MachineSet with far more machines than it may have, and its MachineDeployment with it; unfreeze them once
+the count is back down.
 
 Per MachineSet, counting every machine it controls (those being deleted too: they are still VMs):
 
@@ -220,6 +221,8 @@ def plan(
     safety_up: int,
     safety_down: int,
 ) -> Plan:
+    """Upstream: ``checkAndFreezeORUnfreezeMachineSets``, ``freezeMachineSetsAndDeployments``,
+    ``unfreezeMachineSetsAndDeployments``."""
     counts = machines_per_owner(machines)
     by_uid = {d.metadata.uid: d for d in deployments if d.metadata.uid}
     set_decisions: list[tuple[MachineSet, Decision]] = []

@@ -133,7 +133,10 @@ def volume_ids_of(
     api: ApiClient, driver: Driver | None, pv_names: Sequence[str]
 ) -> tuple[list[str], list[str]]:
     """(PV names, volume IDs) of the PVs the Driver knows; others (another CSI driver, NFS, …) are not
-    tracked, and a Driver error skips that PV, as upstream."""
+    tracked, and a Driver error skips that PV, as upstream.
+
+    Upstream: ``getVolIDsFromDriver``.
+    """
     names: list[str] = []
     ids: list[str] = []
     if driver is None:
@@ -154,6 +157,7 @@ def volume_ids_of(
 
 
 def pv_names_by_pod(api: ApiClient, pods: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Upstream: ``doAccountingOfPvs``, ``getPVList``."""
     return {ds.pod_key(p): pv_names_of(api, p) for p in pods if ds.has_volumes(p)}
 
 
@@ -218,7 +222,10 @@ def cordon(api: ApiClient, node: Mapping[str, Any]) -> bool:
 
 
 def remove_pod(api: ApiClient, pod: Mapping[str, Any], removal: Removal) -> Reply:
-    """Evict (policy/v1), or delete with no grace and the pod's uid as precondition (never a namesake)."""
+    """Evict (policy/v1), or delete with no grace and the pod's uid as precondition (never a namesake).
+
+    Upstream: ``evictPod``, ``deletePod``.
+    """
     meta = pod.get("metadata") or {}
     name, namespace, uid = str(meta.get("name")), str(meta.get("namespace")), ds.pod_uid(pod)
     try:

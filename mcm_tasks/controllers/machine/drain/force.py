@@ -5,7 +5,7 @@ afterwards, and a failure no longer blocks the VM's deletion) when:
 
 - the Machine carries the ``force-deletion`` label with any value Go's ``strconv.ParseBool`` reads as
   true (``1``, ``t``, ``T``, ``true``, ``TRUE``, ``True``) — MCM's docs promise a boolean, so every
-  spelling of one counts (reference §11.3);
+  spelling of one counts, while upstream's ``force-drain`` wants exactly "True";
 - the deletion is older than the drain timeout (``deletionTimestamp`` + timeout);
 - the node's Ready condition has not been True for longer than ``force_drain_unhealthy_after``;
 - its ReadonlyFilesystem condition has not been False for longer than that.

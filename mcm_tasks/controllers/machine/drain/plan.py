@@ -100,7 +100,10 @@ def observe_all(
 
 def serial(record: PodProgress, node: Obj | None, params: DrainParams) -> bool:
     """Whether the pod waits its turn in the one-at-a-time lane (volumes, on a node that exists,
-    in a normal drain)."""
+    in a normal drain).
+
+    Upstream: ``evictPodsWithPv``, ``evictPodsWithPVInternal``.
+    """
     return record.volumes and node is not None and not params.force
 
 
@@ -116,7 +119,11 @@ def due_removals(
     now: float,
 ) -> list[tuple[str, dp.Removal]]:
     """(pod key, removal) to issue now: every due parallel pod, plus at most one serial pod when the
-    lane is free (the highest priority among the due ones)."""
+    lane is free (the highest priority among the due ones).
+
+    Upstream: ``deleteOrEvictPods``, ``deleteOrEvictPodsSimple``, ``evictPodsWithoutPv``,
+    ``evictPodWithoutPVInternal``.
+    """
     out: list[tuple[str, dp.Removal]] = []
     serial_candidates: list[Obj] = []
     for key, record in sorted(progress.pods.items()):

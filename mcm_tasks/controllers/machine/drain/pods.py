@@ -91,6 +91,7 @@ def pdb_for_pod(pdbs: Iterable[Obj], pod: Obj) -> Obj | None:
 
 
 def is_misconfigured_pdb(pdb: Obj) -> bool:
+    """Upstream: ``isMisconfiguredPdbV1``."""
     generation = (pdb.get("metadata") or {}).get("generation")
     status = pdb.get("status") or {}
     if generation != status.get("observedGeneration"):
@@ -162,6 +163,7 @@ def after_reply(
 
 
 def termination_deadline(progress: PodProgress, params: DrainParams) -> float | None:
+    """Upstream: ``waitForDelete``."""
     if progress.removed_at is None:
         return None
     return progress.removed_at + min(progress.grace, params.timeout) + TERMINATION_BUFFER

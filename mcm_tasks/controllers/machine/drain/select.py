@@ -116,7 +116,10 @@ def skip_reason(pod: Pod) -> str:
 
 
 def pods_for_deletion(pods: Iterable[Pod], node_name: str) -> list[Pod]:
-    """The pods the drain removes, in a stable order (by key)."""
+    """The pods the drain removes, in a stable order (by key).
+
+    Upstream: ``getPodsForDeletion``.
+    """
     chosen = [p for p in pods if node_name and node_name_of(p) == node_name and not skip_reason(p)]
     return sorted(chosen, key=pod_key)
 

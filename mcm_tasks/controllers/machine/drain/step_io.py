@@ -1,6 +1,6 @@
-"""Node drain (reference §4.5) as one bounded step per reconcile: the "Initiate node drain" step of the
-deletion flow calls ``drain_step`` again and again; each call looks at the node, issues what is due,
-saves the progress (``state_io``) and says when to come back, until the drain is over.
+"""Node drain (upstream ``drainNode``, ``drain.RunDrain``) as one bounded step per reconcile: the "Initiate
+node drain" step of the deletion flow calls ``drain_step`` again and again; each call looks at the node,
+issues what is due, saves the progress (``state_io``) and says when to come back, until the drain is over.
 
 What a call does, in MCM's order: decide the drain's parameters and whether it is forced
 (``force``); set the node's ``Terminating`` condition and cordon it; select the pods

@@ -34,6 +34,7 @@ def attached_names(node: Obj | None) -> list[str]:
 
 
 def detach_state(volume_ids: Iterable[str], node: Obj | None) -> Detach:
+    """Upstream: ``waitForDetach``."""
     if node is None:
         return Detach.NODE_GONE
     names = attached_names(node)
@@ -57,7 +58,10 @@ def va_is_live(va: Obj) -> bool:
 
 
 def reattached(pv_names: Iterable[str], volume_attachments: Iterable[Obj], old_node: str) -> bool:
-    """Every PV is attached on a node other than ``old_node`` (vacuously true for no PVs)."""
+    """Every PV is attached on a node other than ``old_node`` (vacuously true for no PVs).
+
+    Upstream: ``waitForReattach``.
+    """
     elsewhere = {
         va_pv_name(va)
         for va in volume_attachments

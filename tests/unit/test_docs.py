@@ -1,0 +1,153 @@
+"""The documents in the repository stay true to the code: every module and function the upstream map
+names exists, the README's links point at files of this repository, its folder table covers every
+folder, and no docstring points at numbered sections of a document a clone does not have."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ABBREVIATIONS = {"…/": "mcm_tasks/controllers/"}
+#: folders that hold no project code or documentation of their own
+NOT_DOCUMENTED = {".git", ".venv", ".ci", "build", "dist", "__pycache__"}
+
+
+def _defined_names(path: Path) -> set[str]:
+    """Functions, classes (with their methods as ``Class.method``) and module-level names."""
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            names.update(f"{node.name}.{n.name}" for n in node.body if isinstance(n, ast.FunctionDef))
+            names.update(n.name for n in node.body if isinstance(n, ast.FunctionDef))
+            names.update(
+                n.target.id
+                for n in node.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+            )
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def _map_references() -> list[tuple[str, str, str]]:
+    """(row's upstream cell, file, name) for each ``path`` followed by the names cited after it."""
+    out = []
+    for line in (ROOT / "docs" / "upstream-map.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 4 or not cells[2].startswith("`"):
+            continue
+        upstream, ours = cells[1], cells[2]
+        current: str | None = None
+        for token in re.findall(r"`([^`]+)`", ours):
+            for short, full in ABBREVIATIONS.items():
+                token = token.replace(short, full)
+            if token.endswith(".py"):
+                current = token
+            elif current is not None and re.fullmatch(r"[A-Za-z_][\w.]*", token):
+                out.append((upstream, current, token))
+    return out
+
+
+def test_the_upstream_map_names_modules_and_functions_that_exist() -> None:
+    references = _map_references()
+    assert len(references) > 150
+    missing = []
+    for upstream, file, name in references:
+        path = ROOT / file
+        if not path.exists():
+            missing.append(f"{upstream}: {file} does not exist")
+        elif name not in _defined_names(path) and not name.isupper():
+            missing.append(f"{upstream}: {file} defines no {name}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_upstream_map_covers_the_seeds_flows() -> None:
+    text = (ROOT / "docs" / "upstream-map.md").read_text()
+    for name in (
+        "triggerCreationFlow",
+        "reconcileMachineHealth",
+        "triggerDeletionFlow",
+        "drainNode",
+        "deleteVM",
+        "getVMStatus",
+        "evictPodsWithPv",
+        "reconcileClusterMachineSafetyOrphanVMs",
+        "reconcileClusterMachineSafetyAPIServer",
+        "claimMachines",
+        "manageReplicas",
+        "slowStartBatch",
+        "reconcileOldMachineSets",
+        "reconcileNewMachineSet",
+        "rolloutRecreate",
+    ):
+        assert f"`{name}`" in text or f"`{name}," in text or f", `{name}`" in text, name
+
+
+def test_readme_links_point_at_files_of_the_repository() -> None:
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#\s]+)[^)]*\)", readme)
+    broken = [
+        link for link in links if not link.startswith(("http://", "https://")) and not (ROOT / link).exists()
+    ]
+    assert not broken, broken
+    assert "../" not in "".join(links)
+
+
+def test_readme_folder_table_covers_every_folder() -> None:
+    readme = (ROOT / "README.md").read_text()
+    folders = sorted(
+        p.name
+        for p in ROOT.iterdir()
+        if p.is_dir()
+        and p.name not in NOT_DOCUMENTED
+        and not p.name.startswith(".")
+        and "egg-info" not in p.name
+    )
+    missing = [f for f in folders if f"`{f}/`" not in readme]
+    assert not missing, f"README's folder table misses {missing}"
+    packages = [
+        str(p.parent.relative_to(ROOT))
+        for base in ("mcm_tasks", "informers", "providers", "mcm_sandbox")
+        for p in (ROOT / base).rglob("__init__.py")
+        if "__pycache__" not in str(p)
+    ]
+    missing = [p for p in packages if f"`{p}/`" not in readme]
+    assert not missing, f"README's folder table misses {missing}"
+
+
+def test_no_docstring_cites_numbered_sections_of_an_outside_document() -> None:
+    cited = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for base in ("mcm_tasks", "informers", "providers", "mcm_sandbox")
+        for path in (ROOT / base).rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "§" in line
+    ]
+    cited += [
+        f"beat_schedule.py:{n}"
+        for n, line in enumerate((ROOT / "beat_schedule.py").read_text().splitlines(), 1)
+        if "§" in line
+    ]
+    assert not cited, cited
+
+
+def test_grep_of_an_upstream_name_in_the_map_finds_our_code() -> None:
+    code = "\n".join(
+        p.read_text() for base in ("mcm_tasks", "informers", "providers") for p in (ROOT / base).rglob("*.py")
+    )
+    names = {
+        name
+        for line in (ROOT / "docs" / "upstream-map.md").read_text().splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([a-z]+[A-Z]\w*)`", line.split("|")[1])
+    }
+    assert len(names) > 100
+    missing = sorted(n for n in names if not re.search(rf"\b{n}\b", code))
+    assert not missing, f"no docstring cites {missing}"
