@@ -118,14 +118,21 @@ class Generator:
             "spec": {"class": {"kind": "MachineClass", "name": self._missing_class()}, **(spec or {})},
         }
 
-    def _set(
-        self, why: str, selector: Obj | None = None, template_spec: Obj | None = None, **spec: Any
+    def _owner(
+        self,
+        resource: kres.Resource,
+        short: str,
+        why: str,
+        selector: Obj | None,
+        template_spec: Obj | None,
+        spec: Obj,
     ) -> Hostile:
-        meta = self._meta("ms")
-        labels = {"fuzz-set": meta["name"]}
+        """A MachineSet or MachineDeployment selecting its own template's labels unless told otherwise."""
+        meta = self._meta(short)
+        labels = {f"fuzz-{short}": meta["name"]}
         body: Obj = {
             "apiVersion": API_VERSION,
-            "kind": "MachineSet",
+            "kind": resource.kind,
             "metadata": meta,
             "spec": {
                 "replicas": self.rnd.randrange(0, 3),
@@ -134,26 +141,17 @@ class Generator:
                 **spec,
             },
         }
-        return Hostile(kres.MACHINE_SETS, body, why)
+        return Hostile(resource, body, why)
+
+    def _set(
+        self, why: str, selector: Obj | None = None, template_spec: Obj | None = None, **spec: Any
+    ) -> Hostile:
+        return self._owner(kres.MACHINE_SETS, "ms", why, selector, template_spec, spec)
 
     def _md(self, why: str, selector: Obj | None = None, strategy: Obj | None = None, **spec: Any) -> Hostile:
-        meta = self._meta("md")
-        labels = {"fuzz-md": meta["name"]}
-        body: Obj = {
-            "apiVersion": API_VERSION,
-            "kind": "MachineDeployment",
-            "metadata": meta,
-            "spec": {
-                "replicas": self.rnd.randrange(0, 3),
-                "selector": selector if selector is not None else {"matchLabels": labels},
-                "template": self._template(labels),
-                "strategy": strategy
-                if strategy is not None
-                else {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-                **spec,
-            },
-        }
-        return Hostile(kres.MACHINE_DEPLOYMENTS, body, why)
+        rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        spec = {"strategy": strategy if strategy is not None else rolling, **spec}
+        return self._owner(kres.MACHINE_DEPLOYMENTS, "md", why, selector, None, spec)
 
     def _operator(self) -> str:
         return self.rnd.choice(["Near", "in", "Like", "", SNOWMAN, "GreaterThan", "DoesExist"])

@@ -23,6 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_sandbox import fleet
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox, _alive
 from mcm_sandbox.testing.hostile import Generator, Hostile
@@ -65,50 +66,19 @@ def clients(sandbox: Sandbox) -> Iterator[Clients]:
 
 
 def _healthy(control: ApiClient) -> None:
+    """The healthy pool: a secret, a class and a one-machine deployment, as the demo makes them."""
     user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
-    ops.create(
-        control,
-        SECRETS,
-        {"metadata": {"name": "pool-secret", "namespace": NS}, "data": {"userData": user_data}},
-    )
-    ops.create(
-        control,
-        MACHINE_CLASSES,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "MachineClass",
-            "metadata": {"name": "pool-class", "namespace": NS},
-            "provider": "local",
-            "providerSpec": {"bootDelaySeconds": 0.2},
-            "secretRef": {"name": "pool-secret", "namespace": NS},
-        },
-    )
-    labels = {"pool": "healthy"}
-    ops.create(
-        control,
-        MACHINE_DEPLOYMENTS,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "MachineDeployment",
-            "metadata": {"name": "healthy", "namespace": NS},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"class": {"kind": "MachineClass", "name": "pool-class"}},
-                },
-            },
-        },
-    )
+    secret = {"metadata": {"name": "pool-secret", "namespace": NS}, "data": {"userData": user_data}}
+    ops.create(control, SECRETS, secret)
+    ops.create(control, MACHINE_CLASSES, fleet.machine_class("pool-class", "local.small", NS, "pool-secret"))
+    ops.create(control, MACHINE_DEPLOYMENTS, fleet.machine_deployment("healthy", NS, 1, "pool-class"))
 
 
 def _running_healthy(control: ApiClient) -> int:
     return sum(
         1
         for m in ops.list_(control, MACHINES, NS)["items"]
-        if (m["metadata"].get("labels") or {}).get("pool") == "healthy"
+        if (m["metadata"].get("labels") or {}).get("name") == "healthy"
         and ((m.get("status") or {}).get("currentStatus") or {}).get("phase") == "Running"
         and not m["metadata"].get("deletionTimestamp")
     )
