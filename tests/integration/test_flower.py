@@ -98,11 +98,16 @@ def _state_of(f: Flower, key: str) -> dict[str, Any] | None:
     return None
 
 
+def wait_done(f: Flower, *keys: str) -> None:
+    wait_until(lambda: all(_state_of(f, key) is not None for key in keys), 60, interval=0.5,
+               what=f"{', '.join(keys)} done in Flower")  # fmt: skip
+
+
 def test_failure_shows_as_failure_with_the_redacted_error(flower: tuple[Flower, redis.Redis]) -> None:
     f, client = flower
     set_behaviour(client, "machine", "default/broken", fail=5, message=f"cloud said no; password={SECRET}")
     enqueue("machine", "default/broken")
-    wait_until(lambda: _state_of(f, "default/broken") is not None, 60, interval=0.5, what="the failure")
+    wait_done(f, "default/broken")
     task = _state_of(f, "default/broken")
     assert task is not None and task["state"] == "FAILURE"
     assert "InjectedFailure: cloud said no" in task["exception"]
@@ -118,12 +123,7 @@ def test_success_shows_its_outcome_as_the_result(flower: tuple[Flower, redis.Red
     set_behaviour(client, "machine", "default/later", requeue=15)
     enqueue("machine", "default/later")
     enqueue("machine", "default/fine")
-    wait_until(
-        lambda: _state_of(f, "default/later") is not None and _state_of(f, "default/fine") is not None,
-        60,
-        interval=0.5,
-        what="both reconciles in Flower",
-    )
+    wait_done(f, "default/later", "default/fine")
     assert (_state_of(f, "default/later") or {})["result"] == "'requeue in 15s'"
     assert (_state_of(f, "default/fine") or {})["result"] == "'done'"
     (run,) = read_history("machine", "default/fine")
@@ -153,12 +153,7 @@ def test_worker_log_lines_name_kind_and_key(flower: tuple[Flower, redis.Redis], 
     set_behaviour(client, "machine", "default/logged-bad", fail=5)
     enqueue("machine", "default/logged")
     enqueue("machine", "default/logged-bad")
-    wait_until(
-        lambda: _state_of(f, "default/logged") is not None and _state_of(f, "default/logged-bad") is not None,
-        60,
-        interval=0.5,
-        what="both reconciles",
-    )
+    wait_done(f, "default/logged", "default/logged-bad")
     lines = (workdir / "worker.log").read_text().splitlines()
     assert any("succeeded in" in line and "machine default/logged:" in line for line in lines)
     assert any("raised expected" in line and "machine default/logged-bad:" in line for line in lines)

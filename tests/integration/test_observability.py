@@ -132,21 +132,38 @@ def test_a_stalled_loop_fails_healthz_while_redis_answers(redis_url: str) -> Non
         reset_settings()
 
 
-def test_worker_readyz_follows_redis(tmp_path: Path) -> None:
-    """A real worker: /readyz fails within 10 s of Redis going away and recovers after it is back;
-    /metrics answers throughout."""
-    server = RedisServer(tmp_path / "redis").start()
+def start_worker(redis_url: str, logs: Path, *flags: str) -> tuple[ManagedProcess, int]:
+    """A real ``mcm-tasks worker`` on the machine queue (the metrics test reconciler), started; its
+    endpoint port."""
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if k != MULTIPROC_ENV and not k.startswith("MCM_")},
-        "MCM_REDIS_URL": server.url,
+        "MCM_REDIS_URL": redis_url,
         "MCM_PORT": str(port),
         "MCM_ADDRESS": "127.0.0.1",
         "MCM_RECONCILER_MODULES": "tests.integration.metrics_reconciler",
     }
-    cmd = [sys.executable, "-m", "mcm_tasks.cli", "worker", "--queues", "machine", "--concurrency", "1"]
-    worker = ManagedProcess(cmd, tmp_path / "worker.log", env=env)
+    cmd = [
+        sys.executable,
+        "-m",
+        "mcm_tasks.cli",
+        "worker",
+        "--queues",
+        "machine",
+        "--concurrency",
+        "1",
+        *flags,
+    ]
+    worker = ManagedProcess(cmd, logs / "worker.log", env=env)
     worker.start()
+    return worker, port
+
+
+def test_worker_readyz_follows_redis(tmp_path: Path) -> None:
+    """A real worker: /readyz fails within 10 s of Redis going away and recovers after it is back;
+    /metrics answers throughout."""
+    server = RedisServer(tmp_path / "redis").start()
+    worker, port = start_worker(server.url, tmp_path)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _status(f"{url}/readyz") == 200, 60, interval=0.2, what="worker ready")
@@ -166,16 +183,7 @@ def test_worker_readyz_follows_redis(tmp_path: Path) -> None:
 
 def test_worker_logs_json_with_kind_and_key(redis_url: str, tmp_path: Path) -> None:
     """``--log-format json``: one JSON object per line, and a reconcile's lines carry kind and key."""
-    env = {
-        **{k: v for k, v in os.environ.items() if k != MULTIPROC_ENV and not k.startswith("MCM_")},
-        "MCM_REDIS_URL": redis_url,
-        "MCM_PORT": str(free_port()),
-        "MCM_RECONCILER_MODULES": "tests.integration.metrics_reconciler",
-    }
-    cmd = [sys.executable, "-m", "mcm_tasks.cli", "worker", "--queues", "machine", "--concurrency", "1",
-           "--log-format", "json"]  # fmt: skip
-    worker = ManagedProcess(cmd, tmp_path / "worker.log", env=env)
-    worker.start()
+    worker, _ = start_worker(redis_url, tmp_path, "--log-format", "json")
     configure({"redis_url": redis_url})
     try:
         enqueue("machine", "default/json-1")
@@ -208,17 +216,7 @@ def test_a_taken_port_is_not_fatal(endpoint: str) -> None:
 def test_worker_serves_metrics_recorded_in_its_pool_processes(redis_url: str, tmp_path: Path) -> None:
     """The reconcile runs in a forked pool process; without multiprocess mode its counter would
     never show in the main process's /metrics."""
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if k != MULTIPROC_ENV},
-        "MCM_REDIS_URL": redis_url,
-        "MCM_PORT": str(port),
-        "MCM_ADDRESS": "127.0.0.1",
-        "MCM_RECONCILER_MODULES": "tests.integration.metrics_reconciler",
-    }
-    cmd = [sys.executable, "-m", "mcm_tasks.cli", "worker", "--queues", "machine", "--concurrency", "1"]
-    worker = ManagedProcess(cmd, tmp_path / "worker.log", env=env)
-    worker.start()
+    worker, port = start_worker(redis_url, tmp_path)
     try:
         configure({"redis_url": redis_url})
         wait_until(lambda: _scrape(port) is not None, 60, what="worker /metrics")
