@@ -9,16 +9,18 @@ Time is compressed: jobs every 1 s (orphan VMs every 2 s), lease 2 s, retry peri
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from mcm_sandbox.procs import ManagedProcess, RedisServer, wait_until
+from mcm_sandbox.procs import ManagedProcess, RedisServer, free_port, wait_until
 from mcm_sandbox.testing.queue import read_runs
 from mcm_tasks.beat_cli import Fire, lock_key, read_fires
 from mcm_tasks.settings import configure, reset_settings
@@ -47,12 +49,14 @@ class Beats:
         self.redis = RedisServer(workdir / "redis").start()
         self.env = {**os.environ, "MCM_REDIS_URL": self.redis.url, **ENV}
         self.procs: dict[str, ManagedProcess] = {}
+        self.ports: dict[str, int] = {}
 
     def start_beat(self, identity: str) -> ManagedProcess:
+        self.ports[identity] = free_port()
         proc = ManagedProcess(
             [sys.executable, "-m", "mcm_tasks.beat_cli", "--identity", identity, *FLAGS],
             self.workdir / f"beat-{identity}.log",
-            env=self.env,
+            env={**self.env, "MCM_PORT": str(self.ports[identity]), "MCM_ADDRESS": "127.0.0.1"},
         )
         proc.start()
         self.procs[identity] = proc
@@ -67,6 +71,17 @@ class Beats:
         )  # fmt: skip
         proc.start()
         self.procs["worker"] = proc
+
+    def leads(self, identity: str) -> tuple[bool, str]:
+        """What the replica's /readyz says of its lead, and its ``mcm_leader`` series."""
+        url = f"http://127.0.0.1:{self.ports[identity]}"
+        with urllib.request.urlopen(url + "/readyz", timeout=5) as resp:
+            leading = bool(json.loads(resp.read())["leading"]["beat"])
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            series = next(
+                line for line in resp.read().decode().splitlines() if line.startswith("mcm_leader{")
+            )
+        return leading, series
 
     def alive(self, name: str) -> bool:
         proc = self.procs[name]
@@ -139,6 +154,8 @@ def test_one_replica_fires_once_per_period_and_a_standby_takes_over(beats: Beats
     assert_once_per_period(fires, first)
     assert {f.entry for f in read_fires(r)} == {"safety-orphan-vms", "safety-apiserver", OVERSHOOTING}
     assert beats.alive(standby) and leader(r) == first
+    assert beats.leads(first) == (True, 'mcm_leader{component="beat"} 1.0')
+    assert beats.leads(standby) == (False, 'mcm_leader{component="beat"} 0.0')
 
     # the jobs reach a worker through the queue contract, on the safety queue
     def reconciled() -> set[str]:
