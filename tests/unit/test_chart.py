@@ -112,7 +112,11 @@ def test_control_and_target_render_apart() -> None:
         "rediss://:$(REDIS_PASSWORD)@redis.infra.svc:6380/0?ssl_cert_reqs="
     )
     target = render_file(CHART / "ci" / "target-values.yaml")
-    assert {d["kind"] for d in target} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}
+    assert {d["kind"] for d in target} == {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret", "Role", "RoleBinding"
+    }  # fmt: skip
+    # the only namespaced grant in the target cluster: bootstrap-token Secrets in kube-system
+    assert {r["metadata"]["namespace"] for r in by_kind(target, "Role")} == {"kube-system"}
     tokens = by_kind(target, "Secret")
     assert {t["type"] for t in tokens} == {"kubernetes.io/service-account-token"}
 
