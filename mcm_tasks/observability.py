@@ -14,7 +14,7 @@ figure):
   label;
 - ``mcm_leader{component}`` is 1 in the process that leads (informer, beat), 0 in a standby.
 
-A collector that reads Redis yields nothing while Redis is unreachable, so ``/metrics`` keeps
+A collector that reads Redis yields nothing while it fails (Redis unreachable), so ``/metrics`` keeps
 answering (with the process metrics) instead of failing the scrape. ``/healthz`` and ``/readyz``:
 mcm_tasks/probes.py.
 """
@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-import redis
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -62,9 +61,11 @@ class Guarded(Collector):
             return
         try:
             metrics = list(self.inner.collect())
-        except (redis.RedisError, OSError) as err:
+        except Exception as err:  # Redis down, or an object the mirror holds that a gauge cannot read
             if not self.failing:
-                log.warning("%s left out of /metrics: %s", type(self.inner).__name__, err)
+                log.warning(
+                    "%s left out of /metrics: %s: %s", type(self.inner).__name__, type(err).__name__, err
+                )
             self.failing = True
             return
         self.failing = False

@@ -1,5 +1,5 @@
-"""``mcm-tasks worker`` (a Celery worker on the reconcile queues) and ``mcm-tasks admin`` (the
-dead letter, manual enqueue, queue depths)."""
+"""``mcm-tasks worker`` (a Celery worker on the reconcile queues); ``mcm-tasks admin`` lives in
+mcm_tasks/admin/cli.py and is mounted here."""
 
 from __future__ import annotations
 

@@ -112,6 +112,13 @@ def test_failure_shows_as_failure_with_the_redacted_error(flower: tuple[Flower, 
     assert task is not None and task["state"] == "FAILURE"
     assert "InjectedFailure: cloud said no" in task["exception"]
     assert SECRET not in json.dumps(task)
+    # no Celery retry, and the message is acknowledged: the contract's backoff brings the key back
+    assert task["retries"] == 0
+    wait_until(
+        lambda: not any(task["uuid"] in str(v) for v in client.hvals("mcm:broker:unacked")),
+        10,
+        what="the failed task's message to be acknowledged",
+    )
     # the key's own history says the same, and where it ran
     (run,) = read_history("machine", "default/broken")
     assert run.error.startswith("InjectedFailure: cloud said no") and SECRET not in run.error
