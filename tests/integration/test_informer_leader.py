@@ -65,7 +65,7 @@ def informer_process(
         "MCM_WATCH_TIMEOUT": "5",
         "MCM_WATCH_CLIENT_TIMEOUT": "8",
     }
-    args = [sys.executable, "-m", "informers", "--identity", identity, "--sink", "list"]
+    args = [sys.executable, "-m", "mcm_tasks.cli", "informer", "--identity", identity, "--sink", "list"]
     proc = ManagedProcess(args, logs / f"informer-{identity}.log", env=env)
     proc.start()
     return proc
