@@ -76,7 +76,7 @@ def test_a_pdb_without_disruptions_holds_eviction_until_it_allows(env: Env) -> N
     ]
     assert index(trace, "Drain successful. Initiate VM deletion") < index(trace, "VM deletion was successful")
     assert index(trace, "VM deletion was successful") < index(
-        trace, f"Deletion of Node Object '{name}' is successful"
+        trace, f'Deletion of Node Object "{name}" is successful'
     )
     assert "Initiate machine object finalizer removal" in trace.descriptions[-1]
     assert env.pod("held") is None
