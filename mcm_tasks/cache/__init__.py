@@ -4,6 +4,6 @@ Tasks read here and write only the API server; their writes come back through th
 """
 
 from mcm_tasks.cache.listers import Lister, Listers, get_listers, new_listers
-from mcm_tasks.cache.reader import CacheReader, get_reader, one_pass
+from mcm_tasks.cache.reader import CacheReader, get_reader
 
-__all__ = ["CacheReader", "Lister", "Listers", "get_listers", "get_reader", "new_listers", "one_pass"]
+__all__ = ["CacheReader", "Lister", "Listers", "get_listers", "get_reader", "new_listers"]

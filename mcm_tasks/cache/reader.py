@@ -8,10 +8,9 @@ an object under an index value it no longer has.
 from __future__ import annotations
 
 import builtins
-import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import orjson
 import redis
@@ -155,21 +154,6 @@ class CacheReader:
             if not self._scopes:
                 self._synced_seen.clear()
                 self._scope_listed = False
-
-
-R = TypeVar("R")
-
-
-def one_pass(reconciler: Callable[[str], R]) -> Callable[[str], R]:
-    """A reconciler whose reads of the synced flags are one Redis round trip per pass
-    (``remembering_synced`` around it)."""
-
-    @functools.wraps(reconciler)
-    def run(key: str) -> R:
-        with get_reader().remembering_synced():
-            return reconciler(key)
-
-    return run
 
 
 def _check_index(kind: str, index: str) -> None:

@@ -108,7 +108,9 @@ def deliver(
             reconciler = registry.get_reconciler(kind)
             if reconciler is None:
                 raise NoReconciler(f"no reconciler registered for {kind!r} in this worker")
-            outcome = outcome_of_result(reconciler(key), settings)
+            with registry.pass_scope():
+                result = reconciler(key)
+            outcome = outcome_of_result(result, settings)
         except Exception as exc:  # a reconciler's failure is data for the contract, not a task failure
             outcome = outcome_of_error(failures_before, settings)
             error = error_summary(exc)

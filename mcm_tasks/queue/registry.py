@@ -13,7 +13,9 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any
 
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.policy import Requeue
@@ -28,6 +30,9 @@ FailureReporter = Callable[[str, str, str], bool]
 #: told that a key's previous reconcile died with its worker, before the key runs again: drops or
 #: re-checks what that reconcile promised (expectations)
 RecoveryHook = Callable[[str], None]
+#: entered around every reconcile pass a worker runs (the controllers' one read of the mirror's sync
+#: state per pass); registered by whoever registers the reconcilers, so no reconciler has to remember it
+PassScope = Callable[[], AbstractContextManager[Any]]
 
 ENV = "MCM_RECONCILER_MODULES"
 DEFAULT_MODULES = ("mcm_tasks.controllers.reconcilers",)
@@ -35,6 +40,7 @@ DEFAULT_MODULES = ("mcm_tasks.controllers.reconcilers",)
 _registry: dict[str, Reconciler] = {}
 _reporters: dict[str, FailureReporter] = {}
 _recovery_hooks: dict[str, list[RecoveryHook]] = {}
+_pass_scopes: list[PassScope] = []
 _loaded = False
 _load_lock = threading.Lock()
 
@@ -62,6 +68,22 @@ def register_recovery_hook(kind: str, fn: RecoveryHook) -> RecoveryHook:
     return fn
 
 
+def register_pass_scope(scope: PassScope) -> PassScope:
+    """Enter ``scope()`` around every reconcile pass (once, however often it is registered)."""
+    if scope not in _pass_scopes:
+        _pass_scopes.append(scope)
+    return scope
+
+
+@contextmanager
+def pass_scope() -> Iterator[None]:
+    """Every registered pass scope, entered in registration order."""
+    with ExitStack() as stack:
+        for scope in list(_pass_scopes):
+            stack.enter_context(scope())
+        yield
+
+
 def failure_reporter(kind: str) -> FailureReporter | None:
     if not _loaded:
         load_reconciler_modules()
@@ -85,6 +107,7 @@ def unregister_all() -> None:
     _registry.clear()
     _reporters.clear()
     _recovery_hooks.clear()
+    _pass_scopes.clear()
     _loaded = False
 
 

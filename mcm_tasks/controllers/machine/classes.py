@@ -19,7 +19,6 @@ from typing import Any, Final
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
-from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.problems import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
@@ -76,7 +75,6 @@ def _report_problems(key: str, machine_class: MachineClass) -> None:
 
 
 @answers_unreadable
-@one_pass
 def reconcile_machine_class(key: str) -> Requeue | None:
     """Upstream: ``addMachineClassFinalizers``, ``deleteMachineClassFinalizers``."""
     namespace, name = context.namespace_of(key)

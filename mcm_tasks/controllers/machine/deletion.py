@@ -44,7 +44,6 @@ from mcm_tasks.api.constants import (
     NODE_LABEL_KEY,
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
-from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain import cluster_io as io
@@ -215,7 +214,6 @@ def requeue(retry: Retry) -> Requeue:
 
 
 @answers_unreadable
-@one_pass
 def reconcile_termination(key: str) -> Requeue | None:
     """The ``machine-termination`` queue's reconciler (and the machine queue's for deleting machines)."""
     machine = context.get_machine(key)

@@ -20,7 +20,6 @@ from mcm_tasks.api.constants import (
     NOT_MANAGED_BY_MCM_ANNOTATION,
     TRIGGER_DELETION_BY_MCM_ANNOTATION,
 )
-from mcm_tasks.cache import one_pass
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.machine.classes import finalizers_patch
 from mcm_tasks.controllers.problems import answers_unreadable
@@ -46,7 +45,6 @@ def wants_machine_deleted(node: Mapping[str, Any] | None) -> bool:
 
 
 @answers_unreadable
-@one_pass
 def reconcile_node(key: str) -> Requeue | None:
     """Upstream: ``reconcileClusterNode``."""
     name = key.rpartition("/")[2]

@@ -27,7 +27,6 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState
 from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.api.validation import validate_machine, validate_machine_class
-from mcm_tasks.cache import one_pass
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.controllers.common import context
@@ -81,7 +80,6 @@ def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
 
 
 @answers_unreadable
-@one_pass
 def reconcile_machine(key: str) -> Requeue | None:
     """The ``machine`` queue's reconciler.
 

@@ -4,12 +4,12 @@ a worker does to serve the ``machine``, ``machineclass``, ``secret`` and ``node`
 
 from __future__ import annotations
 
+from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.nodes import reconcile_node
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machine.secrets import reconcile_secret
 from mcm_tasks.kinds import Queue
-from mcm_tasks.queue import register_reconciler
 
 
 def register() -> None:

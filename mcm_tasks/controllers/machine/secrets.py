@@ -11,7 +11,7 @@ from typing import Any
 
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER
-from mcm_tasks.cache import get_listers, one_pass
+from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.machine.classes import finalizers_patch
@@ -52,7 +52,6 @@ def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
 
 
 @answers_unreadable
-@one_pass
 def reconcile_secret(key: str) -> Requeue | None:
     """Upstream: ``findMachineClassForSecret``, ``addSecretFinalizers``, ``deleteSecretFinalizers``."""
     namespace, name = context.namespace_of(key)

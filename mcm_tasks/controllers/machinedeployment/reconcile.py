@@ -27,7 +27,6 @@ from mcm_tasks.api import MachineDeploymentStrategyType
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.enums import ConditionStatus
 from mcm_tasks.api.validation import validate_machine_deployment
-from mcm_tasks.cache import one_pass
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.controllers.machinedeployment import progress
 from mcm_tasks.controllers.machinedeployment import sets as machine_sets
@@ -53,7 +52,6 @@ SELECTING_ALL_MESSAGE: Final = "This deployment is selecting all machines. A non
 
 
 @answers_unreadable
-@one_pass
 def reconcile_machine_deployment(key: str) -> Requeue | None:
     settings = get_settings()
     namespace, name = split_key(key)

@@ -3,8 +3,8 @@ worker's reconciler modules, see ``mcm_tasks.queue.registry``)."""
 
 from __future__ import annotations
 
+from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
 from mcm_tasks.kinds import Queue
-from mcm_tasks.queue import register_reconciler
 
 register_reconciler(Queue.MACHINE_DEPLOYMENT, reconcile_machine_deployment)

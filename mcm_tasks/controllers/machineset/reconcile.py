@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks.api import Machine, MachineSet, now_utc
 from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION, PRESERVE_AUTO_PRESERVED
 from mcm_tasks.api.validation import validate_machine_set
-from mcm_tasks.cache import get_listers, one_pass
+from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import parse_object
@@ -146,7 +146,6 @@ def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> Mac
 
 
 @answers_unreadable
-@one_pass
 def reconcile_machine_set(key: str) -> Requeue | None:
     settings = get_settings()
     namespace, name = split_key(key)

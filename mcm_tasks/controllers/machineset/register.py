@@ -3,8 +3,8 @@ modules, see ``mcm_tasks.queue.registry``)."""
 
 from __future__ import annotations
 
+from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
 from mcm_tasks.kinds import Queue
-from mcm_tasks.queue import register_reconciler
 
 register_reconciler(Queue.MACHINE_SET, reconcile_machine_set)

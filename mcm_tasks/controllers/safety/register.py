@@ -10,13 +10,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from mcm_tasks.cache import one_pass
+from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, debounce
 from mcm_tasks.controllers.safety.apiserver_io import check_apiservers
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.overshooting_io import check_overshooting
 from mcm_tasks.kinds import Queue
-from mcm_tasks.queue import Requeue, register_reconciler
+from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,6 @@ JOBS: dict[str, Callable[[], Requeue | None]] = {
 }
 
 
-@one_pass
 def reconcile_safety(key: str) -> Requeue | None:
     job = JOBS.get(key)
     if job is None:
