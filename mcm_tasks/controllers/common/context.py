@@ -57,7 +57,9 @@ def _listers() -> Listers:
 
 
 def mirror_has(lister: Lister[Any]) -> bool:
-    """Whether to trust the mirror for this kind: only once the informer listed it completely."""
+    """Whether to trust the mirror for this kind: only once the informer listed it completely. The
+    one policy of every controller's reads: a mirror that cannot say (Redis unavailable) is not
+    trusted, and the caller asks the API server instead."""
     try:
         return lister.synced()
     except redis.RedisError:

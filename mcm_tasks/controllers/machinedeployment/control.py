@@ -25,8 +25,8 @@ from kubernetes.client import ApiClient
 from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump, now_utc
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import get_listers
-from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import parse_object
+from mcm_tasks.controllers.common.context import mirror_has
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.template import merge_diff
@@ -41,13 +41,6 @@ from mcm_tasks.settings import Settings, get_settings
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-
-def _synced(lister: Lister[Any]) -> bool:
-    try:
-        return lister.synced()
-    except Exception:
-        return False
 
 
 def get_deployment(api: ApiClient, name: str, namespace: str) -> MachineDeployment | None:
@@ -102,7 +95,7 @@ class Context:
         uid = self.deployment.metadata.uid or ""
         selector = self.deployment.spec.selector
         lister = get_listers().machine_sets
-        if not self.live and _synced(lister):
+        if not self.live and mirror_has(lister):
             owned = [ms for ms in lister.owned_by(uid) if ms.metadata.namespace == self.namespace]
             orphans = [
                 MachineSet.model_validate(raw)
@@ -132,7 +125,7 @@ class Context:
         uids = {ms.metadata.uid or "" for ms in self.sets}
         lister = get_listers().machines
         grouped: dict[str, list[Obj]] = {uid: [] for uid in uids}
-        if not self.live and _synced(lister):
+        if not self.live and mirror_has(lister):
             for uid in uids:
                 grouped[uid] = [m for m in lister.raw.owned_by(uid) if _namespace(m) == self.namespace]
             return grouped
@@ -147,7 +140,7 @@ class Context:
         if self.target is None or not names:
             return {}
         lister = get_listers().nodes
-        if not self.live and _synced(lister):
+        if not self.live and mirror_has(lister):
             found = lister.reader.get_many(lister.kind, names)
         else:
             wanted = set(names)
@@ -156,7 +149,7 @@ class Context:
 
     def get_machine(self, name: str) -> Obj | None:
         lister = get_listers().machines
-        if not self.live and _synced(lister):
+        if not self.live and mirror_has(lister):
             found: Obj | None = lister.raw.get(name, self.namespace)
             return found
         return ops.get(self.api, MACHINES, name, self.namespace, missing_ok=True)

@@ -25,10 +25,10 @@ from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION, PRESERVE
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
-from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
+from mcm_tasks.controllers.common.context import mirror_has
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.machineset import control, status
 from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
@@ -59,16 +59,9 @@ def control_api() -> ApiClient:
     return get_clusters().control.api
 
 
-def _cached(lister: Lister[Any]) -> bool:
-    try:
-        return lister.synced()
-    except Exception:
-        return False
-
-
 def get_machine_set(name: str, namespace: str) -> MachineSet | None:
     lister = get_listers().machine_sets
-    if _cached(lister):
+    if mirror_has(lister):
         return lister.get(name, namespace)
     data = ops.get(control_api(), MACHINE_SETS, name, namespace, missing_ok=True)
     return None if data is None else parse_object(MachineSet, data)
@@ -254,7 +247,7 @@ def _warn_missing_class(api: ApiClient, machine_set: MachineSet) -> None:
     (the class may be on its way), but says on itself why they will not come up."""
     class_name = machine_set.spec.template.spec.class_.name
     lister = get_listers().machine_classes
-    if not class_name or not _cached(lister):
+    if not class_name or not mirror_has(lister):
         return
     try:
         found = lister.raw.get(class_name, machine_set.metadata.namespace)

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-import redis
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
@@ -25,7 +24,7 @@ from mcm_tasks.api.constants import (
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
 from mcm_tasks.cache import Listers, get_listers
-from mcm_tasks.cache.listers import Lister
+from mcm_tasks.controllers.common.context import mirror_has
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.pods import Answer, Removal, Reply
 from mcm_tasks.controllers.machine.drain.volumes import shared_pv_names
@@ -56,19 +55,12 @@ def _listers() -> Listers:
     return get_listers()
 
 
-def _cached(lister: Lister[Any]) -> bool:
-    try:
-        return lister.synced()
-    except redis.RedisError:
-        return False
-
-
 # --- reads ---------------------------------------------------------------------------------------------
 
 
 def pods_on_node(api: ApiClient, node_name: str) -> list[Obj]:
     lister = _listers().pods
-    if _cached(lister):
+    if mirror_has(lister):
         return list(lister.on_node(node_name))
     found = ops.list_(api, PODS, all_namespaces=True, field_selector=f"spec.nodeName={node_name}")
     return list(found["items"])
@@ -77,7 +69,7 @@ def pods_on_node(api: ApiClient, node_name: str) -> list[Obj]:
 def node_for_machine(api: ApiClient, machine_name: str) -> str:
     """The name of the Node labelled ``node.gardener.cloud/machine-name=<machine>``, "" when none."""
     lister = _listers().nodes
-    if _cached(lister):
+    if mirror_has(lister):
         nodes = lister.for_machine(machine_name)
     else:
         selector = f"{NODE_MACHINE_NAME_LABEL_KEY}={machine_name}"
@@ -87,7 +79,7 @@ def node_for_machine(api: ApiClient, machine_name: str) -> str:
 
 def pdbs_in(api: ApiClient, namespace: str) -> list[Obj]:
     lister = _listers().pod_disruption_budgets
-    if _cached(lister):
+    if mirror_has(lister):
         return list(lister.in_namespace(namespace))
     return list(ops.list_(api, POD_DISRUPTION_BUDGETS, namespace)["items"])
 
@@ -95,7 +87,7 @@ def pdbs_in(api: ApiClient, namespace: str) -> list[Obj]:
 def volume_attachments(api: ApiClient, node_name: str, pv_names: Iterable[str]) -> list[Obj]:
     """Those on the node and those of the given PVs (wherever they are attached)."""
     lister = _listers().volume_attachments
-    if _cached(lister):
+    if mirror_has(lister):
         found = {str(va["metadata"]["name"]): va for va in lister.on_node(node_name)}
         for pv in set(pv_names):
             found.update({str(va["metadata"]["name"]): va for va in lister.for_volume(pv)})
@@ -105,14 +97,14 @@ def volume_attachments(api: ApiClient, node_name: str, pv_names: Iterable[str]) 
 
 def _claim(api: ApiClient, namespace: str, name: str) -> Obj | None:
     lister = _listers().persistent_volume_claims
-    if _cached(lister):
+    if mirror_has(lister):
         return lister.get(name, namespace)
     return ops.get(api, PERSISTENT_VOLUME_CLAIMS, name, namespace, missing_ok=True)
 
 
 def _volume(api: ApiClient, name: str) -> Obj | None:
     lister = _listers().persistent_volumes
-    if _cached(lister):
+    if mirror_has(lister):
         return lister.get(name)
     return ops.get(api, PERSISTENT_VOLUMES, name, missing_ok=True)
 
