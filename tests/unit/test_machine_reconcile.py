@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mcm_tasks.api import LastOperation, Machine, MachineClass
-from mcm_tasks.controllers.machine.classes import finalizers_patch
+from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.machine.nodes import is_managed, wants_machine_deleted
 from mcm_tasks.controllers.machine.reconcile import (
     class_problem,

@@ -20,6 +20,7 @@ from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.problems import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops
@@ -32,24 +33,6 @@ log = logging.getLogger(__name__)
 
 INVALID_CLASS_REASON: Final = "InvalidMachineClass"
 MAX_MESSAGE = 1000
-
-
-def finalizers_patch(
-    meta_finalizers: list[str],
-    resource_version: str | None,
-    *,
-    add: str | None = None,
-    remove: str | None = None,
-) -> dict[str, Any] | None:
-    """A conditional merge patch adding or removing one finalizer; None when nothing changes."""
-    finalizers = list(meta_finalizers)
-    if add is not None and add not in finalizers:
-        finalizers.append(add)
-    if remove is not None and remove in finalizers:
-        finalizers.remove(remove)
-    if finalizers == list(meta_finalizers):
-        return None
-    return {"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}}
 
 
 def class_problems(machine_class: MachineClass, missing_secrets: list[str]) -> list[str]:

@@ -45,6 +45,7 @@ from mcm_tasks.api.constants import (
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
 from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import step_io as drain_mod
@@ -415,7 +416,7 @@ def _delete_node(machine: Machine) -> StepResult:
     try:
         node = ops.get(api, NODES, node_name, missing_ok=True)
         if node is not None and NODE_FINALIZER in (node["metadata"].get("finalizers") or []):
-            rest = [f for f in node["metadata"]["finalizers"] if f != NODE_FINALIZER]
+            rest = with_finalizer(node["metadata"]["finalizers"], NODE_FINALIZER, False)
             body = {"metadata": {"finalizers": rest, "resourceVersion": node["metadata"]["resourceVersion"]}}
             ops.patch(api, NODES, node_name, body)
         gone = node is None or ops.delete(api, NODES, node_name, missing_ok=True) is None
@@ -439,7 +440,7 @@ def _delete_node(machine: Machine) -> StepResult:
 
 def _remove_finalizer(machine: Machine) -> Requeue | None:
     """Upstream: ``deleteMachineFinalizers``."""
-    rest = [f for f in machine.metadata.finalizers if f != MCM_FINALIZER]
+    rest = with_finalizer(machine.metadata.finalizers, MCM_FINALIZER, False)
     body = {"metadata": {"finalizers": rest, "resourceVersion": machine.metadata.resource_version}}
     ops.patch(context.control_api(), MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)
     DrainStore().clear(machine.key)

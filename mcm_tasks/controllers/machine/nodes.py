@@ -21,7 +21,7 @@ from mcm_tasks.api.constants import (
     TRIGGER_DELETION_BY_MCM_ANNOTATION,
 )
 from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.machine.classes import finalizers_patch
+from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINES, NODES

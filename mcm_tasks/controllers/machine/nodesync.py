@@ -28,6 +28,7 @@ from mcm_tasks.api.constants import (
     NODE_FINALIZER,
     NODE_MACHINE_NAME_LABEL_KEY,
 )
+from mcm_tasks.controllers.common.finalizers import with_finalizer
 
 Obj = Mapping[str, Any]
 #: a merge-patch map: value to set, or None to remove the key
@@ -155,7 +156,7 @@ def node_sync_patch(node: Obj, machine: Machine, *, add_finalizer: bool) -> dict
         metadata["annotations"] = annotation_changes
     finalizers = list(meta.get("finalizers") or [])
     if add_finalizer and NODE_FINALIZER not in finalizers:
-        metadata["finalizers"] = [*finalizers, NODE_FINALIZER]
+        metadata["finalizers"] = with_finalizer(finalizers, NODE_FINALIZER, True)
     if not metadata and taints is None:
         return None
     metadata["resourceVersion"] = meta.get("resourceVersion")

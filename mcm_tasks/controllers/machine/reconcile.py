@@ -30,6 +30,7 @@ from mcm_tasks.api.validation import validate_machine, validate_machine_class
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
 from mcm_tasks.controllers.machine import create, healthcheck, preserve
@@ -101,7 +102,7 @@ def _add_finalizer(machine: Machine) -> Machine:
     patch = {
         "metadata": {
             "resourceVersion": machine.metadata.resource_version,
-            "finalizers": [*machine.metadata.finalizers, MCM_FINALIZER],
+            "finalizers": with_finalizer(machine.metadata.finalizers, MCM_FINALIZER, True),
         }
     }
     api = context.control_api()

@@ -14,7 +14,7 @@ from mcm_tasks.api.constants import MC_SECRET_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.machine.classes import finalizers_patch
+from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, SECRETS

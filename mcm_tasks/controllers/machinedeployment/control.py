@@ -28,6 +28,7 @@ from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common.context import mirror_has
 from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.template import merge_diff
 from mcm_tasks.controllers.machinedeployment.status import status_key
@@ -182,8 +183,7 @@ class Context:
         meta = self.deployment.metadata
         if meta.has_finalizer(MCM_FINALIZER) == present:
             return
-        others = [f for f in meta.finalizers if f != MCM_FINALIZER]
-        finalizers = [*others, MCM_FINALIZER] if present else others
+        finalizers = with_finalizer(meta.finalizers, MCM_FINALIZER, present)
         self.patch_deployment({"metadata": {"finalizers": finalizers or None}})
 
     def write_status(self, status: MachineDeploymentStatus | None = None) -> bool:

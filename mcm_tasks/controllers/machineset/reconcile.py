@@ -29,6 +29,7 @@ from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
 from mcm_tasks.controllers.common.context import mirror_has
+from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.machineset import control, status
 from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
@@ -118,8 +119,7 @@ def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> Mac
         obj = current[0]
         if obj.metadata.has_finalizer(MCM_FINALIZER) == present:
             return obj
-        others = [f for f in obj.metadata.finalizers if f != MCM_FINALIZER]
-        finalizers = [*others, MCM_FINALIZER] if present else others
+        finalizers = with_finalizer(obj.metadata.finalizers, MCM_FINALIZER, present)
         body = {
             "metadata": {"finalizers": finalizers or None, "resourceVersion": obj.metadata.resource_version}
         }

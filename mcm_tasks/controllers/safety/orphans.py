@@ -24,6 +24,7 @@ from typing import Any
 
 from mcm_tasks.api import Machine, MachinePhase
 from mcm_tasks.api.constants import NODE_FINALIZER, NOT_MANAGED_BY_MCM_ANNOTATION, NOT_MANAGED_BY_MCM_VALUE
+from mcm_tasks.controllers.common.finalizers import with_finalizer
 
 #: phases in which a machine's VM may exist before its providerID is recorded
 CREATING_PHASES = frozenset({"", MachinePhase.CRASH_LOOP_BACK_OFF})
@@ -124,7 +125,7 @@ def node_patch(node: Mapping[str, Any], action: NodeAction) -> dict[str, Any] | 
     elif action.unannotate:
         patch["annotations"] = {NOT_MANAGED_BY_MCM_ANNOTATION: None}
     if action.remove_finalizer:
-        patch["finalizers"] = [f for f in meta.get("finalizers") or [] if f != NODE_FINALIZER]
+        patch["finalizers"] = with_finalizer(meta.get("finalizers"), NODE_FINALIZER, False)
     return {"metadata": patch}
 
 
