@@ -45,10 +45,17 @@ class Commit:
 class Mirror:
     def __init__(self, client: redis.Redis) -> None:
         self.redis = client
+        #: the commit counter as this writer last left it (None: not known yet)
+        self._commits: int | None = None
 
     def write(self, commit: Commit) -> str | None:
         """Apply a commit; returns the sentinel as it stands afterwards. The writer compares it with
-        the one it set: gone or different means Redis lost its data (or another writer took over)."""
+        the one it set: gone or different means Redis lost its data (or another writer took over).
+
+        Each commit also counts itself in Redis. A count that does not follow on from this writer's
+        last one means writes were lost while the sentinel survived (a Sentinel failover promotes a
+        replica that missed the master's last writes; a restart from an old snapshot): reported as a
+        lost sentinel (None), so the writer re-lists and rebuilds what went missing."""
         changes = commit.changes
         chunks = [changes[i : i + CHUNK] for i in range(0, len(changes), CHUNK)] or [[]]
         sentinel: str | None = None
@@ -63,9 +70,14 @@ class Mirror:
                 if commit.sentinel is not None:
                     pipe.set(layout.sentinel_key(), commit.sentinel)
                 pipe.get(layout.sentinel_key())
+                pipe.incr(layout.sentinel_key() + ":commits")
             results = pipe.execute()
             if last:
-                sentinel = _text(results[-1])
+                sentinel = _text(results[-2])
+                count = int(results[-1])
+                if self._commits is not None and count != self._commits + 1:
+                    sentinel = None
+                self._commits = count
         return sentinel
 
     def sentinel(self) -> str | None:

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 from kubernetes.client import ApiClient
@@ -35,8 +35,10 @@ from informers.resources import BY_KIND, Obj, WatchedResource, watch_namespace, 
 from informers.routing import full_resync
 from informers.sink import Sink, deliver
 from informers.store import Store
+from mcm_tasks.kinds import QUEUES
 from mcm_tasks.probes import PROGRESS
-from mcm_tasks.redisdb import rkey
+from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.redisdb import master_address, rkey
 from mcm_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -79,8 +81,11 @@ class Informer:
         self.resources = resources if resources is not None else watched_resources(settings)
         self.reflectors: list[Reflector] = []
         self.counters = {
-            "batches": 0, "events": 0, "enqueued": 0, "resyncs": 0, "redis_lost": 0, "object_problems": 0,
+            "batches": 0, "events": 0, "enqueued": 0, "resyncs": 0, "redis_lost": 0,
+            "redis_failovers": 0, "object_problems": 0,
         }  # fmt: skip
+        #: the Redis master this writer last wrote to (Sentinel only)
+        self._master: Any = None
         self.problems = ProblemReporter(self._record_problem)
 
     def _record_problem(self, identity: Obj, reason: str, message: str) -> None:
@@ -175,6 +180,8 @@ class Informer:
                 for reflector in reflectors:
                     reflector.relist(initial=True)
             self._deliver(outcome.routing, stop)
+            if epoch is not None:
+                self._after_failover(processor, stop)
             self.counters["batches"] += bool(batch)
             self.counters["events"] += outcome.events
             now = time.monotonic()
@@ -185,6 +192,23 @@ class Informer:
             if now >= next_status:
                 self._publish_status(reflectors, leading=True, epoch=epoch)
                 next_status = now + STATUS_EVERY
+
+    def _after_failover(self, processor: Processor, stop: threading.Event) -> None:
+        """A Sentinel failover promoted another master: whatever the old one had not yet passed on
+        to its replica is lost, and a message taken from a queue as the master died may be lost
+        with it. Lost mirror writes show as a lost sentinel (``Mirror.write``); lost messages do
+        not, and their keys' pending marks would coalesce new adds into them until the marks go
+        stale. So the marks are dropped and every key is enqueued again (MCM's resync): a message
+        that did survive then meets a newer mark and is dropped as a duplicate at its begin."""
+        address = master_address(self.redis)
+        if address is None:
+            return
+        if self._master is not None and address != self._master:
+            log.warning("Redis failover: master %s -> %s; enqueueing every key again", self._master, address)
+            self.counters["redis_failovers"] += 1
+            self._retry(lambda: self.redis.delete(*(queue_keys(kind).pending for kind in QUEUES)), stop)
+            self._deliver(full_resync(processor.store), stop)
+        self._master = address
 
     def _resync_period(self) -> float:
         return self.settings.min_resync_period * (1.0 + random.random())

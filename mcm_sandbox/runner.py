@@ -16,11 +16,15 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mcm_sandbox.procs import ApiServer, ManagedProcess, RedisServer, free_port, wait_until
+
+if TYPE_CHECKING:
+    from mcm_tasks.settings import Settings
 
 STATE_FILE = "state.json"
 ENV_FILE = "env"
@@ -37,6 +41,8 @@ class Sandbox:
     pids: dict[str, int] = field(default_factory=dict)
     #: process name -> its /metrics, /healthz, /configz endpoint
     endpoints: dict[str, str] = field(default_factory=dict)
+    #: the ``MCM_REDIS_*`` settings of an external Redis (a Sentinel group, TLS and an ACL user)
+    redis_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -49,10 +55,18 @@ class Sandbox:
     def env(self) -> dict[str, str]:
         """The settings a process needs to reach this sandbox."""
         return {
+            **self.redis_env,
             "MCM_REDIS_URL": self.redis_url,
             "MCM_CONTROL_KUBECONFIG": str(self.kubeconfig),
             "MCM_TARGET_KUBECONFIG": str(self.target_kubeconfig),
         }
+
+    def redis_settings(self) -> Settings:
+        """This process's settings pointed at the sandbox's Redis (URL, Sentinel, TLS, ACL user)."""
+        from mcm_tasks.settings import load_settings
+
+        fields = {k.removeprefix("MCM_").lower(): v for k, v in self.env().items() if "REDIS" in k}
+        return load_settings(fields)
 
     def save(self) -> None:
         state = {
@@ -61,6 +75,7 @@ class Sandbox:
             "target_url": self.target_url,
             "pids": self.pids,
             "endpoints": self.endpoints,
+            "redis_env": self.redis_env,
         }
         (self.dir / STATE_FILE).write_text(json.dumps(state, indent=2))
         # kubectl finds the control cluster (machine objects); nodes are in the target kubeconfig
@@ -102,12 +117,14 @@ def up(
     echo: Callable[[str], None] = print,
     controller_args: Sequence[str] = (),
     force: bool = False,
+    redis_env: Mapping[str, str] | None = None,
 ) -> Sandbox:
     """Start everything, telling ``echo`` what starts and how long it took; on any failure stop
     what was started and re-raise. ``controller_args`` (flags, e.g. an upstream MCM command line)
     go to the informer, workers and beat; each still gets its own ``--port``. A sandbox still
     running in ``directory`` is an error (:class:`SandboxRunning`) unless ``force``, which stops
-    it first."""
+    it first. ``redis_env`` (``MCM_REDIS_URL`` and the other ``MCM_REDIS_*`` settings) points the
+    sandbox at a Redis started elsewhere (``mcm_sandbox.redis_ha``) instead of its own."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     alive = running_pids(directory)
@@ -129,10 +146,14 @@ def up(
         clock = time.monotonic()
 
     try:
-        redis = RedisServer(directory / "redis").start(timeout)
-        sandbox.redis_url = redis.url
-        sandbox.pids["redis"] = redis.process.pid if redis.process else 0
-        done(f"redis-server on {redis.url}")
+        if redis_env:
+            sandbox.redis_env = dict(redis_env)
+            sandbox.redis_url = redis_env["MCM_REDIS_URL"]
+        else:
+            redis = RedisServer(directory / "redis").start(timeout)
+            sandbox.redis_url = redis.url
+            sandbox.pids["redis"] = redis.process.pid if redis.process else 0
+            done(f"redis-server on {redis.url}")
         for role, kubeconfig in (("control", sandbox.kubeconfig), ("target", sandbox.target_kubeconfig)):
             api = ApiServer(logs, name=f"apiserver-{role}", kubeconfig_path=kubeconfig)
             api.start(timeout)
@@ -192,10 +213,11 @@ def wait_ready(
     sandbox: Sandbox, workers: int, timeout: float, done: Callable[[str], None] = lambda _: None
 ) -> None:
     """Every started process alive, the informer synced, the workers answering a ping."""
-    from mcm_tasks.redisdb import get_redis
+    from mcm_tasks.redisdb import connect, redis_target
 
     deadline = time.monotonic() + timeout
-    client = get_redis(sandbox.redis_url)
+    settings = sandbox.redis_settings()
+    client = connect(redis_target(settings))
 
     def alive_or_raise() -> None:
         for name, pid in sandbox.pids.items():
@@ -214,11 +236,10 @@ def wait_ready(
     from celery import Celery
 
     from mcm_tasks.celery_app import celery_config
-    from mcm_tasks.settings import get_settings
 
     # an app of our own for the ping: the process-wide one may be bound to another broker (tests)
     pinger = Celery("mcm-sandbox-ping", set_as_current=False)
-    pinger.conf.update(celery_config(get_settings().model_copy(update={"redis_url": sandbox.redis_url})))
+    pinger.conf.update(celery_config(settings))
 
     def workers_answer() -> bool:
         alive_or_raise()
@@ -229,6 +250,7 @@ def wait_ready(
         done(f"{workers} workers answer")
     finally:
         pinger.close()
+        client.close()
 
 
 def _informer_synced_key() -> str:

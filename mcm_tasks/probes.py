@@ -60,7 +60,9 @@ LEADING: Final[dict[str, bool]] = {}
 
 
 def redis_check(url: str) -> Check:
-    client = redis.Redis.from_url(url, socket_timeout=CHECK_TIMEOUT, socket_connect_timeout=CHECK_TIMEOUT)
+    from mcm_tasks.redisdb import connect, redis_target
+
+    client = connect(redis_target(url=url), timeout=CHECK_TIMEOUT)  # Sentinel, TLS and ACL user alike
 
     def check() -> tuple[bool, str]:
         try:

@@ -173,17 +173,20 @@ def sentinel_kwargs(target: RedisTarget) -> dict[str, Any]:
     return kwargs
 
 
-def connect(target: RedisTarget, *, decode: bool = True) -> redis.Redis:
-    """A new client of ``target``: the sentinels' master, or the server of the URL."""
+def connect(target: RedisTarget, *, decode: bool = True, timeout: float | None = None) -> redis.Redis:
+    """A new client of ``target``: the sentinels' master, or the server of the URL. ``timeout``
+    (probes): a socket timeout of that many seconds and no retrying through a failover."""
     kwargs = _connection_kwargs(target, decode)
+    if timeout is not None:
+        kwargs.update(socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False)
     if target.is_sentinel:
         sentinel = Sentinel(
             list(target.sentinels),
             sentinel_kwargs=sentinel_kwargs(target),
-            socket_connect_timeout=2.0,
-            socket_timeout=10.0,
+            socket_connect_timeout=timeout or 2.0,
+            socket_timeout=timeout or 10.0,
         )
-        retry = _failover_retry(target)
+        retry = _failover_retry(target) if timeout is None else Retry(ExponentialBackoff(), 0)
         client: redis.Redis = sentinel.master_for(
             target.master,
             db=target.db,
@@ -198,6 +201,12 @@ def connect(target: RedisTarget, *, decode: bool = True) -> redis.Redis:
     for name in ("username", "password", "ssl"):  # the URL carries them
         kwargs.pop(name, None)
     return redis.Redis.from_url(_with_credentials(url, target), **kwargs)
+
+
+def master_address(client: redis.Redis) -> tuple[str, int] | None:
+    """The master a Sentinel client last connected to (no round trip); None for a plain client."""
+    address = getattr(client.connection_pool, "master_address", None)
+    return None if address is None else (str(address[0]), int(address[1]))
 
 
 def _with_credentials(url: str, target: RedisTarget) -> str:

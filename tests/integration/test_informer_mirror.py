@@ -125,6 +125,20 @@ def test_the_sentinel_reports_what_redis_holds(writer: Writer, client: redis.Red
     assert writer.mirror.write(Commit()) is None
 
 
+def test_writes_lost_under_a_surviving_sentinel_are_reported_as_a_loss(
+    writer: Writer, client: redis.Redis
+) -> None:
+    """A promoted replica that missed the master's last writes still has the sentinel: the commit
+    count, behind this writer's, tells the loss."""
+    from informers.mirror import Commit
+
+    assert writer.mirror.write(Commit(sentinel="epoch-1")) == "epoch-1"
+    assert writer.mirror.write(Commit()) == "epoch-1"
+    client.decr(layout.sentinel_key() + ":commits")  # the last commit never reached the replica
+    assert writer.mirror.write(Commit()) is None
+    assert writer.mirror.write(Commit()) == "epoch-1"  # counted from there on
+
+
 def test_a_new_leader_seeds_its_memory_from_the_mirror(
     writer: Writer, client: redis.Redis, listers: Listers
 ) -> None:
