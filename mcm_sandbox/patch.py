@@ -2,10 +2,9 @@
 
 Controllers and the official client send all three: merge patches for metadata, JSON patches with
 ``test`` ops as optimistic preconditions, and strategic merge patches (kubectl, the client's
-default for dict bodies) whose list semantics depend on Go struct tags. Those tags are not
-available here, so the merge keys of the lists that matter are kept in a table (``merge_keys_for``)
-read from k8s.io/api; every list not in it is atomic (replaced), which is also what kube does for
-lists without a ``patchStrategy``.
+default for dict bodies) whose list semantics depend on Go struct tags. The tags reach us through
+the published OpenAPI extensions (``merge_keys_for``); every list without one is atomic (replaced),
+which is also what kube does for lists without a ``patchStrategy``.
 
 Errors carry the HTTP code and Status reason the real server would answer with.
 """
@@ -113,65 +112,44 @@ def json_patch(target: dict[str, Any], ops: Any) -> dict[str, Any]:
 #: Sentinel for "merge this list of scalars as a set" (``patchStrategy:"merge"`` without a key).
 PRIMITIVE = None
 
-
-def _container_keys(prefix: str) -> dict[str, str | None]:
-    return {
-        prefix: "name",
-        f"{prefix}.env": "name",
-        f"{prefix}.ports": "containerPort",
-        f"{prefix}.volumeMounts": "mountPath",
-        f"{prefix}.volumeDevices": "devicePath",
-    }
+# Kinds served under more than one group/version with the same name resolve to the first listed.
+_KIND_API_VERSIONS = {"Event": "v1", "Scale": "autoscaling/v1"}
 
 
-def _pod_spec_keys(prefix: str) -> dict[str, str | None]:
-    keys: dict[str, str | None] = {
-        f"{prefix}.volumes": "name",
-        f"{prefix}.imagePullSecrets": "name",
-        f"{prefix}.hostAliases": "ip",
-        f"{prefix}.topologySpreadConstraints": "topologyKey",
-        f"{prefix}.resourceClaims": "name",
-        f"{prefix}.schedulingGates": "name",
-    }
-    for field in ("containers", "initContainers", "ephemeralContainers"):
-        keys.update(_container_keys(f"{prefix}.{field}"))
-    return keys
-
-
-_COMMON: dict[str, str | None] = {"metadata.finalizers": PRIMITIVE, "metadata.ownerReferences": "uid"}
-_CONDITIONS: dict[str, str | None] = {"status.conditions": "type"}
-
-# Node spec.taints, status.volumesAttached, status.images and Pod spec.tolerations carry no
-# patchStrategy in k8s.io/api: SMP replaces them whole, and so do we.
-_BY_KIND: dict[str, dict[str, str | None]] = {
-    "Pod": {
-        **_pod_spec_keys("spec"),
-        **_CONDITIONS,
-        "status.podIPs": "ip",
-        "status.hostIPs": "ip",
-        "status.resourceClaimStatuses": "name",
-    },
-    "Node": {"spec.podCIDRs": PRIMITIVE, **_CONDITIONS, "status.addresses": "type"},
-    "PodDisruptionBudget": _CONDITIONS,
-    "PersistentVolumeClaim": _CONDITIONS,
-    "Namespace": _CONDITIONS,
-    "PodTemplate": _pod_spec_keys("template.spec"),
-}
-
-
-def merge_keys_for(kind: str) -> dict[str, str | None]:
+def merge_keys_for(kind: str, api_version: str = "") -> dict[str, str | None]:
     """Dotted field path (list indices omitted) → merge key, or ``PRIMITIVE`` for scalar sets.
 
-    Paths not in the result are atomic lists: a strategic merge patch replaces them.
+    Read from the published OpenAPI ``x-kubernetes-patch-merge-key``/``-strategy`` extensions of
+    the kind's definition (see ``mcm_sandbox.apiserver.kube_openapi``). Paths not in the result
+    are atomic lists: a strategic merge patch replaces them, as kube does for lists without a
+    ``patchStrategy`` (Node ``spec.taints``, Pod ``spec.tolerations``).
     """
-    return {**_COMMON, **_BY_KIND.get(kind, {})}
+    from mcm_sandbox.apiserver import kube_openapi
+
+    name = _definition(kind, api_version or _KIND_API_VERSIONS.get(kind, ""))
+    return dict(kube_openapi.merge_keys(name)) if name else {}
 
 
-def strategic_merge_patch(target: dict[str, Any], patch: Any, kind: str) -> dict[str, Any]:
+def _definition(kind: str, api_version: str) -> str | None:
+    from mcm_sandbox.apiserver import kube_openapi
+
+    if api_version:
+        group, _, version = api_version.rpartition("/")
+        return kube_openapi.definition_name(group, version, kind)
+    for group, version in (("", "v1"), ("apps", "v1"), ("batch", "v1"), ("policy", "v1")):
+        found = kube_openapi.definition_name(group, version, kind)
+        if found:
+            return found
+    return None
+
+
+def strategic_merge_patch(
+    target: dict[str, Any], patch: Any, kind: str, api_version: str = ""
+) -> dict[str, Any]:
     """Apply a strategic merge patch for built-in ``kind`` to a copy of ``target``."""
     if not isinstance(patch, dict):
         raise _bad_request("invalid JSON document")
-    merger = _StrategicMerger(merge_keys_for(kind))
+    merger = _StrategicMerger(merge_keys_for(kind, api_version or str(target.get("apiVersion") or "")))
     return merger.merge_map(copy.deepcopy(target), copy.deepcopy(patch), "")
 
 

@@ -20,7 +20,7 @@ from mcm_sandbox.apiserver.controllers import Controllers
 from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
 from mcm_sandbox.apiserver.disruption import Disruption
 from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
-from mcm_sandbox.apiserver.handlers import Api, parse_json
+from mcm_sandbox.apiserver.handlers import Api, check_depth, parse_json
 from mcm_sandbox.apiserver.impersonation import impersonate
 from mcm_sandbox.apiserver.resources import Registry
 from mcm_sandbox.apiserver.routing import Discovery, Target, resolve
@@ -234,7 +234,9 @@ class Server:
         media = request.content_type.lower()
         if media in ("application/yaml", "application/x-yaml"):
             try:
-                return yaml.safe_load(raw)
+                return check_depth(yaml.safe_load(raw))
+            except RecursionError:
+                raise errors.bad_request("error decoding YAML request body: exceeded max depth") from None
             except yaml.YAMLError as exc:
                 raise errors.bad_request(f"error decoding YAML request body: {exc}") from exc
         if media == protobuf.PROTOBUF:
@@ -275,9 +277,8 @@ class Server:
                 as_table,
             )
         if verb == "list":
-            page, raw = self.api.list(rt, t.namespace, query)
-            if table.wants_table(request.headers.get("Accept", "")):
-                meta = {"resourceVersion": str(self.store.rv)}
+            page, raw, meta = self.api.list(rt, t.namespace, query)
+            if table.wants_table(request.headers.get("Accept", "")):  # the same ListMeta: continue too
                 return _json(
                     table.table(rt, [e.obj for e in page], meta, query.get("includeObject", "Metadata"))
                 )

@@ -114,6 +114,10 @@ class Deleter:
         else:
             new_meta["deletionTimestamp"] = objects.now_iso(grace)
             new_meta["deletionGracePeriodSeconds"] = grace
+            # upstream's BeforeDelete/markAsDeleting: the first deletionTimestamp bumps a generation
+            # (controllers, upstream MCM's among them, skip updates whose generation is unchanged)
+            if int(meta.get("generation") or 0) > 0:
+                new_meta["generation"] = int(meta["generation"]) + 1
             if rt.storage == "namespaces":
                 new.setdefault("status", {})["phase"] = "Terminating"
         if objects.same_content(new, old.obj):

@@ -80,7 +80,7 @@ class Api:
 
     def list(
         self, rt: ResourceType, namespace: str | None, query: dict[str, str]
-    ) -> tuple[list[Entry], bytes]:
+    ) -> tuple[list[Entry], bytes, dict[str, Any]]:
         """Items and the encoded list; limit/continue page over a snapshot taken by the first page."""
         flt = compile_filter(rt, query.get("labelSelector", ""), query.get("fieldSelector", ""))
         limit = _int_param(query, "limit")
@@ -105,7 +105,7 @@ class Api:
             meta["continue"] = _encode_continue(snap_id, offset + limit, rv)
             meta["remainingItemCount"] = len(entries) - offset - limit
         head = dumps({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta})
-        return page, head[:-1] + b',"items":[' + b",".join(e.raw for e in page) + b"]}"
+        return page, head[:-1] + b',"items":[' + b",".join(e.raw for e in page) + b"]}", meta
 
     # --- create ------------------------------------------------------------------------------
 
@@ -159,7 +159,7 @@ class Api:
         dry_run: bool = False,
     ) -> Entry:
         old = self.must_get(rt, namespace, name)
-        patched = self.apply_patch(rt, old.clone(), raw, content_type)
+        patched = check_depth(self.apply_patch(rt, old.clone(), raw, content_type))
         objects.check_body(rt, patched)
         self._check_rv(rt, old, patched)
         return self.write_update(rt, old, patched, sub, dry_run)
@@ -182,7 +182,7 @@ class Api:
                 return patching.merge_patch(current, doc)
             if media == JSON_PATCH:
                 return patching.json_patch(current, doc)
-            return patching.strategic_merge_patch(current, doc, rt.kind)
+            return patching.strategic_merge_patch(current, doc, rt.kind, rt.api_version)
         except patching.PatchError as exc:
             raise errors.ApiError(exc.status_code, exc.reason or "Invalid", exc.message) from exc
 
@@ -290,9 +290,28 @@ def _selector_string(selector: dict[str, Any]) -> str:
         return ""
 
 
+#: Deepest nesting a body may have. The sandbox keeps objects as JSON (orjson encodes at most 255
+#: levels) and walks them recursively, so deeper bodies get a 400 here rather than a 500 later.
+MAX_DEPTH = 128
+
+
+def check_depth(doc: Any, limit: int = MAX_DEPTH) -> Any:
+    """400 for a body nested deeper than ``limit`` (iterative: a hostile body cannot recurse us)."""
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise errors.bad_request(f"error decoding request body: exceeded max depth of {limit}")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+    return doc
+
+
 def parse_json(raw: bytes) -> Any:
     try:
-        return loads(raw)
+        return check_depth(loads(raw))
     except ValueError as exc:
         raise errors.bad_request(f"error decoding request body: {exc}") from exc
 

@@ -166,7 +166,13 @@ def test_json_patch_failed_test_applies_nothing() -> None:
 # --------------------------------------------------------------------------- strategic merge patch
 
 
-def test_merge_keys_table() -> None:
+def test_merge_keys_come_from_the_published_openapi_extensions() -> None:
+    assert merge_keys_for("Service")["spec.ports"] == "port"  # kubectl apply of a two-port Service
+    deployment = merge_keys_for("Deployment", "apps/v1")
+    assert deployment["spec.template.spec.containers"] == "name"
+    assert deployment["spec.template.spec.containers.ports"] == "containerPort"
+    assert merge_keys_for("DaemonSet", "apps/v1")["status.conditions"] == "type"
+    assert merge_keys_for("Event", "v1") == merge_keys_for("Secret")
     pod = merge_keys_for("Pod")
     assert pod["metadata.finalizers"] is PRIMITIVE
     assert pod["metadata.ownerReferences"] == "uid"

@@ -1,0 +1,131 @@
+"""Where the sandbox used to differ from kube-apiserver (issue 15): deletion bumps generation,
+Table lists page with continue tokens, hostile bodies get a 4xx, error bodies keep Status's field
+order, strategic merge keys come from the published OpenAPI."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+    raw_request,
+    session_api_fixture,
+    unique,
+)
+
+pytestmark = pytest.mark.integration
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+
+@pytest.fixture()
+def ns(session_api: client.ApiClient) -> Any:
+    name = unique("fid")
+    core = client.CoreV1Api(session_api)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+def test_first_deletion_timestamp_bumps_generation(session_api: client.ApiClient, ns: str) -> None:
+    apps = client.AppsV1Api(session_api)
+    body = {
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]},
+        "spec": {"selector": {"matchLabels": {"a": "b"}},
+                 "template": {"metadata": {"labels": {"a": "b"}},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }  # fmt: skip
+    assert apps.create_namespaced_deployment(ns, body).metadata.generation == 1
+    apps.delete_namespaced_deployment("held", ns)
+    held = apps.read_namespaced_deployment("held", ns)
+    assert held.metadata.deletion_timestamp is not None and held.metadata.generation == 2
+    apps.delete_namespaced_deployment("held", ns)  # a second delete changes nothing
+    assert apps.read_namespaced_deployment("held", ns).metadata.generation == 2
+    apps.patch_namespaced_deployment("held", ns, {"metadata": {"finalizers": None}})
+
+
+def test_table_lists_carry_the_continue_token(session_api: client.ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(session_api)
+    for i in range(7):
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"cm-{i}"}})
+    path = f"/api/v1/namespaces/{ns}/configmaps?limit=3"
+    names: list[str] = []
+    while True:
+        code, page = raw_request(session_api, "GET", path, headers={"Accept": TABLE})
+        assert code == 200 and page["kind"] == "Table"
+        names.extend(row["cells"][0] for row in page["rows"])
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+        path = f"/api/v1/namespaces/{ns}/configmaps?limit=3&continue={token}"
+    assert names == [f"cm-{i}" for i in range(7)]
+
+
+def _nested(depth: int) -> Any:
+    doc: Any = "leaf"
+    for _ in range(depth):
+        doc = {"a": doc}
+    return doc
+
+
+@pytest.mark.parametrize("depth", [200, 900, 2000, 20000])
+def test_deeply_nested_bodies_get_a_4xx(session_api: client.ApiClient, ns: str, depth: int) -> None:
+    body = {"metadata": {"name": f"deep-{depth}"}, "data": {"x": "y"}, "deep": _nested(depth)}
+    raw = json.dumps(body) if depth < 900 else _json_text(body)
+    code, status = raw_request(session_api, "POST", f"/api/v1/namespaces/{ns}/configmaps", raw.encode())
+    assert 400 <= code < 500, status
+    assert status["kind"] == "Status" and status["code"] == code
+    patch = ('{"metadata":{"labels":{"a":"b"}},"x":' + '{"a":' * depth + "1" + "}" * depth + "}").encode()
+    client.CoreV1Api(session_api).create_namespaced_config_map(ns, {"metadata": {"name": f"cm-{depth}"}})
+    code, _ = raw_request(
+        session_api,
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/cm-{depth}",
+        patch,
+        "application/merge-patch+json",
+    )
+    assert 400 <= code < 500
+    yaml_body = (
+        "metadata:\n  name: y\n" + "".join("  " * i + "a:\n" for i in range(1, min(depth, 3000))) + "x: 1\n"
+    )
+    code, _ = raw_request(
+        session_api, "POST", f"/api/v1/namespaces/{ns}/configmaps", yaml_body.encode(), "application/yaml"
+    )
+    assert 400 <= code < 500
+    assert client.VersionApi(session_api).get_code().major == "1"  # still serving
+
+
+def _json_text(doc: Any) -> str:
+    """json.dumps without Python's recursion (the stdlib encoder is recursive)."""
+    depth = 0
+    inner = doc["deep"]
+    while isinstance(inner, dict):
+        depth += 1
+        inner = inner["a"]
+    head = json.dumps({k: v for k, v in doc.items() if k != "deep"})[:-1]
+    return head + ',"deep":' + '{"a":' * depth + '"leaf"' + "}" * depth + "}"
+
+
+def test_error_bodies_keep_status_field_order(session_api: client.ApiClient, ns: str) -> None:
+    code, body = raw_request(session_api, "GET", f"/api/v1/namespaces/{ns}/configmaps/nope")
+    assert code == 404
+    assert list(body) == ["kind", "apiVersion", "metadata", "status", "message", "reason", "details", "code"]
+    assert list(body["details"]) == ["name", "kind"]
+    code, body = raw_request(session_api, "GET", f"/apis/apps/v1/namespaces/{ns}/deployments/nope")
+    assert list(body["details"]) == ["name", "group", "kind"]
+
+
+def test_kubectl_style_apply_patch_keeps_both_service_ports(session_api: client.ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(session_api)
+    ports = [{"name": "a", "port": 80}, {"name": "b", "port": 81}]
+    core.create_namespaced_service(ns, {"metadata": {"name": "two"}, "spec": {"ports": ports}})
+    patch = {  # what kubectl apply sends after the manifest's second port changed its targetPort
+        "spec": {
+            "$setElementOrder/ports": [{"port": 80}, {"port": 81}],
+            "ports": [{"port": 81, "targetPort": 9090}],
+        }
+    }
+    svc = core.patch_namespaced_service("two", ns, patch)
+    assert [(p.port, p.target_port) for p in svc.spec.ports] == [(80, 80), (81, 9090)]
