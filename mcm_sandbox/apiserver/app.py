@@ -140,15 +140,20 @@ class Server:
             raise missing
         if path.startswith("/sandbox/faults"):
             return await self.faults.admin(request)
-        if path.startswith("/openapi/v3"):
-            doc = (
-                openapi.index(self.registry)
-                if path.rstrip("/") == "/openapi/v3"
-                else openapi.group_version(self.registry, path[len("/openapi/v3/") :])
-            )
+        if path.rstrip("/") == "/openapi/v3":
+            return _json(openapi.index(self.registry))
+        if path.startswith("/openapi/v3/"):
+            doc = openapi.group_version_bytes(self.registry, path[len("/openapi/v3/") :])
             if doc is None:
                 raise errors.not_found_path()
             return _json(doc)
+        if path.rstrip("/") == "/openapi/v2":
+            # kubectl asks for protobuf only (and copes without it); JSON clients get the document
+            if "json" not in request.headers.get(
+                "Accept", "application/json"
+            ) and "*/*" not in request.headers.get("Accept", ""):
+                raise errors.not_acceptable(request.headers.get("Accept", ""))
+            return _json(openapi.swagger_v2(self.registry))
         if path.startswith("/openapi/") or found is None:
             raise errors.not_found_path()
         if isinstance(found, Discovery):

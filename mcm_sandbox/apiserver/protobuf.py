@@ -1,8 +1,9 @@
 """Decode the Kubernetes protobuf request bodies kubectl's typed clients send.
 
-``kubectl create namespace|configmap|secret`` and ``kubectl drain`` (evictions) encode their bodies
-as ``application/vnd.kubernetes.protobuf`` and do not retry as JSON, so the sandbox decodes those
-few types; anything else gets 415. Responses are always JSON, which these clients also accept.
+kubectl's typed commands (``create <kind>``, ``auth can-i``, ``create token``, ``drain``) encode
+their bodies as ``application/vnd.kubernetes.protobuf`` and do not retry as JSON, so the sandbox
+decodes every kind those commands send (``protobuf_kinds``); anything else gets 415. Responses are
+always JSON, which these clients also accept.
 """
 
 from __future__ import annotations
@@ -12,39 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mcm_sandbox.apiserver import errors
+from mcm_sandbox.apiserver.protobuf_kinds import KEEP_ZERO, KINDS, TIME, Schema
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"
-
-# A schema maps field number -> (json name, kind); kind is a scalar tag, a nested schema, or a tuple
-# ("repeated", kind) / ("map", value kind).
-Schema = dict[int, tuple[str, Any]]
-
-TIME: Schema = {1: ("seconds", "int"), 2: ("nanos", "int")}
-OWNER_REF: Schema = {1: ("kind", "str"), 3: ("name", "str"), 4: ("uid", "str"), 5: ("apiVersion", "str"),
-                     6: ("controller", "bool"), 7: ("blockOwnerDeletion", "bool")}  # fmt: skip
-OBJECT_META: Schema = {
-    1: ("name", "str"), 2: ("generateName", "str"), 3: ("namespace", "str"), 5: ("uid", "str"),
-    6: ("resourceVersion", "str"), 7: ("generation", "int"), 8: ("creationTimestamp", TIME),
-    9: ("deletionTimestamp", TIME), 10: ("deletionGracePeriodSeconds", "int"), 11: ("labels", ("map", "str")),
-    12: ("annotations", ("map", "str")), 13: ("ownerReferences", ("repeated", OWNER_REF)),
-    14: ("finalizers", ("repeated", "str")),
-}  # fmt: skip
-DELETE_OPTIONS: Schema = {
-    1: ("gracePeriodSeconds", "int"),
-    2: ("preconditions", {1: ("uid", "str"), 2: ("resourceVersion", "str")}),
-    3: ("orphanDependents", "bool"), 4: ("propagationPolicy", "str"), 5: ("dryRun", ("repeated", "str")),
-}  # fmt: skip
-KINDS: dict[str, Schema] = {
-    "Namespace": {1: ("metadata", OBJECT_META), 2: ("spec", {1: ("finalizers", ("repeated", "str"))}),
-                  3: ("status", {1: ("phase", "str")})},
-    "ConfigMap": {1: ("metadata", OBJECT_META), 2: ("data", ("map", "str")),
-                  3: ("binaryData", ("map", "bytes")), 4: ("immutable", "bool")},
-    "Secret": {1: ("metadata", OBJECT_META), 2: ("data", ("map", "bytes")), 3: ("type", "str"),
-               4: ("stringData", ("map", "str")), 5: ("immutable", "bool")},
-    "Eviction": {1: ("metadata", OBJECT_META), 2: ("deleteOptions", DELETE_OPTIONS)},
-    "DeleteOptions": DELETE_OPTIONS,
-}  # fmt: skip
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -91,6 +63,13 @@ def _scalar(kind: Any, value: int | bytes) -> Any:
     if kind == "int":
         number = int(value) if isinstance(value, int) else 0
         return number - (1 << 64) if number >= 1 << 63 else number
+    if kind == "quantity":  # resource.Quantity: {string: 1}
+        return _scalar("str", dict(_fields(value if isinstance(value, bytes) else b"")).get(1, b""))
+    if kind == "ios":  # intstr.IntOrString: {type: 1, intVal: 2, strVal: 3}
+        fields = dict(_fields(value if isinstance(value, bytes) else b""))
+        if fields.get(1) == 1:
+            return _scalar("str", fields.get(3, b""))
+        return _scalar("int", fields.get(2, 0))
     if isinstance(kind, dict):
         decoded = decode_message(value if isinstance(value, bytes) else b"", kind)
         if kind is TIME:
@@ -99,7 +78,12 @@ def _scalar(kind: Any, value: int | bytes) -> Any:
     raise ValueError(f"unknown field kind {kind!r}")
 
 
+def _empty(name: str, value: Any) -> bool:
+    return value in ("", 0, False, {}) and not (name in KEEP_ZERO and value in (0, False))
+
+
 def decode_message(buf: bytes, schema: Schema) -> dict[str, Any]:
+    """A message as its JSON form; zero scalars and empty messages are left out (see KEEP_ZERO)."""
     out: dict[str, Any] = {}
     for number, value in _fields(buf):
         if number not in schema:
@@ -110,8 +94,14 @@ def decode_message(buf: bytes, schema: Schema) -> dict[str, Any]:
         elif isinstance(kind, tuple) and kind[0] == "map":
             entry = dict(_fields(value if isinstance(value, bytes) else b""))
             out.setdefault(name, {})[_scalar("str", entry.get(1, b""))] = _scalar(kind[1], entry.get(2, b""))
+        elif isinstance(kind, tuple) and kind[0] == "inline":
+            out.update(_scalar(kind[1], value))
         else:
-            out[name] = _scalar(kind, value)
+            decoded = _scalar(kind, value)
+            if kind is TIME and decoded.startswith("1970-01-01T00:00:00"):
+                continue
+            if not _empty(name, decoded):
+                out[name] = decoded
     return out
 
 

@@ -133,6 +133,36 @@ def _modes(obj: Obj) -> str:
 
 Column = tuple[str, str, int, Cell]  # name, type, priority, cell
 
+
+def _ready_of(o: Obj) -> str:
+    return f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 0)}"
+
+
+def _count(path: str, where: str = "status") -> Cell:
+    return lambda o: int((_status(o) if where == "status" else _spec(o)).get(path) or 0)
+
+
+def _ports(o: Obj) -> str:
+    parts = []
+    for p in _spec(o).get("ports") or []:
+        node = f":{p['nodePort']}" if p.get("nodePort") else ""
+        parts.append(f"{p.get('port')}{node}/{p.get('protocol', 'TCP')}")
+    return ",".join(parts) or "<none>"
+
+
+def _external_ip(o: Obj) -> str:
+    ingress = (_status(o).get("loadBalancer") or {}).get("ingress") or []
+    ips = [i.get("ip") or i.get("hostname") for i in ingress] + list(_spec(o).get("externalIPs") or [])
+    if ips:
+        return ",".join(str(ip) for ip in ips)
+    return "<pending>" if _spec(o).get("type") == "LoadBalancer" else "<none>"
+
+
+def _role_ref(o: Obj) -> str:
+    ref = o.get("roleRef") or {}
+    return f"{ref.get('kind', '')}/{ref.get('name', '')}"
+
+
 _AGE: Column = ("Age", "string", 0, _created)
 BUILTIN_COLUMNS: dict[str, list[Column]] = {
     "pods": [
@@ -219,6 +249,72 @@ BUILTIN_COLUMNS: dict[str, list[Column]] = {
     ],
     "leases.coordination.k8s.io": [
         ("Holder", "string", 0, lambda o: _spec(o).get("holderIdentity", "")),
+        _AGE,
+    ],
+    "deployments.apps": [
+        ("Ready", "string", 0, _ready_of),
+        ("Up-to-date", "integer", 0, _count("updatedReplicas")),
+        ("Available", "integer", 0, _count("availableReplicas")),
+        _AGE,
+    ],
+    "replicasets.apps": [
+        ("Desired", "integer", 0, _count("replicas", "spec")),
+        ("Current", "integer", 0, _count("replicas")),
+        ("Ready", "integer", 0, _count("readyReplicas")),
+        _AGE,
+    ],
+    "replicationcontrollers": [
+        ("Desired", "integer", 0, _count("replicas", "spec")),
+        ("Current", "integer", 0, _count("replicas")),
+        ("Ready", "integer", 0, _count("readyReplicas")),
+        _AGE,
+    ],
+    "statefulsets.apps": [("Ready", "string", 0, _ready_of), _AGE],
+    "daemonsets.apps": [
+        ("Desired", "integer", 0, _count("desiredNumberScheduled")),
+        ("Current", "integer", 0, _count("currentNumberScheduled")),
+        ("Ready", "integer", 0, _count("numberReady")),
+        ("Up-to-date", "integer", 0, _count("updatedNumberScheduled")),
+        ("Available", "integer", 0, _count("numberAvailable")),
+        _AGE,
+    ],
+    "jobs.batch": [
+        (
+            "Completions",
+            "string",
+            0,
+            lambda o: f"{_status(o).get('succeeded', 0)}/{_spec(o).get('completions', 1)}",
+        ),
+        _AGE,
+    ],
+    "cronjobs.batch": [
+        ("Schedule", "string", 0, lambda o: _spec(o).get("schedule", "")),
+        ("Suspend", "boolean", 0, lambda o: bool(_spec(o).get("suspend"))),
+        ("Active", "integer", 0, lambda o: len(_status(o).get("active") or [])),
+        _AGE,
+    ],
+    "services": [
+        ("Type", "string", 0, lambda o: _spec(o).get("type", "ClusterIP")),
+        ("Cluster-IP", "string", 0, lambda o: _or_none(_spec(o).get("clusterIP"))),
+        ("External-IP", "string", 0, _external_ip),
+        ("Port(s)", "string", 0, _ports),
+        _AGE,
+    ],
+    "serviceaccounts": [("Secrets", "integer", 0, lambda o: len(o.get("secrets") or [])), _AGE],
+    "rolebindings.rbac.authorization.k8s.io": [("Role", "string", 0, _role_ref), _AGE],
+    "clusterrolebindings.rbac.authorization.k8s.io": [("Role", "string", 0, _role_ref), _AGE],
+    "horizontalpodautoscalers.autoscaling": [
+        (
+            "Reference",
+            "string",
+            0,
+            lambda o: "/".join(
+                str((_spec(o).get("scaleTargetRef") or {}).get(k, "")) for k in ("kind", "name")
+            ),
+        ),
+        ("MinPods", "integer", 0, lambda o: _spec(o).get("minReplicas", 1)),
+        ("MaxPods", "integer", 0, lambda o: _spec(o).get("maxReplicas", 0)),
+        ("Replicas", "integer", 0, lambda o: _status(o).get("currentReplicas", 0)),
         _AGE,
     ],
     "customresourcedefinitions.apiextensions.k8s.io": [

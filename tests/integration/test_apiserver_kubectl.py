@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,39 +12,19 @@ import yaml
 from mcm_sandbox.procs import ApiServer
 from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
+    kubectl_runner,
     session_api_fixture,
     unique,
     widget,
     widgets_fixture,
 )
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
-]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture()
 def kubectl(apiserver: ApiServer, tmp_path: Path) -> Any:
-    def run(*args: str, stdin: str = "", with_stderr: bool = False) -> str:
-        done = subprocess.run(
-            [
-                "kubectl",
-                "--kubeconfig",
-                str(apiserver.kubeconfig),
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                *args,
-            ],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, f"kubectl {' '.join(args)} failed:\n{done.stderr}"
-        return done.stdout + (done.stderr if with_stderr else "")
-
-    return run
+    return kubectl_runner(apiserver.kubeconfig, tmp_path / "cache")
 
 
 def test_kubectl_smoke(kubectl: Any, widgets: Any, tmp_path: Path) -> None:

