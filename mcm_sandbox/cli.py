@@ -41,6 +41,11 @@ def apiserver(
         help="AlwaysAllow, or RBAC to enforce Roles and bindings as kube-apiserver's "
         "--authorization-mode=RBAC does (the kubeconfig then carries an admin token).",
     ),
+    secure_port: int | None = typer.Option(
+        None,
+        help="Also serve HTTPS (self-signed) on this port, 0 for any, and write the kubeconfig for it; "
+        "RBAC mode does this by default.",
+    ),
 ) -> None:
     """Run the sandbox Kubernetes API server in the foreground."""
     from mcm_sandbox.apiserver.app import ServerOptions
@@ -55,12 +60,15 @@ def apiserver(
         ) from exc
     if authorization_mode not in ("AlwaysAllow", "RBAC"):
         raise typer.BadParameter("--authorization-mode must be AlwaysAllow or RBAC")
+    if secure_port is None and authorization_mode == "RBAC":
+        secure_port = 0  # kubectl sends tokens only over https
     opts = ServerOptions(
         token=token,
         history_window=history_window,
         pod_grace_mode=mode,
         bookmark_interval=bookmark_interval,
         authorization_mode=authorization_mode,
+        secure_port=secure_port,
     )
     run(host, port, kubeconfig, opts)
 

@@ -20,7 +20,7 @@ from mcm_sandbox.apiserver.controllers import Controllers
 from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
 from mcm_sandbox.apiserver.disruption import Disruption
 from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
-from mcm_sandbox.apiserver.handlers import Api, check_depth, parse_json
+from mcm_sandbox.apiserver.handlers import APPLY_PATCH, Api, check_depth, parse_json
 from mcm_sandbox.apiserver.impersonation import impersonate
 from mcm_sandbox.apiserver.resources import Registry
 from mcm_sandbox.apiserver.routing import Discovery, Target, resolve
@@ -44,11 +44,18 @@ class ServerOptions:
     server_address: str = "127.0.0.1:6443"
     # kube-apiserver's --authorization-mode: AlwaysAllow (the default here) or RBAC.
     authorization_mode: str = "AlwaysAllow"
+    # Also serve HTTPS on this port (0: any free one), and point the kubeconfig there.
+    secure_port: int | None = None
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     raw = body if isinstance(body, bytes) else dumps(body)
     return web.Response(body=raw, status=status, content_type=JSON, headers=headers)
+
+
+def _manager(request: web.Request, query: dict[str, str]) -> str:
+    """The field manager of a write: ``fieldManager``, else the user agent's product (as upstream)."""
+    return query.get("fieldManager") or request.headers.get("User-Agent", "").split("/")[0]
 
 
 def _query(request: web.Request) -> dict[str, str]:
@@ -311,19 +318,34 @@ class Server:
             body = await self._object_body(request)
             if sub == "scale":
                 return _json(
-                    self.api.write_scale(rt, self.api.must_get(rt, t.namespace, t.name or ""), body, dry_run)
+                    self.api.write_scale(
+                        rt,
+                        self.api.must_get(rt, t.namespace, t.name or ""),
+                        body,
+                        dry_run,
+                        _manager(request, query),
+                    )
                 )
             if sub == "finalize":
                 return _json(self._finalize(t, body, dry_run).raw)
-            return _json(self.api.update(rt, t.namespace, t.name or "", body, sub, dry_run).raw)
+            updated = self.api.update(
+                rt, t.namespace, t.name or "", body, sub, dry_run, _manager(request, query)
+            )
+            return _json(updated.raw)
         if verb == "patch":
             raw = await self._read_body(request, True)
             ctype = request.headers.get("Content-Type", "")
             if sub == "scale":
                 old = self.api.must_get(rt, t.namespace, t.name or "")
                 scale = self.api.apply_patch(rt, self.api.scale_of(rt, old), raw, ctype)
-                return _json(self.api.write_scale(rt, old, scale, dry_run))
-            return _json(self.api.patch(rt, t.namespace, t.name or "", raw, ctype, sub, dry_run).raw)
+                return _json(self.api.write_scale(rt, old, scale, dry_run, _manager(request, query)))
+            if ctype.split(";")[0].strip().lower() == APPLY_PATCH:
+                entry, created = self.api.server_side_apply(
+                    rt, t.namespace, t.name or "", raw, query, sub, dry_run
+                )
+                return _json(entry.raw, 201 if created else 200)
+            manager = _manager(request, query)
+            return _json(self.api.patch(rt, t.namespace, t.name or "", raw, ctype, sub, dry_run, manager).raw)
         raw_opts = await self._read_body(request, False)
         if not raw_opts.strip():
             given = None

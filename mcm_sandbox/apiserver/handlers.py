@@ -141,12 +141,61 @@ class Api:
         body: Any,
         sub: str | None,
         dry_run: bool = False,
+        manager: str = "",
     ) -> Entry:
         body = objects.check_body(rt, body)
         objects.check_name_matches(body, name, namespace if rt.namespaced else None)
         old = self.must_get(rt, namespace, name)
         self._check_rv(rt, old, body)
-        return self.write_update(rt, old, body, sub, dry_run)
+        return self.write_update(rt, old, body, sub, dry_run, manager=manager)
+
+    def server_side_apply(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        raw: bytes,
+        query: dict[str, str],
+        sub: str | None,
+        dry_run: bool = False,
+    ) -> tuple[Entry, bool]:
+        """PATCH with application/apply-patch+yaml: (entry, created)."""
+        import yaml
+
+        from mcm_sandbox.apiserver import apply
+
+        manager = query.get("fieldManager", "")
+        if not manager:
+            raise errors.invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    errors.cause(
+                        "fieldManager", "Required value: is required for apply patch", "FieldValueRequired"
+                    )
+                ],
+            )
+        try:
+            applied = check_depth(yaml.safe_load(raw))
+        except RecursionError:
+            raise errors.bad_request("error decoding YAML: exceeded max depth") from None
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"error decoding YAML: {exc}") from exc
+        if not isinstance(applied, dict) or not applied.get("apiVersion") or not applied.get("kind"):
+            raise errors.bad_request("apiVersion and kind must be set in an applied configuration")
+        applied = objects.check_body(rt, applied)
+        objects.check_name_matches(applied, name, namespace if rt.namespaced else None)
+        applied["metadata"]["name"] = name
+        schema = apply.schema_for(rt)
+        force = query.get("force", "").lower() == "true"
+        old = self.store.get(rt.storage, namespace or "", name)
+        if old is None:
+            created = apply.apply(None, applied, schema, manager, rt.api_version, force)
+            return self.create(rt, namespace, created, dry_run), True
+        result = apply.apply(old.clone(), applied, schema, manager, rt.api_version, force)
+        self._check_rv(rt, old, applied)
+        return self.write_update(rt, old, result, sub, dry_run), False
 
     def patch(
         self,
@@ -157,12 +206,13 @@ class Api:
         content_type: str,
         sub: str | None,
         dry_run: bool = False,
+        manager: str = "",
     ) -> Entry:
         old = self.must_get(rt, namespace, name)
         patched = check_depth(self.apply_patch(rt, old.clone(), raw, content_type))
         objects.check_body(rt, patched)
         self._check_rv(rt, old, patched)
-        return self.write_update(rt, old, patched, sub, dry_run)
+        return self.write_update(rt, old, patched, sub, dry_run, manager=manager)
 
     def apply_patch(self, rt: ResourceType, current: dict[str, Any], raw: bytes, content_type: str) -> Any:
         from mcm_sandbox import patch as patching
@@ -207,12 +257,17 @@ class Api:
         sub: str | None,
         dry_run: bool = False,
         system: bool = False,
+        manager: str = "",
     ) -> Entry:
         """Commit an update computed from ``old``; a no-op writes nothing, emptied finalizers delete."""
         if not system:  # emulated controllers write exactly what they computed from ``old``
             if sub is None:
                 self.admission.default(rt, new, old.obj)
             new = objects.merge_for_update(rt, old.obj, new, sub)
+            if manager and old.meta.get("managedFields"):
+                from mcm_sandbox.apiserver import apply
+
+                apply.record_update(old.obj, new, apply.schema_for(rt), manager, rt.api_version, sub)
         self.admission.on_update(rt, new, old.obj, sub)
         if objects.same_content(new, old.obj):
             return old
@@ -249,7 +304,9 @@ class Api:
             "status": status,
         }
 
-    def write_scale(self, rt: ResourceType, old: Entry, scale: Any, dry_run: bool = False) -> dict[str, Any]:
+    def write_scale(
+        self, rt: ResourceType, old: Entry, scale: Any, dry_run: bool = False, manager: str = ""
+    ) -> dict[str, Any]:
         if not isinstance(scale, dict) or not isinstance(scale.get("spec", {}), dict):
             raise errors.bad_request("the body of the request must be an autoscaling/v1 Scale")
         assert rt.scale is not None
@@ -270,7 +327,7 @@ class Api:
             )
         new = old.clone()
         objects.set_path(new, rt.scale.spec_replicas, replicas)
-        return self.scale_of(rt, self.write_update(rt, old, new, None, dry_run))
+        return self.scale_of(rt, self.write_update(rt, old, new, None, dry_run, manager=manager))
 
     # --- helpers for other parts of the server -----------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 from typing import Any
@@ -10,13 +11,16 @@ import yaml
 
 
 def kubeconfig(
-    server: str, token: str = "", name: str = "sandbox", namespace: str = "default"
+    server: str, token: str = "", name: str = "sandbox", namespace: str = "default", ca_pem: bytes = b""
 ) -> dict[str, Any]:
     user: dict[str, Any] = {"token": token} if token else {}
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": name, "user": user}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
         "current-context": name,
@@ -24,11 +28,13 @@ def kubeconfig(
     }
 
 
-def write_kubeconfig(path: Path, server: str, token: str = "", name: str = "sandbox") -> None:
+def write_kubeconfig(
+    path: Path, server: str, token: str = "", name: str = "sandbox", ca_pem: bytes = b""
+) -> None:
     """Write atomically: a poller that sees the file must see all of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(kubeconfig(server, token, name), sort_keys=False))
+    tmp.write_text(yaml.safe_dump(kubeconfig(server, token, name, ca_pem=ca_pem), sort_keys=False))
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
 
@@ -66,9 +72,11 @@ def service_account_kubeconfig(
 ) -> Path:
     """A kubeconfig that authenticates as ``system:serviceaccount:{namespace}:{name}``."""
     admin = yaml.safe_load(admin_kubeconfig.read_text())
-    server = admin["clusters"][0]["cluster"]["server"]
+    cluster = admin["clusters"][0]["cluster"]
+    ca = base64.b64decode(cluster.get("certificate-authority-data", ""))
     token = service_account_token(admin_kubeconfig, namespace, name, expiration_seconds)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(yaml.safe_dump(kubeconfig(server, token, name=f"{namespace}-{name}", namespace=namespace)))
+    config = kubeconfig(cluster["server"], token, name=f"{namespace}-{name}", namespace=namespace, ca_pem=ca)
+    out.write_text(yaml.safe_dump(config))
     os.chmod(out, 0o600)
     return out

@@ -24,7 +24,17 @@ async def serve(host: str, port: int, kubeconfig: Path, opts: ServerOptions) -> 
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         opts.server_address = f"{host}:{port}"
     url = f"http://{host}:{port}"
-    write_kubeconfig(kubeconfig, url, opts.token)
+    ca_pem = b""
+    if opts.secure_port is not None:  # kubectl sends credentials only over https
+        from mcm_sandbox.apiserver.tls import self_signed, server_context
+
+        ca_pem, key_pem = self_signed(host)
+        secure = web.TCPSite(
+            runner, host, opts.secure_port, ssl_context=server_context(ca_pem, key_pem), reuse_address=True
+        )
+        await secure.start()
+        url = f"https://{host}:{secure._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    write_kubeconfig(kubeconfig, url, opts.token, ca_pem=ca_pem)
     print(f"sandbox apiserver ready: {url} kubeconfig={kubeconfig}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

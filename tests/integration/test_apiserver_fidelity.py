@@ -129,3 +129,27 @@ def test_kubectl_style_apply_patch_keeps_both_service_ports(session_api: client.
     }
     svc = core.patch_namespaced_service("two", ns, patch)
     assert [(p.port, p.target_port) for p in svc.spec.ports] == [(80, 80), (81, 9090)]
+
+
+def test_server_side_apply_through_the_dynamic_client(session_api: client.ApiClient, ns: str) -> None:
+    from kubernetes.dynamic import DynamicClient
+
+    cms = DynamicClient(session_api).resources.get(api_version="v1", kind="ConfigMap")
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "namespace": ns},
+            "data": {"a": "1", "b": "2"}}  # fmt: skip
+    created = cms.server_side_apply(body, field_manager="one", namespace=ns)
+    assert created.to_dict()["metadata"]["managedFields"][0]["manager"] == "one"
+    body["data"] = {"a": "9"}
+    with pytest.raises(client.ApiException) as info:
+        cms.server_side_apply(body, field_manager="two", namespace=ns)
+    status = json.loads(info.value.body)
+    assert info.value.status == 409 and status["reason"] == "Conflict"
+    assert status["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "one" using v1', "field": ".data.a"}
+    ]
+    forced = cms.server_side_apply(body, field_manager="two", namespace=ns, force_conflicts=True)
+    assert forced.to_dict()["data"] == {"a": "9", "b": "2"}  # "b" stays: "one" still applies it
+    code, _ = raw_request(
+        session_api, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/ssa", b"{}", "application/apply-patch+yaml"
+    )
+    assert code == 422  # fieldManager is required

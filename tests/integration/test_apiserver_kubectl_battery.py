@@ -208,3 +208,24 @@ def test_events_from_both_apis(kubectl: Kubectl, session_api: Any, ns: str) -> N
     assert "Pulled" in out and "image pulled" in out
     out = kubectl("get", "events", "-n", ns)
     assert "Pulled" in out
+
+
+def test_server_side_apply_owns_fields_and_reports_conflicts(kubectl: Kubectl, ns: str) -> None:
+    assert "serverside-applied" in _apply(kubectl, ns, [DEPLOYMENT, SERVICE], "--server-side")
+    got = json.loads(kubectl("get", "deployment", "web", "-n", ns, "-o", "json", "--show-managed-fields"))
+    (entry,) = got["metadata"]["managedFields"]
+    assert entry["manager"] == "kubectl" and entry["operation"] == "Apply"
+    assert 'k:{"name":"c"}' in entry["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]
+    kubectl("scale", "deployment", "web", "-n", ns, "--replicas=5")
+    conflict = kubectl("apply", "--server-side", "--field-manager=ci", "-n", ns, "-f", "-",
+                       stdin=yaml.safe_dump(DEPLOYMENT), check=False)  # fmt: skip
+    assert 'Apply failed with 1 conflict: conflict with "kubectl" using apps/v1: .spec.replicas' in conflict
+    _apply(kubectl, ns, [DEPLOYMENT], "--server-side", "--field-manager=ci", "--force-conflicts")
+    got = json.loads(kubectl("get", "deployment", "web", "-n", ns, "-o", "json", "--show-managed-fields"))
+    assert got["spec"]["replicas"] == 2
+    assert {e["manager"] for e in got["metadata"]["managedFields"]} == {"kubectl", "ci"}
+    smaller = json.loads(json.dumps(SERVICE))
+    smaller["spec"]["ports"] = smaller["spec"]["ports"][:1]
+    _apply(kubectl, ns, [smaller], "--server-side")  # a field the manager stops applying goes
+    ports = json.loads(kubectl("get", "service", "two", "-n", ns, "-o", "json"))["spec"]["ports"]
+    assert [p.get("port") for p in ports] == [80], ports

@@ -43,6 +43,7 @@ def ns(admin: client.ApiClient) -> str:
 def _as_token(admin: client.ApiClient, token: str) -> client.ApiClient:
     cfg = client.Configuration()
     cfg.host = admin.configuration.host
+    cfg.ssl_ca_cert = admin.configuration.ssl_ca_cert
     cfg.api_key = {"authorization": f"Bearer {token}"}
     return client.ApiClient(cfg)
 

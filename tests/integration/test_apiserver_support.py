@@ -104,8 +104,13 @@ def raw_request(
     req.add_header("Content-Type", content_type)
     for key, value in (headers or {}).items():
         req.add_header(key, value)
+    context = None
+    if api.configuration.host.startswith("https") and api.configuration.ssl_ca_cert:
+        import ssl
+
+        context = ssl.create_default_context(cafile=api.configuration.ssl_ca_cert)
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=30, context=context) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
