@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict
 
-from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, rbac, reviews, table
+from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, rbac, reviews, table, views
 from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.authn import ANONYMOUS, Authenticator, InvalidToken, UserInfo
 from mcm_sandbox.apiserver.builtins import review_kind
@@ -51,6 +52,14 @@ class ServerOptions:
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     raw = body if isinstance(body, bytes) else dumps(body)
     return web.Response(body=raw, status=status, content_type=JSON, headers=headers)
+
+
+def _warned(body: bytes, status: int, warnings: list[str]) -> web.Response:
+    """A response with one ``Warning: 299`` header per warning, as kube-apiserver sends them."""
+    headers = CIMultiDict[str]()
+    for text in warnings:
+        headers.add("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return web.Response(body=body, status=status, content_type=JSON, headers=headers)
 
 
 def _manager(request: web.Request, query: dict[str, str]) -> str:
@@ -303,7 +312,7 @@ class Server:
             if table.wants_table(request.headers.get("Accept", "")):
                 meta = {"resourceVersion": entry.meta["resourceVersion"]}
                 return _json(table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata")))
-            return _json(entry.raw)
+            return _json(views.raw(rt.view, entry))
         if verb == "create":
             if sub == "token":
                 sa = self.api.must_get(rt, t.namespace, t.name or "")
@@ -312,8 +321,11 @@ class Server:
             if sub == "eviction":
                 body = await self._object_body(request)
                 return _json(*self.disruption.evict(rt, t.namespace or "", t.name or "", body, dry_run))
-            entry = self.api.create(rt, t.namespace, await self._object_body(request), dry_run)
-            return _json(entry.raw, 201)
+            validation_mode = query.get("fieldValidation", "")
+            entry = self.api.create(
+                rt, t.namespace, await self._object_body(request), dry_run, validation_mode
+            )
+            return _warned(views.raw(rt.view, entry), 201, self.api.warnings)
         if verb == "update":
             body = await self._object_body(request)
             if sub == "scale":
@@ -329,9 +341,16 @@ class Server:
             if sub == "finalize":
                 return _json(self._finalize(t, body, dry_run).raw)
             updated = self.api.update(
-                rt, t.namespace, t.name or "", body, sub, dry_run, _manager(request, query)
+                rt,
+                t.namespace,
+                t.name or "",
+                body,
+                sub,
+                dry_run,
+                _manager(request, query),
+                query.get("fieldValidation", ""),
             )
-            return _json(updated.raw)
+            return _warned(views.raw(rt.view, updated), 200, self.api.warnings)
         if verb == "patch":
             raw = await self._read_body(request, True)
             ctype = request.headers.get("Content-Type", "")
@@ -343,9 +362,20 @@ class Server:
                 entry, created = self.api.server_side_apply(
                     rt, t.namespace, t.name or "", raw, query, sub, dry_run
                 )
-                return _json(entry.raw, 201 if created else 200)
+                return _json(views.raw(rt.view, entry), 201 if created else 200)
             manager = _manager(request, query)
-            return _json(self.api.patch(rt, t.namespace, t.name or "", raw, ctype, sub, dry_run, manager).raw)
+            patched = self.api.patch(
+                rt,
+                t.namespace,
+                t.name or "",
+                raw,
+                ctype,
+                sub,
+                dry_run,
+                manager,
+                query.get("fieldValidation", ""),
+            )
+            return _warned(views.raw(rt.view, patched), 200, self.api.warnings)
         raw_opts = await self._read_body(request, False)
         if not raw_opts.strip():
             given = None

@@ -115,7 +115,8 @@ _ROWS: list[tuple[str, str, str, str, bool, dict[str, Any]]] = [
      {"short_names": ["sc"], "returns": True}),
     ("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, {"short_names": ["pc"]}),
     ("coordination.k8s.io", "v1", "leases", "Lease", True, {}),
-    ("events.k8s.io", "v1", "events", "Event", True, {"short_names": ["ev"]}),
+    ("events.k8s.io", "v1", "events", "Event", True,
+     {"short_names": ["ev"], "storage": "events", "view": "events.k8s.io/v1"}),
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
      {"short_names": ["crd", "crds"], "status": True, "gen": True}),
 ]  # fmt: skip
@@ -142,6 +143,7 @@ def builtin_types() -> list[ResourceType]:
                 storage=opt.get("storage", ""),
                 verbs=opt.get("verbs"),
                 extra_subresources=dict(opt.get("subs", {})),
+                view=opt.get("view", ""),
             )
         )
     return out

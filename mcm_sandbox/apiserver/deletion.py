@@ -10,7 +10,7 @@ import asyncio
 from enum import StrEnum
 from typing import Any
 
-from mcm_sandbox.apiserver import errors, objects
+from mcm_sandbox.apiserver import errors, objects, views
 from mcm_sandbox.apiserver.handlers import Api, compile_filter
 from mcm_sandbox.apiserver.resources import ResourceType
 from mcm_sandbox.apiserver.store import DELETED, MODIFIED, Entry
@@ -79,7 +79,7 @@ class Deleter:
         if removed and not rt.returns_deleted_object:
             details = errors.details_of(name, rt.group, rt.plural, uid=entry.meta.get("uid", ""))
             return 200, errors.success(details)
-        return 200, after.raw
+        return 200, views.raw(rt.view, after)
 
     def delete_entry(
         self, rt: ResourceType, old: Entry, opts: dict[str, Any], dry_run: bool = False

@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from mcm_sandbox.apiserver import errors, objects
+from mcm_sandbox.apiserver import errors, objects, validation, views
 from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.resources import Registry, ResourceType
 from mcm_sandbox.apiserver.store import ADDED, DELETED, MODIFIED, Entry, Store, dumps, loads
@@ -63,6 +63,9 @@ class Api:
         self.store = store
         self.registry = registry
         self.admission = admission
+        # Warnings of the request being served (unknown fields): the HTTP edge sends them as
+        # ``Warning`` headers. One event loop, no await between a write and reading these.
+        self.warnings: list[str] = []
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -105,16 +108,28 @@ class Api:
             meta["continue"] = _encode_continue(snap_id, offset + limit, rv)
             meta["remainingItemCount"] = len(entries) - offset - limit
         head = dumps({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta})
-        return page, head[:-1] + b',"items":[' + b",".join(e.raw for e in page) + b"]}", meta
+        items = b",".join(views.raw(rt.view, e) for e in page)
+        return page, head[:-1] + b',"items":[' + items + b"]}", meta
 
     # --- create ------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str | None, body: Any, dry_run: bool = False) -> Entry:
-        body = objects.check_body(rt, body)
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: Any,
+        dry_run: bool = False,
+        field_validation: str = "",
+    ) -> Entry:
+        body = views.from_view(rt.view, objects.check_body(rt, body))
+        self.warnings = validation.decode_check(rt, body, field_validation)
         if rt.namespaced:
             self.admission.check_namespace_writable(namespace or "", body)
         objects.prepare_create(rt, body, namespace)
         meta = body["metadata"]
+        causes = validation.metadata_causes(meta)
+        if causes:
+            raise errors.invalid(rt.kind, rt.group, meta["name"], causes)
         for _ in range(8):
             if self.store.get(rt.storage, meta.get("namespace", ""), meta["name"]) is None:
                 break
@@ -142,8 +157,10 @@ class Api:
         sub: str | None,
         dry_run: bool = False,
         manager: str = "",
+        field_validation: str = "",
     ) -> Entry:
-        body = objects.check_body(rt, body)
+        body = views.from_view(rt.view, objects.check_body(rt, body))
+        self.warnings = validation.decode_check(rt, body, field_validation)
         objects.check_name_matches(body, name, namespace if rt.namespaced else None)
         old = self.must_get(rt, namespace, name)
         self._check_rv(rt, old, body)
@@ -207,10 +224,12 @@ class Api:
         sub: str | None,
         dry_run: bool = False,
         manager: str = "",
+        field_validation: str = "",
     ) -> Entry:
         old = self.must_get(rt, namespace, name)
-        patched = check_depth(self.apply_patch(rt, old.clone(), raw, content_type))
-        objects.check_body(rt, patched)
+        patched = check_depth(self.apply_patch(rt, views.to_view(rt.view, old.clone()), raw, content_type))
+        patched = views.from_view(rt.view, objects.check_body(rt, patched))
+        self.warnings = validation.decode_check(rt, patched, field_validation)
         self._check_rv(rt, old, patched)
         return self.write_update(rt, old, patched, sub, dry_run, manager=manager)
 
@@ -264,6 +283,11 @@ class Api:
             if sub is None:
                 self.admission.default(rt, new, old.obj)
             new = objects.merge_for_update(rt, old.obj, new, sub)
+            causes = validation.metadata_causes(new["metadata"]) + validation.immutability_causes(
+                rt, old.obj, new
+            )
+            if causes:
+                raise errors.invalid(rt.kind, rt.group, old.meta["name"], causes)
             if manager and old.meta.get("managedFields"):
                 from mcm_sandbox.apiserver import apply
 

@@ -80,6 +80,8 @@ class ResourceType:
     verbs: list[str] | None = None
     # Other subresources a built-in serves: name -> (group, version, kind, verbs).
     extra_subresources: dict[str, tuple[str, str, str, list[str]]] = field(default_factory=dict)
+    # Served as a view of another version's storage (see ``views``): converted in and out.
+    view: str = ""
 
     def __post_init__(self) -> None:
         if not self.storage:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mcm_sandbox.apiserver import errors, table
+from mcm_sandbox.apiserver import errors, table, views
 from mcm_sandbox.apiserver.handlers import Api, Filter, compile_filter
 from mcm_sandbox.apiserver.resources import ResourceType
 from mcm_sandbox.apiserver.store import ADDED, DELETED, MODIFIED, Entry, Event, dumps
@@ -87,6 +87,21 @@ class TableLines:
         return self._line(ADDED, entry.obj)
 
 
+class ViewLines:
+    """A resource served as another version's view (events.k8s.io/v1): each object converted."""
+
+    def __init__(self, view: str) -> None:
+        self.view = view
+
+    def event(self, event_type: str, event: Event) -> bytes:
+        return (
+            b'{"type":"' + event_type.encode() + b'","object":' + views.raw(self.view, event.entry) + b"}\n"
+        )
+
+    def initial(self, entry: Entry) -> bytes:
+        return b'{"type":"ADDED","object":' + views.raw(self.view, entry) + b"}\n"
+
+
 def _status_line(err: errors.ApiError) -> bytes:
     return b'{"type":"ERROR","object":' + dumps(err.status()) + b"}\n"
 
@@ -128,7 +143,13 @@ async def serve_watch(
     bookmark_interval: float,
     as_table: bool = False,
 ) -> web.StreamResponse:
-    encoder = TableLines(rt, query.get("includeObject", "Metadata")) if as_table else JsonLines()
+    encoder: JsonLines | TableLines | ViewLines = (
+        TableLines(rt, query.get("includeObject", "Metadata"))
+        if as_table
+        else ViewLines(rt.view)
+        if rt.view
+        else JsonLines()
+    )
     flt = compile_filter(rt, query.get("labelSelector", ""), query.get("fieldSelector", ""))
     opts = WatchOptions(query)
     store = api.store
@@ -213,7 +234,7 @@ async def _send_initial(
     rt: ResourceType,
     namespace: str | None,
     flt: Filter,
-    encoder: JsonLines | TableLines,
+    encoder: JsonLines | TableLines | ViewLines,
 ) -> None:
     entries = api.list_entries(rt, namespace, flt)
     for i in range(0, len(entries), INITIAL_CHUNK):

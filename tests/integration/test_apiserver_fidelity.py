@@ -5,6 +5,7 @@ order, strategic merge keys come from the published OpenAPI."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from typing import Any
 
 import pytest
@@ -153,3 +154,98 @@ def test_server_side_apply_through_the_dynamic_client(session_api: client.ApiCli
         session_api, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/ssa", b"{}", "application/apply-patch+yaml"
     )
     assert code == 422  # fieldManager is required
+
+
+def test_one_event_store_with_both_api_views(session_api: client.ApiClient, ns: str) -> None:
+    core, events = client.CoreV1Api(session_api), client.EventsV1Api(session_api)
+    events.create_namespaced_event(
+        ns,
+        {"metadata": {"name": "new-api"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "Scaled",
+         "note": "scaled up", "type": "Normal", "action": "Scale", "reportingController": "me",
+         "reportingInstance": "me-1", "regarding": {"kind": "Deployment", "name": "web", "namespace": ns}},
+    )  # fmt: skip
+    core.create_namespaced_event(
+        ns,
+        {"metadata": {"name": "old-api"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns},
+         "reason": "Pulled", "message": "pulled", "type": "Normal", "count": 3,
+         "source": {"component": "kubelet"}, "eventTime": "2026-01-01T00:00:00.000000Z"},
+    )  # fmt: skip
+    core.create_namespaced_event(
+        ns, {"metadata": {"name": "bare"}, "involvedObject": {"kind": "Pod", "name": "p"}}
+    )
+    code, bare = raw_request(session_api, "GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events/bare")
+    assert code == 200 and bare["eventTime"] is None and bare["regarding"] == {"kind": "Pod", "name": "p"}
+    core.delete_namespaced_event("bare", ns)
+    as_core = {e.metadata.name: e for e in core.list_namespaced_event(ns).items}
+    assert (
+        as_core["new-api"].message == "scaled up" and as_core["new-api"].involved_object.kind == "Deployment"
+    )
+    assert as_core["new-api"].reporting_component == "me"
+    as_new = {e.metadata.name: e for e in events.list_namespaced_event(ns).items}
+    assert as_new["old-api"].note == "pulled" and as_new["old-api"].regarding.name == "p"
+    assert (
+        as_new["old-api"].deprecated_count == 3 and as_new["old-api"].deprecated_source.component == "kubelet"
+    )
+    from kubernetes import watch
+
+    streamed = watch.Watch().stream(events.list_namespaced_event, ns, timeout_seconds=1)
+    assert {"new-api", "old-api"} <= {e["object"].metadata.name for e in streamed}
+    patched = events.patch_namespaced_event("old-api", ns, {"note": "pulled again"})
+    assert (
+        patched.note == "pulled again" and core.read_namespaced_event("old-api", ns).message == "pulled again"
+    )
+
+
+def test_built_in_bodies_are_decoded_as_kube_decodes_them(session_api: client.ApiClient, ns: str) -> None:
+    path = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    body: dict[str, Any] = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": "two", "selector": {"matchLabels": {"a": "b"}},
+                 "template": {"metadata": {"labels": {"a": "b"}},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }  # fmt: skip
+    code, status = raw_request(session_api, "POST", path, json.dumps(body).encode())
+    assert code == 400 and status["message"] == (
+        'Deployment in version "v1" cannot be handled as a Deployment: json: cannot unmarshal string into '
+        "Go struct field DeploymentSpec.spec.replicas of type int32"
+    )
+    body["spec"]["replicas"] = 1
+    body["spec"]["bogus"] = True
+    code, status = raw_request(
+        session_api, "POST", path + "?fieldValidation=Strict", json.dumps(body).encode()
+    )
+    assert code == 400 and status["message"] == 'strict decoding error: unknown field "spec.bogus"'
+    req = urllib.request.Request(session_api.configuration.host + path + "?fieldValidation=Warn",
+                                 data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req) as resp:
+        assert resp.status == 201 and resp.headers.get_all("Warning") == [
+            '299 - "unknown field \\"spec.bogus\\""'
+        ]
+        assert "bogus" not in json.loads(resp.read())["spec"]  # unknown fields are dropped, as decoding does
+
+
+def test_labels_immutable_config_and_pod_spec(session_api: client.ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(session_api)
+    with pytest.raises(client.ApiException) as info:
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "l", "labels": {"bad key": "v"}}})
+    assert 'metadata.labels: Invalid value: "bad key"' in json.loads(info.value.body)["message"]
+    core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "frozen"}, "data": {"a": "1"}, "immutable": True}
+    )
+    with pytest.raises(client.ApiException) as info:
+        core.patch_namespaced_config_map("frozen", ns, {"data": {"a": "2"}})
+    assert info.value.status == 422
+    assert json.loads(info.value.body)["message"] == (
+        'ConfigMap "frozen" is invalid: data: Forbidden: field is immutable when `immutable` is set'
+    )
+    core.patch_namespaced_config_map(
+        "frozen", ns, {"metadata": {"labels": {"ok": "yes"}}}
+    )  # metadata may change
+    core.create_namespaced_pod(
+        ns, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    )
+    assert core.patch_namespaced_pod("p", ns, {"spec": {"containers": [{"name": "c", "image": "i:2"}]}})
+    with pytest.raises(client.ApiException) as info:
+        core.patch_namespaced_pod("p", ns, {"spec": {"restartPolicy": "Never"}})
+    assert info.value.status == 422 and "pod updates may not change fields other than" in info.value.body
