@@ -15,12 +15,12 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from kubernetes.client import ApiClient
 
-from mcm_tasks.api import Machine, MachineClass, SecretReference
+from mcm_tasks.api import K8sObject, Machine, MachineClass, SecretReference
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.cache.layout import split_key
@@ -29,12 +29,14 @@ from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import secretdata
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES
+from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES, Resource
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import get_settings
 from providers.driver import Secret
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=K8sObject)
 
 Obj = dict[str, Any]
 
@@ -75,12 +77,18 @@ def namespace_of(key: str) -> tuple[str, str]:
     return namespace or get_settings().namespace, name
 
 
-def get_machine(key: str) -> Machine | None:
-    namespace, name = namespace_of(key)
-    lister = _listers().machines
+def get_object(lister: Lister[M], resource: Resource, model: type[M], name: str, namespace: str) -> M | None:
+    """One object of a control-cluster kind: from the mirror when it is complete (``mirror_has``),
+    else a GET from the API server; None when it does not exist."""
     if mirror_has(lister):
         return lister.get(name, namespace)
-    return get_machine_live(name, namespace)
+    data = ops.get(control_api(), resource, name, namespace, missing_ok=True)
+    return None if data is None else parse_object(model, data)
+
+
+def get_machine(key: str) -> Machine | None:
+    namespace, name = namespace_of(key)
+    return get_object(_listers().machines, MACHINES, Machine, name, namespace)
 
 
 def get_machine_live(name: str, namespace: str) -> Machine | None:
@@ -89,11 +97,7 @@ def get_machine_live(name: str, namespace: str) -> Machine | None:
 
 
 def get_machine_class(name: str, namespace: str) -> MachineClass | None:
-    lister = _listers().machine_classes
-    if mirror_has(lister):
-        return lister.get(name, namespace)
-    data = ops.get(control_api(), MACHINE_CLASSES, name, namespace, missing_ok=True)
-    return None if data is None else parse_object(MachineClass, data)
+    return get_object(_listers().machine_classes, MACHINE_CLASSES, MachineClass, name, namespace)
 
 
 def machines_of_class(name: str, namespace: str) -> list[Machine]:

@@ -25,10 +25,9 @@ from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION, PRESERVE
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
-from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
-from mcm_tasks.controllers.common.context import mirror_has
+from mcm_tasks.controllers.common.context import control_api, get_object, mirror_has
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.machineset import control, status
@@ -36,7 +35,6 @@ from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
 from mcm_tasks.controllers.machineset.sync import propagate
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
 from mcm_tasks.kube.resources import MACHINE_SETS, MACHINES
@@ -56,16 +54,8 @@ class ManageReplicasError(RuntimeError):
 # --- reads -----------------------------------------------------------------------------------------------
 
 
-def control_api() -> ApiClient:
-    return get_clusters().control.api
-
-
 def get_machine_set(name: str, namespace: str) -> MachineSet | None:
-    lister = get_listers().machine_sets
-    if mirror_has(lister):
-        return lister.get(name, namespace)
-    data = ops.get(control_api(), MACHINE_SETS, name, namespace, missing_ok=True)
-    return None if data is None else parse_object(MachineSet, data)
+    return get_object(get_listers().machine_sets, MACHINE_SETS, MachineSet, name, namespace)
 
 
 def candidate_machines(machine_set: MachineSet) -> list[Machine]:
