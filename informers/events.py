@@ -10,6 +10,9 @@ from informers.resources import Obj, meta
 from mcm_tasks import kinds
 from mcm_tasks.kinds import Queue
 
+#: the longest key of an object: namespace (63) / name (253)
+MAX_KEY_LENGTH = 317
+
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
@@ -66,8 +69,8 @@ class Routing:
     def add(self, queue: str, key: str | None, *, batched: bool = False) -> None:
         """``batched``: a child's change waking its owner, which may wait for more of them; an
         entry asked for at once anywhere in the batch is sent at once."""
-        if not key:
-            return
+        if not key or len(key) > MAX_KEY_LENGTH:
+            return  # no object has such a key (a hostile reference): the queue would refuse it
         item = (queue, key)
         if batched and item not in self.enqueue:
             self.batched.add(item)

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
@@ -218,8 +219,19 @@ class Informer:
             return
         try:
             self.counters["enqueued"] += self._retry(lambda: deliver(self.sink, routing), stop) or 0
-        except Exception:  # a bug in the sink: the periodic resync heals what is dropped here
-            log.exception("could not enqueue %d keys", len(routing.enqueue))
+        except Exception as err:  # refused by the sink: one by one, so a bad key costs only itself
+            log.warning("could not enqueue %d keys at once (%s); one by one", len(routing.enqueue), err)
+            self._deliver_each(routing, stop)
+
+    def _deliver_each(self, routing: Routing, stop: threading.Event) -> None:
+        """The keys of a batch the sink refused, each alone (its expectations went through already)."""
+        for queue_name, key in routing.items():
+            single = Routing()
+            single.add(queue_name, key, batched=(queue_name, key) in routing.batched)
+            try:
+                self.counters["enqueued"] += self._retry(partial(deliver, self.sink, single), stop) or 0
+            except Exception as err:  # the periodic resync tries again
+                log.warning("could not enqueue %s %s: %s: %s", queue_name, key[:200], type(err).__name__, err)
 
     def _retry(self, fn: Callable[[], T], stop: threading.Event) -> T | None:
         """Run ``fn`` until it gets through to Redis (or ``stop``): the writer never drops a batch."""

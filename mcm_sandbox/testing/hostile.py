@@ -209,6 +209,12 @@ class Generator:
     def machine_missing_class(self) -> Hostile:
         return self._machine("class does not exist")
 
+    def machine_huge_class_name(self) -> Hostile:
+        name = self.rnd.choice(["c" * 100_000, UNICODE * 50])
+        return self._machine(
+            "class name no object can have", {"class": {"kind": "MachineClass", "name": name}}
+        )
+
     def machine_empty_class(self) -> Hostile:
         cls = self.rnd.choice([{"kind": "MachineClass", "name": ""}, {"kind": "", "name": "x"}, {}])
         return self._machine("class reference incomplete", {"class": cls})

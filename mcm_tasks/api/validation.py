@@ -61,6 +61,9 @@ def _invalid(field: str, message: str) -> FieldError:
 
 # --- pieces shared by the kinds ---
 
+#: the longest name of a Kubernetes object (a DNS subdomain)
+MAX_NAME_LENGTH = 253
+
 
 def _class_reference(spec: ClassSpec, path: str) -> list[FieldError]:
     errors = []
@@ -68,6 +71,9 @@ def _class_reference(spec: ClassSpec, path: str) -> list[FieldError]:
         errors.append(_required(f"{path}.kind", "Kind is required"))
     if not spec.name:
         errors.append(_required(f"{path}.name", "Name is required"))
+    elif len(spec.name) > MAX_NAME_LENGTH:
+        # not in upstream: no object has such a name, and quoting it would put it in every message
+        errors.append(_invalid(f"{path}.name", f"must be no more than {MAX_NAME_LENGTH} characters"))
     return errors
 
 

@@ -10,11 +10,12 @@ import orjson
 import pytest
 
 from mcm_sandbox.testing import fixtures as fx
-from mcm_tasks.api import LabelSelector, MachineClass, MachineDeployment, MachineSet
+from mcm_tasks.api import LabelSelector, Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.api.validation import (
     ErrorType,
     parse_problem,
     validate_label_selector,
+    validate_machine,
     validate_machine_class,
     validate_machine_deployment,
     validate_machine_set,
@@ -119,3 +120,10 @@ def test_content_nested_deeper_than_a_model_can_be_written_back_is_unreadable() 
     with pytest.raises(Unreadable) as caught:
         parse_object(MachineClass, obj)
     assert caught.value.problem == f"nested deeper than {MAX_DEPTH} levels"
+
+
+def test_a_class_name_no_object_can_have_is_invalid_and_not_quoted() -> None:
+    obj = fx.machine("m")
+    obj["spec"]["class"]["name"] = "c" * 100_000
+    errors = validate_machine(Machine.model_validate(obj))
+    assert [e.field for e in errors] == ["spec.class.name"] and len(str(errors[0])) < 100

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from informers.events import ADDED, MODIFIED, Problem
+from informers.events import ADDED, MAX_KEY_LENGTH, MODIFIED, Problem, Routing
 from informers.informer import Reflector
 from informers.problems import OBJECT_PROBLEMS, ProblemReporter
 from informers.processor import (
@@ -21,6 +21,8 @@ from informers.processor import (
 )
 from informers.resources import MACHINE_CLASSES, MACHINES, MAX_INDEX_VALUE_LENGTH, Obj
 from informers.routing import owner_selector
+from informers.runner import Informer
+from informers.sink import MemorySink
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.cache import layout
@@ -204,3 +206,35 @@ def nest(depth: int) -> Obj:
     for _ in range(depth):
         value = {"a": value}
     return {"deep": value}
+
+
+# --- keys no queue takes ----------------------------------------------------------------------------------
+
+
+def test_a_reference_no_object_can_have_routes_nowhere() -> None:
+    machine = fx.machine("m")
+    machine["spec"]["class"]["name"] = "c" * 100_000
+    out = Processor(Store(NS)).process([WatchEvent(layout.MACHINES, ADDED, machine)])
+    assert all(len(key) <= MAX_KEY_LENGTH for _, key in out.routing.items())
+    assert ("machine", f"{NS}/m") in out.routing.items()
+
+
+class PickySink(MemorySink):
+    """Refuses a whole batch that holds a key it does not take, as the queue contract does."""
+
+    def enqueue_many(self, items: list[tuple[str, str]]) -> int:
+        if any(key.endswith("bad") for _, key in items):
+            raise ValueError("a queue key this sink refuses")
+        return super().enqueue_many(items)
+
+
+def test_a_key_the_sink_refuses_costs_only_itself() -> None:
+    sink = PickySink()
+    informer = Informer(Settings(), {}, None, sink)  # type: ignore[arg-type]
+    routing = Routing()
+    for key in ("a", "bad", "b"):
+        routing.add("machine", f"{NS}/{key}")
+    routing.creations_observed.append(f"{NS}/set")
+    informer._deliver(routing, threading.Event())
+    assert sink.items == [("machine", f"{NS}/a"), ("machine", f"{NS}/b")]
+    assert sink.creations == [(f"{NS}/set", 1)]  # once: the retry is of the keys alone
