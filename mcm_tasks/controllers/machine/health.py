@@ -1,5 +1,5 @@
 """The health check (upstream ``reconcileMachineHealth``, ``isHealthy``) as pure decisions: from a machine,
-its node and the clock to the status it should have, without any I/O. ``healthcheck`` carries them out.
+its node and the clock to the status it should have, without any I/O. ``health_io`` carries them out.
 
 The matrix:
 

@@ -33,7 +33,7 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
-from mcm_tasks.controllers.machine import create, healthcheck, preserve
+from mcm_tasks.controllers.machine import create, health_io, preserve
 from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
@@ -148,9 +148,9 @@ def _reconcile(machine: Machine) -> Requeue | None:
 
     requeues: list[Requeue | None] = []
     if needs_health_check(machine):
-        machine, recheck = healthcheck.reconcile_health(machine, cc)
+        machine, recheck = health_io.reconcile_health(machine, cc)
         requeues.append(recheck)
-        requeues.append(healthcheck.sync_node(machine, cc))
+        requeues.append(health_io.sync_node(machine, cc))
     machine, preserved = preserve.manage_preservation(machine)
     requeues.append(preserved)
     if needs_creation(machine):
