@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,9 @@ ENV = {
     "MCM_SAFETY_EVENT_MIN_INTERVAL": "1s",
 }
 GROUP, VERSION = API_VERSION.split("/")
+#: in the pool secret's userData, which many bad classes reference: it must reach no log and no Event
+SECRET_MARKER = b"hostile-fuzz-secret-7d1f"
+USER_DATA = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>> " + SECRET_MARKER + b"\n")
 
 Clients = tuple[ApiClient, ApiClient, redis.Redis]
 
@@ -67,8 +71,7 @@ def clients(sandbox: Sandbox) -> Iterator[Clients]:
 
 def _healthy(control: ApiClient) -> None:
     """The healthy pool: a secret, a class and a one-machine deployment, as the demo makes them."""
-    user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
-    secret = {"metadata": {"name": "pool-secret", "namespace": NS}, "data": {"userData": user_data}}
+    secret = {"metadata": {"name": "pool-secret", "namespace": NS}, "data": {"userData": USER_DATA.decode()}}
     ops.create(control, SECRETS, secret)
     ops.create(control, MACHINE_CLASSES, fleet.machine_class("pool-class", "local.small", NS, "pool-secret"))
     ops.create(control, MACHINE_DEPLOYMENTS, fleet.machine_deployment("healthy", NS, 1, "pool-class"))
@@ -135,6 +138,17 @@ def _unanswered(control: ApiClient, accepted: list[Hostile]) -> list[Hostile]:
     return out
 
 
+def _informer_problems(sandbox: Sandbox) -> float:
+    """``mcm_informer_object_problems_total`` summed over its labels, from the informer's /metrics."""
+    with urllib.request.urlopen(f"{sandbox.endpoints['informer']}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("mcm_informer_object_problems_total{")
+    )
+
+
 def _tracebacks(sandbox: Sandbox) -> dict[str, str]:
     found = {}
     for log in sorted((sandbox.dir / "logs").glob("*.log")):
@@ -184,6 +198,17 @@ def test_hostile_objects_harm_only_themselves(sandbox: Sandbox, clients: Clients
     assert not tracebacks, "tracebacks in logs:\n" + "\n----\n".join(
         f"{k}:\n{v}" for k, v in tracebacks.items()
     )
+
+    # the informer said why it could not use some of them: a metric and Events on the objects
+    assert _informer_problems(sandbox) > 0
+    events = k8s.CoreV1Api(control).list_namespaced_event(NS).items
+    assert any(e.reason == "InvalidSelector" for e in events)
+    # no secret in any message
+    leaks = [e.message for e in events if SECRET_MARKER.decode() in (e.message or "")]
+    assert not leaks, leaks
+    for log in (sandbox.dir / "logs").glob("*.log"):
+        text = log.read_bytes()
+        assert SECRET_MARKER not in text and USER_DATA not in text, log.name
 
     # no bad object got a VM: every live VM belongs to the healthy pool's class
     classes = {vm.machine_class for vm in LocalCloud(client).all() if vm.live()}
