@@ -13,7 +13,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, rbac, reviews, table, views
+from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, rbac, reviews, scale, table, views
 from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.authn import ANONYMOUS, Authenticator, InvalidToken, UserInfo
 from mcm_sandbox.apiserver.builtins import review_kind
@@ -24,7 +24,7 @@ from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
 from mcm_sandbox.apiserver.handlers import APPLY_PATCH, Api, check_depth, parse_json
 from mcm_sandbox.apiserver.impersonation import impersonate
 from mcm_sandbox.apiserver.resources import Registry
-from mcm_sandbox.apiserver.routing import Discovery, Target, resolve
+from mcm_sandbox.apiserver.routing import Discovery, Target, resolve, sub_allowed, sub_exists
 from mcm_sandbox.apiserver.store import DEFAULT_HISTORY_WINDOW, Store, dumps
 from mcm_sandbox.apiserver.watch import Watcher, serve_watch
 
@@ -283,8 +283,8 @@ class Server:
             raise errors.method_not_allowed()
         if t.name is None and verb in ("update", "patch"):
             raise errors.method_not_allowed()
-        if sub is not None and not self._sub_allowed(t, verb):
-            raise errors.not_found_path() if not self._sub_exists(t) else errors.method_not_allowed()
+        if sub is not None and not sub_allowed(t, verb):
+            raise errors.not_found_path() if not sub_exists(t) else errors.method_not_allowed()
         if verb == "watch":
             as_table = table.wants_table(request.headers.get("Accept", ""))
             return await serve_watch(
@@ -308,7 +308,7 @@ class Server:
         if verb == "get":
             entry = self.api.must_get(rt, t.namespace, t.name or "")
             if sub == "scale":
-                return _json(self.api.scale_of(rt, entry))
+                return _json(scale.scale_of(rt, entry))
             if table.wants_table(request.headers.get("Accept", "")):
                 meta = {"resourceVersion": entry.meta["resourceVersion"]}
                 return _json(table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata")))
@@ -330,7 +330,8 @@ class Server:
             body = await self._object_body(request)
             if sub == "scale":
                 return _json(
-                    self.api.write_scale(
+                    scale.write_scale(
+                        self.api,
                         rt,
                         self.api.must_get(rt, t.namespace, t.name or ""),
                         body,
@@ -356,8 +357,8 @@ class Server:
             ctype = request.headers.get("Content-Type", "")
             if sub == "scale":
                 old = self.api.must_get(rt, t.namespace, t.name or "")
-                scale = self.api.apply_patch(rt, self.api.scale_of(rt, old), raw, ctype)
-                return _json(self.api.write_scale(rt, old, scale, dry_run, _manager(request, query)))
+                wanted = self.api.apply_patch(rt, scale.scale_of(rt, old), raw, ctype)
+                return _json(scale.write_scale(self.api, rt, old, wanted, dry_run, _manager(request, query)))
             if ctype.split(";")[0].strip().lower() == APPLY_PATCH:
                 entry, created = self.api.server_side_apply(
                     rt, t.namespace, t.name or "", raw, query, sub, dry_run
@@ -388,28 +389,6 @@ class Server:
             return _json(self.deleter.delete_collection(rt, t.namespace, query, opts, dry_run))
         code, body = self.deleter.delete(rt, t.namespace, t.name or "", opts, dry_run)
         return _json(body, code)
-
-    @staticmethod
-    def _sub_exists(t: Target) -> bool:
-        rt = t.rt
-        return (
-            (t.sub == "status" and rt.status)
-            or (t.sub == "scale" and rt.scale is not None)
-            or (t.sub == "eviction" and rt.eviction)
-            or (t.sub == "finalize" and rt.storage == "namespaces")
-            or (t.sub in rt.extra_subresources)
-        )
-
-    def _sub_allowed(self, t: Target, verb: str) -> bool:
-        if not self._sub_exists(t):
-            return False
-        if t.sub == "eviction":
-            return verb == "create"
-        if t.sub == "finalize":
-            return verb == "update"
-        if t.sub in t.rt.extra_subresources:
-            return verb in t.rt.extra_subresources[t.sub][3]
-        return verb in ("get", "update", "patch")
 
     def _finalize(self, t: Target, body: Any, dry_run: bool) -> Any:
         """namespaces/{name}/finalize: the only way to change spec.finalizers (the namespace controller's)."""

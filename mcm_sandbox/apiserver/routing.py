@@ -71,3 +71,26 @@ def resolve(registry: Registry, path: str) -> Target | Discovery:
 
 def _at(parts: list[str], i: int) -> str | None:
     return parts[i] if len(parts) > i else None
+
+
+def sub_exists(t: Target) -> bool:
+    rt = t.rt
+    return (
+        (t.sub == "status" and rt.status)
+        or (t.sub == "scale" and rt.scale is not None)
+        or (t.sub == "eviction" and rt.eviction)
+        or (t.sub == "finalize" and rt.storage == "namespaces")
+        or (t.sub in rt.extra_subresources)
+    )
+
+
+def sub_allowed(t: Target, verb: str) -> bool:
+    if not sub_exists(t):
+        return False
+    if t.sub == "eviction":
+        return verb == "create"
+    if t.sub == "finalize":
+        return verb == "update"
+    if t.sub in t.rt.extra_subresources:
+        return verb in t.rt.extra_subresources[t.sub][3]
+    return verb in ("get", "update", "patch")
