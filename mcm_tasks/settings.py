@@ -286,7 +286,9 @@ class Settings(BaseSettings):
     liveness_timeout: Duration = Field(
         120.0, description="/healthz fails when the consumer or watch loop made no progress for this long"
     )
-    history_length: int = Field(20, ge=1, description="runs kept per key in its history (admin inspect)")
+    history_length: int = Field(
+        20, ge=0, description="runs kept per key in its history (admin inspect); 0 keeps none"
+    )
     expectations_timeout: Duration = Field(
         5 * 60.0, description="MachineSet expectations expire after this (client-go's ExpectationsTimeout)"
     )

@@ -96,20 +96,26 @@ def entry(message_id: str, start: float, worker: str, end: float | None = None, 
     ).decode()
 
 
-def start_call(
-    kind: str, key: str, message_id: str, started: float, worker: str
-) -> tuple[LuaScript, list[Any]]:
-    """The history half of a run's start, to pipeline right after the contract's BEGIN."""
+Call = tuple[LuaScript, list[Any]]
+
+
+def start_calls(kind: str, key: str, message_id: str, started: float, worker: str) -> list[Call]:
+    """The history half of a run's start, to pipeline right after the contract's BEGIN (none when
+    ``history_length`` is 0)."""
     s = get_settings()
-    return _START, [queue_keys(kind, s).locks, key, message_id, history_key(kind, key),
-                    entry(message_id, started, worker), s.history_length, HISTORY_TTL]  # fmt: skip
+    if not s.history_length:
+        return []
+    return [(_START, [queue_keys(kind, s).locks, key, message_id, history_key(kind, key),
+                    entry(message_id, started, worker), s.history_length, HISTORY_TTL])]  # fmt: skip
 
 
-def finish_call(kind: str, key: str, message_id: str, done: str) -> tuple[LuaScript, list[Any]]:
+def finish_calls(kind: str, key: str, message_id: str, done: str) -> list[Call]:
     """The history half of a run's end (``done``: its entry; "" drops the start), to pipeline with
     the contract's END script."""
     length = get_settings().history_length
-    return _FINISH, [history_key(kind, key), message_id, done, length, HISTORY_TTL]
+    if not length:
+        return []
+    return [(_FINISH, [history_key(kind, key), message_id, done, length, HISTORY_TTL])]
 
 
 def read_history(kind: str, key: str, client: redis.Redis | None = None) -> list[Run]:

@@ -79,11 +79,11 @@ def deliver(
     started = time.time()
     runner = history.worker_name(worker)
     # the run's start goes into the key's history in the same round trip, if BEGIN lets it run
-    began, _ = scripts.run_pipeline(
+    began, *_ = scripts.run_pipeline(
         client,
         [
             (kind_scripts.begin, [key, message_id, started]),
-            history.start_call(kind, key, message_id, started, runner),
+            *history.start_calls(kind, key, message_id, started, runner),
         ],
     )
     status, failures_text, recovered, previous_error = (_text(v) for v in began)
@@ -240,6 +240,6 @@ def _finish(
         client,
         [
             (kind_scripts.end, [key, message_id, fields, entry, now_message]),
-            history.finish_call(kind, key, message_id, run),
+            *history.finish_calls(kind, key, message_id, run),
         ],
     )

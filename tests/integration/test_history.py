@@ -73,3 +73,12 @@ def test_a_delivery_that_does_not_run_leaves_no_entry(client: redis.Redis) -> No
     assert run_delivery("machine", key, mid).status == "busy"
     assert read_history("machine", "ns/busy") == []
     concurrency.release(client, "machine", "elsewhere", get_settings())
+
+
+def test_history_length_0_keeps_none(client: redis.Redis) -> None:
+    configure({"redis_url": get_settings().redis_url, "history_length": 0})
+    register_reconciler("machine", lambda key: None)
+    enqueue("machine", "ns/quiet")
+    key, mid = take(client, "machine")
+    assert run_delivery("machine", key, mid).status == "run"
+    assert read_history("machine", "ns/quiet") == []
