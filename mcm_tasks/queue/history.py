@@ -46,18 +46,18 @@ return 1
 _FINISH = LuaScript("""
 local list = ARGV[1]
 local head = redis.call('LINDEX', list, 0)
-local mine = head and cjson.decode(head)['id'] == ARGV[2]
+-- entries begin {"id":"<message id>" (entry() writes the id first): no JSON decoding needed
+local prefix = '{"id":"' .. ARGV[2] .. '"'
+local mine = head and string.sub(head, 1, #prefix) == prefix
 if ARGV[3] == '' then
   if mine then redis.call('LPOP', list) end
-  return 1
-end
-if mine then
-  redis.call('LSET', list, 0, ARGV[3])
+elseif mine then
+  redis.call('LSET', list, 0, ARGV[3])  -- the start set the list's expiry
 else
   redis.call('LPUSH', list, ARGV[3])
   redis.call('LTRIM', list, 0, tonumber(ARGV[4]) - 1)
+  redis.call('EXPIRE', list, tonumber(ARGV[5]))
 end
-redis.call('EXPIRE', list, tonumber(ARGV[5]))
 return 1
 """)
 
@@ -90,7 +90,8 @@ def worker_name(node: str | None = None) -> str:
 
 def entry(message_id: str, start: float, worker: str, end: float | None = None, outcome: str = "",
           error: str = "") -> str:  # fmt: skip
-    """A run as stored (``Run``'s JSON; built with orjson: this runs twice per reconcile)."""
+    """A run as stored (``Run``'s JSON; built with orjson: this runs twice per reconcile). The id
+    comes first: _FINISH recognises its run by that prefix."""
     return orjson.dumps(
         {"id": message_id, "start": start, "worker": worker, "end": end, "outcome": outcome, "error": error}
     ).decode()
