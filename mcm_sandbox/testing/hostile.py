@@ -162,6 +162,21 @@ class Generator:
         field = self.rnd.choice(["labels", "failCreates", "zone"])
         return self._class(f"providerSpec.{field} is a list", providerSpec={field: ["a", {"b": 1}]})
 
+    def class_aws_wrong_shapes(self) -> Hostile:
+        """The issue's case: an AWS class whose providerSpec holds a list where a map belongs (its
+        driver refuses it before any call to the cloud: the secret has no credentials either)."""
+        spec: Obj = self.rnd.choice(
+            [
+                {"tags": ["a", "b"]},
+                {"blockDevices": {"ebs": 1}},
+                {"networkInterfaces": "eth0"},
+                {"iam": ["x"]},
+            ]
+        )
+        return self._class(
+            f"AWS providerSpec of the wrong shape: {sorted(spec)}", provider="AWS", providerSpec=spec
+        )
+
     def class_deeply_nested(self) -> Hostile:
         depth = self.rnd.choice([90, 300, 400])  # orjson stops at 255 levels, the API server does not
         return self._class(f"providerSpec nested {depth} deep", providerSpec=nested(depth))
