@@ -22,7 +22,14 @@ workers:
     and ``enqueue_many_rate`` through ``enqueue_many`` alone: informer-sized batches over 3000
     keys (coalescing included), consumers paused;
 (d) ``latency_p50_ms`` / ``latency_p99_ms``: event (just before it enters the informer's path) to
-    reconcile start, one event every 5 ms (200 events/s) on distinct keys.
+    reconcile start, one event every 5 ms (200 events/s) on distinct keys;
+(e) ``delayed_publish_lag_ms_p50`` / ``_p99``: 1000 requeue-afters (``enqueue_after``), due one every
+    5 ms from 2 s on, wait in the delayed set and are published by the workers' keepers; due time to
+    reconcile start (which bounds the publish lag from above: it adds the delivery);
+(f) ``recovery_seconds``: a third worker takes two slow reconciles (the others' consumers paused)
+    and is SIGKILLed (main process and pool) mid-run; seconds from the kill until both keys run
+    again on the other workers (the sweep after ``worker_lost_timeout``, default 15 s, plus the
+    redelivery), with the default ``visibility_timeout`` of an hour.
 
 Results go to stdout and bench/results/queue.json.
 """
@@ -40,6 +47,8 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 import argparse
 import json
 import random
+import signal
+import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -51,11 +60,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mcm_sandbox.procs import ManagedProcess, RedisServer, scratch_dir, wait_until  # noqa: E402
-from mcm_sandbox.testing.queue import bench_keys  # noqa: E402
+from mcm_sandbox.testing.queue import SLOW_SECONDS, bench_keys  # noqa: E402
 from mcm_tasks.celery_app import app, apply_settings  # noqa: E402
 from mcm_tasks.kinds import QUEUES  # noqa: E402
 from mcm_tasks.queue import enqueue_many  # noqa: E402
 from mcm_tasks.queue.messages import queue_keys  # noqa: E402
+from mcm_tasks.queue.producer import enqueue_many_after  # noqa: E402
 from mcm_tasks.redisdb import get_redis  # noqa: E402
 from mcm_tasks.settings import configure  # noqa: E402
 
@@ -80,7 +90,9 @@ def make_publisher(client: redis.Redis, use_informer: bool) -> Callable[[list[tu
     return path or (lambda items: enqueue_many(items, client))
 
 
-def start_workers(url: str, workdir: Path, workers: int, concurrency: int) -> list[ManagedProcess]:
+def start_workers(
+    url: str, workdir: Path, workers: int, concurrency: int, name: str = "bench"
+) -> list[ManagedProcess]:
     env = {
         **os.environ,
         "MCM_REDIS_URL": url,
@@ -91,18 +103,19 @@ def start_workers(url: str, workdir: Path, workers: int, concurrency: int) -> li
         proc = ManagedProcess(
             [sys.executable, "-m", "mcm_tasks.worker_cli", "worker",
              "--queues", ",".join([*QUEUES, BENCH_QUEUE]), "--concurrency", str(concurrency),
-             "--loglevel", "warning", "--hostname", f"bench{i}@%h"],
-            workdir / f"worker{i}.log",
+             "--loglevel", "warning", "--hostname", f"{name}{i}@%h"],
+            workdir / f"{name}{i}.log",
             env=env,
         )  # fmt: skip
         proc.start()
         procs.append(proc)
+    expected = len(app.control.ping(timeout=0.5) or []) + workers if name != "bench" else workers
 
     def ready() -> bool:
         for proc in procs:
             if not proc.alive():
                 raise RuntimeError(f"worker exited:\n{proc.log_tail()}")
-        return len(app.control.ping(timeout=0.5) or []) >= workers
+        return len(app.control.ping(timeout=0.5) or []) >= expected
 
     wait_until(ready, timeout=120, interval=0.5, what="workers")
     return procs
@@ -235,6 +248,44 @@ def latency(
     return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
+def delayed_publish_lag(client: redis.Redis, n: int = 1000, spacing: float = 0.005) -> tuple[float, float]:
+    """Requeue-afters due one every ``spacing`` s from 2 s on: due time → reconcile start (ms)."""
+    reset_tallies(client)
+    start = time.time() + 2.0
+    due = {f"lat-due-{i}": start + i * spacing for i in range(n)}
+    for key, at in due.items():
+        enqueue_many_after([(KIND, key)], at - time.time(), client)
+    wait_done(client, "", n)
+    started = {k: float(v) for k, v in client.hgetall(bench_keys()["latency"]).items()}
+    samples = sorted(max(0.0, started[k] - at) * 1000 for k, at in due.items())
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+
+
+def recovery(client: redis.Redis, url: str, workdir: Path, workers: int, concurrency: int) -> float:
+    """Seconds from SIGKILL of a whole worker holding two running reconciles to both running again."""
+    [victim] = start_workers(url, workdir, 1, concurrency, name="victim")
+    others = [f"bench{i}@{socket.gethostname()}" for i in range(workers)]
+    queue = f"mcm.{KIND}"
+    app.control.cancel_consumer(queue, destination=others, reply=True, timeout=2.0)
+    client.delete(bench_keys()["latency"])
+    keys = [f"slow-rec-{i}" for i in range(concurrency)]
+    enqueue_many([(KIND, key) for key in keys], client)
+    latency_key = bench_keys()["latency"]
+    wait_until(lambda: client.hlen(latency_key) == len(keys), timeout=60, interval=0.01, what="slow runs")
+    app.control.add_consumer(queue, destination=others, reply=True, timeout=2.0)
+    killed_at = time.time()
+    os.killpg(victim.pid, signal.SIGKILL)
+
+    def ran_again() -> bool:
+        return all(float(client.hget(latency_key, key) or 0) > killed_at for key in keys)
+
+    wait_until(ran_again, timeout=120, interval=0.05, what="the dead worker's keys to run again")
+    again = max(float(client.hget(latency_key, key) or 0) for key in keys)
+    wait_until(lambda: int(client.get(bench_keys()["done"]) or 0) >= len(keys), timeout=60)
+    victim.stop()
+    return again - killed_at
+
+
 def best(fn: Callable[[], float], rounds: int) -> float:
     return max(fn() for _ in range(rounds))
 
@@ -272,6 +323,8 @@ def main() -> None:
         noop_e2e = e2e_rate(client, publish, args.tasks, False, "eb")
         raw_enqueue, informer_enqueue = enqueue_rate(client, args.workers, use_informer)
         p50, p99 = latency(client, publish)
+        lag50, lag99 = delayed_publish_lag(client)
+        recovered_after = recovery(client, server.url, workdir, args.workers, args.concurrency)
     finally:
         for proc in procs:
             proc.stop()
@@ -287,6 +340,10 @@ def main() -> None:
         "enqueue_many_rate": round(raw_enqueue, 1),
         "latency_p50_ms": round(p50, 2),
         "latency_p99_ms": round(p99, 2),
+        "delayed_publish_lag_ms_p50": round(lag50, 2),
+        "delayed_publish_lag_ms_p99": round(lag99, 2),
+        "recovery_seconds": round(recovered_after, 2),
+        "recovery_slow_reconcile_seconds": SLOW_SECONDS,
         "empty_task_rate_e2e": round(empty_e2e, 1),
         "noop_reconcile_rate_e2e": round(noop_e2e, 1),
         "ratio_e2e": round(noop_e2e / empty_e2e, 3),

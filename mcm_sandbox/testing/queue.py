@@ -135,13 +135,17 @@ def _tally(client: redis.Redis, prefix: str, started: float) -> None:
     pipe.execute()
 
 
+#: how long a ``slow-`` key's reconcile takes
+SLOW_SECONDS = 5.0
+
 #: the cache kind a no-op reconcile reads per queue (others read a plain key)
 _CACHE_KIND = {"machine": "machines", "machine-termination": "machines", "machineset": "machinesets"}
 
 
 def noop_reconciler(kind: str) -> Reconciler:
     """Reads its object from the informers' cache (``mcm_tasks.cache``) and is done; keys starting
-    with ``lat-`` also record their start time for the latency figure."""
+    with ``lat-`` also record their start time for the latency figure, keys starting with ``slow-``
+    record it and take ``SLOW_SECONDS`` (the recovery figure)."""
     from mcm_tasks.cache import get_reader
 
     cache_kind = _CACHE_KIND.get(kind)
@@ -149,6 +153,9 @@ def noop_reconciler(kind: str) -> Reconciler:
     def reconcile(key: str) -> Requeue | None:
         started = time.time()
         client = get_redis()
+        if key.startswith("slow-"):  # the recovery figure: long enough to be killed in the middle
+            client.hset(bench_keys()["latency"], key, started)
+            time.sleep(SLOW_SECONDS)
         if cache_kind:
             get_reader().get(cache_kind, key)
         else:

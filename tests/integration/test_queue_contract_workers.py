@@ -34,6 +34,8 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube import resources as kres
 from mcm_tasks.queue import enqueue, enqueue_after, enqueue_many
 from mcm_tasks.queue.messages import broker_prefix, queue_keys
+from mcm_tasks.queue.producer import enqueue_many_after
+from mcm_tasks.queue.scripts import BUCKETS
 from mcm_tasks.queue.state import failing
 from mcm_tasks.queue.stats import read_stats
 from mcm_tasks.redisdb import get_redis
@@ -376,3 +378,49 @@ def test_garbage_messages_are_dropped_and_workers_carry_on(client: redis.Redis) 
     enqueue("machine", "after-garbage")
     wait_until(lambda: bool(runs_of(client, "after-garbage")) and quiet(client), timeout=30)
     assert {run.key for run in read_runs(client)} == {"after-garbage"}
+
+
+def _rss_kb(group: int) -> int:
+    """Resident memory of every process in a process group (a worker: main process and pool)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != group:
+                    continue
+            with open(f"/proc/{entry.name}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
+
+
+def test_10000_delayed_keys_wait_in_redis_and_are_published_on_time(
+    cluster: Cluster, client: redis.Redis
+) -> None:
+    """10 000 requeue-afters, due over 10 s from 8 s on: while they wait, no worker holds a message
+    for them and no worker's memory grows; each is published within 1 s of its due time."""
+    groups = [proc.pid for proc in cluster.workers if proc is not None]
+    baseline = {group: _rss_kb(group) for group in groups}
+    keys = [f"d{i:05d}" for i in range(10_000)]
+    first_due = time.time() + 8
+    for start in range(0, len(keys), 100):  # 100 keys per 0.1 s of due times
+        due = first_due + start / 1000
+        enqueue_many_after([("node", key) for key in keys[start : start + 100]], due - time.time())
+    qk = queue_keys("node")
+    assert client.zcard(qk.delayed) == 10_000
+    wait_until(lambda: time.time() > first_due - 2, timeout=10, interval=0.2, what="the keys to wait")
+    assert client.llen(qk.broker_list) == 0 and client.hlen(broker_prefix() + "unacked") == 0
+    grown = {group: _rss_kb(group) - kb for group, kb in baseline.items()}
+    assert all(kb < 10_000 for kb in grown.values()), f"worker memory grew while keys waited: {grown} KiB"
+
+    wait_until(lambda: client.zcard(qk.delayed) == 0 and quiet(client), timeout=180, interval=0.5)
+    assert {run.key for run in read_runs(client) if run.kind == "node"} >= set(keys)
+    metrics = client.hgetall(qk.metrics)
+    lags = [int(metrics.get(f"delay_lag:{i}", 0)) for i in range(1, len(BUCKETS) + 2)]
+    assert sum(lags) == 10_000
+    late = sum(lags[BUCKETS.index(1.0) + 1 :])
+    assert late == 0, f"{late} keys published more than 1 s after their due time"
+    print(f"memory growth while 10 000 keys waited: {grown} KiB; publish lag buckets: {lags}")
