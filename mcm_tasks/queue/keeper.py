@@ -1,6 +1,6 @@
 """The keeper: a thread in every worker's main process that makes the queues outlive any worker.
 
-Three duties, each leader-free and idempotent (any number of workers run them at once):
+Four duties, each leader-free and idempotent (any number of workers run them at once):
 
 1. **Publish due keys** (client-go's delaying queue ``waitingLoop``): requeue-afters and error
    backoffs wait in Redis, in each kind's delayed sorted set, not as Celery ETA messages in some
@@ -19,6 +19,11 @@ Three duties, each leader-free and idempotent (any number of workers run them at
    kind's metrics (``recovered``: ``mcm_workqueue_recovered_total``). The redelivered message then
    takes over its key's lock (the queue contract's BEGIN: same message id) and its recovery hooks
    drop what the dead run promised.
+4. **Repair lost messages**: a worker killed in the instant between kombu's BRPOP and its
+   ``unacked`` write loses that message outright (kombu's Redis transport has no atomic fetch).
+   Its key's pending marker would then coalesce every later event into nothing for
+   ``visibility_timeout``; every ``worker_lost_timeout / 2`` the keeper finds markers older than
+   ``worker_lost_timeout`` whose message is neither queued nor held, and publishes them again.
 
 A Redis outage only pauses the keeper (logged once per outage); it never stops.
 """
@@ -33,11 +38,11 @@ import time
 import redis
 
 from mcm_tasks.broker import held_delivery_tags
-from mcm_tasks.queue.messages import broker_prefix, workers_key
-from mcm_tasks.queue.producer import publish_due
+from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, workers_key
+from mcm_tasks.queue.producer import publish_due, scripts_for
 from mcm_tasks.queue.scripts import LuaScript
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.settings import QUEUES, Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +62,15 @@ local tags = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, t
 local restored = 0
 for _, tag in ipairs(tags) do
   local raw = redis.call('HGET', KEYS[1], tag)
-  redis.call('ZREM', KEYS[2], tag)
-  redis.call('HDEL', KEYS[1], tag)
-  if raw then
+  if not raw then
+    redis.call('ZREM', KEYS[2], tag)  -- acknowledged meanwhile: nothing to restore
+  else
     local ok, entry = pcall(cjson.decode, raw)
     local message = string.match(raw, '^%[(.*), "[^"]*", "[^"]*"%]$')
+    -- an entry of another shape stays for kombu's own restore (after the visibility timeout)
     if ok and type(entry) == 'table' and message then
+      redis.call('ZREM', KEYS[2], tag)
+      redis.call('HDEL', KEYS[1], tag)
       local exchange, routing_key = tostring(entry[2]), tostring(entry[3])
       local queues = {}
       if exchange ~= '' then
@@ -83,7 +91,7 @@ for _, tag in ipairs(tags) do
     end
   end
 end
-return restored
+return {#tags, restored}
 """
 )
 
@@ -99,6 +107,33 @@ def renew(client: redis.Redis, worker: str, tags: list[str], now: float, setting
     pipe.execute()
 
 
+def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
+    """Publish again for keys whose pending marker outlived its message (lost in the instant
+    between kombu's BRPOP and its ``unacked`` write, when a worker died right then): without this
+    the marker would coalesce every later event of the key into nothing for ``visibility_timeout``.
+    A message merely slow to come (a long backlog) is found on its queue and left alone; should one
+    be replaced anyway, BEGIN drops the older copy as a duplicate. How many were published."""
+    unacked = broker_prefix(settings) + "unacked"
+    deadline = now - settings.worker_lost_timeout
+    published = 0
+    for kind in QUEUES:
+        kind_scripts = scripts_for(kind, settings)
+        found = kind_scripts.ghosts(client, (), [now, deadline, unacked])
+        if not found:
+            continue
+        queue = settings.queue_name(kind)
+        args: list[object] = [now]
+        for i in range(0, len(found), 2):
+            key, lost = (v.decode() if isinstance(v, bytes) else v for v in found[i : i + 2])
+            mid = new_id()
+            args += (key, lost, mid, build_message(kind, key, mid, queue))
+        repaired = int(kind_scripts.repair(client, (), args))
+        if repaired:
+            log.warning("%s: published again for %d keys whose message was lost", kind, repaired)
+        published += repaired
+    return published
+
+
 def sweep(client: redis.Redis, now: float, settings: Settings) -> int:
     """Put the messages of dead workers back on their queues; how many."""
     prefix = broker_prefix(settings)
@@ -106,9 +141,9 @@ def sweep(client: redis.Redis, now: float, settings: Settings) -> int:
     args = [now - settings.worker_lost_timeout, SWEEP_BATCH, prefix, settings.key_prefix]
     total = 0
     while True:
-        n = int(_SWEEP(client, keys, args))
-        total += n
-        if n < SWEEP_BATCH:
+        scanned, restored = (int(n) for n in _SWEEP(client, keys, args))
+        total += restored
+        if scanned < SWEEP_BATCH or not restored:
             return total
 
 
@@ -122,6 +157,7 @@ class Keeper(threading.Thread):
         self._stop_event = threading.Event()
         self.published = 0
         self.restored = 0
+        self.repaired = 0
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
@@ -134,7 +170,9 @@ class Keeper(threading.Thread):
         s = self.settings
         beat_every = max(0.2, s.worker_lost_timeout / 5)
         sweep_every = max(0.2, min(s.worker_lost_timeout / 10, 2.0))
+        repair_every = max(1.0, s.worker_lost_timeout / 2)
         next_beat = next_sweep = 0.0
+        next_repair = time.time() + repair_every
         down = False
         while not self._stop_event.is_set():
             wait = s.delayed_publish_interval
@@ -154,6 +192,9 @@ class Keeper(threading.Thread):
                         self.restored += restored
                         log.warning("restored %d messages of dead workers to their queues", restored)
                     next_sweep = now + sweep_every
+                if now >= next_repair:
+                    self.repaired += repair_lost(client, now, s)
+                    next_repair = now + repair_every
                 if down:
                     log.info("keeper: Redis is back")
                     down = False

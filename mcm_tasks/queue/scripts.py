@@ -129,6 +129,61 @@ if adds > 0 then redis.call('HINCRBY', METRICS, 'adds', adds) end
 return published
 """
 
+# Markers whose message is gone (lost between kombu's BRPOP and its ``unacked`` write when its worker
+# was killed at that instant): older than ARGV[2] (now - worker_lost_timeout), still fresh, and
+# their message neither on the queue nor held by a worker (kombu's ``unacked`` hash, ARGV[3];
+# delivery tags are ``<id>.d``). ARGV: now, deadline, unacked key. Scans the queue only when such
+# old markers exist (a backlog older than worker_lost_timeout, or a loss). Returns key, id pairs.
+_GHOSTS = """
+local now, deadline = tonumber(ARGV[1]), tonumber(ARGV[2])
+local old, n = {}, 0
+local flat = redis.call('HGETALL', PENDING)
+for i = 1, #flat, 2 do
+  local t, id = split2(flat[i + 1])
+  t = tonumber(t)
+  if t < deadline and t > now - STALE and redis.call('HEXISTS', ARGV[3], id .. '.d') == 0 then
+    old[id] = flat[i]
+    n = n + 1
+  end
+end
+if n == 0 then return {} end
+local len = redis.call('LLEN', LIST)
+for start = 0, len - 1, 1000 do
+  for _, item in ipairs(redis.call('LRANGE', LIST, start, start + 999)) do
+    local id = string.match(item, '"id":%s*"([^"]+)"')
+    if id and old[id] then
+      old[id] = nil
+      n = n - 1
+    end
+  end
+  if n == 0 then return {} end
+end
+local out = {}
+for id, key in pairs(old) do
+  out[#out + 1] = key
+  out[#out + 1] = id
+end
+return out
+"""
+
+# Replace a lost message: ARGV now, then (key, lost id, new id, message) quads; a marker that
+# changed meanwhile (its message ran, or another keeper repaired it) is left alone.
+_REPAIR = """
+local now = tonumber(ARGV[1])
+local published = 0
+for i = 2, #ARGV, 4 do
+  local p = redis.call('HGET', PENDING, ARGV[i])
+  if p then
+    local _, id = split2(p)
+    if id == ARGV[i + 1] then
+      redis.call('HDEL', PENDING, ARGV[i])
+      published = published + push_now(ARGV[i], ARGV[i + 2], ARGV[i + 3], now)
+    end
+  end
+end
+return published
+"""
+
 # A message arrives at a worker. ARGV: key, id, now. Returns {status, consecutive failures,
 # recovered (1: this message's earlier delivery died mid-reconcile), the streak's error before};
 # status is run | busy | duplicate | quarantined.
@@ -249,6 +304,8 @@ class KindScripts:
     promote: LuaScript
     begin: LuaScript
     end: LuaScript
+    ghosts: LuaScript
+    repair: LuaScript
 
 
 @dataclass(frozen=True)
@@ -292,7 +349,10 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
     for name, value in constants.items():
         prelude = prelude.replace(f"@{name}@", value)
     found = KindScripts(
-        *(LuaScript(prelude + body) for body in (_ENQUEUE, _SCHEDULE, _PROMOTE, _BEGIN, _END))
+        *(
+            LuaScript(prelude + body)
+            for body in (_ENQUEUE, _SCHEDULE, _PROMOTE, _BEGIN, _END, _GHOSTS, _REPAIR)
+        )
     )
     _compiled[ident] = found
     return found

@@ -546,3 +546,28 @@ def test_the_sweep_restores_only_messages_nobody_renewed(client: redis.Redis) ->
     assert client.hkeys(prefix + "unacked") == ["live-tag"]
     assert read_stats()[0].recovered == 1
     assert sweep(client, now, settings) == 0, "idempotent"
+
+
+def test_a_message_lost_in_the_fetch_window_is_published_again(client: redis.Redis) -> None:
+    """A worker killed between kombu's BRPOP and its ``unacked`` write loses the message; its
+    marker must not coalesce the key's events into nothing until it goes stale."""
+    from mcm_tasks.queue.keeper import repair_lost
+    from mcm_tasks.settings import get_settings
+
+    settings = get_settings()
+    register_reconciler("machine", lambda key: None)
+    enqueue_many([("machine", "lost"), ("machine", "queued"), ("machine", "held")])
+    pending = queue_keys("machine").pending
+    old = time.time() - settings.worker_lost_timeout - 5
+    deliveries = {d.key: d for d in (take(client, "machine") for _ in range(3))}
+    for d in deliveries.values():
+        client.hset(pending, d.key, f"{old}|{d.id}")  # every marker is old now
+    queued = deliveries["queued"]
+    client.rpush(queue_keys("machine").broker_list,  # back on the queue: slow, not lost
+                 build_message("machine", "queued", queued.id, "mcm.machine"))  # fmt: skip
+    client.hset("mcm:broker:unacked", f"{deliveries['held'].id}.d", "[]")  # held by a live worker
+    assert enqueue("machine", "lost") is False, "the lost message's marker coalesces events"
+    assert repair_lost(client, time.time(), settings) == 1
+    assert repair_lost(client, time.time(), settings) == 0, "a fresh marker now"
+    assert sorted(take(client, "machine").key for _ in range(2)) == ["lost", "queued"]
+    assert process("machine", "lost", str(client.hget(pending, "lost")).split("|")[1]) == "run"

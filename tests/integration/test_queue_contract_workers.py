@@ -424,3 +424,26 @@ def test_10000_delayed_keys_wait_in_redis_and_are_published_on_time(
     late = sum(lags[BUCKETS.index(1.0) + 1 :])
     assert late == 0, f"{late} keys published more than 1 s after their due time"
     print(f"memory growth while 10 000 keys waited: {grown} KiB; publish lag buckets: {lags}")
+
+
+def test_sigterm_lets_running_reconciles_finish_and_hands_back_the_rest(
+    cluster: Cluster, client: redis.Redis
+) -> None:
+    """A rolling update: SIGTERM is Celery's warm shutdown. The reconcile running on the worker
+    finishes (no second run), what it had not started goes back to the queue at once, and every
+    key runs exactly once."""
+    keys = [f"term-{i}" for i in range(8)]
+    for key in keys:
+        set_behaviour(client, "machine", key, sleep=1.5)
+    enqueue_many(("machine", key) for key in keys)
+    current = RecorderKeys.make().current
+    wait_until(lambda: client.hexists(current, "machine:term-0"), timeout=20, what="term-0 to start")
+    victim = cluster.worker_of(int(str(client.hget(current, "machine:term-0")).split("|")[1]))
+    stopped_at = time.time()
+    os.kill(victim.pid, signal.SIGTERM)
+    wait_until(lambda: not victim.alive(), timeout=30, what="the worker to exit after its runs")
+    assert time.time() - stopped_at < 3 + 5, "the shutdown waited only for the running reconciles"
+    wait_until(lambda: quiet(client), timeout=60, what="every key to run")
+    runs = [run for run in read_runs(client) if run.key in keys]
+    assert sorted(run.key for run in runs) == keys, "each key ran exactly once"
+    assert all(run.end - run.start >= 1.4 for run in runs), "no run was cut short"
