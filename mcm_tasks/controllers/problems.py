@@ -18,11 +18,11 @@ from typing import Any, Final, TypeVar
 
 from mcm_tasks.api import API_VERSION, K8sObject
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.kube.events import WARNING, ObjectRef, recorder_for
+from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.kube.events import WARNING, ObjectRef
 
 log = logging.getLogger(__name__)
 
-COMPONENT: Final = "machine-controller-manager"
 UNREADABLE_REASON: Final = "Unreadable"
 
 M = TypeVar("M", bound=K8sObject)
@@ -62,11 +62,9 @@ def identity(obj: K8sObject) -> ObjectRef:
 
 def warn(obj: K8sObject | ObjectRef, reason: str, message: str) -> None:
     """A Warning Event on ``obj`` (best effort, as every Event)."""
-    from mcm_tasks.kube.clients import get_clusters
-
     ref = obj if isinstance(obj, ObjectRef) else identity(obj)
     try:
-        recorder_for(get_clusters().control.api, COMPONENT).event(ref, WARNING, reason, message)
+        recorder().event(ref, WARNING, reason, message)
     except Exception as err:  # no Event must turn a skipped object into a failed job
         log.warning("could not record %s on %s: %s: %s", reason, _name(obj), type(err).__name__, err)
 

@@ -18,11 +18,10 @@ from collections.abc import Callable
 
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.reader import get_reader
-from mcm_tasks.controllers.common.events import COMPONENT
+from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.kinds import OF_QUEUE
 from mcm_tasks.kube import resources as kres
-from mcm_tasks.kube.clients import get_clusters
-from mcm_tasks.kube.events import WARNING, ObjectRef, recorder_for
+from mcm_tasks.kube.events import WARNING, ObjectRef
 from mcm_tasks.queue import expectations, registry
 from mcm_tasks.settings import get_settings
 
@@ -54,7 +53,7 @@ def reporter(kind: str) -> Callable[[str, str, str], bool]:
         ref = object_ref(kind, key)
         if ref is None:
             return True
-        written = recorder_for(get_clusters().control.api, COMPONENT).event(ref, WARNING, reason, message)
+        written = recorder().event(ref, WARNING, reason, message)
         return written is not None
 
     return report

@@ -1,5 +1,8 @@
-"""The Events the MachineSet, MachineDeployment and safety controllers record, under MCM's component
-name (the machine controller records as ``machine-controller``, in ``common.status``)."""
+"""The Events every controller records, under MCM's component names: ``machine-controller`` for what the
+machine controller says about Machines (``common.status``), ``machine-controller-manager`` for the
+MachineSet, MachineDeployment and safety controllers and for the queue's reports on failing keys.
+One recorder per process and component (``kube.events.recorder_for`` folds repeats across pods).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,13 @@ from typing import Final
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.events import EventRecorder, recorder_for
 
 COMPONENT: Final = "machine-controller-manager"
+MACHINE_COMPONENT: Final = "machine-controller"
 
 
-def recorder(api: ApiClient) -> EventRecorder:
-    return recorder_for(api, COMPONENT)
+def recorder(api: ApiClient | None = None, component: str = COMPONENT) -> EventRecorder:
+    """The recorder on the control cluster (``api``, else the process's control client)."""
+    return recorder_for(api if api is not None else get_clusters().control.api, component)

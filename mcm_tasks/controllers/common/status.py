@@ -38,10 +38,10 @@ from mcm_tasks.api import (
     now_utc,
 )
 from mcm_tasks.api.constants import API_VERSION
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context, events
 from mcm_tasks.controllers.common.metrics import observe_status_write
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef, recorder_for
+from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef
 from mcm_tasks.kube.resources import MACHINES
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,6 @@ WARNING_PHASES: Final = frozenset(
     {MachinePhase.FAILED, MachinePhase.CRASH_LOOP_BACK_OFF, MachinePhase.UNKNOWN}
 )
 
-COMPONENT: Final = "machine-controller"
 #: lastOperation.errorCode of problems with the machine's own configuration (not the cloud's)
 CONFIGURATION_ERROR_CODE: Final = "ConfigurationError"
 
@@ -190,7 +189,7 @@ def status_events(old: MachineStatus, new: MachineStatus) -> list[EventSpec]:
 
 def recorder() -> EventRecorder:
     """The process's recorder on the control cluster (rebuilt when the clients are)."""
-    return recorder_for(context.control_api(), COMPONENT)
+    return events.recorder(context.control_api(), events.MACHINE_COMPONENT)
 
 
 def machine_ref(machine: Machine) -> ObjectRef:
