@@ -33,6 +33,9 @@ Orders, as Node annotations:
     sets that node condition (e.g. ``condition-Ready: "False"``,
     ``condition-ReadonlyFilesystem: "True"``) with reason ``SandboxOrder``; removing the
     annotation puts it back to its healthy status (Ready True, anything else False).
+``sandbox.mcm-tasks.io/inplace-update: "fail" | "hang"``
+    the simulated node agent (``kubelet.inplace``) reports the in-place update of a node MCM made
+    ready for it as failed, or never finishes it; without the order it succeeds after a second.
 ``sandbox.mcm-tasks.io/heartbeat: "stop"``
     the kubelet stops posting node status; after ``--node-grace`` the node goes Unknown. Remove
     the annotation to resume. Pods and volumes on the node are still handled.
@@ -57,6 +60,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mcm_sandbox.kubelet import node as kn
 from mcm_sandbox.kubelet import pods as kp
+from mcm_sandbox.kubelet.inplace import agent_result
 from mcm_sandbox.kubelet.sources import VMSource, as_source
 from mcm_sandbox.kubelet.volumes import VolumePlan, plan_volumes
 from mcm_sandbox.kubelet.watch import WatchedLists
@@ -109,6 +113,7 @@ class KubeletSimulator:
         detach_delay: float = 1.0,
         max_actions: int = 200,
         watched: WatchedLists | None = None,
+        inplace_delay: float = 1.0,
     ) -> None:
         self.api = api
         #: reads from watches when given (the CLI), else a list per tick (tests that tick by hand)
@@ -118,6 +123,8 @@ class KubeletSimulator:
         self.node_grace = node_grace
         self.detach_delay = detach_delay
         self.max_actions = max_actions
+        #: seconds the simulated node agent takes for an in-place update
+        self.inplace_delay = inplace_delay
         #: (node, "name:<volumesAttached name>" | "va:<pv>") -> when it was first seen unused
         self._unused_since: dict[tuple[str, str], float] = {}
 
@@ -195,6 +202,9 @@ class KubeletSimulator:
                             partial(self._patch_node_status, name, {"conditions": conditions}),
                         )
                     )
+                update = agent_result(node, snap.now, self.inplace_delay)
+                if update is not None:
+                    out.append(Action(URGENT, "inplace-update", partial(self._finish_update, name, *update)))
             elif self.source.owns(node):
                 unknown = kn.lifecycle_unknown_conditions(node, snap.now, self.node_grace)
                 if unknown is not None:
@@ -214,6 +224,13 @@ class KubeletSimulator:
             if err.status != 409:
                 raise
         self.source.mark_registered(vm.id, now)
+
+    def _finish_update(self, name: str, metadata: dict[str, Any], condition: dict[str, Any]) -> None:
+        """The node agent's result: the condition first, then the label MCM acts on."""
+        self._patch_node_status(name, {"conditions": [condition]})
+        rest.request(
+            self.api, "PATCH", f"/api/v1/nodes/{name}", body={"metadata": metadata}, content_type=STRATEGIC
+        )
 
     def _patch_node_status(self, name: str, status: dict[str, Any]) -> None:
         rest.request(

@@ -186,17 +186,21 @@ def test_deleting_a_select_all_or_invalid_deployment_still_removes_its_finalizer
     assert world.deployment() is None and world.sets() == [] and world.machines() == []
 
 
-def test_in_place_update_strategy_gets_a_clear_condition(world: World) -> None:
+def test_in_place_update_strategy_starts_with_one_full_set(world: World) -> None:
+    """InPlaceUpdate is a strategy like the others: a new deployment's only set takes all replicas."""
     world.create(deployment_body("pool", 2, strategy="InPlaceUpdate", surge=1, unavailable=0))
     world.reconcile()
-    assert _progressing(world) == ("False", "StrategyNotSupported")
+    [only] = world.sets()
+    assert only.spec.replicas == 2
     d = world.deployment()
-    assert d is not None and "not supported" in next(
-        c.message for c in d.status.conditions if c.type == "Progressing"
-    )
-    assert MCM_FINALIZER in d.metadata.finalizers
+    assert d is not None and MCM_FINALIZER in d.metadata.finalizers
+    assert _progressing(world)[1] != "StrategyNotSupported"
     ops.delete(world.api, MACHINE_DEPLOYMENTS, "pool", world.namespace)
-    world.reconcile()
+    for _ in range(10):
+        if world.deployment() is None:
+            break
+        world.reconcile()
+        world.reconcile_sets()
     assert world.deployment() is None
 
 

@@ -54,7 +54,11 @@ def test_resolve_fenceposts_refuses_what_validation_refuses(bad: object) -> None
         ({"replicas": 3, "surge": 0, "unavailable": 5}, 0, 3),  # capped at replicas
         ({"replicas": 0, "surge": 2, "unavailable": 1}, 2, 0),  # nothing can be unavailable of nothing
         ({"replicas": 10, "strategy": "Recreate"}, 0, 0),
-        ({"replicas": 10, "strategy": "InPlaceUpdate", "surge": 1, "unavailable": 2}, 0, 2),
+        (
+            {"replicas": 10, "strategy": "InPlaceUpdate", "surge": 1, "unavailable": 2},
+            1,
+            2,
+        ),  # inPlaceUpdate budgets
     ],
 )
 def test_max_surge_and_unavailable_per_strategy(

@@ -22,7 +22,12 @@ def resolve_fenceposts(
 
 
 def is_rolling(deployment: MachineDeployment) -> bool:
-    return deployment.spec.strategy.type == MachineDeploymentStrategyType.ROLLING_UPDATE
+    """A strategy with surge and availability budgets: RollingUpdate, and InPlaceUpdate (whose new
+    set grows by maxSurge and by the machines it takes over, as upstream's NewMSNewReplicas)."""
+    return deployment.spec.strategy.type in (
+        MachineDeploymentStrategyType.ROLLING_UPDATE,
+        MachineDeploymentStrategyType.IN_PLACE_UPDATE,
+    )
 
 
 def _strategy_params(deployment: MachineDeployment) -> tuple[int | str | None, int | str | None] | None:
@@ -38,7 +43,7 @@ def _strategy_params(deployment: MachineDeployment) -> tuple[int | str | None, i
 
 
 def max_surge(deployment: MachineDeployment) -> int:
-    """Extra machines a RollingUpdate may run above ``replicas``; 0 for other strategies."""
+    """Extra machines a RollingUpdate (or InPlaceUpdate) may run above ``replicas``; 0 for Recreate."""
     params = _strategy_params(deployment)
     if params is None or not is_rolling(deployment):
         return 0

@@ -173,7 +173,7 @@ def _set_marks(api: ApiClient, node: Obj, *, protect: bool, taint: bool) -> None
         _patch_node(api, node, body)
 
 
-def _drain(api: ApiClient, node_name: str) -> int:
+def evict_pods(api: ApiClient, node_name: str) -> int:
     """Evict what a drain removes from the node; the number of pods still to go."""
     left = 0
     for pod in ds.pods_for_deletion(io.pods_on_node(api, node_name), node_name):
@@ -206,7 +206,7 @@ def _preserve(
     failed = machine.status.current_status.phase == MachinePhase.FAILED
     _set_marks(api, node, protect=True, taint=failed)
     _set_condition(api, node, True, f"Machine preserved until {format_time(expiry)}", now)
-    if failed and _drain(api, str(node["metadata"]["name"])):
+    if failed and evict_pods(api, str(node["metadata"]["name"])):
         return machine, Requeue.short()
     return machine, until
 

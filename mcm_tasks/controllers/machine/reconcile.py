@@ -5,7 +5,8 @@
 3. frozen (API servers unreachable) → LongRetry;
 4. validate the Machine; 5. validate its MachineClass (exists, carries the MCM finalizer, valid node
    template) and merge its secrets;
-6. with a node and a phase: health check, then node sync;
+6. with a node and a phase: health check (not while an in-place update owns the phase), node sync,
+   the in-place update step (``inplace.reconcile_in_place``);
 7. machine preservation (upstream ``manageMachinePreservation``, ``preserve.manage_preservation``);
 8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
 
@@ -33,7 +34,7 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
-from mcm_tasks.controllers.machine import create, health_io, preserve
+from mcm_tasks.controllers.machine import create, health_io, inplace, preserve
 from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
@@ -148,9 +149,12 @@ def _reconcile(machine: Machine) -> Requeue | None:
 
     requeues: list[Requeue | None] = []
     if needs_health_check(machine):
-        machine, recheck = health_io.reconcile_health(machine, cc)
-        requeues.append(recheck)
+        if not inplace.in_place_owns(machine):  # an in-place update owns the phase meanwhile
+            machine, recheck = health_io.reconcile_health(machine, cc)
+            requeues.append(recheck)
         requeues.append(health_io.sync_node(machine, cc))
+        machine, updating = inplace.reconcile_in_place(machine)
+        requeues.append(updating)
     machine, preserved = preserve.manage_preservation(machine)
     requeues.append(preserved)
     if needs_creation(machine):

@@ -45,10 +45,6 @@ MACHINE_SET_CREATE_ERROR: Final = "MachineSetCreateError"
 DEPLOYMENT_PAUSED: Final = "DeploymentPaused"
 DEPLOYMENT_RESUMED: Final = "DeploymentResumed"
 #: ours: the InPlaceUpdate strategy is accepted by validation but not carried out yet
-STRATEGY_NOT_SUPPORTED: Final = "StrategyNotSupported"
-IN_PLACE_NOT_SUPPORTED_MESSAGE: Final = (
-    "The InPlaceUpdate strategy is not supported yet: existing machine sets are scaled, nothing is rolled out"
-)
 
 
 def condition(

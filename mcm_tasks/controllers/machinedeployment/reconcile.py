@@ -25,12 +25,12 @@ from typing import Final
 
 from mcm_tasks.api import MachineDeploymentStrategyType
 from mcm_tasks.api.constants import MCM_FINALIZER
-from mcm_tasks.api.enums import ConditionStatus
 from mcm_tasks.api.validation import validate_machine_deployment
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.controllers.machinedeployment import progress
 from mcm_tasks.controllers.machinedeployment import sets as machine_sets
 from mcm_tasks.controllers.machinedeployment.control import Context, get_deployment
+from mcm_tasks.controllers.machinedeployment.inplace import rollout_in_place
 from mcm_tasks.controllers.machinedeployment.recreate import rollout_recreate
 from mcm_tasks.controllers.machinedeployment.rollback import rollback
 from mcm_tasks.controllers.machinedeployment.rolling import rollout_rolling
@@ -108,14 +108,6 @@ def reconcile_once(namespace: str, name: str, *, live: bool) -> Requeue | None:
     handle_trigger_deletion(ctx)
 
     spec = ctx.deployment.spec
-    if spec.strategy.type == MachineDeploymentStrategyType.IN_PLACE_UPDATE:
-        ctx.deployment.status = progress.with_condition(
-            ctx.deployment.status,
-            progress.condition(progress.PROGRESSING, ConditionStatus.FALSE, progress.STRATEGY_NOT_SUPPORTED,
-                               progress.IN_PLACE_NOT_SUPPORTED_MESSAGE, ctx.now),
-        )  # fmt: skip
-        sync(ctx)
-        return Requeue.long()
     if spec.paused:
         sync(ctx)
         return Requeue.long()
@@ -132,6 +124,8 @@ def reconcile_once(namespace: str, name: str, *, live: bool) -> Requeue | None:
 
     if spec.strategy.type == MachineDeploymentStrategyType.RECREATE:
         deadline = rollout_recreate(ctx)
+    elif spec.strategy.type == MachineDeploymentStrategyType.IN_PLACE_UPDATE:
+        deadline = rollout_in_place(ctx)
     else:
         deadline = rollout_rolling(ctx)
     return _next_pass(ctx, deadline)

@@ -35,6 +35,7 @@ from mcm_tasks.api.constants import (
     MACHINE_PRIORITY_TRIGGERED,
     MARKED_FOR_DELETION_TIME_ANNOTATION,
     SCALE_UP_DISABLED_LABEL_KEY,
+    UPDATE_RESULT_LABEL_KEY,
 )
 from mcm_tasks.controllers.common.preservation import is_preserved
 
@@ -58,6 +59,7 @@ _LATEST: Final = datetime.max.replace(tzinfo=UTC)
 
 SKIP_FROZEN: Final = "frozen"
 SKIP_SCALE_UP_DISABLED: Final = "scale-up-disabled"
+SKIP_IN_TRANSFER: Final = "machine in transfer"
 
 
 # --- machine predicates ----------------------------------------------------------------------------------
@@ -162,7 +164,11 @@ def is_frozen(machine_set: MachineSet) -> bool:
 
 
 def plan_replicas(machine_set: MachineSet, machines: Sequence[Machine], now: datetime) -> ReplicaPlan:
-    """manageReplicas' decision over the set's claimed machines."""
+    """manageReplicas' decision over the set's claimed machines. A machine an in-place update is
+    moving between sets (labelled ``update-result``) holds the set still: its deployment counts it
+    into the new set's replicas next, and until then neither creating nor deleting would be right."""
+    if any(UPDATE_RESULT_LABEL_KEY in m.metadata.labels for m in machines if not is_terminating(m)):
+        return ReplicaPlan(skipped=SKIP_IN_TRANSFER)
     active = [m for m in machines if not is_terminating(m)]
     diff = len(active) - machine_set.spec.replicas
     if diff < 0:

@@ -1,0 +1,150 @@
+"""In-place updates (GEP-31, MCM's ``InPlaceUpdate`` strategy): the vocabulary and the pure
+decisions shared by the machine controller (which drains a selected node and follows the node
+agent's result) and the MachineDeployment controller (which selects nodes and moves updated
+machines to the new MachineSet).
+
+The flow of one machine: its Node is labelled ``candidate-for-update`` while its MachineSet is an old
+one; ``selected-for-update`` when it may go (the deployment chooses under ``Auto`` within
+``inPlaceUpdate.maxUnavailable``; under ``Manual`` an operator labels it); the machine controller
+cordons and drains the Node, sets the Node condition ``InPlaceUpdate`` to ``ReadyForUpdate`` and the
+machine to ``InPlaceUpdating``; the node agent (outside MCM) updates the node and labels it
+``update-result=successful`` (condition reason ``UpdateSuccessful``) or ``failed``; the machine goes
+``InPlaceUpdateSuccessful`` or ``InPlaceUpdateFailed`` (also after ``--machine-inplace-update-timeout``);
+the deployment moves a successful one to the new set and clears the Node's labels; the machine
+is Running again once its Node is. A machine ``InPlaceUpdateFailed`` for longer than its health
+timeout is Failed and replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from mcm_tasks.api import Machine, MachinePhase
+from mcm_tasks.api.constants import (
+    CANDIDATE_FOR_UPDATE_LABEL_KEY,
+    SELECTED_FOR_UPDATE_LABEL_KEY,
+    UPDATE_RESULT_FAILED,
+    UPDATE_RESULT_LABEL_KEY,
+    UPDATE_RESULT_SUCCESSFUL,
+)
+
+#: the Node condition the machine controller and the node agent write
+IN_PLACE_CONDITION: Final = "InPlaceUpdate"
+READY_FOR_UPDATE: Final = "ReadyForUpdate"
+UPDATE_SUCCESSFUL: Final = "UpdateSuccessful"
+UPDATE_FAILED: Final = "UpdateFailed"
+#: Node annotation the node agent writes with a failed update
+UPDATE_FAILED_REASON_ANNOTATION: Final = "node.machine.sapcloud.io/update-failed-reason"
+#: upstream's machineutils.NodeReadyForUpdate
+NODE_READY_FOR_UPDATE: Final = "Node drain successful. Node is ready for update"
+UPDATE_SUCCESSFUL_DESCRIPTION: Final = "Machine updated in place successfully"
+UPDATE_TIMED_OUT_DESCRIPTION: Final = "In-place update timed out"
+DRAINING_DESCRIPTION: Final = "Node selected for update: draining it"
+
+IN_PLACE_PHASES: Final = frozenset(
+    {
+        MachinePhase.IN_PLACE_UPDATING,
+        MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL,
+        MachinePhase.IN_PLACE_UPDATE_FAILED,
+    }
+)
+NODE_UPDATE_LABELS: Final = (
+    CANDIDATE_FOR_UPDATE_LABEL_KEY,
+    SELECTED_FOR_UPDATE_LABEL_KEY,
+    UPDATE_RESULT_LABEL_KEY,
+)
+
+Obj = Mapping[str, Any]
+
+
+def labels_of(node: Obj | None) -> dict[str, str]:
+    return dict(((node or {}).get("metadata") or {}).get("labels") or {})
+
+
+def condition_of(node: Obj | None) -> dict[str, Any] | None:
+    for condition in ((node or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == IN_PLACE_CONDITION:
+            return dict(condition)
+    return None
+
+
+def is_selected(node: Obj | None) -> bool:
+    return SELECTED_FOR_UPDATE_LABEL_KEY in labels_of(node)
+
+
+def update_succeeded(node: Obj | None) -> bool:
+    """Upstream's ``!isUpdateNotSuccessful``: the agent's label and condition both say so."""
+    condition = condition_of(node) or {}
+    return (
+        labels_of(node).get(UPDATE_RESULT_LABEL_KEY) == UPDATE_RESULT_SUCCESSFUL
+        and condition.get("reason") == UPDATE_SUCCESSFUL
+    )
+
+
+def is_ready(node: Obj | None) -> bool:
+    for condition in ((node or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+class Step(StrEnum):
+    NONE = "none"
+    #: cordon and drain the selected node; when drained, InPlaceUpdating
+    PREPARE = "prepare"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed-out"
+    #: back to Running (updated, moved to the new set, Node Ready)
+    RUNNING = "running"
+    #: failed too long ago: Failed, to be replaced
+    GIVE_UP = "give-up"
+    #: wait, come back in ``after`` seconds
+    WAIT = "wait"
+
+
+@dataclass(frozen=True)
+class Decision:
+    step: Step
+    after: float | None = None
+    reason: str = ""
+
+
+def decide(
+    machine: Machine, node: Obj | None, now: datetime, update_timeout: float, health_timeout: float
+) -> Decision:
+    """The in-place step of one machine reconcile (upstream's in-place branches of
+    ``reconcileMachineHealth`` and the node-drain-for-update)."""
+    phase = machine.status.current_status.phase
+    since = machine.status.current_status.last_update_time or now
+    elapsed = (now - since).total_seconds()
+    labels = labels_of(node)
+    result = labels.get(UPDATE_RESULT_LABEL_KEY)
+    if machine.metadata.is_deleting or node is None:
+        return Decision(Step.NONE)
+    if phase == MachinePhase.IN_PLACE_UPDATING:
+        if result == UPDATE_RESULT_SUCCESSFUL:
+            return Decision(Step.SUCCEEDED)
+        if result == UPDATE_RESULT_FAILED:
+            reason = dict((node.get("metadata") or {}).get("annotations") or {}).get(
+                UPDATE_FAILED_REASON_ANNOTATION, ""
+            )
+            return Decision(Step.FAILED, reason=reason)
+        if elapsed >= update_timeout:
+            return Decision(Step.TIMED_OUT)
+        return Decision(Step.WAIT, after=update_timeout - elapsed)
+    if phase == MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL:
+        if SELECTED_FOR_UPDATE_LABEL_KEY not in labels and is_ready(node):
+            return Decision(Step.RUNNING)
+        return Decision(Step.NONE)
+    if phase == MachinePhase.IN_PLACE_UPDATE_FAILED:
+        if elapsed >= health_timeout:
+            return Decision(Step.GIVE_UP)
+        return Decision(Step.WAIT, after=health_timeout - elapsed)
+    if phase == MachinePhase.RUNNING and SELECTED_FOR_UPDATE_LABEL_KEY in labels and result is None:
+        return Decision(Step.PREPARE)
+    return Decision(Step.NONE)

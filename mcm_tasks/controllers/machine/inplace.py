@@ -1,0 +1,132 @@
+"""The machine controller's part of an in-place update (``controllers.common.inplace`` decides):
+drain a Node selected for update and hand it to the node agent, then follow the agent's result
+into the machine's phase, with ``--machine-inplace-update-timeout`` (or the machine's
+``inPlaceUpdateTimeout``) as the limit."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, format_time, now_utc
+from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common import inplace as ip
+from mcm_tasks.controllers.machine.drain import cluster_io as io
+from mcm_tasks.controllers.machine.health import health_timeout
+from mcm_tasks.controllers.machine.preserve import evict_pods
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import NODES
+from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+
+def update_timeout(machine: Machine) -> float:
+    own = machine.spec.inplace_update_timeout_seconds
+    return own if own is not None else get_settings().machine_inplace_update_timeout
+
+
+def in_place_owns(machine: Machine) -> bool:
+    """Whether the health check must leave the machine's phase to this step: during the update, and
+    once a failed update made it Failed (its Node may well be Ready: the machine is replaced all the
+    same, not revived)."""
+    current = machine.status
+    if current.current_status.phase == MachinePhase.FAILED:
+        return current.last_operation.type == MachineOperationType.IN_PLACE_UPDATE
+    return current.current_status.phase in ip.IN_PLACE_PHASES
+
+
+def reconcile_in_place(machine: Machine) -> tuple[Machine, Requeue | None]:
+    """The in-place step of a machine reconcile: the machine as it is now, and when to come back."""
+    api = context.target_api()
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    if api is None or not node_name:
+        return machine, None
+    node = context.get_node(node_name)
+    now = now_utc()
+    decision = ip.decide(machine, node, now, update_timeout(machine), health_timeout(machine, get_settings()))
+    step = decision.step
+    if step is ip.Step.NONE:
+        return machine, None
+    if step is ip.Step.WAIT:
+        return machine, Requeue(max(decision.after or 0.0, 0.0) + 0.5)
+    if step is ip.Step.PREPARE:
+        assert node is not None
+        return _prepare(machine, api, node, now)
+    if step is ip.Step.SUCCEEDED:
+        return _phase(machine, MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL, ip.UPDATE_SUCCESSFUL_DESCRIPTION,
+                      MachineState.SUCCESSFUL, now), Requeue.short()  # fmt: skip
+    if step in (ip.Step.FAILED, ip.Step.TIMED_OUT):
+        text = ip.UPDATE_TIMED_OUT_DESCRIPTION if step is ip.Step.TIMED_OUT else "In-place update failed"
+        if decision.reason:
+            text = f"{text}: {decision.reason}"
+        written = _phase(machine, MachinePhase.IN_PLACE_UPDATE_FAILED, text, MachineState.FAILED, now)
+        return written, Requeue(health_timeout(machine, get_settings()) + 0.5)
+    if step is ip.Step.RUNNING:
+        text = f"Machine {machine.metadata.name} is Running again after its in-place update"
+        written = _phase(machine, MachinePhase.RUNNING, text, MachineState.SUCCESSFUL, now,
+                         type_=MachineOperationType.HEALTH_CHECK)  # fmt: skip
+        return written, None
+    # GIVE_UP: Failed, the MachineSet replaces it
+    text = f"In-place update of machine {machine.metadata.name} failed; giving up, machine is Failed"
+    return _phase(machine, MachinePhase.FAILED, text, MachineState.FAILED, now), None
+
+
+def _phase(
+    machine: Machine,
+    phase: MachinePhase,
+    description: str,
+    state: MachineState,
+    now: datetime,
+    *,
+    type_: MachineOperationType = MachineOperationType.IN_PLACE_UPDATE,
+) -> Machine:
+    new = status.updated_status(
+        machine,
+        last_op=status.last_operation(description, state, type_, now=now),
+        current=status.current_status(phase, now=now).model_copy(
+            update={"preserve_expiry_time": machine.status.current_status.preserve_expiry_time}
+        ),
+    )
+    written = status.write_status(machine, new, dedup=False) or machine
+    log.info("machine %s: %s (%s)", machine.key, phase, description)
+    return written
+
+
+def _prepare(
+    machine: Machine, api: ApiClient, node: dict[str, Any], now: datetime
+) -> tuple[Machine, Requeue]:
+    """Cordon and drain the selected Node; once it is empty, tell the node agent and go
+    InPlaceUpdating."""
+    io.cordon(api, node)
+    name = str(node["metadata"]["name"])
+    if evict_pods(api, name):
+        if machine.status.last_operation.description != ip.DRAINING_DESCRIPTION:
+            op = status.last_operation(
+                ip.DRAINING_DESCRIPTION,
+                MachineState.PROCESSING,
+                MachineOperationType.IN_PLACE_UPDATE,
+                now=now,
+            )
+            machine = status.write_status(machine, status.updated_status(machine, last_op=op)) or machine
+        return machine, Requeue.short()
+    stamp = format_time(now)
+    condition = {
+        "type": ip.IN_PLACE_CONDITION,
+        "status": "True",
+        "reason": ip.READY_FOR_UPDATE,
+        "message": ip.NODE_READY_FOR_UPDATE,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+    ops.patch(api, NODES, name, {"status": {"conditions": [condition]}},
+              patch_type=ops.PatchType.STRATEGIC, subresource="status")  # fmt: skip
+    written = _phase(
+        machine, MachinePhase.IN_PLACE_UPDATING, ip.NODE_READY_FOR_UPDATE, MachineState.PROCESSING, now
+    )
+    return written, Requeue(update_timeout(machine) + 0.5)

@@ -1,0 +1,281 @@
+"""The InPlaceUpdate strategy (upstream ``rolloutAutoInPlace`` and its helpers in
+``deployment_inplace.go``): machines keep their VMs; their Nodes are updated by the node agent and
+the machines move from the old MachineSets to the new one.
+
+A pass, as upstream: old sets get the ``scale-up-disabled`` label (they must not replace a machine
+that leaves them), the autoscaler's scale-down protection and the PreferNoSchedule taint; their
+Nodes the ``candidate-for-update`` label. Then one kind of step: the new set takes the machines
+whose update succeeded (owner reference and selector labels moved, the old set scaled down, the new
+one up, the Node's update labels cleared and the Node uncordoned); or, with nothing to take, the
+old sets are scaled to zero once the new set is full (maxSurge) or — under ``Auto`` — more Nodes are
+selected for update within ``inPlaceUpdate.maxUnavailable`` (under ``Manual`` an operator labels
+them ``selected-for-update``). Then the status, and when the rollout is complete the usual
+completion (protection off, taint off, old sets cleaned up).
+
+A machine being moved carries the label ``update-result=successful`` until the new set counts it;
+meanwhile neither set creates nor deletes machines (``machineset.replicas``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from mcm_tasks.api import MachineDeployment, MachineSet, OrchestrationType
+from mcm_tasks.api.constants import (
+    CANDIDATE_FOR_UPDATE_LABEL_KEY,
+    NODE_LABEL_KEY,
+    SCALE_UP_DISABLED_LABEL_KEY,
+    SELECTED_FOR_UPDATE_LABEL_KEY,
+    UPDATE_RESULT_LABEL_KEY,
+    UPDATE_RESULT_SUCCESSFUL,
+)
+from mcm_tasks.controllers.common import inplace as ip
+from mcm_tasks.controllers.common.rollout import max_unavailable
+from mcm_tasks.controllers.machinedeployment import sets as machine_sets
+from mcm_tasks.controllers.machinedeployment import taints
+from mcm_tasks.controllers.machinedeployment.control import Context
+from mcm_tasks.controllers.machinedeployment.sync import finish_rollout
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe
+from mcm_tasks.kube.resources import MACHINES, NODES
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def _meta(obj: Obj) -> Obj:
+    return dict(obj.get("metadata") or {})
+
+
+def _node_of(machine: Obj) -> str:
+    return str((_meta(machine).get("labels") or {}).get(NODE_LABEL_KEY) or "")
+
+
+# --- pure decisions ---------------------------------------------------------------------------------------
+
+
+def selection_budget(
+    deployment: MachineDeployment,
+    all_sets: Sequence[MachineSet],
+    new_set: MachineSet,
+    undergoing: int,
+) -> int:
+    """Upstream ``reconcileOldMachineSetsInPlace`` + ``selectNumOfMachineForUpdate``: how many more
+    Nodes may be selected now without going below replicas − maxUnavailable."""
+    replicas = deployment.spec.replicas
+    min_available = replicas - max_unavailable(deployment)
+    all_count = sum(ms.spec.replicas for ms in all_sets)
+    new_unavailable = new_set.spec.replicas - new_set.status.available_replicas
+    if all_count - min_available - new_unavailable - undergoing <= 0:
+        return 0
+    available = sum(ms.status.available_replicas for ms in all_sets) - undergoing
+    if available <= min_available:
+        return 0
+    return max(0, min(available - min_available, max(replicas - new_set.spec.replicas, 0)))
+
+
+def moved_labels(
+    machine_labels: dict[str, str], old_set: MachineSet, new_set: MachineSet
+) -> dict[str, str | None]:
+    """Upstream ``removeLabelsNotCommingFromMachineSet`` as a merge patch: the old set's selector
+    labels go, the new set's come, and the in-transfer marker."""
+    old_keys = old_set.spec.selector.match_labels if old_set.spec.selector else {}
+    new_labels = new_set.spec.selector.match_labels if new_set.spec.selector else {}
+    patch: dict[str, str | None] = {k: None for k in old_keys if k not in new_labels and k in machine_labels}
+    patch.update(new_labels)
+    patch[UPDATE_RESULT_LABEL_KEY] = UPDATE_RESULT_SUCCESSFUL
+    return patch
+
+
+# --- the pass --------------------------------------------------------------------------------------------
+
+
+def rollout_in_place(ctx: Context) -> float | None:
+    """One pass of the InPlaceUpdate strategy; seconds until the next deadline check, if any."""
+    new_set, old_sets = machine_sets.new_and_old(ctx, create=True)
+    assert new_set is not None
+    running = taints.rollout_running(old_sets)
+    if running:
+        _label_sets(ctx, old_sets, present=True)
+        taints.protect_from_scale_down(ctx, [*old_sets, new_set])
+    taints.taint_old_sets(ctx, old_sets)
+    old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
+    new_set = machine_sets.current(ctx, new_set) or new_set
+    _label_candidates(ctx, old_sets)
+
+    if _count_arrivals(ctx, new_set) or _shrink_to_members(ctx, old_sets):
+        return finish_rollout(ctx, new_set, old_sets, complete_actions=False)
+    if _reconcile_new_set(ctx, new_set, old_sets):
+        return finish_rollout(ctx, new_set, old_sets, complete_actions=False)
+    if _reconcile_old_sets(ctx, new_set, old_sets):
+        return finish_rollout(ctx, new_set, old_sets, complete_actions=False)
+    if not running:
+        _label_sets(ctx, old_sets, present=False)
+    return finish_rollout(ctx, new_set, old_sets, complete_actions=True)
+
+
+def _label_sets(ctx: Context, machine_sets_: Sequence[MachineSet], *, present: bool) -> None:
+    for ms in machine_sets_:
+        if (SCALE_UP_DISABLED_LABEL_KEY in ms.metadata.labels) == present:
+            continue
+        labels = dict(ms.metadata.labels)
+        if present:
+            labels[SCALE_UP_DISABLED_LABEL_KEY] = "true"
+        else:
+            labels.pop(SCALE_UP_DISABLED_LABEL_KEY, None)
+        current = machine_sets.current(ctx, ms) or ms
+        ctx.update_set(
+            current,
+            current.model_copy(update={"metadata": current.metadata.model_copy(update={"labels": labels})}),
+        )
+
+
+def _patch_node(ctx: Context, name: str, body: Obj) -> None:
+    if ctx.target is None:
+        return
+    try:
+        ops.patch(ctx.target, NODES, name, body)
+    except Exception as err:
+        log.warning("MachineDeployment %s: node %s: %s", ctx.key, name, describe(err))
+
+
+def _label_candidates(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
+    names = [_node_of(m) for ms in old_sets for m in ctx.machines_of(ms) if _node_of(m)]
+    for name, node in ctx.get_nodes(names).items():
+        if CANDIDATE_FOR_UPDATE_LABEL_KEY not in ip.labels_of(node):
+            _patch_node(ctx, name, {"metadata": {"labels": {CANDIDATE_FOR_UPDATE_LABEL_KEY: "true"}}})
+
+
+def _count_arrivals(ctx: Context, new_set: MachineSet) -> bool:
+    """Upstream ``syncMachineSets``' first half: machines moved into the new set (still marked)
+    are counted in its replicas, then unmarked."""
+    arrived = [
+        m for m in ctx.machines_of(new_set) if (_meta(m).get("labels") or {}).get(UPDATE_RESULT_LABEL_KEY)
+    ]
+    if not arrived:
+        return False
+    members = len(ctx.machines_of(new_set))
+    wanted = min(members, ctx.deployment.spec.replicas)
+    if wanted > new_set.spec.replicas:
+        machine_sets.scale_set(ctx, new_set, wanted)
+    for machine in arrived:
+        ops.patch(ctx.api, MACHINES, str(_meta(machine)["name"]),
+                  {"metadata": {"labels": {UPDATE_RESULT_LABEL_KEY: None}}}, ctx.namespace)  # fmt: skip
+    return True
+
+
+def _reconcile_new_set(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet]) -> bool:
+    """Upstream ``reconcileNewMachineSetInPlace``: whether a set was scaled (or a machine moved)."""
+    replicas = ctx.deployment.spec.replicas
+    if new_set.spec.replicas == replicas:
+        return False
+    if new_set.spec.replicas > replicas:
+        return machine_sets.scale_set(ctx, new_set, replicas)
+    old_total = sum(ms.spec.replicas for ms in old_sets)
+    if old_total == 0:
+        return machine_sets.scale_set(ctx, new_set, replicas)
+    if _transfer(ctx, new_set, old_sets) > 0:
+        return True
+    # an old set lost a machine it may not replace (a failed update): the new set makes up for it
+    # with a machine of the new template (upstream waits here; its budget can then never open)
+    shortfall = replicas - old_total - new_set.spec.replicas
+    if shortfall > 0:
+        return machine_sets.scale_set(ctx, new_set, new_set.spec.replicas + shortfall)
+    return False
+
+
+def _transfer(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet]) -> int:
+    """Upstream ``transferMachinesFromOldToNewMachineSet``: each machine whose Node was updated
+    successfully becomes the new set's; its old set shrinks by one."""
+    moved_total = 0
+    for old in old_sets:
+        machines = ctx.machines_of(old)
+        nodes = ctx.get_nodes([_node_of(m) for m in machines if _node_of(m)])
+        moved = 0
+        for machine in machines:
+            node = nodes.get(_node_of(machine))
+            phase = ((machine.get("status") or {}).get("currentStatus") or {}).get("phase")
+            if node is None or not ip.update_succeeded(node) or phase == "InPlaceUpdating":
+                continue
+            meta = _meta(machine)
+            labels = moved_labels(dict(meta.get("labels") or {}), old, new_set)
+            ref = {
+                "apiVersion": "machine.sapcloud.io/v1alpha1",
+                "kind": "MachineSet",
+                "name": new_set.metadata.name,
+                "uid": new_set.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+            body = {
+                "metadata": {
+                    "labels": labels,
+                    "ownerReferences": [ref],
+                    "resourceVersion": meta.get("resourceVersion"),
+                }
+            }
+            ops.patch(ctx.api, MACHINES, str(meta["name"]), body, ctx.namespace)
+            _patch_node(ctx, _node_of(machine), _cleared_node())
+            log.info("MachineDeployment %s: machine %s updated in place, moved to %s",
+                     ctx.key, meta["name"], new_set.metadata.name)  # fmt: skip
+            moved += 1
+        if moved:
+            current = machine_sets.current(ctx, old) or old
+            machine_sets.scale_set(ctx, current, max(0, current.spec.replicas - moved))
+            moved_total += moved
+    return moved_total
+
+
+def _cleared_node() -> Obj:
+    """The update labels and the failure reason off a Node, and the Node schedulable again."""
+    labels: dict[str, None] = {k: None for k in ip.NODE_UPDATE_LABELS}
+    annotations = {ip.UPDATE_FAILED_REASON_ANNOTATION: None}
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": {"unschedulable": False}}
+
+
+def _shrink_to_members(ctx: Context, old_sets: Sequence[MachineSet]) -> bool:
+    """Upstream ``syncMachineSets``' last part: an old set that lost machines (a failed update
+    replaced, a machine deleted) cannot replace them (scale-up disabled): its replicas follow."""
+    scaled = False
+    for ms in old_sets:
+        members = sum(1 for m in ctx.machines_of(ms) if not _meta(m).get("deletionTimestamp"))
+        if members < ms.spec.replicas:
+            current = machine_sets.current(ctx, ms) or ms
+            scaled = machine_sets.scale_set(ctx, current, members) or scaled
+    return scaled
+
+
+def _reconcile_old_sets(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet]) -> bool:
+    """Upstream ``reconcileOldMachineSetsInPlace``: old sets to zero once the new set is full,
+    else (Auto) select Nodes for update within the budget."""
+    olds = [ms for ms in old_sets if ms.spec.replicas > 0]
+    if not olds:
+        return False
+    if new_set.spec.replicas == ctx.deployment.spec.replicas:
+        return any([machine_sets.scale_set(ctx, ms, 0) for ms in olds])
+    strategy = ctx.deployment.spec.strategy.in_place_update
+    if strategy is None or strategy.orchestration_type != OrchestrationType.AUTO:
+        return False  # Manual: an operator selects the Nodes
+    candidates: list[str] = []
+    undergoing = 0
+    for ms in sorted(olds, key=lambda s: s.metadata.creation_timestamp or ctx.now):
+        machines = ctx.machines_of(ms)
+        nodes = ctx.get_nodes([_node_of(m) for m in machines if _node_of(m)])
+        for machine in machines:
+            node = nodes.get(_node_of(machine))
+            if node is None:
+                continue
+            labels = ip.labels_of(node)
+            if SELECTED_FOR_UPDATE_LABEL_KEY in labels:
+                undergoing += 1
+            elif CANDIDATE_FOR_UPDATE_LABEL_KEY in labels:
+                candidates.append(_node_of(machine))
+    budget = selection_budget(ctx.deployment, [*old_sets, new_set], new_set, undergoing)
+    chosen = candidates[:budget]
+    for name in chosen:
+        _patch_node(ctx, name, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}})
+        log.info("MachineDeployment %s: node %s selected for update", ctx.key, name)
+    return bool(chosen)

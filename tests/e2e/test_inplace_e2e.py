@@ -1,0 +1,285 @@
+"""The InPlaceUpdate strategy end to end in the sandbox, with real workers and the kubelet
+simulator playing the node agent: a MachineDeployment rolls in place with Auto orchestration
+(machines keep their VMs and move to the new MachineSet, never more than maxUnavailable at once),
+with Manual orchestration (nothing moves until an operator selects a node), with a failed update
+(the machine is replaced) and with an update that never finishes (the in-place timeout)."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kubernetes.client import ApiClient
+
+from mcm_sandbox.kubelet.inplace import INPLACE_ANNOTATION
+from mcm_sandbox.procs import wait_until
+from mcm_sandbox.runner import Sandbox
+from mcm_tasks.api import API_VERSION
+from mcm_tasks.api.constants import (
+    CANDIDATE_FOR_UPDATE_LABEL_KEY,
+    SCALE_UP_DISABLED_LABEL_KEY,
+    SELECTED_FOR_UPDATE_LABEL_KEY,
+)
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import (
+    MACHINE_CLASSES,
+    MACHINE_DEPLOYMENTS,
+    MACHINE_SETS,
+    MACHINES,
+    NODES,
+    SECRETS,
+)
+from tests.e2e.support import connected, running_sandbox
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+NS = "default"
+WAIT = 120.0
+ENV = {
+    "MCM_LONG_RETRY": "10s",
+    "MCM_MACHINE_HEALTH_TIMEOUT": "3s",
+    "MCM_MACHINE_DRAIN_TIMEOUT": "10s",
+    "MCM_MACHINE_INPLACE_UPDATE_TIMEOUT": "6s",
+}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    with running_sandbox(Path(tmp_path_factory.mktemp("inplace-e2e")), ENV, with_beat=False) as started:
+        yield started
+
+
+class Pool:
+    def __init__(self, clients: tuple[ApiClient, ApiClient, redis.Redis]) -> None:
+        self.control, self.target, self.redis = clients
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+        last: list[Any] = []
+
+        def check() -> bool:
+            last[:] = [self.snapshot()]
+            return predicate()
+
+        try:
+            wait_until(check, timeout, interval=0.3, what=what)
+        except TimeoutError as err:
+            raise AssertionError(f"{what}: last seen {last}") from err
+
+    def snapshot(self) -> dict[str, Any]:
+        sets = {
+            ms["metadata"]["name"]: (ms["spec"]["replicas"], sorted(ms["metadata"].get("labels") or {}))
+            for ms in ops.list_(self.control, MACHINE_SETS, NS)["items"]
+        }
+        return {"sets": sets, "machines": self.machine_phases()}
+
+    def machine_phases(self) -> dict[str, Any]:
+        return {
+            m["metadata"]["name"]: (
+                ((m.get("status") or {}).get("currentStatus") or {}).get("phase"),
+                next((r["name"] for r in m["metadata"].get("ownerReferences") or []), None),
+            )
+            for m in ops.list_(self.control, MACHINES, NS)["items"]
+        }
+
+    def deployment(self, name: str, replicas: int, orchestration: str, max_unavailable: int = 1) -> None:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "MachineDeployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"pool": name}},
+                "strategy": {
+                    "type": "InPlaceUpdate",
+                    "inPlaceUpdate": {
+                        "maxSurge": 0,
+                        "maxUnavailable": max_unavailable,
+                        "orchestrationType": orchestration,
+                    },
+                },
+                "template": {
+                    "metadata": {"labels": {"pool": name}},
+                    "spec": {
+                        "class": {"kind": "MachineClass", "name": "inplace"},
+                        "nodeTemplate": {"metadata": {"labels": {"os-version": "1"}}},
+                    },
+                },
+            },
+        }
+        ops.create(self.control, MACHINE_DEPLOYMENTS, body)
+        self.wait(lambda: len(self.running(name)) == replicas, f"{replicas} machines of {name} Running")
+
+    def update(self, name: str) -> None:
+        """A new template: another class (the OS version), and the nodes' version label."""
+        template = {
+            "class": {"kind": "MachineClass", "name": "inplace-v2"},
+            "nodeTemplate": {"metadata": {"labels": {"os-version": "2"}}},
+        }
+        ops.patch(self.control, MACHINE_DEPLOYMENTS, name, {"spec": {"template": {"spec": template}}}, NS)
+
+    def machines(self, pool: str) -> list[dict[str, Any]]:
+        return list(ops.list_(self.control, MACHINES, NS, label_selector=f"pool={pool}")["items"])
+
+    def running(self, pool: str) -> list[str]:
+        return sorted(
+            m["metadata"]["name"]
+            for m in self.machines(pool)
+            if ((m.get("status") or {}).get("currentStatus") or {}).get("phase") == "Running"
+            and not m["metadata"].get("deletionTimestamp")
+        )
+
+    def phase(self, name: str) -> str:
+        found = ops.get(self.control, MACHINES, name, NS, missing_ok=True) or {}
+        return str(((found.get("status") or {}).get("currentStatus") or {}).get("phase") or "")
+
+    def sets(self, pool: str) -> list[dict[str, Any]]:
+        owned = [
+            ms
+            for ms in ops.list_(self.control, MACHINE_SETS, NS)["items"]
+            if any(r.get("name") == pool for r in ms["metadata"].get("ownerReferences") or [])
+        ]
+        return sorted(
+            owned, key=lambda ms: ms["metadata"]["annotations"].get("deployment.kubernetes.io/revision", "")
+        )
+
+    def owner(self, machine: dict[str, Any]) -> str:
+        return next((r["name"] for r in machine["metadata"].get("ownerReferences") or []), "")
+
+    def node(self, name: str) -> dict[str, Any]:
+        return ops.get(self.target, NODES, name) or {}
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        return dict(self.node(name)["metadata"].get("labels") or {})
+
+    def rolled(self, pool: str, replicas: int) -> bool:
+        sets = self.sets(pool)
+        if len(sets) < 2:
+            return False
+        new = sets[-1]["metadata"]["name"]
+        machines = [m for m in self.machines(pool) if not m["metadata"].get("deletionTimestamp")]
+        return (
+            len(machines) == replicas
+            and all(self.owner(m) == new for m in machines)
+            and len(self.running(pool)) == replicas
+            and all(ms["spec"]["replicas"] == 0 for ms in sets[:-1])
+        )
+
+
+@pytest.fixture(scope="module")
+def pool(sandbox: Sandbox) -> Iterator[Pool]:
+    with connected(sandbox) as clients:
+        made = Pool(clients)
+        user_data = base64.b64encode(b"#!/bin/sh\n").decode()
+        ops.create(
+            made.control,
+            SECRETS,
+            {"metadata": {"name": "inplace-secret", "namespace": NS}, "data": {"userData": user_data}},
+        )
+        for cls in ("inplace", "inplace-v2"):
+            ops.create(
+                made.control,
+                MACHINE_CLASSES,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "MachineClass",
+                    "metadata": {"name": cls, "namespace": NS},
+                    "provider": "local",
+                    "providerSpec": {},
+                    "secretRef": {"name": "inplace-secret", "namespace": NS},
+                },
+            )
+        yield made
+
+
+def test_auto_rolls_in_place_within_max_unavailable(pool: Pool) -> None:
+    pool.deployment("auto", 3, "Auto", max_unavailable=1)
+    before = pool.running("auto")
+    worst: list[int] = [0]
+    stop = threading.Event()
+
+    def observe() -> None:  # never more than maxUnavailable machines out of Running at once
+        while not stop.is_set():
+            worst[0] = max(worst[0], 3 - len(pool.running("auto")))
+            stop.wait(0.1)
+
+    watcher = threading.Thread(target=observe, daemon=True)
+    watcher.start()
+    pool.update("auto")
+    pool.wait(
+        lambda: SCALE_UP_DISABLED_LABEL_KEY in pool.sets("auto")[0]["metadata"].get("labels", {}),
+        "old set scale-up disabled",
+    )
+    try:
+        pool.wait(lambda: pool.rolled("auto", 3), "every machine updated in place and moved to the new set")
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert pool.running("auto") == before, "the same machines (and VMs): updated, not replaced"
+    assert worst[0] <= 1, f"{worst[0]} machines out of Running at once, maxUnavailable is 1"
+    for name in before:
+        pool.wait(lambda name=name: pool.node_labels(name).get("os-version") == "2", "the new node template")
+        labels = pool.node_labels(name)
+        assert not {CANDIDATE_FOR_UPDATE_LABEL_KEY, SELECTED_FOR_UPDATE_LABEL_KEY} & set(labels)
+        assert not pool.node(name).get("spec", {}).get("unschedulable")
+    status = (ops.get(pool.control, MACHINE_DEPLOYMENTS, "auto", NS) or {}).get("status") or {}
+    pool.wait(
+        lambda: (
+            ((ops.get(pool.control, MACHINE_DEPLOYMENTS, "auto", NS) or {}).get("status") or {}).get(
+                "updatedReplicas"
+            )
+            == 3
+        ),
+        f"deployment status updated ({status})",
+    )
+
+
+def test_manual_waits_for_an_operator(pool: Pool) -> None:
+    pool.deployment("manual", 2, "Manual")
+    first, second = pool.running("manual")
+    pool.update("manual")
+    pool.wait(lambda: CANDIDATE_FOR_UPDATE_LABEL_KEY in pool.node_labels(first), "nodes are candidates")
+    assert SELECTED_FOR_UPDATE_LABEL_KEY not in pool.node_labels(first), "Manual: MCM selects nothing"
+    ops.patch(pool.target, NODES, first, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}})
+    new_set = lambda: pool.sets("manual")[-1]["metadata"]["name"]  # noqa: E731
+    pool.wait(
+        lambda: (
+            any(
+                m["metadata"]["name"] == first and pool.owner(m) == new_set() for m in pool.machines("manual")
+            )
+            and pool.phase(first) == "Running"
+        ),
+        "the selected machine updated and moved",
+    )
+    assert all(pool.owner(m) != new_set() for m in pool.machines("manual") if m["metadata"]["name"] == second)
+    ops.patch(pool.target, NODES, second, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}})
+    pool.wait(lambda: pool.rolled("manual", 2), "the second one too: rollout complete")
+    assert pool.running("manual") == sorted([first, second])
+
+
+@pytest.mark.parametrize(("order", "name"), [("fail", "failing"), ("hang", "hanging")])
+def test_failed_or_timed_out_update_replaces_the_machine(pool: Pool, order: str, name: str) -> None:
+    pool.deployment(name, 2, "Auto")
+    bad, good = pool.running(name)
+    ops.patch(pool.target, NODES, bad, {"metadata": {"annotations": {INPLACE_ANNOTATION: order}}})
+    ops.patch(
+        pool.target, NODES, good, {"metadata": {"annotations": {INPLACE_ANNOTATION: "hang"}}}
+    )  # one at a time
+    pool.update(name)
+    # whichever is selected first: the one ordered to fail (or hang) must end InPlaceUpdateFailed
+    seen: set[str] = set()
+
+    def failed() -> bool:
+        phase = pool.phase(bad)
+        seen.add(phase)
+        return phase == "InPlaceUpdateFailed" or "InPlaceUpdateFailed" in seen
+
+    ops.patch(pool.target, NODES, good, {"metadata": {"annotations": {INPLACE_ANNOTATION: None}}})
+    pool.wait(failed, f"the {order} update ends InPlaceUpdateFailed", timeout=WAIT)
+    # then Failed after the health timeout, replaced by a machine of the new template
+    pool.wait(lambda: pool.rolled(name, 2) and bad not in pool.running(name), "replaced; rollout complete")
+    assert good in pool.running(name)

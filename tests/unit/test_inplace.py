@@ -1,0 +1,140 @@
+"""In-place update decisions, table-tested; the machine cases are upstream's own
+(``reconcileMachineHealth`` entries for InPlaceUpdating / InPlaceUpdateFailed in machine_test.go)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mcm_tasks.api import Machine, MachineDeployment, MachineSet
+from mcm_tasks.controllers.common import inplace as ip
+from mcm_tasks.controllers.machinedeployment.inplace import moved_labels, selection_budget
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SELECTED = "node.machine.sapcloud.io/selected-for-update"
+RESULT = "node.machine.sapcloud.io/update-result"
+UPDATE, HEALTH = 600.0, 600.0
+
+
+def machine(phase: str, since: timedelta = timedelta(0)) -> Machine:
+    current = {"phase": phase, "lastUpdateTime": (NOW - since).isoformat()}
+    return Machine.model_validate({"metadata": {"name": "m"}, "status": {"currentStatus": current}})
+
+
+def node(labels: dict[str, str] | None = None, ready: str = "True", reason: str = "") -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": ready}]
+    if reason:
+        conditions.append({"type": "InPlaceUpdate", "status": "True", "reason": reason})
+    return {"metadata": {"name": "n", "labels": labels or {}}, "status": {"conditions": conditions}}
+
+
+@pytest.mark.parametrize(
+    ("phase", "since", "the_node", "step"),
+    [
+        # upstream: InPlaceUpdating for over the in-place timeout → InPlaceUpdateFailed
+        ("InPlaceUpdating", timedelta(minutes=15), node(), ip.Step.TIMED_OUT),
+        # upstream: update-result=successful → InPlaceUpdateSuccessful
+        ("InPlaceUpdating", timedelta(0), node({RESULT: "successful"}), ip.Step.SUCCEEDED),
+        # upstream: update-result=failed → InPlaceUpdateFailed
+        ("InPlaceUpdating", timedelta(0), node({RESULT: "failed"}), ip.Step.FAILED),
+        ("InPlaceUpdating", timedelta(minutes=1), node(), ip.Step.WAIT),
+        # upstream: InPlaceUpdateFailed for over the health timeout → Failed
+        ("InPlaceUpdateFailed", timedelta(minutes=15), node(), ip.Step.GIVE_UP),
+        ("InPlaceUpdateFailed", timedelta(minutes=1), node(), ip.Step.WAIT),
+        # Running again once moved (labels cleared) and Ready
+        ("InPlaceUpdateSuccessful", timedelta(0), node(), ip.Step.RUNNING),
+        ("InPlaceUpdateSuccessful", timedelta(0), node({SELECTED: "true"}), ip.Step.NONE),
+        ("InPlaceUpdateSuccessful", timedelta(0), node(ready="False"), ip.Step.NONE),
+        # a Running machine whose Node was selected is drained and handed to the agent
+        ("Running", timedelta(0), node({SELECTED: "true"}), ip.Step.PREPARE),
+        ("Running", timedelta(0), node({SELECTED: "true", RESULT: "failed"}), ip.Step.NONE),
+        ("Running", timedelta(0), node(), ip.Step.NONE),
+        ("Unknown", timedelta(0), node({SELECTED: "true"}), ip.Step.NONE),
+        ("Running", timedelta(0), None, ip.Step.NONE),
+    ],
+)
+def test_decide(phase: str, since: timedelta, the_node: dict[str, Any] | None, step: ip.Step) -> None:
+    assert ip.decide(machine(phase, since), the_node, NOW, UPDATE, HEALTH).step is step
+
+
+def test_a_failed_update_carries_the_agents_reason() -> None:
+    failed = node({RESULT: "failed"})
+    failed["metadata"]["annotations"] = {ip.UPDATE_FAILED_REASON_ANNOTATION: "disk full"}
+    assert ip.decide(machine("InPlaceUpdating"), failed, NOW, UPDATE, HEALTH).reason == "disk full"
+
+
+@pytest.mark.parametrize(
+    ("labels", "reason", "succeeded"),
+    [
+        ({RESULT: "successful"}, "UpdateSuccessful", True),
+        ({RESULT: "successful"}, "ReadyForUpdate", False),  # upstream isUpdateNotSuccessful: both needed
+        ({}, "UpdateSuccessful", False),
+        ({RESULT: "failed"}, "UpdateFailed", False),
+    ],
+)
+def test_update_succeeded(labels: dict[str, str], reason: str, succeeded: bool) -> None:
+    assert ip.update_succeeded(node(labels, reason=reason)) is succeeded
+
+
+def deployment(replicas: int, max_unavailable: int | str) -> MachineDeployment:
+    strategy = {"type": "InPlaceUpdate", "inPlaceUpdate": {"maxSurge": 0, "maxUnavailable": max_unavailable,
+                                                            "orchestrationType": "Auto"}}  # fmt: skip
+    return MachineDeployment.model_validate(
+        {"metadata": {"name": "d"}, "spec": {"replicas": replicas, "strategy": strategy}}
+    )
+
+
+def machine_set(name: str, replicas: int, available: int) -> MachineSet:
+    return MachineSet.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas},
+            "status": {"availableReplicas": available},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("replicas", "max_unavailable", "old", "new", "undergoing", "budget"),
+    [
+        (3, 1, (3, 3), (0, 0), 0, 1),
+        (3, 1, (3, 2), (0, 0), 1, 0),  # one already updating: nothing more
+        (3, 1, (2, 2), (1, 1), 0, 1),
+        (3, 2, (3, 3), (0, 0), 0, 2),
+        (3, 1, (1, 1), (2, 1), 0, 0),  # the new set's unavailable machine uses the budget
+        (4, "50%", (4, 4), (0, 0), 0, 2),
+        (2, 1, (1, 1), (1, 1), 0, 1),
+    ],
+)
+def test_selection_budget(
+    replicas: int,
+    max_unavailable: int | str,
+    old: tuple[int, int],
+    new: tuple[int, int],
+    undergoing: int,
+    budget: int,
+) -> None:
+    old_set, new_set = machine_set("old", *old), machine_set("new", *new)
+    assert (
+        selection_budget(deployment(replicas, max_unavailable), [old_set, new_set], new_set, undergoing)
+        == budget
+    )
+
+
+def test_moved_labels_swap_the_selector_and_mark_the_move() -> None:
+    old = MachineSet.model_validate(
+        {
+            "metadata": {"name": "o"},
+            "spec": {"selector": {"matchLabels": {"pool": "p", "machine-template-hash": "a"}}},
+        }
+    )
+    new = MachineSet.model_validate(
+        {
+            "metadata": {"name": "n"},
+            "spec": {"selector": {"matchLabels": {"pool": "p", "machine-template-hash": "b"}}},
+        }
+    )
+    patch = moved_labels({"pool": "p", "machine-template-hash": "a", "node": "n1"}, old, new)
+    assert patch == {"pool": "p", "machine-template-hash": "b", RESULT: "successful"}
