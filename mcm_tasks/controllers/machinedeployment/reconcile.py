@@ -25,6 +25,7 @@ from typing import Final
 
 from mcm_tasks.api import MachineDeploymentStrategyType
 from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.enums import ConditionStatus
 from mcm_tasks.api.validation import validate_machine_deployment
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.controllers.machinedeployment import progress
