@@ -93,6 +93,8 @@ def install(logger: logging.Logger, log_format: str) -> None:
         handler.addFilter(ContextFilter(prefix=log_format != "json"))
         if log_format == "json":
             handler.setFormatter(JsonFormatter())
+    if log_format == "json":
+        logging.captureWarnings(True)  # Python warnings as JSON lines too, not raw text on stderr
 
 
 def setup_logging(level: str, log_format: str) -> None:

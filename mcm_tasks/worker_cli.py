@@ -32,8 +32,13 @@ def queue_names(spec: str) -> list[str]:
     return [settings.queue_name(item) if item in QUEUES else item for item in items]
 
 
-def worker_argv(queues: list[str], concurrency: int, hostname: str, loglevel: str) -> list[str]:
+def worker_argv(
+    queues: list[str], concurrency: int, hostname: str, loglevel: str, log_format: str = "text"
+) -> list[str]:
+    """Celery's command line; with JSON logs, without the start-up banner (plain text on stdout)."""
+    quiet = ["--quiet"] if log_format == "json" else []  # a global option: before the sub-command
     return [
+        *quiet,
         "worker",
         "--queues",
         ",".join(queues),
@@ -99,7 +104,13 @@ def worker(
     serve(settings, standard_probes(settings))
     name = hostname or f"mcm-{os.getpid()}@%h"
     celery.worker_main(
-        worker_argv(queue_names(queues), concurrency or settings.worker_concurrency, name, loglevel)
+        worker_argv(
+            queue_names(queues),
+            concurrency or settings.worker_concurrency,
+            name,
+            loglevel,
+            settings.log_format,
+        )
     )
 
 

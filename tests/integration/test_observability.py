@@ -194,6 +194,10 @@ def test_worker_logs_json_with_kind_and_key(redis_url: str, tmp_path: Path) -> N
 
         wait_until(lambda: any(e.get("key") == "default/json-1" for e in lines()), 60, what="a JSON line")
         about = [e for e in lines() if e.get("key") == "default/json-1"]
+        text = (tmp_path / "worker.log").read_text().splitlines()
+        # no text log line and no banner (a root-privilege warning printed before logging starts may
+        # remain when the tests run as root)
+        assert not [line for line in text if line.startswith(("[", " -------", "celery@"))]
         assert all(e["kind"] == "machine" for e in about)
         assert any("succeeded" in str(e["message"]) for e in about)
     finally:

@@ -46,7 +46,8 @@ def test_queue_names_from_kinds_default_all() -> None:
 def test_worker_argv() -> None:
     argv = worker_argv(["mcm.machine"], 3, "w1@h", "warning")
     assert argv[:3] == ["worker", "--queues", "mcm.machine"]
-    assert "--task-events" in argv and "--without-mingle" in argv
+    assert "--task-events" in argv and "--without-mingle" in argv and "--quiet" not in argv
+    assert worker_argv(["mcm.machine"], 1, "w1@h", "info", "json")[:2] == ["--quiet", "worker"], "no banner"
 
 
 def test_histogram_is_cumulative_with_inf() -> None:
