@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client, config
 
 from mcm_sandbox import runner
+from mcm_sandbox.fleet import machine_deployment
 from mcm_sandbox.procs import wait_until
 from providers.aws.instances import LIVE_STATES
 from tests.e2e.support import running_sandbox
@@ -156,25 +157,6 @@ def machine_class(world: AwsWorld) -> dict[str, Any]:
     }
 
 
-def deployment(replicas: int) -> dict[str, Any]:
-    labels = {"name": DEPLOYMENT}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "MachineDeployment",
-        "metadata": {"name": DEPLOYMENT, "namespace": NS},
-        "spec": {
-            "replicas": replicas,
-            "minReadySeconds": 0,
-            "selector": {"matchLabels": labels},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"class": {"kind": "MachineClass", "name": CLASS}},
-            },
-        },
-    }
-
-
 @pytest.fixture()
 def sandbox(tmp_path: Path, moto_server: MotoServer) -> Iterator[runner.Sandbox]:
     with running_sandbox(tmp_path / "sandbox", COMPRESSED_ENV, aws_endpoint=moto_server.url) as started:
@@ -211,7 +193,7 @@ def test_machine_deployment_on_aws_scales_and_deletes(sandbox: runner.Sandbox, w
             GROUP, VERSION, NS, "machineclasses", machine_class(world)
         )
         clusters.custom.create_namespaced_custom_object(
-            GROUP, VERSION, NS, "machinedeployments", deployment(3)
+            GROUP, VERSION, NS, "machinedeployments", machine_deployment(DEPLOYMENT, NS, 3, CLASS)
         )
         clusters.wait(lambda: clusters.settled(3), "3 Running machines with Nodes")
         assert_machines_match_nodes_and_instances(clusters)
