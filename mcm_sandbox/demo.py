@@ -63,15 +63,16 @@ class Demo:
         start = time.monotonic()
         action()
         deadline = start + timeout
-        with Live(self.fleet.view(title), console=console, refresh_per_second=4) as live:
+        # the rule above names the step; the table's title says how long it has run
+        with Live(self.fleet.view("0s"), console=console, refresh_per_second=4) as live:
             while not done():
                 if time.monotonic() > deadline:
-                    live.update(self.fleet.view(f"{title}: timed out after {timeout:.0f}s"))
+                    live.update(self.fleet.view(f"timed out after {timeout:.0f}s"))
                     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for: {title}")
                 time.sleep(0.5)
-                live.update(self.fleet.view(f"{title} ({time.monotonic() - start:.0f}s)"))
+                live.update(self.fleet.view(f"{time.monotonic() - start:.0f}s"))
             took = time.monotonic() - start
-            live.update(self.fleet.view(f"{title}: done in {took:.1f}s"))
+            live.update(self.fleet.view(f"done in {took:.1f}s"))
         console.print(f"VMs in the local cloud: {len(self.vms())}")
         self.timings.append((title, took))
 
@@ -140,7 +141,8 @@ def main(
     console.rule("[bold]mcm-tasks demo")
     console.print(f"starting the sandbox in {directory}")
     start = time.monotonic()
-    sandbox = up(directory, workers=workers, echo=console.print)
+    with console.status("starting Redis, 2 API servers, the kubelet simulator, informer, workers, beat…"):
+        sandbox = up(directory, workers=workers, echo=console.print)
     started_in = time.monotonic() - start
     ok = False
     demo = Demo(directory, sandbox.redis_url)
