@@ -28,6 +28,19 @@ class Admission:
         self.store = store
         self.registry = registry
         self.tokens: Authenticator | None = None  # set by the server: fills legacy token Secrets
+        self.authorizer: Any = None  # set by the server in RBAC mode: escalation checks
+
+    def guard_escalation(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        """RBAC's escalation prevention for a client's write of a Role, ClusterRole or binding."""
+        from mcm_sandbox.apiserver import rbac
+        from mcm_sandbox.apiserver.authn import CURRENT_USER
+
+        user = CURRENT_USER.get()
+        if self.authorizer is None or user is None or rt.group != rbac.RBAC_GROUP:
+            return
+        message = rbac.guard(self.authorizer, user, rt.plural, obj)
+        if message:
+            raise errors.forbidden(rt.plural, rt.group, obj["metadata"].get("name", ""), message)
 
     def check_namespace_writable(self, namespace: str, body: dict[str, Any]) -> None:
         ns = self.store.get("namespaces", "", namespace)

@@ -15,7 +15,7 @@ from multidict import CIMultiDict
 
 from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, rbac, reviews, scale, table, views
 from mcm_sandbox.apiserver.admission import Admission
-from mcm_sandbox.apiserver.authn import ANONYMOUS, Authenticator, InvalidToken, UserInfo
+from mcm_sandbox.apiserver.authn import ANONYMOUS, CURRENT_USER, Authenticator, InvalidToken, UserInfo
 from mcm_sandbox.apiserver.builtins import review_kind
 from mcm_sandbox.apiserver.controllers import Controllers
 from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
@@ -86,6 +86,7 @@ class Server:
         self.authenticator = Authenticator(self.store, opts.token)
         self.authorizer = rbac.Authorizer(self.store) if opts.authorization_mode == "RBAC" else None
         self.api.admission.tokens = self.authenticator
+        self.api.admission.authorizer = self.authorizer
 
     def bootstrap(self) -> None:
         """Runs on the loop (controllers schedule work with it): the namespaces a cluster starts with."""
@@ -140,6 +141,7 @@ class Server:
         if path in PUBLIC_PATHS or path.startswith(("/readyz/", "/livez/", "/healthz/")):
             return self._health(path)
         user = self._authenticate(request)
+        CURRENT_USER.set(user)
         found: Target | Discovery | None = None
         missing: errors.ApiError | None = None
         if not path.startswith(("/sandbox/", "/openapi")):

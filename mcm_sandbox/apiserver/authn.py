@@ -11,6 +11,7 @@ Impersonation headers (``kubectl --as``) are honoured when the caller may ``impe
 
 from __future__ import annotations
 
+import contextvars
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class UserInfo:
 
 
 ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
+#: The user of the request being served (escalation checks need it deep in a write).
+CURRENT_USER: contextvars.ContextVar[UserInfo | None] = contextvars.ContextVar("current_user", default=None)
 ADMIN = UserInfo("kubernetes-admin", ("system:masters", AUTHENTICATED))
 
 

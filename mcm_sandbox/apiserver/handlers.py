@@ -139,6 +139,7 @@ class Api:
         else:
             raise errors.already_exists(rt.plural, rt.group, meta["name"])
         self.admission.default(rt, body, None)
+        self.admission.guard_escalation(rt, body)
         self.admission.on_create(rt, body)
         if dry_run:
             return Entry(body, dumps(body))
@@ -288,6 +289,7 @@ class Api:
             )
             if causes:
                 raise errors.invalid(rt.kind, rt.group, old.meta["name"], causes)
+            self.admission.guard_escalation(rt, new)
             if manager and old.meta.get("managedFields"):
                 from mcm_sandbox.apiserver import apply
 

@@ -268,3 +268,77 @@ def bootstrap_objects() -> Iterator[tuple[str, dict[str, Any]]]:
                 "subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": g} for g in groups],
             },
         )
+
+
+# --- escalation prevention ---------------------------------------------------------------------
+
+
+def _atoms(rule: dict[str, Any]) -> Iterator[Attributes]:
+    """A rule broken into single-verb, single-resource rules (upstream's ``BreakdownRule``)."""
+    anyone = UserInfo("")
+    for verb in rule.get("verbs") or []:
+        for url in rule.get("nonResourceURLs") or []:
+            yield Attributes(anyone, verb, path=url, resource_request=False)
+        for group in rule.get("apiGroups") or []:
+            for resource in rule.get("resources") or []:
+                base, _, sub = resource.partition("/")
+                for name in rule.get("resourceNames") or [""]:
+                    yield Attributes(anyone, verb, "", group, base, sub, name)
+
+
+def _covers(owner: list[dict[str, Any]], atom: Attributes) -> bool:
+    for rule in owner:
+        if not atom.resource_request:
+            if atom.verb in (rule.get("verbs") or []) or "*" in (rule.get("verbs") or []):
+                for url in rule.get("nonResourceURLs") or []:
+                    if url in (atom.path, "*") or (url.endswith("*") and atom.path.startswith(url[:-1])):
+                        return True
+            continue
+        names = rule.get("resourceNames") or []
+        if names and not atom.name:
+            continue  # a rule limited to names does not cover a rule for every name
+        if rule_allows(rule, atom):
+            return True
+    return False
+
+
+def _atom_text(atom: Attributes) -> str:
+    if not atom.resource_request:
+        return f'{{NonResourceURLs:["{atom.path}"], Verbs:["{atom.verb}"]}}'
+    resource = f"{atom.resource}/{atom.subresource}" if atom.subresource else atom.resource
+    names = f', ResourceNames:["{atom.name}"]' if atom.name else ""
+    return f'{{APIGroups:["{atom.api_group}"], Resources:["{resource}"]{names}, Verbs:["{atom.verb}"]}}'
+
+
+def escalation(authorizer: Authorizer, user: UserInfo, namespace: str, rules: list[dict[str, Any]]) -> str:
+    """Upstream's ``ConfirmNoEscalation``: "" when ``user`` holds every permission in ``rules``,
+    else the message of the 403 (the permissions it would grant without holding them)."""
+    if "system:masters" in user.groups:
+        return ""
+    owner, _ = authorizer.rules_for(user, namespace)
+    missing = [a for rule in rules for a in _atoms(rule) if not _covers(owner, a)]
+    if not missing:
+        return ""
+    groups = " ".join(f'"{g}"' for g in user.groups)
+    held = "is attempting to grant RBAC permissions not currently held"
+    return f'user "{user.name}" (groups=[{groups}]) {held}:\n' + "\n".join(
+        dict.fromkeys(_atom_text(a) for a in missing)
+    )
+
+
+def guard(authorizer: Authorizer, user: UserInfo, plural: str, obj: dict[str, Any]) -> str:
+    """The escalation check a write of a Role, ClusterRole or binding by ``user`` must pass: the
+    ``escalate`` (roles) or ``bind`` (bindings) verb, or holding every permission it grants."""
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    if plural in ("roles", "clusterroles"):
+        attrs = Attributes(user, "escalate", namespace, RBAC_GROUP, plural, name=name)
+        rules = list(obj.get("rules") or [])
+    else:
+        ref = obj.get("roleRef") or {}
+        ref_plural = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+        attrs = Attributes(user, "bind", namespace, RBAC_GROUP, ref_plural, name=ref.get("name", ""))
+        rules = authorizer._role_rules(ref, namespace) or []
+    if authorizer.authorize(attrs)[0]:
+        return ""
+    return escalation(authorizer, user, namespace, rules)

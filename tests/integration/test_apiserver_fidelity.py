@@ -12,9 +12,11 @@ import pytest
 from kubernetes import client
 
 from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+    GROUP,
     raw_request,
     session_api_fixture,
     unique,
+    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration
@@ -249,3 +251,23 @@ def test_labels_immutable_config_and_pod_spec(session_api: client.ApiClient, ns:
     with pytest.raises(client.ApiException) as info:
         core.patch_namespaced_pod("p", ns, {"spec": {"restartPolicy": "Never"}})
     assert info.value.status == 422 and "pod updates may not change fields other than" in info.value.body
+
+
+def test_openapi_documents_carry_schemas(session_api: client.ApiClient, widgets: Any) -> None:
+    code, index = raw_request(session_api, "GET", "/openapi/v3")
+    assert code == 200 and "?hash=" in index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+    code, apps = raw_request(session_api, "GET", "/openapi/v3/apis/apps/v1")
+    deployment = apps["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"]
+    assert deployment["x-kubernetes-group-version-kind"] == [
+        {"group": "apps", "kind": "Deployment", "version": "v1"}
+    ]
+    spec = apps["components"]["schemas"]["io.k8s.api.apps.v1.DeploymentSpec"]
+    assert spec["properties"]["replicas"]["type"] == "integer"
+    code, crd_doc = raw_request(session_api, "GET", f"/openapi/v3/apis/{GROUP}/v1")
+    widget = crd_doc["components"]["schemas"][".".join(reversed(GROUP.split("."))) + ".v1.Widget"]
+    assert "replicas" in widget["properties"]["spec"]["properties"]
+    code, v2 = raw_request(session_api, "GET", "/openapi/v2", headers={"Accept": "application/json"})
+    assert code == 200 and "io.k8s.api.core.v1.Pod" in v2["definitions"]
+    assert v2["definitions"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"]["items"] == {
+        "$ref": "#/definitions/io.k8s.api.core.v1.Container"
+    }

@@ -216,3 +216,41 @@ def test_helper_writes_a_service_account_kubeconfig(
     _bind(admin, ns, "kc", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}])
     wait_until(lambda: client.CoreV1Api(api).list_namespaced_pod(ns).items == [], 5, what="allowed")
     api.close()
+
+
+def test_no_escalation_through_roles_or_bindings(rbac_server: ApiServer, admin: Any, ns: str) -> None:
+    token = service_account_token(rbac_server.kubeconfig, ns, "granter")
+    _bind(admin, ns, "granter", [
+        {"apiGroups": [RBAC], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+    ])  # fmt: skip
+    granter = client.RbacAuthorizationV1Api(_as_token(admin, token))
+    granter.create_namespaced_role(  # what it holds, it may grant
+        ns,
+        {
+            "metadata": {"name": "pods-get"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        },
+    )
+    body = _forbidden(
+        granter.create_namespaced_role,
+        ns,
+        {
+            "metadata": {"name": "secrets"},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
+        },
+    )
+    user = f"system:serviceaccount:{ns}:granter"
+    assert body["message"] == (
+        f'roles.{RBAC} "secrets" is forbidden: user "{user}" (groups=["system:serviceaccounts" '
+        f'"system:serviceaccounts:{ns}" "system:authenticated"]) is attempting to grant RBAC permissions not '
+        'currently held:\n{APIGroups:[""], Resources:["secrets"], Verbs:["list"]}'
+    )
+    binding = {"metadata": {"name": "admin"}, "subjects": [{"kind": "User", "name": "mallory"}],
+               "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "cluster-admin"}}  # fmt: skip
+    assert (
+        "is attempting to grant RBAC permissions"
+        in _forbidden(granter.create_namespaced_role_binding, ns, binding)["message"]
+    )
+    binding["roleRef"] = {"apiGroup": RBAC, "kind": "Role", "name": "pods-get"}
+    granter.create_namespaced_role_binding(ns, binding)  # binding what it holds is fine
