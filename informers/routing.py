@@ -45,16 +45,15 @@ from informers.events import (
     Event,
     Routing,
     View,
-    annotations_of,
     is_deleting,
     labels_of,
     machine_queue,
 )
 from informers.resources import MACHINE_CLASSES, Obj, controller_ref, key_of, meta, resource_version
-from mcm_tasks.api.constants import PRESERVE_ANNOTATION
 from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout
+from mcm_tasks.controllers.machine.watches import wakes_machine
 from mcm_tasks.controllers.machineset.watches import seen_by_set
 from mcm_tasks.kinds import Queue
 
@@ -153,11 +152,7 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
         out.add(Queue.SAFETY, SAFETY_OVERSHOOTING)
     elif ev.type == MODIFIED:
         assert new is not None and old is not None
-        if (
-            meta(old).get("generation") != meta(new).get("generation")
-            or annotations_of(old).get(PRESERVE_ANNOTATION) != annotations_of(new).get(PRESERVE_ANNOTATION)
-            or is_deleting(new) != is_deleting(old)
-        ):
+        if wakes_machine(old, new):
             out.add(machine_queue(new), key)
         if _class_key(old) != _class_key(new):
             out.add(Queue.MACHINE_CLASS, _class_key(old))
