@@ -152,21 +152,22 @@ def _connection_kwargs(target: RedisTarget, decode: bool) -> dict[str, Any]:
         "socket_keepalive": True,
         "retry_on_timeout": True,
     }
-    if target.username:
-        kwargs["username"] = target.username
-    if target.password:
-        kwargs["password"] = target.password
-    if target.tls:
-        kwargs["ssl"] = True
-        kwargs.update(target.tls_options)
-    return kwargs
+    return _with_auth(kwargs, target, target.username, target.password)
 
 
 def sentinel_kwargs(target: RedisTarget) -> dict[str, Any]:
     """How to talk to the sentinels themselves (their password, TLS)."""
     kwargs: dict[str, Any] = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
-    if target.sentinel_password:
-        kwargs["password"] = target.sentinel_password
+    return _with_auth(kwargs, target, None, target.sentinel_password)
+
+
+def _with_auth(
+    kwargs: dict[str, Any], target: RedisTarget, username: str | None, password: str | None
+) -> dict[str, Any]:
+    if username:
+        kwargs["username"] = username
+    if password:
+        kwargs["password"] = password
     if target.tls:
         kwargs["ssl"] = True
         kwargs.update(target.tls_options)

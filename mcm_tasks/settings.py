@@ -345,10 +345,10 @@ class Settings(BaseSettings):
         if self.worker_lost_timeout >= self.visibility_timeout:
             # kombu's own restore (after the visibility timeout) is the backstop of the sweep
             problems.append(("worker_lost_timeout", "must be shorter than visibility-timeout"))
-        if (
-            self.redis_url.startswith("sentinel")
-            and self.redis_failover_timeout >= 0.8 * self.reconcile_lock_ttl
-        ):
+        sentinel = self.redis_url.startswith("sentinel")
+        if sentinel and not self.redis_sentinel_master:
+            problems.append(("redis_sentinel_master", "is required when --redis-url names sentinels"))
+        if sentinel and self.redis_failover_timeout >= 0.8 * self.reconcile_lock_ttl:
             # a command retrying through a failover must not outlast the reconcile's soft time limit
             problems.append(("redis_failover_timeout", "must be below 80% of reconcile-lock-ttl"))
         if problems:

@@ -6,7 +6,6 @@ drain (nothing stranded)."""
 
 from __future__ import annotations
 
-import base64
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +19,10 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.redis_ha import SentinelGroup
 from mcm_sandbox.runner import Sandbox, _alive
-from mcm_tasks.api import API_VERSION
-from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_DEPLOYMENTS, MACHINES, SECRETS
 from mcm_tasks.redisdb import close_all, get_redis
 from mcm_tasks.settings import configure, reset_settings
 from providers.local import LocalCloud
+from tests.e2e.pools import create_pool, machines, phase
 from tests.e2e.support import running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -79,22 +76,18 @@ def clients(sandbox: Sandbox) -> Iterator[tuple[ApiClient, redis.Redis]]:
         reset_settings()
 
 
-def _phase(machine: dict[str, Any]) -> str:
-    return str(((machine.get("status") or {}).get("currentStatus") or {}).get("phase") or "")
-
-
 def observe(control: ApiClient, client: redis.Redis) -> dict[str, Any]:
-    items = ops.list_(control, MACHINES, NS)["items"]
+    items = machines(control)
     vms = [vm for vm in LocalCloud(client).all() if vm.live()]
     per_machine = Counter(vm.machine for vm in vms)
     return {
         "stuck": {
             m["metadata"]["name"]: ((m.get("status") or {}).get("lastOperation") or {}).get("description")
             for m in items
-            if _phase(m) != "Running"
+            if phase(m) != "Running"
         },
         "machines": len(items),
-        "running": sum(1 for m in items if _phase(m) == "Running"),
+        "running": sum(1 for m in items if phase(m) == "Running"),
         "vms": len(vms),
         "duplicated": sorted(name for name, n in per_machine.items() if n > 1),
     }
@@ -104,43 +97,7 @@ def test_killing_the_master_during_a_30_machine_scale(
     group: SentinelGroup, sandbox: Sandbox, clients: tuple[ApiClient, redis.Redis]
 ) -> None:
     control, client = clients
-    user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
-    ops.create(
-        control,
-        SECRETS,
-        {"metadata": {"name": "ha-secret", "namespace": NS}, "data": {"userData": user_data}},
-    )
-    ops.create(
-        control,
-        MACHINE_CLASSES,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "MachineClass",
-            "metadata": {"name": "ha-class", "namespace": NS},
-            "provider": "local",
-            "providerSpec": {"bootDelaySeconds": 0.5},
-            "secretRef": {"name": "ha-secret", "namespace": NS},
-        },
-    )
-    labels = {"pool": "ha"}
-    ops.create(
-        control,
-        MACHINE_DEPLOYMENTS,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "MachineDeployment",
-            "metadata": {"name": "ha", "namespace": NS},
-            "spec": {
-                "replicas": REPLICAS,
-                "selector": {"matchLabels": labels},
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"class": {"kind": "MachineClass", "name": "ha-class"}},
-                },
-            },
-        },
-    )
+    create_pool(control, "ha", REPLICAS, provider_spec={"bootDelaySeconds": 0.5})
     last: dict[str, Any] = {}
 
     def at_least(n: int) -> bool:

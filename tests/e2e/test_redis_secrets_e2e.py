@@ -18,11 +18,12 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
 from mcm_sandbox.testing.keyspace import search
-from mcm_tasks.api import API_VERSION, Machine, MachineClass
+from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_DEPLOYMENTS, MACHINES, SECRETS
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalCloud, LocalDriver
+from tests.e2e.pools import create_pool, running
 from tests.e2e.support import connected, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -61,13 +62,6 @@ def live_vms(client: redis.Redis) -> list[Any]:
     return [vm for vm in LocalCloud(client).all() if vm.live()]
 
 
-def running(control: ApiClient) -> int:
-    items = ops.list_(control, MACHINES, NS)["items"]
-    return sum(
-        1 for m in items if ((m.get("status") or {}).get("currentStatus") or {}).get("phase") == "Running"
-    )
-
-
 def test_no_secret_value_anywhere_in_redis_after_a_full_lifecycle(
     sandbox: Sandbox, clients: tuple[ApiClient, ApiClient, redis.Redis]
 ) -> None:
@@ -75,46 +69,13 @@ def test_no_secret_value_anywhere_in_redis_after_a_full_lifecycle(
     user_data = f"#!/bin/sh\necho {USER_DATA_MARKER} <<MACHINE_NAME>>\n"
     data = {"userData": b64(user_data), "providerSecretAccessKey": b64(CREDENTIAL)}
     secret = {
+        # what `kubectl apply` leaves behind: the whole object, data included, in an annotation
         "metadata": {
-            "name": "scan-secret",
-            "namespace": NS,
-            # what `kubectl apply` leaves behind: the whole object, data included, in an annotation
-            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": str({"data": data})},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": str({"data": data})}
         },
         "data": data,
     }
-    ops.create(control, SECRETS, secret)
-    ops.create(
-        control,
-        MACHINE_CLASSES,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "MachineClass",
-            "metadata": {"name": "scan-class", "namespace": NS},
-            "provider": "local",
-            "providerSpec": {"bootDelaySeconds": 0.2},
-            "secretRef": {"name": "scan-secret", "namespace": NS},
-        },
-    )
-    labels = {"pool": "scan"}
-    ops.create(
-        control,
-        MACHINE_DEPLOYMENTS,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "MachineDeployment",
-            "metadata": {"name": "scan", "namespace": NS},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": labels},
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"class": {"kind": "MachineClass", "name": "scan-class"}},
-                },
-            },
-        },
-    )
+    create_pool(control, "scan", 3, secret=secret)
     wait_until(lambda: running(control) == 3, WAIT, interval=0.3, what="3 machines Running")
 
     # the data changes under the running pool: the class is woken, nothing of the new value is kept

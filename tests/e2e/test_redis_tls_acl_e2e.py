@@ -6,10 +6,8 @@ ACL log shows that no command or key was refused."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -19,12 +17,12 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.redis_ha import Certificates, RedisNode, make_certificates, tls_redis_server_binary
 from mcm_sandbox.runner import Sandbox
-from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_DEPLOYMENTS, MACHINES, SECRETS
+from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS
 from mcm_tasks.redisdb import acl_rules, close_all, get_redis
 from mcm_tasks.settings import configure, reset_settings
 from providers.local import LocalCloud
+from tests.e2e.pools import create_pool, machines, running
 from tests.e2e.support import running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -114,13 +112,6 @@ def control(sandbox: Sandbox) -> Iterator[ApiClient]:
         reset_settings()
 
 
-def running(control: ApiClient) -> int:
-    items = ops.list_(control, MACHINES, NS)["items"]
-    return sum(
-        1 for m in items if ((m.get("status") or {}).get("currentStatus") or {}).get("phase") == "Running"
-    )
-
-
 def test_the_refused_are_refused(server: TlsRedis) -> None:
     plain = redis.Redis(host="127.0.0.1", port=server.node.port, socket_timeout=2)
     with pytest.raises(redis.ConnectionError):
@@ -149,45 +140,12 @@ def test_the_refused_are_refused(server: TlsRedis) -> None:
 
 
 def test_a_lifecycle_over_tls_as_the_acl_user(server: TlsRedis, sandbox: Sandbox, control: ApiClient) -> None:
-    user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
-    ops.create(
-        control,
-        SECRETS,
-        {"metadata": {"name": "tls-secret", "namespace": NS}, "data": {"userData": user_data}},
-    )
-    ops.create(
-        control,
-        MACHINE_CLASSES,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "MachineClass",
-            "metadata": {"name": "tls-class", "namespace": NS},
-            "provider": "local",
-            "providerSpec": {"bootDelaySeconds": 0.2},
-            "secretRef": {"name": "tls-secret", "namespace": NS},
-        },
-    )
-    labels = {"pool": "tls"}
-    body: dict[str, Any] = {
-        "apiVersion": API_VERSION,
-        "kind": "MachineDeployment",
-        "metadata": {"name": "tls", "namespace": NS},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": labels},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"class": {"kind": "MachineClass", "name": "tls-class"}},
-            },
-        },
-    }
-    ops.create(control, MACHINE_DEPLOYMENTS, body)
+    create_pool(control, "tls", 2)
     wait_until(lambda: running(control) == 2, WAIT, interval=0.3, what="2 machines Running over TLS")
     cloud = LocalCloud(get_redis(decode=False))
     ops.delete(control, MACHINE_DEPLOYMENTS, "tls", NS)
     wait_until(
-        lambda: not ops.list_(control, MACHINES, NS)["items"] and not [v for v in cloud.all() if v.live()],
+        lambda: not machines(control) and not [v for v in cloud.all() if v.live()],
         WAIT,
         interval=0.3,
         what="machines and VMs gone",

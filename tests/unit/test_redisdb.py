@@ -10,7 +10,7 @@ import pytest
 
 from mcm_tasks.observability import configz
 from mcm_tasks.redisdb import broker_options, redbeat_options, redis_target
-from mcm_tasks.settings import load_settings
+from mcm_tasks.settings import SettingsError, load_settings
 
 SENTINELS = "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26380/3"
 
@@ -35,8 +35,10 @@ def test_sentinel_urls_as_kombu_spells_them() -> None:
     target = redis_target(settings(redis_url=SENTINELS, redis_sentinel_master="mymaster"))
     assert target.sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26380))
     assert (target.master, target.db, target.is_sentinel) == ("mymaster", 3, True)
-    with pytest.raises(ValueError, match="--redis-sentinel-master"):
-        redis_target(settings(redis_url=SENTINELS))
+    with pytest.raises(SettingsError, match="--redis-sentinel-master"):
+        settings(redis_url=SENTINELS)
+    with pytest.raises(SettingsError, match="--redis-failover-timeout"):
+        settings(redis_url=SENTINELS, redis_sentinel_master="m", reconcile_lock_ttl="10s")
     with pytest.raises(ValueError, match="not a sentinel address"):
         redis_target(settings(redis_url="sentinel://a:1;redis://b:2", redis_sentinel_master="m"))
 
