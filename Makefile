@@ -59,7 +59,8 @@ $(RENDERER): tools/chart-render/main.go
 	  DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	mkdir -p build
-	cd tools/chart-render && GO111MODULE=off GOFLAGS= GOPATH=$(GOPATH_DEBIAN) go build -o ../../$(RENDERER) .
+	cd tools/chart-render && CGO_ENABLED=0 GO111MODULE=off GOFLAGS= GOPATH=$(GOPATH_DEBIAN) GOCACHE=$(CURDIR)/build/go-cache \
+	  go build -o ../../$(RENDERER) .
 
 # `helm template` for this chart: make chart-render [VALUES=my-values.yaml] [ARGS=--include-crds]
 chart-render: $(RENDERER)
