@@ -11,15 +11,13 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, format_time, now_utc
+from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, now_utc
 from mcm_tasks.api.constants import NODE_LABEL_KEY
-from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common import context, nodecondition, status
 from mcm_tasks.controllers.common import inplace as ip
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.health import health_timeout
 from mcm_tasks.controllers.machine.preserve import evict_pods
-from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import NODES
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
@@ -115,17 +113,10 @@ def _prepare(
             )
             machine = status.write_status(machine, status.updated_status(machine, last_op=op)) or machine
         return machine, Requeue.short()
-    stamp = format_time(now)
-    condition = {
-        "type": ip.IN_PLACE_CONDITION,
-        "status": "True",
-        "reason": ip.READY_FOR_UPDATE,
-        "message": ip.NODE_READY_FOR_UPDATE,
-        "lastHeartbeatTime": stamp,
-        "lastTransitionTime": stamp,
-    }
-    ops.patch(api, NODES, name, {"status": {"conditions": [condition]}},
-              patch_type=ops.PatchType.STRATEGIC, subresource="status")  # fmt: skip
+    ready = nodecondition.condition(
+        ip.IN_PLACE_CONDITION, "True", ip.READY_FOR_UPDATE, ip.NODE_READY_FOR_UPDATE, now
+    )
+    nodecondition.write(api, name, ready)
     written = _phase(
         machine, MachinePhase.IN_PLACE_UPDATING, ip.NODE_READY_FOR_UPDATE, MachineState.PROCESSING, now
     )

@@ -29,7 +29,7 @@ from mcm_tasks.api.constants import (
     PRESERVED_TAINT,
     TAINT_EFFECT_NO_SCHEDULE,
 )
-from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common import context, nodecondition, status
 from mcm_tasks.controllers.common import preservation as p
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import select as ds
@@ -118,13 +118,9 @@ def _write_annotations(machine: Machine, decision: p.Decision) -> Machine:
     return Machine.model_validate(written)
 
 
-def _patch_node(api: ApiClient, node: Obj, body: Obj, *, subresource: str | None = None) -> None:
+def _patch_node(api: ApiClient, node: Obj, body: Obj) -> None:
     try:
-        if subresource:
-            ops.patch(api, NODES, str(node["metadata"]["name"]), body,
-                      patch_type=ops.PatchType.STRATEGIC, subresource=subresource)  # fmt: skip
-        else:
-            ops.patch(api, NODES, str(node["metadata"]["name"]), body)
+        ops.patch(api, NODES, str(node["metadata"]["name"]), body)
     except ApiException as err:
         if not is_not_found(err):
             raise
@@ -137,16 +133,12 @@ def _set_condition(api: ApiClient, node: Obj, preserved: bool, message: str, now
         return
     if found is None and not preserved:
         return
-    stamp = format_time(now)
-    condition = {
-        "type": p.PRESERVED_CONDITION,
-        "status": wanted,
-        "reason": p.PRESERVED_REASON if preserved else p.PRESERVATION_STOPPED_REASON,
-        "message": message,
-        "lastHeartbeatTime": stamp,
-        "lastTransitionTime": stamp,
-    }
-    _patch_node(api, node, {"status": {"conditions": [condition]}}, subresource="status")
+    reason = p.PRESERVED_REASON if preserved else p.PRESERVATION_STOPPED_REASON
+    nodecondition.write(
+        api,
+        str(node["metadata"]["name"]),
+        nodecondition.condition(p.PRESERVED_CONDITION, wanted, reason, message, now),
+    )
 
 
 def _set_marks(api: ApiClient, node: Obj, *, protect: bool, taint: bool) -> None:
