@@ -125,11 +125,12 @@ class Settings(BaseSettings):
         2 * 3600.0, description="a drain running longer than this is forced"
     )
     machine_inplace_update_timeout: Duration = Field(
-        20 * 60.0, description="in-place update timeout (strategy not supported yet)"
+        20 * 60.0, description="a machine updating in place longer than this is InPlaceUpdateFailed"
     )
     machine_preserve_timeout: Duration = Field(
-        96 * 3600.0,
-        description="how long a preserved machine is kept (a Machine's spec.machinePreserveTimeout wins)",
+        3 * 3600.0,
+        description="how long a preserved machine is kept (a Machine's spec.machinePreserveTimeout wins; "
+        "3h as upstream's code)",
     )
     machine_max_evict_retries: int = Field(360, description="eviction retries on 429 before a pod is deleted")
     machine_pv_detach_timeout: Duration = Field(

@@ -201,3 +201,13 @@ def test_readme_names_every_ignored_upstream_flag() -> None:
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert all(f"`--{name}`" in readme for name in UPSTREAM_IGNORED_FLAGS)
+
+
+def test_preserve_and_inplace_timeouts_default_as_upstream_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream's NewMCServer: MachinePreserveTimeout 3h (the shared reference says 96h; the code
+    wins), MachineInPlaceUpdateTimeout 20m."""
+    for var in list(__import__("os").environ):
+        if var.startswith("MCM_"):
+            monkeypatch.delenv(var)
+    s = load_settings()
+    assert (s.machine_preserve_timeout, s.machine_inplace_update_timeout) == (3 * 3600, 20 * 60)
