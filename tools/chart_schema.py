@@ -17,11 +17,16 @@ from mcm_tasks.settings import Settings, _is_duration
 
 SCHEMA = Path(__file__).resolve().parents[1] / "helm" / "mcm-tasks" / "values.schema.json"
 
-#: settings the chart derives from its own values (redis, the clusters, the namespace, metrics.port,
-#: worker.concurrency)
+#: settings the chart derives from its own values (redis with its Secrets, the clusters, the
+#: namespace, metrics.port, worker.concurrency): no password ever lands in the settings ConfigMap
 CHART_MANAGED = frozenset(
     {
         "redis_url",
+        "redis_password",
+        "redis_sentinel_password",
+        "redis_tls_ca_file",
+        "redis_tls_cert_file",
+        "redis_tls_key_file",
         "control_kubeconfig",
         "target_kubeconfig",
         "namespace",
@@ -110,11 +115,12 @@ def schema() -> dict[str, Any]:
                 "redis": _obj(
                     {
                         "bundled": BOOL,
-                        "url": {"type": "string", "pattern": "^(rediss?://.*)?$"},
+                        "url": {"type": "string", "pattern": "^((rediss?|sentinel)://.*)?$"},
                         "existingSecret": STR,
                         "passwordKey": {"type": "string", "minLength": 1},
+                        "sentinelPasswordKey": STR,
                         "password": STR,
-                        "tls": _obj({"caSecret": STR}),
+                        "tls": _obj({"caSecret": STR, "clientCertSecret": STR}),
                         "image": _obj({"repository": STR, "tag": STR, "pullPolicy": STR}),
                         "maxmemory": STR,
                         "resources": RESOURCES,

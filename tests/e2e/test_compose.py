@@ -37,7 +37,8 @@ def _started(compose: HostCompose, service: str) -> None:
     """Wait for what the dependants' depends_on asks of this service."""
     procs = [p for name, p in compose.processes.items() if name.rsplit("-", 1)[0] == service]
     if service == "redis":
-        client = redis.Redis.from_url(compose.environment("worker")["MCM_REDIS_URL"])
+        env = compose.environment("worker")
+        client = redis.Redis.from_url(env["MCM_REDIS_URL"], password=env["MCM_REDIS_PASSWORD"])
 
         def pong() -> bool:
             try:

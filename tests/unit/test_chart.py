@@ -108,9 +108,11 @@ def test_control_and_target_render_apart() -> None:
     env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
     assert env["MCM_TARGET_KUBECONFIG"] == "/etc/mcm/target/kubeconfig"
     assert env["MCM_CONTROL_KUBECONFIG"] == ""
-    assert env["MCM_REDIS_URL"].startswith(
-        "rediss://:$(REDIS_PASSWORD)@redis.infra.svc:6380/0?ssl_cert_reqs="
-    )
+    assert env["MCM_REDIS_URL"] == "rediss://redis.infra.svc:6380/0", "no credentials in the URL"
+    assert env["MCM_REDIS_TLS_CA_FILE"] == "/etc/mcm/redis-ca/ca.crt"
+    assert env["MCM_REDIS_TLS_CERT_FILE"] == "/etc/mcm/redis-client/tls.crt"
+    password = next(e for e in worker["containers"][0]["env"] if e["name"] == "MCM_REDIS_PASSWORD")
+    assert password["valueFrom"]["secretKeyRef"] == {"name": "redis-credentials", "key": "password"}
     target = render_file(CHART / "ci" / "target-values.yaml")
     assert {d["kind"] for d in target} == {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret", "Role", "RoleBinding"
@@ -177,6 +179,14 @@ def test_schema_is_generated_from_settings() -> None:
         ({"worker": {"autoscaling": {"enabled": True}, "keda": {"enabled": True}}}, "enable one"),
         ({"flower": {"enabled": True}}, "basic auth"),
         ({"redis": {"bundled": False}}, "redis.url is required"),
+        ({"redis": {"tls": {"caSecret": "ca"}}}, "external Redis"),
+        (
+            {
+                "redis": {"bundled": False, "url": "sentinel://s1:26379/0"},
+                "worker": {"keda": {"enabled": True}},
+            },
+            "Sentinel",
+        ),
         ({"scope": "control"}, "targetCluster.kubeconfigSecrets"),
     ],
 )

@@ -62,22 +62,36 @@ app.kubernetes.io/component: {{ .component }}
 {{- if or .Values.redis.bundled .Values.redis.existingSecret .Values.redis.password -}}true{{- end -}}
 {{- end -}}
 
-{{/* The Redis URL, with $(REDIS_PASSWORD) expanded by the kubelet from the variable before it. */}}
+{{/* The Redis URL, without credentials: the password goes in MCM_REDIS_PASSWORD from its Secret. */}}
 {{- define "mcm-tasks.redisURL" -}}
-{{- $url := .Values.redis.url -}}
 {{- if .Values.redis.bundled -}}
-{{- $url = printf "redis://%s-redis:6379/0" (include "mcm-tasks.fullname" .) -}}
-{{- else if not $url -}}
+{{- printf "redis://%s-redis:6379/0" (include "mcm-tasks.fullname" .) -}}
+{{- else if not .Values.redis.url -}}
 {{- fail "redis.url is required when redis.bundled is false" -}}
+{{- else -}}
+{{- .Values.redis.url -}}
 {{- end -}}
-{{- if include "mcm-tasks.redisHasPassword" . -}}
-{{- $url = regexReplaceAll "^(rediss?://)" $url "${1}:$(REDIS_PASSWORD)@" -}}
 {{- end -}}
-{{- if .Values.redis.tls.caSecret -}}
-{{- $sep := ternary "&" "?" (contains "?" $url) -}}
-{{- $url = printf "%s%sssl_cert_reqs=required&ssl_ca_certs=/etc/mcm/redis-ca/ca.crt" $url $sep -}}
+
+{{/* The Redis CA and client certificate, mounted where MCM_REDIS_TLS_*_FILE point. */}}
+{{- define "mcm-tasks.redisMounts" -}}
+{{- if .Values.redis.tls.caSecret }}
+- {name: redis-ca, mountPath: /etc/mcm/redis-ca, readOnly: true}
+{{- end }}
+{{- if .Values.redis.tls.clientCertSecret }}
+- {name: redis-client, mountPath: /etc/mcm/redis-client, readOnly: true}
+{{- end }}
 {{- end -}}
-{{- $url -}}
+
+{{- define "mcm-tasks.redisVolumes" -}}
+{{- if .Values.redis.tls.caSecret }}
+- name: redis-ca
+  secret: {secretName: {{ .Values.redis.tls.caSecret }}, items: [{key: ca.crt, path: ca.crt}]}
+{{- end }}
+{{- if .Values.redis.tls.clientCertSecret }}
+- name: redis-client
+  secret: {secretName: {{ .Values.redis.tls.clientCertSecret }}, items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]}
+{{- end }}
 {{- end -}}
 
 {{/* What every mcm-tasks process gets: Redis, the clusters, the metrics endpoint, the settings. */}}
@@ -85,12 +99,27 @@ app.kubernetes.io/component: {{ .component }}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 {{- if include "mcm-tasks.redisHasPassword" .root }}
-- name: REDIS_PASSWORD
+- name: MCM_REDIS_PASSWORD
   valueFrom:
     secretKeyRef: {name: {{ include "mcm-tasks.redisSecretName" .root }}, key: {{ .root.Values.redis.passwordKey }}}
 {{- end }}
+{{- if .root.Values.redis.sentinelPasswordKey }}
+- name: MCM_REDIS_SENTINEL_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ include "mcm-tasks.redisSecretName" .root }}, key: {{ .root.Values.redis.sentinelPasswordKey }}}
+{{- end }}
 - name: MCM_REDIS_URL
   value: {{ include "mcm-tasks.redisURL" .root | quote }}
+{{- if .root.Values.redis.tls.caSecret }}
+- name: MCM_REDIS_TLS_CA_FILE
+  value: /etc/mcm/redis-ca/ca.crt
+{{- end }}
+{{- if .root.Values.redis.tls.clientCertSecret }}
+- name: MCM_REDIS_TLS_CERT_FILE
+  value: /etc/mcm/redis-client/tls.crt
+- name: MCM_REDIS_TLS_KEY_FILE
+  value: /etc/mcm/redis-client/tls.key
+{{- end }}
 - name: MCM_NAMESPACE
   value: {{ include "mcm-tasks.controlNamespace" .root | quote }}
 - name: MCM_ADDRESS
@@ -170,19 +199,14 @@ containers:
     securityContext: {{- toYaml $root.Values.securityContext | nindent 6 }}
     volumeMounts:
       - {name: tmp, mountPath: /tmp}
-      {{- if $root.Values.redis.tls.caSecret }}
-      - {name: redis-ca, mountPath: /etc/mcm/redis-ca, readOnly: true}
-      {{- end }}
+      {{- include "mcm-tasks.redisMounts" $root | nindent 6 }}
       {{- if .kube }}
       {{- include "mcm-tasks.kubeconfigMounts" . | nindent 6 }}
       {{- end }}
 volumes:
   - name: tmp
     emptyDir: {}
-  {{- if $root.Values.redis.tls.caSecret }}
-  - name: redis-ca
-    secret: {secretName: {{ $root.Values.redis.tls.caSecret }}, items: [{key: ca.crt, path: ca.crt}]}
-  {{- end }}
+  {{- include "mcm-tasks.redisVolumes" $root | nindent 2 }}
   {{- if .kube }}
   {{- include "mcm-tasks.kubeconfigVolumes" . | nindent 2 }}
   {{- end }}
