@@ -11,6 +11,7 @@ Exits 0 when done; ``--keep`` leaves the sandbox running to explore.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -128,12 +129,29 @@ def summary(directory: Path, timings: list[tuple[str, float]], started_in: float
         )
 
 
+def stop_sandbox_on_signals(directory: Path, keep: bool) -> None:
+    """Ctrl-C, a closed terminal or a kill stop the sandbox too (unless --keep), not only the demo.
+    Done in the handler itself: an exception raised from a handler can land in a ``__del__``, where
+    Python ignores it, and the demo would run on."""
+    from mcm_sandbox.runner import down
+
+    def handler(signum: int, _frame: object) -> None:
+        console.print(f"\n[bold red]stopped by signal {signum}")
+        if not keep:
+            down(directory, echo=console.print)
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
 def main(
     keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running afterwards."),
     dir: Path = typer.Option(None, "--dir", help="Sandbox folder (default: a new temporary one)."),
     workers: int = typer.Option(2, help="Worker processes."),
 ) -> None:
     directory = (dir or Path(tempfile.mkdtemp(prefix="mcm-demo-"))).resolve()
+    stop_sandbox_on_signals(directory, keep)
     for key, value in DEMO_ENV.items():
         os.environ.setdefault(key, value)
     from mcm_sandbox.runner import down, up
@@ -145,15 +163,19 @@ def main(
         sandbox = up(directory, workers=workers, echo=console.print)
     started_in = time.monotonic() - start
     ok = False
-    demo = Demo(directory, sandbox.redis_url)
+    timings: list[tuple[str, float]] = []
     try:
-        demo.run()
-        ok = True
+        demo = Demo(directory, sandbox.redis_url)
+        timings = demo.timings
+        try:
+            demo.run()
+            ok = True
+        finally:
+            demo.fleet.close()
     finally:
-        demo.fleet.close()
         if not keep:
             down(directory, echo=console.print)
-    summary(directory, demo.timings, started_in, keep)
+    summary(directory, timings, started_in, keep)
     console.rule("[bold green]demo finished" if ok else "[bold red]demo failed")
     sys.exit(0 if ok else 1)
 

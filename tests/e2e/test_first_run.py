@@ -4,12 +4,14 @@ rolls and ends with a summary; `sandbox up` never silently replaces a running sa
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import STATE_FILE, down, running_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -38,6 +40,32 @@ def test_demo_shows_progress_fleet_and_summary(tmp_path: Path) -> None:
     assert "summary" in out and "sandbox started in" in out and "next steps" in out
     assert "demo finished" in out
     assert not running_pids(tmp_path / "demo")
+
+
+def test_a_killed_demo_stops_its_sandbox(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    out = tmp_path / "demo.out"
+    with open(out, "wb") as sink:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "mcm_sandbox.demo", "--dir", str(directory)],
+            env=_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        # past start-up: the demo is driving the fleet when the terminal closes
+        wait_until(
+            lambda: "sandbox up in" in out.read_text(), 120, interval=0.2, what="the demo's sandbox up"
+        )
+        assert running_pids(directory)
+        demo.send_signal(signal.SIGHUP)  # the terminal closed
+        assert demo.wait(60) != 0
+        assert not running_pids(directory)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        if (directory / STATE_FILE).exists():
+            down(directory, echo=lambda _: None)
 
 
 def test_sandbox_up_refuses_a_running_sandbox_unless_forced(tmp_path: Path) -> None:
