@@ -10,7 +10,7 @@ from mcm_tasks.api.constants import MC_SECRET_FINALIZER, MCM_FINALIZER, NODE_FIN
 from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.nodes import reconcile_node
 from mcm_tasks.controllers.machine.secrets import reconcile_secret
-from mcm_tasks.kube import ops
+from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.resources import MACHINE_CLASSES, NODES, SECRETS
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import get_redis
@@ -89,6 +89,25 @@ def test_secret_finalizer_follows_references(env: Env) -> None:
     ops.delete(env.api, MACHINE_CLASSES, cls, env.namespace, missing_ok=True)
     assert reconcile_secret(env.key(secret)) is None
     assert ops.get(env.api, SECRETS, secret, env.namespace, missing_ok=True) is None
+
+
+def test_classes_outside_the_controller_namespace_do_not_hold_a_secret(env: Env) -> None:
+    """Upstream's lister is namespaced to ``--namespace``, and so is the chart's Role: the live
+    fallback (mirror not synced) lists classes there only, never across namespaces."""
+    secret, other = env.name("secret"), f"{env.namespace}-other"
+    env.secret(secret)
+    rest.request(env.api, "POST", "/api/v1/namespaces", body={"metadata": {"name": other}})
+    foreign = {
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "MachineClass",
+        "metadata": {"name": env.name("foreign"), "namespace": other},
+        "provider": "local",
+        "providerSpec": {},
+        "secretRef": {"name": secret, "namespace": env.namespace},
+    }
+    ops.create(env.api, MACHINE_CLASSES, foreign, other)
+    reconcile_secret(env.key(secret))
+    assert MC_SECRET_FINALIZER not in finalizers(ops.get(env.api, SECRETS, secret, env.namespace))
 
 
 def test_credentials_secret_is_protected_too(env: Env) -> None:

@@ -36,7 +36,8 @@ def classes_referencing(secret_key: str) -> list[MachineClass]:
     lister = get_listers().machine_classes
     if context.mirror_has(lister):
         return lister.referencing_secret(secret_key)
-    items = ops.list_(context.control_api(), MACHINE_CLASSES, all_namespaces=True)["items"]
+    # the controller's own namespace, as upstream's namespaced lister: a namespaced Role allows no more
+    items = ops.list_(context.control_api(), MACHINE_CLASSES)["items"]
     return [c for c in (MachineClass.model_validate(i) for i in items) if references(c, secret_key)]
 
 
