@@ -66,17 +66,49 @@ BENCH_ENV = {
     "MCM_KUBELET_NODE_GRACE": "1800",
 }
 TICK = re.compile(r"kubelet: tick: (.*)$")
+#: the sandbox processes that are ours (what a user runs): Redis, the informer, the workers, beat.
+#: The API servers and the kubelet simulator stand in for Kubernetes and are not counted; the local
+#: cloud has no process of its own (its VMs live in this Redis, driven from the workers), so its
+#: Redis commands, and the kubelet simulator's reads of them, are inside Redis's figure.
+OUR_ROLES = ("redis", "informer", "worker-", "beat")
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def ours(role: str) -> bool:
+    return role.startswith(OUR_ROLES)
+
+
+def parse_args(
+    description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(parser)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every object count (0.1: quick)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds any one phase may take")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: see save())")
     parser.add_argument("--profile", type=Path, default=None, help="sample the workers with py-spy into DIR")
     parser.add_argument("--profile-idle", action="store_true", help="profile wall time, not only CPU")
+    parser.add_argument(
+        "--no-calibration", action="store_true", help="skip the host calibration (CPU per empty Celery task)"
+    )
     return parser.parse_args()
+
+
+def calibration(skip: bool = False) -> dict[str, Any]:
+    """The host calibration saved beside every CPU figure: the CPU (workers + Redis) of an empty
+    Celery task on 2 fresh workers, from ``bench/queue.py --calibration`` (its own Redis and
+    workers, run before the sandbox starts). CPU per machine divided by it compares across hosts."""
+    if skip:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="mcm-calibration-") as tmp:
+        out = Path(tmp) / "calibration.json"
+        command = [sys.executable, str(ROOT / "bench" / "queue.py"), "--calibration", "--out", str(out)]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0 or not out.exists():
+            print(f"calibration failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+            return {"error": done.stderr[-500:]}
+        return dict(json.loads(out.read_text()))
 
 
 def scaled(count: int, scale: float) -> int:
@@ -220,6 +252,8 @@ def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, 
     }
     queues = {k: v for k, v in queues.items() if any(v.values())}
     tasks = int(sum(q["reconciles"] for q in queues.values()))
+    cpu = {k: round(after.cpu.get(k, 0) - v, 1) for k, v in before.cpu.items()}
+    our_cpu = sum(after.cpu.get(k, 0) - v for k, v in before.cpu.items() if ours(k))
     return {
         "machines": machines,
         "writes": {
@@ -237,7 +271,9 @@ def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, 
         "kubelet_simulator": _diff(before.kubelet, after.kubelet),
         "events": events,
         "updates_by_part": _diff(before.parts, after.parts),
-        "cpu_seconds": {k: round(after.cpu.get(k, 0) - v, 1) for k, v in before.cpu.items()},
+        "cpu_seconds": cpu,
+        "cpu_seconds_ours": round(our_cpu, 2),
+        "cpu_ms_per_machine": round(our_cpu * 1000 / machines, 1),
         "wall_seconds": round(after.at - before.at, 2),
     }
 
@@ -277,7 +313,7 @@ def pod_on(node: str, name: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def running_sandbox(args: argparse.Namespace) -> Iterator[Bench]:
+def running_sandbox(args: argparse.Namespace, with_beat: bool = False) -> Iterator[Bench]:
     """The sandbox with BENCH_ENV (caller's own MCM_* settings win), stopped and cleaned afterwards."""
     saved = {k: os.environ.get(k) for k in BENCH_ENV}
     for key, value in BENCH_ENV.items():
@@ -288,7 +324,7 @@ def running_sandbox(args: argparse.Namespace) -> Iterator[Bench]:
     directory = Path(tempfile.mkdtemp(prefix="mcm-bench-"))
     ok = False
     try:
-        sandbox = up(directory, workers=args.workers, with_beat=False, timeout=120, echo=lambda _: None)
+        sandbox = up(directory, workers=args.workers, with_beat=with_beat, timeout=120, echo=lambda _: None)
         configure({"redis_url": sandbox.redis_url})
         apis = {
             "control": config.new_client_from_config(config_file=str(sandbox.kubeconfig)),

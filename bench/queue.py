@@ -290,6 +290,36 @@ def best(fn: Callable[[], float], rounds: int) -> float:
     return max(fn() for _ in range(rounds))
 
 
+def calibrate(args: argparse.Namespace, rounds: int = 2, tasks: int = 1000) -> None:
+    """The host calibration the sandbox benchmarks save beside their CPU figures: CPU (workers and
+    Redis) per empty Celery task, the least of ``rounds`` drains of ``tasks`` after a warm-up."""
+    workdir = scratch_dir("mcm-bench-calibration-")
+    server = RedisServer(workdir / "redis").start()
+    apply_settings(configure({"redis_url": server.url}))
+    client = get_redis()
+    procs: list[ManagedProcess] = []
+    try:
+        procs = start_workers(server.url, workdir, args.workers, args.concurrency)
+        groups = [proc.pid for proc in procs] + [server.process.pid if server.process else -1]
+        publish = make_publisher(client, False)
+        drain_rate(client, publish, groups, 200, True, "warm")
+        runs = [drain_rate(client, publish, groups, tasks, True, f"c{r}") for r in range(rounds)]
+    finally:
+        for proc in procs:
+            proc.stop()
+        server.stop()
+    result = {
+        "cpu_ms_per_empty_task": round(min(c for _, c in runs), 3),
+        "empty_task_rate": round(max(r for r, _ in runs), 1),
+        "rounds": [[round(r, 1), round(c, 3)] for r, c in runs],
+        "workers": args.workers,
+        "concurrency": args.concurrency,
+        "load_avg": os.getloadavg(),
+    }
+    print(json.dumps(result))
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -300,7 +330,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--no-informer", action="store_true", help="Publish with enqueue_many only.")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "queue.json"))
+    parser.add_argument(
+        "--calibration", action="store_true", help="only the host calibration (CPU per empty task), 2 rounds"
+    )
     args = parser.parse_args()
+    if args.calibration:
+        calibrate(args)
+        return
 
     workdir = scratch_dir("mcm-bench-queue-")
     server = RedisServer(workdir / "redis").start()

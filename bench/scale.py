@@ -9,9 +9,16 @@ two API servers, Redis); MachineClasses with zero boot delay. Targets: 60 s, 60 
 - rolling_300_seconds: a deployment of 300 Running machines (maxSurge 10%, maxUnavailable 0) gets a
   new MachineClass; from that change until 300 Machines of the new class are Running and none of
   the old class is left.
-- writes_per_machine, tasks_per_machine: the controller's API writes (control + target; not the
-  benchmark's, not the kubelet simulator's) and the reconciles run on all queues over the whole
-  0 → 1000 → 0 cycle, per machine.
+- writes_per_machine_up / _down (and ``writes_per_machine`` over the whole 0 → 1000 → 0 cycle): the
+  controller's API writes (control + target, Events included; every committed write advances the
+  server's resourceVersion by one, minus the benchmark's own writes and the kubelet simulator's,
+  which it logs), per machine.
+- tasks_per_machine_up / _down (and over the cycle): reconciles run on all queues, per machine.
+- cpu_ms_per_machine_up / _down: CPU (user + system, psutil over each process tree, exited pool
+  children included) of our processes: Redis, informer, workers (``bench.common.OUR_ROLES``); not the
+  API servers, the kubelet simulator or the benchmark. ``context.phases.*.cpu_seconds`` has every role.
+- calibration: the host's CPU per empty Celery task (``bench/queue.py --calibration``, run before the
+  sandbox starts): CPU figures from different hosts compare after dividing by it.
 - max_overshoot: during the rollout a watch sees every Machine; the largest count of Machine
   objects (terminating ones included) minus (replicas + maxSurge). ``context.rolling`` also gives
   the figure without terminating machines.
@@ -37,6 +44,7 @@ from bench.common import (  # noqa: E402
     NS,
     Bench,
     Snapshot,
+    calibration,
     class_ref,
     context,
     parse_args,
@@ -104,6 +112,7 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     big, rolled = scaled(1000, args.scale), scaled(300, args.scale)
     surge = math.ceil(rolled * SURGE_PERCENT / 100)
+    host = calibration(args.no_calibration)
     with running_sandbox(args) as bench:
         ctx = context(args)
         d, phase = Driver(bench, args.timeout), bench.profiler.phase
@@ -134,10 +143,10 @@ def main() -> None:
             )
         print(f"  rolled in {roll_s:.1f}s", flush=True)
         peak, peak_active = bench.tracker.max_total, bench.tracker.max_active
-        cycle = bench.report(a, c, big)
+        cycle, up, down = bench.report(a, c, big), bench.report(a, b, big), bench.report(b, c, big)
         ctx["phases"] = {
-            "scale_up": bench.report(a, b, big),
-            "scale_down": bench.report(b, c, big),
+            "scale_up": up,
+            "scale_down": down,
             "cycle": cycle,
             "rolling": bench.report(r0, r1, rolled),
         }
@@ -147,11 +156,25 @@ def main() -> None:
         "scale_up_1000_seconds": round(up_s, 1),
         "scale_down_1000_seconds": round(down_s, 1),
         "rolling_300_seconds": round(roll_s, 1),
+        "cpu_ms_per_machine_up": up["cpu_ms_per_machine"],
+        "cpu_ms_per_machine_down": down["cpu_ms_per_machine"],
+        "writes_per_machine_up": up["writes_per_machine"],
+        "writes_per_machine_down": down["writes_per_machine"],
+        "tasks_per_machine_up": up["tasks_per_machine"],
+        "tasks_per_machine_down": down["tasks_per_machine"],
         "writes_per_machine": cycle["writes_per_machine"],
         "tasks_per_machine": cycle["tasks_per_machine"],
         "max_overshoot": peak - (rolled + surge),
+        "machines": big,
+        "calibration_cpu_ms_per_empty_task": host.get("cpu_ms_per_empty_task"),
     }
+    ctx["calibration"] = host
     ctx["targets_seconds"] = {"scale_up_1000": 60, "scale_down_1000": 60, "rolling_300": 120}
+    ctx["targets_issue_19"] = {  # on a quiet 2-core host
+        "scale_up_1000_seconds": 15, "scale_down_1000_seconds": 15, "rolling_300_seconds": 15,
+        "cpu_ms_per_machine_up": 20, "cpu_ms_per_machine_down": 20,
+        "writes_per_machine_up": 7.0, "writes_per_machine_down": 12.0,
+    }  # fmt: skip
     ctx["rolling"] = {
         "replicas": rolled,
         "max_surge": surge,

@@ -1,0 +1,205 @@
+"""What a user pays when nothing happens, and at the default API budget (issue 19).
+
+Run: ``.venv/bin/python bench/fleet_cost.py [--scale 0.2] [--idle-minutes 10] [--only idle rss qps]``.
+Prints the figures and saves bench/results/fleet_cost.json (a run at another scale than 1 goes to
+the temporary folder unless ``--out`` names a file). Each figure says the scale it was taken at.
+
+- idle_cpu_percent_1000: a MachineDeployment of 1000 Running machines (beat running, kubelet
+  heartbeats every 5 min as a real kubelet's node status report), then ``--idle-minutes`` with no
+  change: CPU of our processes (Redis, informer, workers, beat; ``bench.common.OUR_ROLES``) over
+  that window, in percent of one core. The writes and reconciles of the window are saved beside it.
+- informer_rss_mb_10k_pods: on the same fleet (1000 Nodes), 10 Pods per Node created straight on
+  the target API server; once the mirror in Redis holds all of them, the informer's resident memory
+  (process tree). Its RSS before the pods and Redis's ``used_memory`` are saved beside it.
+- default_qps_200_seconds: a fresh sandbox at MCM's default ``--kube-api-qps 20 --kube-api-burst 30``;
+  MachineDeployment 0 → 200 (``--qps-machines``, not scaled), from the scale request until all are
+  Running; writes and tasks per machine beside it (the writes are what the budget is spent on).
+
+The host calibration (CPU of an empty Celery task, ``bench/queue.py --calibration``) is saved too.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ must not be on sys.path: bench/queue.py would shadow the standard library's queue
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psutil  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    Bench,
+    calibration,
+    context,
+    ours,
+    parse_args,
+    pod_on,
+    running_sandbox,
+    save,
+    scaled,
+)
+from bench.scale import Driver, deployment  # noqa: E402
+from mcm_sandbox.procs import wait_until  # noqa: E402
+from mcm_tasks.cache import layout  # noqa: E402
+from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, PODS  # noqa: E402
+
+PODS_PER_NODE = 10
+#: a real kubelet reports node status every 5 min when nothing changes (nodeStatusReportFrequency)
+IDLE_ENV = {"MCM_KUBELET_HEARTBEAT_INTERVAL": "300"}
+DEFAULT_BUDGET = {"MCM_KUBE_API_QPS": "20", "MCM_KUBE_API_BURST": "30"}
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--idle-minutes", type=float, default=10.0, help="length of the idle window")
+    parser.add_argument("--qps-machines", type=int, default=200, help="machines of the default-budget run")
+    parser.add_argument("--only", nargs="*", default=None, help="of: idle rss qps (default: all)")
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Any:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, was in saved.items():
+            if was is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = was
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process and its descendants, MiB."""
+    with contextlib.suppress(psutil.Error):
+        proc = psutil.Process(pid)
+        total = proc.memory_info().rss
+        for child in proc.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                total += child.memory_info().rss
+        return round(total / 2**20, 1)
+    return 0.0
+
+
+def fleet_up(bench: Bench, d: Driver, machines: int, timeout: float) -> float:
+    bench.secret_and_classes("class-a")
+    bench.create("control", MACHINE_DEPLOYMENTS, [deployment("fleet", "class-a")])
+    start = time.monotonic()
+    d.scale("fleet", machines)
+    d.wait(lambda: d.running(machines, "class-a"), f"{machines} Running")
+    return time.monotonic() - start
+
+
+def idle(bench: Bench, machines: int, minutes: float) -> dict[str, Any]:
+    """Our CPU over a window in which nothing changes (a measurement window, not a wait)."""
+    before = bench.snapshot()
+    time.sleep(minutes * 60)
+    after = bench.snapshot()
+    seconds = after.at - before.at
+    report = bench.report(before, after, machines)
+    our_cpu = sum(after.cpu.get(k, 0) - v for k, v in before.cpu.items() if ours(k))
+    return {
+        "idle_cpu_percent": round(our_cpu / seconds * 100, 2),
+        "seconds": round(seconds, 1),
+        "cpu_seconds": report["cpu_seconds"],
+        "writes": report["writes"],
+        "tasks": report["tasks"],
+        "queues": report["queues"],
+    }
+
+
+def informer_rss(bench: Bench, nodes: list[str], timeout: float) -> dict[str, Any]:
+    from mcm_tasks.redisdb import get_redis
+
+    client = get_redis(bench.sandbox.redis_url)
+    pid = bench.sandbox.pids["informer"]
+    baseline = rss_mb(pid)
+    bodies = [pod_on(n, f"p-{i}-{k}") for i, n in enumerate(nodes) for k in range(PODS_PER_NODE)]
+    start = time.monotonic()
+    bench.create("target", PODS, bodies)
+    wait_until(
+        lambda: client.hlen(layout.objects_key(layout.PODS)) >= len(bodies),
+        timeout,
+        interval=0.5,
+        what=f"{len(bodies)} pods mirrored",
+    )
+    mirrored_s = time.monotonic() - start
+    # settle: the informer's last batches and the kubelet simulator's pod status writes
+    time.sleep(10)
+    return {
+        "informer_rss_mb": rss_mb(pid),
+        "informer_rss_mb_before_pods": baseline,
+        "nodes": len(nodes),
+        "pods": len(bodies),
+        "create_and_mirror_seconds": round(mirrored_s, 1),
+        "redis_used_memory_mb": round(int(client.info("memory")["used_memory"]) / 2**20, 1),
+    }
+
+
+def default_qps(args: argparse.Namespace, machines: int) -> dict[str, Any]:
+    with environment(DEFAULT_BUDGET), running_sandbox(args) as bench:
+        d = Driver(bench, args.timeout)
+        bench.secret_and_classes("class-a")
+        bench.create("control", MACHINE_DEPLOYMENTS, [deployment("small", "class-a")])
+        seconds, before, after = d.timed(
+            lambda: d.scale("small", machines), lambda: d.wait(lambda: d.running(machines, "class-a"), "up")
+        )
+        report = bench.report(before, after, machines)
+    return {
+        "seconds": round(seconds, 1),
+        "machines": machines,
+        "kube_api_qps": 20,
+        "kube_api_burst": 30,
+        **{k: report[k] for k in ("writes_per_machine", "tasks_per_machine", "cpu_ms_per_machine", "writes")},
+    }
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], options)
+    chosen = set(args.only or ("idle", "rss", "qps"))
+    machines = scaled(1000, args.scale)
+    host = calibration(args.no_calibration)
+    figures: dict[str, Any] = {"scale": args.scale}
+    ctx: dict[str, Any] = {}
+    if chosen & {"idle", "rss"}:
+        with environment(IDLE_ENV), running_sandbox(args, with_beat=True) as bench:
+            ctx = context(args)
+            d = Driver(bench, args.timeout)
+            print(f"fleet of {machines}", flush=True)
+            ctx["fleet_up_seconds"] = round(fleet_up(bench, d, machines, args.timeout), 1)
+            if "idle" in chosen:
+                print(f"idle for {args.idle_minutes} min", flush=True)
+                ctx["idle"] = idle(bench, machines, args.idle_minutes)
+                figures["idle_cpu_percent_1000"] = ctx["idle"]["idle_cpu_percent"]
+                figures["idle_machines"] = machines
+                figures["idle_minutes"] = args.idle_minutes
+            if "rss" in chosen:
+                with bench.tracker.cond:
+                    nodes = sorted(name for _, name in bench.tracker.objects.get("target/nodes", {}))
+                pods = len(nodes) * PODS_PER_NODE
+                print(f"{pods} pods on {len(nodes)} nodes", flush=True)
+                ctx["informer"] = informer_rss(bench, nodes, args.timeout)
+                figures["informer_rss_mb_10k_pods"] = ctx["informer"]["informer_rss_mb"]
+                figures["informer_nodes"], figures["informer_pods"] = len(nodes), pods
+    if "qps" in chosen:
+        print(f"0 → {args.qps_machines} at --kube-api-qps 20 --kube-api-burst 30", flush=True)
+        ctx = ctx or context(args)
+        ctx["default_qps"] = default_qps(args, args.qps_machines)
+        figures["default_qps_200_seconds"] = ctx["default_qps"]["seconds"]
+        figures["default_qps_machines"] = args.qps_machines
+    figures["calibration_cpu_ms_per_empty_task"] = host.get("cpu_ms_per_empty_task")
+    ctx["calibration"] = host
+    ctx["targets"] = {"idle_cpu_percent_1000": 2, "informer_rss_mb_10k_pods": 300}
+    save("fleet_cost", args, figures, ctx)
+
+
+if __name__ == "__main__":
+    main()
