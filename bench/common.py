@@ -9,8 +9,10 @@ servers and reads what happened from outside, so the figures include every proce
 - a ``Meter`` snapshot reads the global resourceVersion of each server (the sandbox bumps one
   counter per committed write and never on a no-op, so its advance is the exact write count), the
   queue statistics in Redis (reconciles run per queue), the kubelet simulator's own writes (from
-  its log), the benchmark's own writes and the CPU time of every sandbox process.
-  ``controller`` writes = all writes − the benchmark's − the kubelet simulator's.
+  its log), the benchmark's own writes, Redis's command count and the CPU time of every sandbox
+  process. ``controller`` writes = all writes − the benchmark's − the kubelet simulator's (exact,
+  unlike a count by user agent, which the sandbox does not keep); ``cpu_ms_per_machine`` counts our
+  processes only (``OUR_ROLES``).
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class Snapshot:
     events: Counter[str]
     parts: Counter[str]
     cpu: dict[str, float]
+    redis_commands: int = 0
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -218,6 +221,7 @@ class Bench:
             }
             for q in read_stats(get_redis(self.sandbox.redis_url))
         }
+        commands = int(get_redis(self.sandbox.redis_url).info("stats")["total_commands_processed"])
         kubelet: Counter[str] = Counter()
         log = self.sandbox.dir / "logs" / "kubelet.log"
         for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
@@ -231,7 +235,7 @@ class Bench:
         cpu["benchmark"] = own.user + own.system  # its watches compete for the same cores
         with self.tracker.cond:
             events, parts, own = Counter(self.tracker.events), Counter(self.tracker.parts), Counter(self.own)
-        return Snapshot(time.time(), rv, queues, kubelet, own, events, parts, cpu)
+        return Snapshot(time.time(), rv, queues, kubelet, own, events, parts, cpu, commands)
 
 
 def _diff(a: Counter[str], b: Counter[str]) -> dict[str, int]:
@@ -274,6 +278,8 @@ def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, 
         "cpu_seconds": cpu,
         "cpu_seconds_ours": round(our_cpu, 2),
         "cpu_ms_per_machine": round(our_cpu * 1000 / machines, 1),
+        # every client's: workers, informer, the local cloud's VMs, the kubelet simulator's reads of them
+        "redis_commands_per_machine": round((after.redis_commands - before.redis_commands) / machines, 1),
         "wall_seconds": round(after.at - before.at, 2),
     }
 

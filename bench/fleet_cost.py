@@ -8,9 +8,10 @@ the temporary folder unless ``--out`` names a file). Each figure says the scale 
   heartbeats every 5 min as a real kubelet's node status report), then ``--idle-minutes`` with no
   change: CPU of our processes (Redis, informer, workers, beat; ``bench.common.OUR_ROLES``) over
   that window, in percent of one core. The writes and reconciles of the window are saved beside it.
-- informer_rss_mb_10k_pods: on the same fleet (1000 Nodes), 10 Pods per Node created straight on
-  the target API server; once the mirror in Redis holds all of them, the informer's resident memory
-  (process tree). Its RSS before the pods and Redis's ``used_memory`` are saved beside it.
+- informer_rss_mb_10k_pods: on the same fleet (1000 Nodes), 10 Pods per Node (``--pods`` sets the
+  total, spread over the Nodes) created straight on the target API server; once the mirror in
+  Redis holds all of them, the informer's resident memory (process tree). Its RSS before the pods
+  and Redis's ``used_memory`` are saved beside it.
 - default_qps_200_seconds: a fresh sandbox at MCM's default ``--kube-api-qps 20 --kube-api-burst 30``;
   MachineDeployment 0 → 200 (``--qps-machines``, not scaled), from the scale request until all are
   Running; writes and tasks per machine beside it (the writes are what the budget is spent on).
@@ -60,6 +61,7 @@ DEFAULT_BUDGET = {"MCM_KUBE_API_QPS": "20", "MCM_KUBE_API_BURST": "30"}
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-minutes", type=float, default=10.0, help="length of the idle window")
     parser.add_argument("--qps-machines", type=int, default=200, help="machines of the default-budget run")
+    parser.add_argument("--pods", type=int, default=None, help="pods to mirror (default: 10 per node)")
     parser.add_argument("--only", nargs="*", default=None, help="of: idle rss qps (default: all)")
 
 
@@ -116,13 +118,13 @@ def idle(bench: Bench, machines: int, minutes: float) -> dict[str, Any]:
     }
 
 
-def informer_rss(bench: Bench, nodes: list[str], timeout: float) -> dict[str, Any]:
+def informer_rss(bench: Bench, nodes: list[str], pods: int, timeout: float) -> dict[str, Any]:
     from mcm_tasks.redisdb import get_redis
 
     client = get_redis(bench.sandbox.redis_url)
     pid = bench.sandbox.pids["informer"]
     baseline = rss_mb(pid)
-    bodies = [pod_on(n, f"p-{i}-{k}") for i, n in enumerate(nodes) for k in range(PODS_PER_NODE)]
+    bodies = [pod_on(nodes[i % len(nodes)], f"p-{i}") for i in range(pods)]
     start = time.monotonic()
     bench.create("target", PODS, bodies)
     wait_until(
@@ -184,9 +186,9 @@ def main() -> None:
             if "rss" in chosen:
                 with bench.tracker.cond:
                     nodes = sorted(name for _, name in bench.tracker.objects.get("target/nodes", {}))
-                pods = len(nodes) * PODS_PER_NODE
+                pods = args.pods or len(nodes) * PODS_PER_NODE
                 print(f"{pods} pods on {len(nodes)} nodes", flush=True)
-                ctx["informer"] = informer_rss(bench, nodes, args.timeout)
+                ctx["informer"] = informer_rss(bench, nodes, pods, args.timeout)
                 figures["informer_rss_mb_10k_pods"] = ctx["informer"]["informer_rss_mb"]
                 figures["informer_nodes"], figures["informer_pods"] = len(nodes), pods
     if "qps" in chosen:

@@ -23,7 +23,8 @@ from typing import Any
 
 #: py-spy's raw (collapsed) format: ``frame;frame;…;frame count``, frame = ``func (file:line)``
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*)(?::\d+)?\)$")
-ENTRY = "process (mcm_tasks/queue/processing.py)"
+#: the contract's entry frame of a task (``process`` was renamed ``deliver``): read either
+ENTRIES = ("deliver (mcm_tasks/queue/processing.py)", "process (mcm_tasks/queue/processing.py)")
 OWN_CODE = ("mcm_tasks/", "informers/", "providers/")
 RATE = 50
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -45,7 +46,7 @@ def _short(frame: str) -> str:
 def summarize(files: list[Path], top: int = 25) -> dict[str, Any]:
     """Shares of the in-task samples: per reconciler (the frame below ``process``), per function of
     the project's code (inclusive), and per leaf function (exclusive, any code)."""
-    in_task = 0
+    in_task = total = 0
     reconcilers: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     leaves: Counter[str] = Counter()
@@ -55,11 +56,13 @@ def summarize(files: list[Path], top: int = 25) -> dict[str, Any]:
             if not count.isdigit():
                 continue
             frames = [_short(f) for f in stack.split(";")]
-            if ENTRY not in frames:
+            total += int(count)
+            entry = next((i for i, f in enumerate(frames) if f in ENTRIES), None)
+            if entry is None:
                 continue
             n = int(count)
             in_task += n
-            below = frames[frames.index(ENTRY) + 1 :]
+            below = frames[entry + 1 :]
             reconcilers[below[0] if below else "(process itself)"] += n
             for frame in set(below):
                 if any(f"({root}" in frame for root in OWN_CODE):
@@ -72,6 +75,7 @@ def summarize(files: list[Path], top: int = 25) -> dict[str, Any]:
     return {
         "samples_in_tasks": in_task,
         "seconds_in_tasks": round(in_task / RATE, 1),
+        "percent_of_samples_in_tasks": round(100 * in_task / max(total, 1), 1),
         "percent_by_reconciler": shares(reconcilers),
         "percent_inclusive_own_code": shares(inclusive),
         "percent_by_leaf": shares(leaves),

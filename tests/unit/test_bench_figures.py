@@ -1,0 +1,46 @@
+"""The benchmarks' per-machine figures count what issue 19 says: our processes' CPU only, the
+controller's writes only, and profiles whichever name the task entry frame has."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from bench.common import Snapshot, ours, phase_report
+from bench.profiling import summarize
+
+
+def snap(cpu: dict[str, float], rv: int, own: int, kubelet: int, commands: int) -> Snapshot:
+    queues = {"machine": {"reconciles": rv / 10, "adds": 0.0, "retries": 0.0, "work_seconds": 0.0}}
+    return Snapshot(
+        0.0, {"control": rv}, queues, Counter(register=kubelet), Counter(control=own), Counter(), Counter(),
+        cpu, commands,
+    )  # fmt: skip
+
+
+def test_our_roles_exclude_the_stand_ins_for_kubernetes() -> None:
+    assert [r for r in ("redis", "informer", "worker-0", "worker-11", "beat") if not ours(r)] == []
+    assert [r for r in ("apiserver-control", "apiserver-target", "kubelet", "benchmark") if ours(r)] == []
+
+
+def test_phase_report_counts_our_cpu_and_the_controllers_writes_per_machine() -> None:
+    start = {"redis": 1.0, "worker-0": 2.0, "informer": 0.0, "kubelet": 1.0, "apiserver-control": 5.0}
+    end = {"redis": 2.0, "worker-0": 4.0, "informer": 1.0, "kubelet": 9.0, "apiserver-control": 50.0}
+    before, after = snap(start, 100, 1, 0, 10), snap(end, 200, 2, 9, 70)
+    report = phase_report(before, after, machines=10)
+    assert report["cpu_ms_per_machine"] == 400.0  # (1 + 2 + 1) s over 10 machines
+    assert report["writes"]["by_controller"] == 90 and report["writes_per_machine"] == 9.0
+    assert report["tasks_per_machine"] == 1.0 and report["redis_commands_per_machine"] == 6.0
+
+
+def test_profile_summary_reads_both_names_of_the_task_entry(tmp_path: Path) -> None:
+    outer = "main (celery/worker.py:1)"
+    sample = tmp_path / "w.txt"
+    sample.write_text(
+        f"{outer};deliver (/x/mcm_tasks/queue/processing.py:70);run (/x/mcm_tasks/controllers/a.py:3) 3\n"
+        f"{outer};process (/x/mcm_tasks/queue/processing.py:61);run (/x/mcm_tasks/controllers/a.py:3) 1\n"
+        f"{outer};poll (kombu/utils/eventio.py:9) 4\n"
+    )
+    summary = summarize([sample])
+    assert summary["samples_in_tasks"] == 4 and summary["percent_of_samples_in_tasks"] == 50.0
+    assert summary["percent_by_reconciler"] == {"run (mcm_tasks/controllers/a.py)": 100.0}
