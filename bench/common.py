@@ -131,6 +131,7 @@ class Snapshot:
     parts: Counter[str]
     cpu: dict[str, float]
     redis_commands: int = 0
+    redis_calls: Counter[str] = field(default_factory=Counter)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -221,7 +222,10 @@ class Bench:
             }
             for q in read_stats(get_redis(self.sandbox.redis_url))
         }
-        commands = int(get_redis(self.sandbox.redis_url).info("stats")["total_commands_processed"])
+        client = get_redis(self.sandbox.redis_url)
+        commands = int(client.info("stats")["total_commands_processed"])
+        stats = client.info("commandstats").items()
+        calls = Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats})
         kubelet: Counter[str] = Counter()
         log = self.sandbox.dir / "logs" / "kubelet.log"
         for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
@@ -235,7 +239,7 @@ class Bench:
         cpu["benchmark"] = own.user + own.system  # its watches compete for the same cores
         with self.tracker.cond:
             events, parts, own = Counter(self.tracker.events), Counter(self.tracker.parts), Counter(self.own)
-        return Snapshot(time.time(), rv, queues, kubelet, own, events, parts, cpu, commands)
+        return Snapshot(time.time(), rv, queues, kubelet, own, events, parts, cpu, commands, calls)
 
 
 def _diff(a: Counter[str], b: Counter[str]) -> dict[str, int]:
@@ -280,6 +284,9 @@ def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, 
         "cpu_ms_per_machine": round(our_cpu * 1000 / machines, 1),
         # every client's: workers, informer, the local cloud's VMs, the kubelet simulator's reads of them
         "redis_commands_per_machine": round((after.redis_commands - before.redis_commands) / machines, 1),
+        "redis_calls_per_machine": {
+            k: round(v / machines, 1) for k, v in (after.redis_calls - before.redis_calls).most_common(12)
+        },
         "wall_seconds": round(after.at - before.at, 2),
     }
 
