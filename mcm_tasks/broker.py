@@ -49,7 +49,10 @@ def held_delivery_tags() -> list[str]:
             continue
         for _ in range(5):
             try:
-                tags.extend(list(qos._delivered))
+                # acknowledged or rejected tags wait in ``_dirty`` until kombu flushes them: they are
+                # not ours any more (a rejected message may be held by another worker by now)
+                done = set(qos._dirty)
+                tags.extend(tag for tag in list(qos._delivered) if tag not in done)
                 break
             except RuntimeError:  # changed size during iteration
                 continue
