@@ -338,6 +338,7 @@ def main() -> None:
         calibrate(args)
         return
 
+    load_before = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: say how busy it was
     workdir = scratch_dir("mcm-bench-queue-")
     server = RedisServer(workdir / "redis").start()
     apply_settings(configure({"redis_url": server.url}))
@@ -389,7 +390,8 @@ def main() -> None:
         "rounds": {"empty_task": [[round(r, 1), round(c, 3)] for r, c in empty_runs],
                    "noop_reconcile": [[round(r, 1), round(c, 3)] for r, c in noop_runs]},
         "config": {"workers": args.workers, "concurrency": args.concurrency, "tasks": args.tasks,
-                   "cpus": os.cpu_count(), "informer_path": use_informer},
+                   "cpus": os.cpu_count(), "informer_path": use_informer,
+                   "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
     }  # fmt: skip
     print(json.dumps(results, indent=2))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
