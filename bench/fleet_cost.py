@@ -5,9 +5,10 @@ Prints the figures and saves bench/results/fleet_cost.json (a run at another sca
 the temporary folder unless ``--out`` names a file). Each figure says the scale it was taken at.
 
 - idle_cpu_percent_1000: a MachineDeployment of 1000 Running machines (beat running, kubelet
-  heartbeats every 5 min as a real kubelet's node status report), then ``--idle-minutes`` with no
-  change: CPU of our processes (Redis, informer, workers, beat; ``bench.common.OUR_ROLES``) over
-  that window, in percent of one core. The writes and reconciles of the window are saved beside it.
+  heartbeats every 5 min as a real kubelet's node status report), ``--settle-minutes`` (4: past the
+  60 s health recheck each Pending machine leaves scheduled), then ``--idle-minutes`` with no change:
+  CPU of our processes (Redis, informer, workers, beat; ``bench.common.OUR_ROLES``) over that
+  window, in percent of one core. The writes and reconciles of the window are saved beside it.
 - informer_rss_mb_10k_pods: on the same fleet (1000 Nodes), 10 Pods per Node (``--pods`` sets the
   total, spread over the Nodes) created straight on the target API server; once the mirror in
   Redis holds all of them, the informer's resident memory (process tree). Its RSS before the pods
@@ -60,6 +61,7 @@ DEFAULT_BUDGET = {"MCM_KUBE_API_QPS": "20", "MCM_KUBE_API_BURST": "30"}
 
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-minutes", type=float, default=10.0, help="length of the idle window")
+    parser.add_argument("--settle-minutes", type=float, default=4.0, help="lead-in before the idle window")
     parser.add_argument("--qps-machines", type=int, default=200, help="machines of the default-budget run")
     parser.add_argument("--pods", type=int, default=None, help="pods to mirror (default: 10 per node)")
     parser.add_argument("--only", nargs="*", default=None, help="of: idle rss qps (default: all)")
@@ -178,11 +180,13 @@ def main() -> None:
             print(f"fleet of {machines}", flush=True)
             ctx["fleet_up_seconds"] = round(fleet_up(bench, d, machines, args.timeout), 1)
             if "idle" in chosen:
-                print(f"idle for {args.idle_minutes} min", flush=True)
+                print(f"settle {args.settle_minutes} min, idle {args.idle_minutes} min", flush=True)
+                time.sleep(args.settle_minutes * 60)  # a measurement window's lead-in, not a wait
                 ctx["idle"] = idle(bench, machines, args.idle_minutes)
                 figures["idle_cpu_percent_1000"] = ctx["idle"]["idle_cpu_percent"]
                 figures["idle_machines"] = machines
                 figures["idle_minutes"] = args.idle_minutes
+                figures["idle_settle_minutes"] = args.settle_minutes
             if "rss" in chosen:
                 with bench.tracker.cond:
                     nodes = sorted(name for _, name in bench.tracker.objects.get("target/nodes", {}))
