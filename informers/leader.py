@@ -108,23 +108,27 @@ class LeaderElector:
         self.path = LEASES.path(namespace, name)
 
     def run(self, lead: Callable[[threading.Event], None], stop: threading.Event) -> None:
-        """Campaign, lead while holding the lease, campaign again after losing it; until ``stop``."""
-        while not stop.is_set():
-            if not self._acquire(stop):
-                break
-            log.info("%s became the leader (lease %s/%s)", self.identity, self.namespace, self.name)
-            leading = threading.Event()
-            renewer = threading.Thread(
-                target=self._renew, args=(leading, stop), name="lease-renewer", daemon=True
-            )
-            renewer.start()
-            try:
-                lead(leading)
-            finally:
-                leading.set()
-                renewer.join()
-            log.info("%s stopped leading", self.identity)
-        self.release()
+        """Campaign, lead while holding the lease, campaign again after losing it; until ``stop``.
+        A stopped elector leaves the liveness registry: only a loop that still runs can be wedged."""
+        try:
+            while not stop.is_set():
+                if not self._acquire(stop):
+                    break
+                log.info("%s became the leader (lease %s/%s)", self.identity, self.namespace, self.name)
+                leading = threading.Event()
+                renewer = threading.Thread(
+                    target=self._renew, args=(leading, stop), name="lease-renewer", daemon=True
+                )
+                renewer.start()
+                try:
+                    lead(leading)
+                finally:
+                    leading.set()
+                    renewer.join()
+                log.info("%s stopped leading", self.identity)
+            self.release()
+        finally:
+            PROGRESS.forget("elector")
 
     def try_acquire_or_renew(self) -> bool:
         now = self.clock()

@@ -154,45 +154,48 @@ class Informer:
         epoch: str | None = None
         next_resync = time.monotonic() + self._resync_period()
         next_status = 0.0
-        while not stop.is_set():
-            PROGRESS.beat("writer")
-            batch = _take_batch(inbox, IDLE_CHECK)
-            outcome = processor.process(batch) if batch else Outcome()
-            unlisted.difference_update(outcome.listed)
-            if outcome.problems:
-                self.counters["object_problems"] += len(outcome.problems)
-                self.problems.report(outcome.problems)
-            if epoch is None and not unlisted:
-                epoch = expected = f"{self.identity}:{uuid.uuid4().hex}"
-                outcome.commit.sentinel = epoch
-                log.info("all %d resources listed; mirror complete", len(self.resources))
-            seen = self._retry(lambda c=outcome.commit: self.mirror.write(c), stop)  # type: ignore[misc]
-            if stop.is_set():
-                return
-            if expected is not None and seen != expected:
-                log.warning(
-                    "the mirror lost its data (sentinel %r, expected %r): re-listing everything",
-                    seen,
-                    expected,
-                )
-                self.counters["redis_lost"] += 1
-                processor.store.clear()
-                unlisted, epoch, expected = {r.kind for r in self.resources}, None, None
-                for reflector in reflectors:
-                    reflector.relist(initial=True)
-            self._deliver(outcome.routing, stop)
-            if epoch is not None:
-                self._after_failover(processor, stop)
-            self.counters["batches"] += bool(batch)
-            self.counters["events"] += outcome.events
-            now = time.monotonic()
-            if epoch is not None and now >= next_resync:
-                self.counters["resyncs"] += 1
-                self._deliver(full_resync(processor.store), stop)
-                next_resync = now + self._resync_period()
-            if now >= next_status:
-                self._publish_status(reflectors, leading=True, epoch=epoch)
-                next_status = now + STATUS_EVERY
+        try:
+            while not stop.is_set():
+                PROGRESS.beat("writer")
+                batch = _take_batch(inbox, IDLE_CHECK)
+                outcome = processor.process(batch) if batch else Outcome()
+                unlisted.difference_update(outcome.listed)
+                if outcome.problems:
+                    self.counters["object_problems"] += len(outcome.problems)
+                    self.problems.report(outcome.problems)
+                if epoch is None and not unlisted:
+                    epoch = expected = f"{self.identity}:{uuid.uuid4().hex}"
+                    outcome.commit.sentinel = epoch
+                    log.info("all %d resources listed; mirror complete", len(self.resources))
+                seen = self._retry(lambda c=outcome.commit: self.mirror.write(c), stop)  # type: ignore[misc]
+                if stop.is_set():
+                    return
+                if expected is not None and seen != expected:
+                    log.warning(
+                        "the mirror lost its data (sentinel %r, expected %r): re-listing everything",
+                        seen,
+                        expected,
+                    )
+                    self.counters["redis_lost"] += 1
+                    processor.store.clear()
+                    unlisted, epoch, expected = {r.kind for r in self.resources}, None, None
+                    for reflector in reflectors:
+                        reflector.relist(initial=True)
+                self._deliver(outcome.routing, stop)
+                if epoch is not None:
+                    self._after_failover(processor, stop)
+                self.counters["batches"] += bool(batch)
+                self.counters["events"] += outcome.events
+                now = time.monotonic()
+                if epoch is not None and now >= next_resync:
+                    self.counters["resyncs"] += 1
+                    self._deliver(full_resync(processor.store), stop)
+                    next_resync = now + self._resync_period()
+                if now >= next_status:
+                    self._publish_status(reflectors, leading=True, epoch=epoch)
+                    next_status = now + STATUS_EVERY
+        finally:
+            PROGRESS.forget("writer")  # a stopped writer is not a wedged one
 
     def _after_failover(self, processor: Processor, stop: threading.Event) -> None:
         """A Sentinel failover promoted another master: whatever the old one had not yet passed on

@@ -23,6 +23,7 @@ from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.kube import ops
 from mcm_tasks.kube import resources as kres
+from mcm_tasks.probes import PROGRESS
 
 pytestmark = pytest.mark.integration
 
@@ -309,3 +310,14 @@ def test_periodic_resync_enqueues_every_key_without_any_change(
             TIMEOUT,
             what="keys enqueued again by the resync alone",
         )
+
+
+def test_a_stopped_writer_leaves_the_liveness_registry(
+    apiserver: ApiServer, redis_url: str, namespace: str
+) -> None:
+    """/healthz judges the loops that still run: an informer that stopped (a standby, or one
+    closed in this process) must not read as a wedged writer forever after."""
+    with InformerThread(sandbox_settings(apiserver.kubeconfig, redis_url, namespace)) as running:
+        wait_until(running.synced, TIMEOUT, what="informer synced")
+        assert "writer" in PROGRESS.stalled(-1.0)
+    assert "writer" not in PROGRESS.stalled(-1.0)
