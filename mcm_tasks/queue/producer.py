@@ -131,7 +131,7 @@ def publish_due(client: redis.Redis | None = None, now: float | None = None) -> 
     for kind in QUEUES:
         delayed = queue_keys(kind, settings).delayed
         pipe.zrangebyscore(delayed, "-inf", now, start=0, num=CHUNK)
-        pipe.zrange(delayed, 0, 0, withscores=True)
+        pipe.zrangebyscore(delayed, f"({now!r}", "+inf", start=0, num=1, withscores=True)  # the next one
     replies = pipe.execute()
     calls: list[tuple[scripts.LuaScript, list[object]]] = []
     next_due: float | None = None
