@@ -3,11 +3,13 @@ controller's writes only, and profiles whichever name the task entry frame has."
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 
-from bench.common import Snapshot, ours, phase_report
+from bench.common import TICK, Snapshot, ours, phase_report
 from bench.profiling import summarize
+from mcm_tasks.logs import TEXT_FORMAT
 
 
 def snap(cpu: dict[str, float], rv: int, own: int, kubelet: int, commands: int) -> Snapshot:
@@ -44,3 +46,15 @@ def test_profile_summary_reads_both_names_of_the_task_entry(tmp_path: Path) -> N
     summary = summarize([sample])
     assert summary["samples_in_tasks"] == 4 and summary["percent_of_samples_in_tasks"] == 50.0
     assert summary["percent_by_reconciler"] == {"run (mcm_tasks/controllers/a.py)": 100.0}
+
+
+def test_the_kubelet_simulators_writes_are_read_from_its_log_line() -> None:
+    """Its writes are subtracted from the controller's: a format change must fail here, not in a figure."""
+    args = ("register=3, status=12",)
+    record = logging.LogRecord(
+        "mcm_sandbox.kubelet.simulator", logging.INFO, __file__, 1, "tick: %s", args, None
+    )
+    line = logging.Formatter(TEXT_FORMAT).format(record)
+    found = TICK.search(line)
+    assert found is not None and found.group(1) == "register=3, status=12"
+    assert TICK.search('{"msg": "tick: register=3", "logger": "x"}').group(1) == "register=3"  # type: ignore[union-attr]
