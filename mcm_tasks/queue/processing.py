@@ -79,14 +79,16 @@ def deliver(
     started = time.time()
     runner = history.worker_name(worker)
     # the run's start goes into the key's history in the same round trip, if BEGIN lets it run
-    began, *_ = scripts.run_pipeline(
+    # so does taking a --concurrent-syncs slot (the last call: its reply is the last)
+    replies = scripts.run_pipeline(
         client,
         [
             (kind_scripts.begin, [key, message_id, started]),
             *history.start_calls(kind, key, message_id, started, runner),
+            concurrency.acquire_call(kind, key, message_id, settings),
         ],
     )
-    status, failures_text, recovered, previous_error = (_text(v) for v in began)
+    status, failures_text, recovered, previous_error = (_text(v) for v in replies[0])
     failures_before = int(failures_text)
     if recovered == "1":
         _recovered(kind, key, status, failures_before, previous_error)
@@ -95,7 +97,7 @@ def deliver(
         return Delivery(status)
 
     entry = ""
-    if not concurrency.acquire(client, kind, message_id, settings):
+    if int(replies[-1]) == 0:
         # every --concurrent-syncs slot of this kind is busy across the fleet: hand the key back
         # (unlocked, no failure counted) to come back shortly
         outcome = Outcome(Action.REQUEUE, after=concurrency.SLOT_RETRY)
@@ -118,12 +120,10 @@ def deliver(
         else:
             if failures_before:
                 _recovered_from_failures(client, kind, key)
-        finally:
-            concurrency.release(client, kind, message_id, settings)
     done = history.entry(
         message_id, started, runner, time.time(), describe("run", outcome), ": ".join(error) if error else ""
     )
-    _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done)
+    _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done, True)
     return Delivery("run", outcome, error)
 
 
@@ -223,9 +223,10 @@ def _finish(
     outcome: Outcome,
     entry: str,
     run: str,
+    release: bool = False,
 ) -> None:
-    """END, and the key's history (``run``: the finished run's entry; "" drops its start) in the
-    same round trip."""
+    """END, the key's history (``run``: the finished run's entry; "" drops its start) and, with
+    ``release``, giving back its --concurrent-syncs slot, in the same round trip."""
     queue = get_settings().queue_name(kind)
     now = time.time()
     # the message for a re-add at once (dirty key, or requeue after 0) is always ready, so that the
@@ -241,5 +242,6 @@ def _finish(
         [
             (kind_scripts.end, [key, message_id, fields, entry, now_message]),
             *history.finish_calls(kind, key, message_id, run),
+            *([concurrency.release_call(kind, message_id, get_settings())] if release else []),
         ],
     )
