@@ -17,10 +17,6 @@ ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
 
-#: keys on the ``safety`` queue (one job each, not one per object)
-SAFETY_ORPHAN_VMS = "orphan-vms"
-SAFETY_OVERSHOOTING = "overshooting"
-
 
 class View(Protocol):
     """What routing may read: the informer's store, after the event was applied to it."""

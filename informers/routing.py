@@ -20,6 +20,8 @@ Machine
   joins one pass (the set's expectations are lowered at once).
 - DELETE: itself on ``machine-termination``; its MachineSet (deletion observed); its class;
   ``orphan-vms``; its MachineDeployment if that uses Recreate and has no machine left.
+- What wakes the machine itself, its MachineSet, a Recreate MachineDeployment and the safety jobs is
+  declared beside each controller (``mcm_tasks.controllers.*.watches``); this module composes them.
 MachineSet: itself; its controlling MachineDeployment (or those selecting an orphan).
 MachineDeployment: itself.
 MachineClass: itself; the secrets it references (old and new); its machines on ADD and when its
@@ -40,8 +42,6 @@ from informers.events import (
     ADDED,
     DELETED,
     MODIFIED,
-    SAFETY_ORPHAN_VMS,
-    SAFETY_OVERSHOOTING,
     Event,
     Routing,
     View,
@@ -54,11 +54,14 @@ from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout
 from mcm_tasks.controllers.machine.watches import wakes_machine
+from mcm_tasks.controllers.machinedeployment.watches import waits_for_machines_gone
 from mcm_tasks.controllers.machineset.watches import seen_by_set
+from mcm_tasks.controllers.safety.watches import (
+    jobs_on_machine_added,
+    jobs_on_machine_deleted,
+    jobs_on_machine_updated,
+)
 from mcm_tasks.kinds import Queue
-
-#: a machine whose description says this has several VMs behind it (GetMachineStatus)
-OUT_OF_RANGE = "OutOfRange"
 
 
 def route(event: Event, view: View, into: Routing | None = None) -> Routing:
@@ -142,14 +145,17 @@ def _content(obj: Obj | None) -> dict[str, Any]:
 
 
 def _machine(ev: Event, view: View, out: Routing) -> None:
-    """Upstream: ``deleteMachineToSafety``, ``updateMachineToSafety``."""
+    """Upstream ``addMachine``/``updateMachine``/``deleteMachine`` and the handlers the other controllers
+    register on machines; what wakes the machine itself, the safety jobs and a Recreate deployment is
+    declared in their ``watches`` modules."""
     old, new = ev.old, ev.new
     key = key_of(ev.obj)
     if ev.type == ADDED:
         assert new is not None
         out.add(machine_queue(new), key)
         out.add(Queue.MACHINE_CLASS, _class_key(new))
-        out.add(Queue.SAFETY, SAFETY_OVERSHOOTING)
+        for job in jobs_on_machine_added(new):
+            out.add(Queue.SAFETY, job)
     elif ev.type == MODIFIED:
         assert new is not None and old is not None
         if wakes_machine(old, new):
@@ -157,15 +163,16 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
         if _class_key(old) != _class_key(new):
             out.add(Queue.MACHINE_CLASS, _class_key(old))
             out.add(Queue.MACHINE_CLASS, _class_key(new))
-        if OUT_OF_RANGE in _description(new) and OUT_OF_RANGE not in _description(old):
-            out.add(Queue.SAFETY, SAFETY_ORPHAN_VMS)
+        for job in jobs_on_machine_updated(old, new):
+            out.add(Queue.SAFETY, job)
     else:
         assert old is not None
         out.add(Queue.MACHINE_TERMINATION, key)
         # a scale-down deletes hundreds at once: the class's finalizer check and the orphan sweep
         # need one pass after the burst, not one per machine
         out.add(Queue.MACHINE_CLASS, _class_key(old), batched=True)
-        out.add(Queue.SAFETY, SAFETY_ORPHAN_VMS, batched=True)
+        for job in jobs_on_machine_deleted(old):
+            out.add(Queue.SAFETY, job, batched=True)
         _recreate_deployment_emptied(view, old, out)
     _machine_to_machine_sets(ev, view, out)
 
@@ -177,10 +184,6 @@ def _class_key(machine: Obj | None) -> str | None:
     if cls.get("kind", "MachineClass") != "MachineClass":
         return None
     return layout.object_key(meta(machine).get("namespace"), cls["name"])
-
-
-def _description(machine: Obj | None) -> str:
-    return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
 
 
 def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
@@ -255,14 +258,15 @@ def _owner_moved(
 
 
 def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None:
-    """A Recreate rollout waits until no old machine is left; the last deletion wakes it up."""
+    """Upstream ``deleteMachineToMachineDeployment``: a deployment that waits for its machines to be
+    gone (``waits_for_machines_gone``) is woken by the deletion of the last one."""
     ms_key = resolve_controller(view, layout.MACHINE_SETS, machine, controller_ref(machine))
     ms = view.get(layout.MACHINE_SETS, ms_key) if ms_key else None
     if ms is None:
         return
     mcd_key = resolve_controller(view, layout.MACHINE_DEPLOYMENTS, ms, controller_ref(ms))
     mcd = view.get(layout.MACHINE_DEPLOYMENTS, mcd_key) if mcd_key else None
-    if mcd is None or ((mcd.get("spec") or {}).get("strategy") or {}).get("type") != "Recreate":
+    if mcd is None or not waits_for_machines_gone(mcd):
         return
     owned_sets = view.by_index(layout.MACHINE_SETS, layout.BY_OWNER, str(meta(mcd).get("uid")))
     if not any(
