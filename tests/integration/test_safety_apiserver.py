@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.machine.metrics import MachineCollector
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.controllers.problems import UNREADABLE_REASON
 from mcm_tasks.controllers.safety import APISERVER
 from mcm_tasks.controllers.safety.apiserver import RESET_DESCRIPTION
 from mcm_tasks.controllers.safety.apiserver_io import down_since_key
@@ -78,9 +81,9 @@ def fast(env: Env) -> Env:
     return env
 
 
-def machine_in_phase(env: Env, base: str, cls: str, phase: str) -> str:
+def machine_in_phase(env: Env, base: str, cls: str, phase: str, **spec: Any) -> str:
     name = env.name(base)
-    machine = env.machine(name, cls)
+    machine = env.machine(name, cls, **spec)
     status = machine.status.model_copy(
         update={"current_status": machine.status.current_status.model_copy(update={"phase": phase})}
     )
@@ -175,3 +178,19 @@ def test_servers_answering_again_before_the_timeout_clear_the_timer(fast: Env, f
     faults.remove(rule)
     assert check() is None
     assert not get_redis().exists(down_since_key()) and not is_frozen()
+
+
+def test_an_unreadable_machine_does_not_keep_the_controller_frozen(fast: Env, faults: Faults) -> None:
+    """Issue 13, item 6: the unfreeze reads every machine; one that does not parse gets a Warning
+    Event and is left out, the Unknown machines beside it get their health timeout back."""
+    env = fast
+    cls = env.setup_class()
+    unknown = machine_in_phase(env, "unknown", cls, "Unknown")
+    bad = machine_in_phase(env, "deep", cls, "Unknown", nodeTemplate={"spec": nested(110)})
+    rule = freeze_under(faults, "machines")
+
+    faults.remove(rule)
+    assert check() is None
+    assert not is_frozen()
+    assert env.get(unknown).status.current_status.phase == "Running"
+    assert UNREADABLE_REASON in env.event_reasons(bad)

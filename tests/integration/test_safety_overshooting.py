@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, UNFREEZE_ANNOTATION
+from mcm_tasks.controllers.problems import UNREADABLE_REASON
 from mcm_tasks.controllers.safety import OVERSHOOTING
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops
@@ -51,7 +53,13 @@ def deployment(env: Env, name: str, replicas: int, max_surge: int | str) -> dict
     return ops.create(env.api, MACHINE_DEPLOYMENTS, body, env.namespace)
 
 
-def machine_set(env: Env, name: str, replicas: int, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def machine_set(
+    env: Env,
+    name: str,
+    replicas: int,
+    owner: dict[str, Any] | None = None,
+    template_spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": env.namespace}
     if owner is not None:
         meta["ownerReferences"] = [controller_ref(owner)]
@@ -61,6 +69,7 @@ def machine_set(env: Env, name: str, replicas: int, owner: dict[str, Any] | None
         "metadata": meta,
         "spec": {"replicas": replicas, "selector": SELECTOR, "template": template()},
     }
+    body["spec"]["template"]["spec"].update(template_spec or {})
     return ops.create(env.api, MACHINE_SETS, body, env.namespace)
 
 
@@ -181,3 +190,20 @@ def test_every_overshooting_set_freezes_in_one_pass_including_standalone_ones(en
         assert frozen_state(env, MACHINE_SETS, s["metadata"]["name"]) == FROZEN
     assert frozen_state(env, MACHINE_SETS, quiet["metadata"]["name"]) == FREE
     assert frozen_state(env, MACHINE_DEPLOYMENTS, d["metadata"]["name"]) == FROZEN
+
+
+def test_sets_it_cannot_read_or_judge_are_skipped_and_the_healthy_one_beside_them_freezes(env: Env) -> None:
+    """Issue 13, item 6: negative replicas mean nothing, so they must not freeze a set (its higher
+    limit would be below zero); a set too deep to parse gets a Warning Event; neither stops the pass."""
+    negative = machine_set(env, env.name("negative"), replicas=-5)
+    unreadable = machine_set(
+        env, env.name("deep"), replicas=1, template_spec={"nodeTemplate": {"spec": nested(110)}}
+    )
+    good = machine_set(env, env.name("good"), replicas=1)  # standalone: higher = 2·1 + 2 = 4
+    for s in (negative, unreadable, good):
+        add_machines(env, s, 4)
+    check()
+    assert frozen_state(env, MACHINE_SETS, good["metadata"]["name"]) == FROZEN
+    assert frozen_state(env, MACHINE_SETS, negative["metadata"]["name"]) == FREE
+    assert frozen_state(env, MACHINE_SETS, unreadable["metadata"]["name"]) == FREE
+    assert UNREADABLE_REASON in env.event_reasons(unreadable["metadata"]["name"])
