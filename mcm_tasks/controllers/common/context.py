@@ -12,7 +12,7 @@ is handed to drivers only. Nothing here logs it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -66,6 +66,44 @@ def mirror_has(lister: Lister[Any]) -> bool:
         return lister.synced()
     except redis.RedisError:
         return False
+
+
+def list_objects(
+    lister: Lister[Any],
+    api: ApiClient,
+    resource: Resource,
+    namespace: str | None = None,
+    *,
+    mirror: Callable[[], Iterable[Obj]] | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    all_namespaces: bool = False,
+    live: bool = False,
+) -> list[Obj]:
+    """Objects of a kind as API dicts: from the mirror when it is complete (``mirror_has``), else one
+    LIST from the API server; ``live`` skips the mirror (a decision that must not act on a lagging one).
+
+    ``mirror`` narrows the mirror read through an index and must pick what the selectors pick on the
+    API server; without it the mirror read is every object of the kind (in ``namespace``, if given).
+    The list counterpart of ``get_object``.
+    """
+    if not live and mirror_has(lister):
+        if mirror is not None:
+            return list(mirror())
+        return [o for o in lister.raw.list() if namespace is None or _namespace_of(o) == namespace]
+    found = ops.list_(
+        api,
+        resource,
+        namespace,
+        all_namespaces=all_namespaces,
+        label_selector=label_selector,
+        field_selector=field_selector,
+    )
+    return list(found["items"])
+
+
+def _namespace_of(obj: Mapping[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("namespace")
 
 
 # --- machines and classes --------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.models import parse_object
-from mcm_tasks.controllers.common.context import mirror_has
+from mcm_tasks.controllers.common.context import list_objects, mirror_has
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
@@ -95,25 +95,16 @@ class Context:
         """Sets the deployment controls, and orphans its selector picks (adoption candidates)."""
         uid = self.deployment.metadata.uid or ""
         selector = self.deployment.spec.selector
-        lister = get_listers().machine_sets
-        if not self.live and mirror_has(lister):
-            owned = [ms for ms in lister.owned_by(uid) if ms.metadata.namespace == self.namespace]
-            orphans = [
-                MachineSet.model_validate(raw)
-                for raw in lister.raw.list()
-                if _namespace(raw) == self.namespace
-                and not any(r.get("controller") for r in _meta(raw).get("ownerReferences") or ())
-                and selects(selector, _meta(raw).get("labels") or {})
-            ]
-            return owned + orphans
-        items = ops.list_(self.api, MACHINE_SETS, self.namespace)["items"]
+        raws = list_objects(
+            get_listers().machine_sets, self.api, MACHINE_SETS, self.namespace, live=self.live
+        )
         out = []
-        for ms in (MachineSet.model_validate(i) for i in items):
-            ref = ms.metadata.controller_ref()
-            if (ref is not None and ref.uid == uid) or (
-                ref is None and selects(selector, ms.metadata.labels)
+        for raw in raws:
+            ref = next((r for r in _meta(raw).get("ownerReferences") or () if r.get("controller")), None)
+            if (ref is not None and ref.get("uid") == uid) or (
+                ref is None and selects(selector, _meta(raw).get("labels") or {})
             ):
-                out.append(ms)
+                out.append(MachineSet.model_validate(raw))
         return out
 
     def machines_of(self, machine_set: MachineSet) -> list[Obj]:
@@ -126,11 +117,13 @@ class Context:
         uids = {ms.metadata.uid or "" for ms in self.sets}
         lister = get_listers().machines
         grouped: dict[str, list[Obj]] = {uid: [] for uid in uids}
-        if not self.live and mirror_has(lister):
-            for uid in uids:
-                grouped[uid] = [m for m in lister.raw.owned_by(uid) if _namespace(m) == self.namespace]
-            return grouped
-        for machine in ops.list_(self.api, MACHINES, self.namespace)["items"]:
+
+        def owned_in_mirror() -> list[Obj]:
+            return [m for uid in uids for m in lister.raw.owned_by(uid) if _namespace(m) == self.namespace]
+
+        for machine in list_objects(
+            lister, self.api, MACHINES, self.namespace, mirror=owned_in_mirror, live=self.live
+        ):
             ref = next((r for r in _meta(machine).get("ownerReferences") or () if r.get("controller")), None)
             if ref is not None and ref.get("uid") in grouped:
                 grouped[ref["uid"]].append(machine)

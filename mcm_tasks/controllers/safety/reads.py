@@ -35,12 +35,9 @@ M = TypeVar("M", bound=K8sObject)
 def _list(lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
     """Every object of a kind in the control namespace that can be read: one that does not parse is
     reported on itself and left out, so that the job still covers all the others."""
-    namespace = get_settings().namespace
-    if context.mirror_has(lister):
-        raws = [i for i in lister.raw.list() if (i.get("metadata") or {}).get("namespace") == namespace]
-    else:
-        raws = ops.list_(context.control_api(), res, namespace)["items"]
-    return parse_each(model, raws)
+    return parse_each(
+        model, context.list_objects(lister, context.control_api(), res, get_settings().namespace)
+    )
 
 
 def machines() -> list[Machine]:
@@ -64,10 +61,7 @@ def nodes() -> list[Obj] | None:
     api = context.target_api()
     if api is None:
         return None
-    lister = get_listers().nodes
-    if context.mirror_has(lister):
-        return list(lister.list())
-    return list(ops.list_(api, NODES)["items"])
+    return context.list_objects(get_listers().nodes, api, NODES)
 
 
 def machine_live(name: str, namespace: str) -> Machine | None:

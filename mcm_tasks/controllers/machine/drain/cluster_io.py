@@ -24,7 +24,7 @@ from mcm_tasks.api.constants import (
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
 from mcm_tasks.cache import Listers, get_listers
-from mcm_tasks.controllers.common.context import mirror_has
+from mcm_tasks.controllers.common.context import list_objects, mirror_has
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.pods import Answer, Removal, Reply
 from mcm_tasks.controllers.machine.drain.volumes import shared_pv_names
@@ -60,39 +60,44 @@ def _listers() -> Listers:
 
 def pods_on_node(api: ApiClient, node_name: str) -> list[Obj]:
     lister = _listers().pods
-    if mirror_has(lister):
-        return list(lister.on_node(node_name))
-    found = ops.list_(api, PODS, all_namespaces=True, field_selector=f"spec.nodeName={node_name}")
-    return list(found["items"])
+    return list_objects(
+        lister,
+        api,
+        PODS,
+        mirror=lambda: lister.on_node(node_name),
+        all_namespaces=True,
+        field_selector=f"spec.nodeName={node_name}",
+    )
 
 
 def node_for_machine(api: ApiClient, machine_name: str) -> str:
     """The name of the Node labelled ``node.gardener.cloud/machine-name=<machine>``, "" when none."""
     lister = _listers().nodes
-    if mirror_has(lister):
-        nodes = lister.for_machine(machine_name)
-    else:
-        selector = f"{NODE_MACHINE_NAME_LABEL_KEY}={machine_name}"
-        nodes = ops.list_(api, NODES, label_selector=selector)["items"]
+    selector = f"{NODE_MACHINE_NAME_LABEL_KEY}={machine_name}"
+    nodes = list_objects(
+        lister, api, NODES, mirror=lambda: lister.for_machine(machine_name), label_selector=selector
+    )
     return str(nodes[0]["metadata"]["name"]) if nodes else ""
 
 
 def pdbs_in(api: ApiClient, namespace: str) -> list[Obj]:
     lister = _listers().pod_disruption_budgets
-    if mirror_has(lister):
-        return list(lister.in_namespace(namespace))
-    return list(ops.list_(api, POD_DISRUPTION_BUDGETS, namespace)["items"])
+    return list_objects(
+        lister, api, POD_DISRUPTION_BUDGETS, namespace, mirror=lambda: lister.in_namespace(namespace)
+    )
 
 
 def volume_attachments(api: ApiClient, node_name: str, pv_names: Iterable[str]) -> list[Obj]:
     """Those on the node and those of the given PVs (wherever they are attached)."""
     lister = _listers().volume_attachments
-    if mirror_has(lister):
+
+    def from_mirror() -> list[Obj]:
         found = {str(va["metadata"]["name"]): va for va in lister.on_node(node_name)}
         for pv in set(pv_names):
             found.update({str(va["metadata"]["name"]): va for va in lister.for_volume(pv)})
         return list(found.values())
-    return list(ops.list_(api, VOLUME_ATTACHMENTS)["items"])
+
+    return list_objects(lister, api, VOLUME_ATTACHMENTS, mirror=from_mirror)
 
 
 def _claim(api: ApiClient, namespace: str, name: str) -> Obj | None:
