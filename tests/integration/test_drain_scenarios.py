@@ -12,7 +12,10 @@ import pytest
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import NODE_FINALIZER
 from mcm_tasks.cache import get_listers
+from mcm_tasks.controllers.common.context import list_objects
 from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
+from mcm_tasks.kube.clients import get_clusters
+from mcm_tasks.kube.resources import NODES
 from tests.integration import test_deletion_env as sandbox
 from tests.integration.test_deletion_env import (
     Env,
@@ -228,3 +231,27 @@ def test_a_node_not_ready_for_long_forces_the_drain(env: Env) -> None:
     assert_all_gone(env, name)
     started = [m for reason, m in env.events(name) if reason == "DrainStarted"]
     assert any("NotReady" in m for m in started)
+
+
+@pytest.mark.parametrize("from_mirror", [False, True], ids=["unsynced", "mirror"])
+def test_list_objects_reads_the_mirror_only_when_complete_and_not_live(
+    env: Env, request: pytest.FixtureRequest, from_mirror: bool
+) -> None:
+    """``context.list_objects``, the one list reader: the mirror once the kind is synced, else (and
+    always when ``live``) one LIST from the API server."""
+    if from_mirror:
+        request.getfixturevalue("mirror")
+    name = unique("lister")
+    env.launch(name)
+    lister = get_listers().nodes
+    api = get_clusters().target.api  # type: ignore[union-attr]
+    marker = {"metadata": {"name": "from-the-mirror"}}
+
+    def names(**kw: Any) -> set[str]:
+        return {
+            n["metadata"]["name"] for n in list_objects(lister, api, NODES, mirror=lambda: [marker], **kw)
+        }
+
+    wait_until(lambda: from_mirror == lister.synced(), 15, what="the nodes' mirror state")
+    assert names() == ({"from-the-mirror"} if from_mirror else names(live=True))
+    assert name in names(live=True) and "from-the-mirror" not in names(live=True)

@@ -25,7 +25,7 @@ from kubernetes.client import ApiClient
 from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump, now_utc
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import get_listers
-from mcm_tasks.cache.models import parse_object
+from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common.context import list_objects, mirror_has
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import with_finalizer
@@ -92,7 +92,9 @@ class Context:
     # --- reads ---------------------------------------------------------------------------------------
 
     def candidate_sets(self) -> list[MachineSet]:
-        """Sets the deployment controls, and orphans its selector picks (adoption candidates)."""
+        """Sets the deployment controls, and orphans its selector picks (adoption candidates). A set
+        that does not parse is left out, as the listers leave it out of every list: its own
+        reconcile reports it, and it cannot stall its deployment."""
         uid = self.deployment.metadata.uid or ""
         selector = self.deployment.spec.selector
         raws = list_objects(
@@ -104,7 +106,10 @@ class Context:
             if (ref is not None and ref.get("uid") == uid) or (
                 ref is None and selects(selector, _meta(raw).get("labels") or {})
             ):
-                out.append(MachineSet.model_validate(raw))
+                try:
+                    out.append(parse_object(MachineSet, raw))
+                except Unreadable:
+                    continue
         return out
 
     def machines_of(self, machine_set: MachineSet) -> list[Obj]:
