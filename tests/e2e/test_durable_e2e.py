@@ -277,10 +277,13 @@ def test_a_whole_worker_killed_during_scales_of_30_machines(world: World) -> Non
 
 
 def test_a_crash_loop_countdown_outlives_every_worker(world: World) -> None:
-    """The Machine's first create fails (CrashLoopBackOff, ShortRetry). Every worker is then killed
+    """The Machine's first creates fail (CrashLoopBackOff, ShortRetry). Every worker is then killed
     and a new one started: the retry still comes, within ShortRetry + 30 s, because the countdown
     waits in Redis, not in a worker."""
-    world.machine_class("flaky-create", {"failCreates": {"count": 1, "code": "Internal"}})
+    # two failures: the class's first finalizer wakes its machines twice (its reconcile enqueues
+    # them, and the informer routes the finalizer change), which can retry the create at once, so
+    # one failure could be spent before the poll sees CrashLoopBackOff
+    world.machine_class("flaky-create", {"failCreates": {"count": 2, "code": "Internal"}})
     ops.create(world.control, MACHINES, {
         "apiVersion": API_VERSION, "kind": "Machine", "metadata": {"name": "crashloop", "namespace": NS},
         "spec": {"class": {"kind": "MachineClass", "name": "flaky-create"}},
