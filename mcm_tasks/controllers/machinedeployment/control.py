@@ -139,12 +139,13 @@ class Context:
         if self.target is None or not names:
             return {}
         lister = get_listers().nodes
-        if not self.live and mirror_has(lister):
-            found = lister.reader.get_many(lister.kind, names)
-        else:
-            wanted = set(names)
-            found = [n for n in ops.list_(self.target, NODES)["items"] if _meta(n).get("name") in wanted]
-        return {str(_meta(n).get("name")): n for n in found}
+        wanted = set(names)
+
+        def in_mirror() -> list[Obj]:
+            return list(lister.reader.get_many(lister.kind, names))  # one batched read
+
+        found = list_objects(lister, self.target, NODES, mirror=in_mirror, live=self.live)
+        return {str(_meta(n).get("name")): n for n in found if _meta(n).get("name") in wanted}
 
     def get_machine(self, name: str) -> Obj | None:
         lister = get_listers().machines
