@@ -97,7 +97,12 @@ def deliver(
         return Delivery(status)
 
     entry = ""
-    if int(replies[-1]) == 0:
+    taken = int(replies[-1])
+    if taken < 0:
+        # the slot's script ran before BEGIN: BEGIN was refused NOSCRIPT (new settings, a restarted
+        # Redis) and ran again after it, so the slot is taken now, in a round trip of its own
+        taken = int(concurrency.acquire(client, kind, message_id, settings))
+    if taken == 0:
         # every --concurrent-syncs slot of this kind is busy across the fleet: hand the key back
         # (unlocked, no failure counted) to come back shortly
         outcome = Outcome(Action.REQUEUE, after=concurrency.SLOT_RETRY)
