@@ -166,16 +166,15 @@ def default_qps(args: argparse.Namespace, machines: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], options)
+def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The figures of ``args.only`` (default: all three) and their context; ``bench/scale.py
+    --fleet-cost`` calls this too, so scale.json carries them beside the scale figures."""
     chosen = set(args.only or ("idle", "rss", "qps"))
     machines = scaled(1000, args.scale)
-    host = calibration(args.no_calibration)
-    figures: dict[str, Any] = {"scale": args.scale}
+    figures: dict[str, Any] = {}
     ctx: dict[str, Any] = {}
     if chosen & {"idle", "rss"}:
         with environment(IDLE_ENV), running_sandbox(args, with_beat=True) as bench:
-            ctx = context(args)
             d = Driver(bench, args.timeout)
             print(f"fleet of {machines}", flush=True)
             ctx["fleet_up_seconds"] = round(fleet_up(bench, d, machines, args.timeout), 1)
@@ -197,13 +196,23 @@ def main() -> None:
                 figures["informer_nodes"], figures["informer_pods"] = len(nodes), pods
     if "qps" in chosen:
         print(f"0 → {args.qps_machines} at --kube-api-qps 20 --kube-api-burst 30", flush=True)
-        ctx = ctx or context(args)
         ctx["default_qps"] = default_qps(args, args.qps_machines)
         figures["default_qps_200_seconds"] = ctx["default_qps"]["seconds"]
         figures["default_qps_machines"] = args.qps_machines
-    figures["calibration_cpu_ms_per_empty_task"] = host.get("cpu_ms_per_empty_task")
-    ctx["calibration"] = host
+    ctx["environments"] = {"idle_and_rss": IDLE_ENV, "default_qps": DEFAULT_BUDGET}
     ctx["targets"] = {"idle_cpu_percent_1000": 2, "informer_rss_mb_10k_pods": 300}
+    return figures, ctx
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], options)
+    host = calibration(args.no_calibration)
+    ctx = context(args)
+    figures, measured = measure(args)
+    ctx.update(measured)
+    calibrated = host.get("cpu_ms_per_empty_task")
+    figures = {"scale": args.scale, **figures, "calibration_cpu_ms_per_empty_task": calibrated}
+    ctx["calibration"] = host
     save("fleet_cost", args, figures, ctx)
 
 

@@ -23,6 +23,11 @@ two API servers, Redis); MachineClasses with zero boot delay. Targets: 60 s, 60 
   objects (terminating ones included) minus (replicas + maxSurge). ``context.rolling`` also gives
   the figure without terminating machines.
 
+``--fleet-cost`` then also runs ``bench/fleet_cost.py``'s measures (each on a fresh sandbox:
+``idle_cpu_percent_1000``, ``informer_rss_mb_10k_pods``, ``default_qps_200_seconds``; ``--only`` and
+its other options pick and size them) and saves their figures in the same file, so scale.json holds
+every figure issue 19 names.
+
 ``--profile DIR`` samples the worker processes with py-spy during each phase and adds a summary
 (share of task time per reconciler and per function) under ``context.profile``.
 """
@@ -36,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
+import argparse  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -108,8 +114,15 @@ class Driver:
         return seconds, before, self.bench.snapshot()
 
 
+def options(parser: argparse.ArgumentParser) -> None:
+    from bench import fleet_cost
+
+    parser.add_argument("--fleet-cost", action="store_true", help="also run bench/fleet_cost.py's measures")
+    fleet_cost.options(parser)
+
+
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    args = parse_args(__doc__.splitlines()[0], options)
     big, rolled = scaled(1000, args.scale), scaled(300, args.scale)
     surge = math.ceil(rolled * SURGE_PERCENT / 100)
     host = calibration(args.no_calibration)
@@ -183,6 +196,11 @@ def main() -> None:
         "max_machines_seen_not_terminating": peak_active,
         "max_overshoot_not_terminating": peak_active - (rolled + surge),
     }
+    if args.fleet_cost:
+        from bench import fleet_cost
+
+        fleet_figures, ctx["fleet_cost"] = fleet_cost.measure(args)
+        figures.update(fleet_figures)
     save("scale", args, figures, ctx)
 
 
