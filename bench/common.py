@@ -43,14 +43,10 @@ from kubernetes.client import ApiClient
 
 from bench.profiling import Profiler
 from bench.watch import Tracker
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import (
-    LEASES,
-    MACHINE_CLASSES,
-    SECRETS,
-    Resource,
-)
+from mcm_tasks.kube.resources import Resource
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -193,8 +189,12 @@ class Bench:
 
     def secret_and_classes(self, *names: str) -> None:
         user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
-        self.create("control", SECRETS, [{"metadata": {"name": SECRET}, "data": {"userData": user_data}}])
-        self.create("control", MACHINE_CLASSES, [machine_class(n) for n in names])
+        self.create(
+            "control",
+            kinds.SECRET.resource,
+            [{"metadata": {"name": SECRET}, "data": {"userData": user_data}}],
+        )
+        self.create("control", kinds.MACHINE_CLASS.resource, [machine_class(n) for n in names])
 
     # --- reads ---
     def live_vms(self) -> int:
@@ -212,7 +212,11 @@ class Bench:
         from mcm_tasks.redisdb import get_redis
 
         rv = {
-            s: int(ops.list_(api, LEASES, "kube-system", page_size=1)["metadata"]["resourceVersion"])
+            s: int(
+                ops.list_(api, kinds.LEASE.resource, "kube-system", page_size=1)["metadata"][
+                    "resourceVersion"
+                ]
+            )
             for s, api in self.apis.items()
         }
         queues = {

@@ -50,8 +50,8 @@ from bench.common import (  # noqa: E402
 )
 from bench.scale import Driver, deployment  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
+from mcm_tasks import kinds  # noqa: E402
 from mcm_tasks.cache import layout  # noqa: E402
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, PODS  # noqa: E402
 
 PODS_PER_NODE = 10
 #: a real kubelet reports node status every 5 min when nothing changes (nodeStatusReportFrequency)
@@ -95,7 +95,7 @@ def rss_mb(pid: int) -> float:
 
 def fleet_up(bench: Bench, d: Driver, machines: int, timeout: float) -> float:
     bench.secret_and_classes("class-a")
-    bench.create("control", MACHINE_DEPLOYMENTS, [deployment("fleet", "class-a")])
+    bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("fleet", "class-a")])
     start = time.monotonic()
     d.scale("fleet", machines)
     d.wait(lambda: d.running(machines, "class-a"), f"{machines} Running")
@@ -128,9 +128,9 @@ def informer_rss(bench: Bench, nodes: list[str], pods: int, timeout: float) -> d
     baseline = rss_mb(pid)
     bodies = [pod_on(nodes[i % len(nodes)], f"p-{i}") for i in range(pods)]
     start = time.monotonic()
-    bench.create("target", PODS, bodies)
+    bench.create("target", kinds.POD.resource, bodies)
     wait_until(
-        lambda: client.hlen(layout.objects_key(layout.PODS)) >= len(bodies),
+        lambda: client.hlen(layout.objects_key(kinds.POD.mirror)) >= len(bodies),
         timeout,
         interval=0.5,
         what=f"{len(bodies)} pods mirrored",
@@ -152,7 +152,7 @@ def default_qps(args: argparse.Namespace, machines: int) -> dict[str, Any]:
     with environment(DEFAULT_BUDGET), running_sandbox(args) as bench:
         d = Driver(bench, args.timeout)
         bench.secret_and_classes("class-a")
-        bench.create("control", MACHINE_DEPLOYMENTS, [deployment("small", "class-a")])
+        bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("small", "class-a")])
         seconds, before, after = d.timed(
             lambda: d.scale("small", machines), lambda: d.wait(lambda: d.running(machines, "class-a"), "up")
         )

@@ -43,8 +43,8 @@ from bench.common import (  # noqa: E402
 )
 from bench.watch import machine_summary, phase_of  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
+from mcm_tasks import kinds  # noqa: E402
 from mcm_tasks.api import API_VERSION  # noqa: E402
-from mcm_tasks.kube.resources import MACHINES, PODS  # noqa: E402
 
 CLASS = "bench-class"
 
@@ -67,7 +67,7 @@ def create_phase(bench: Bench, names: list[str], timeout: float) -> tuple[float,
 
     before = bench.snapshot()
     start = time.monotonic()
-    bench.create("control", MACHINES, (machine(name) for name in names))
+    bench.create("control", kinds.MACHINE.resource, (machine(name) for name in names))
     tracker.wait(all_running, timeout, "all Running", lambda: machine_summary(tracker))
     seconds = time.monotonic() - start
     return seconds, bench.report(before, bench.snapshot(), n)
@@ -77,7 +77,7 @@ def pods_on_every_node(bench: Bench, timeout: float) -> None:
     tracker = bench.tracker
     with tracker.cond:
         nodes = [name for _, name in tracker.objects.get("target/nodes", {})]
-    bench.create("target", PODS, (pod_on(node, f"app-{node}") for node in nodes))
+    bench.create("target", kinds.POD.resource, (pod_on(node, f"app-{node}") for node in nodes))
 
     def pods_running() -> bool:
         pods = tracker.objects.get("target/pods", {}).values()
@@ -94,7 +94,7 @@ def delete_phase(bench: Bench, names: list[str], timeout: float) -> tuple[float,
 
     before = bench.snapshot()
     start = time.monotonic()
-    bench.delete("control", MACHINES, names)
+    bench.delete("control", kinds.MACHINE.resource, names)
     tracker.wait(all_gone, timeout, "all gone", lambda: machine_summary(tracker))
     wait_until(lambda: bench.live_vms() == 0, 60, interval=0.2, what="no VM left")
     seconds = time.monotonic() - start

@@ -42,8 +42,8 @@ from bench.common import (  # noqa: E402
 )
 from bench.watch import machine_summary, phase_of  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
+from mcm_tasks import kinds  # noqa: E402
 from mcm_tasks.api import API_VERSION  # noqa: E402
-from mcm_tasks.kube.resources import MACHINES, PODS  # noqa: E402
 
 CLASS = "bench-class"
 PODS_PER_NODE = 10
@@ -120,7 +120,7 @@ def main() -> None:
         memory_before, keys_before = used_memory(bench), keyspace(bench)
         commands_before, start = command_counts(bench), time.monotonic()
         print(f"creating {count} machines", flush=True)
-        bench.create("control", MACHINES, (machine(name) for name in names))
+        bench.create("control", kinds.MACHINE.resource, (machine(name) for name in names))
 
         def all_running() -> bool:
             ms = tracker.machines()
@@ -132,7 +132,9 @@ def main() -> None:
         with tracker.cond:
             nodes = [name for _, name in tracker.objects.get("target/nodes", {})]
         bench.create(
-            "target", PODS, (pod_on(node, f"app-{node}-{i}") for node in nodes for i in range(PODS_PER_NODE))
+            "target",
+            kinds.POD.resource,
+            (pod_on(node, f"app-{node}-{i}") for node in nodes for i in range(PODS_PER_NODE)),
         )
         pods_wanted = len(nodes) * PODS_PER_NODE
 
@@ -144,7 +146,7 @@ def main() -> None:
         memory_full, keys_full = used_memory(bench), keyspace(bench)
 
         print(f"deleting {count} machines", flush=True)
-        bench.delete("control", MACHINES, names)
+        bench.delete("control", kinds.MACHINE.resource, names)
         tracker.wait(
             lambda: not tracker.machines() and tracker.count("target/nodes") == 0,
             args.timeout,

@@ -60,8 +60,8 @@ from bench.common import (  # noqa: E402
 )
 from bench.watch import machine_summary, phase_of  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
+from mcm_tasks import kinds  # noqa: E402
 from mcm_tasks.api import API_VERSION  # noqa: E402
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS  # noqa: E402
 
 SURGE_PERCENT = 10
 
@@ -90,7 +90,9 @@ class Driver:
         self.bench, self.tracker, self.timeout = bench, bench.tracker, timeout
 
     def scale(self, name: str, replicas: int) -> None:
-        self.bench.patch(MACHINE_DEPLOYMENTS, name, {"spec": {"replicas": replicas}}, subresource="scale")
+        self.bench.patch(
+            kinds.MACHINE_DEPLOYMENT.resource, name, {"spec": {"replicas": replicas}}, subresource="scale"
+        )
 
     def running(self, count: int, class_name: str) -> bool:
         machines = self.tracker.machines()
@@ -130,7 +132,7 @@ def main() -> None:
         ctx = context(args)
         d, phase = Driver(bench, args.timeout), bench.profiler.phase
         bench.secret_and_classes("class-a", "class-b")
-        bench.create("control", MACHINE_DEPLOYMENTS, [deployment("big", "class-a")])
+        bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("big", "class-a")])
 
         print(f"scaling up 0 → {big}", flush=True)
         with phase("scale_up"):
@@ -144,14 +146,14 @@ def main() -> None:
         print(f"  all gone in {down_s:.1f}s", flush=True)
 
         print(f"rollout of {rolled} (maxSurge {SURGE_PERCENT}% = {surge}, maxUnavailable 0)", flush=True)
-        bench.create("control", MACHINE_DEPLOYMENTS, [deployment("roll", "class-a")])
+        bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("roll", "class-a")])
         d.scale("roll", rolled)
         d.wait(lambda: d.running(rolled, "class-a"), f"{rolled} Running")
         bench.tracker.reset_peaks()
         new_class = {"spec": {"template": {"spec": {"class": class_ref("class-b")}}}}
         with phase("rolling"):
             roll_s, r0, r1 = d.timed(
-                lambda: bench.patch(MACHINE_DEPLOYMENTS, "roll", new_class),
+                lambda: bench.patch(kinds.MACHINE_DEPLOYMENT.resource, "roll", new_class),
                 lambda: d.wait(lambda: d.running(rolled, "class-b"), "rolled"),
             )
         print(f"  rolled in {roll_s:.1f}s", flush=True)

@@ -14,24 +14,27 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.kube import errors, ops
-from mcm_tasks.kube.resources import (
-    EVENTS,
-    LEASES,
-    MACHINE_CLASSES,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_SETS,
-    MACHINES,
-    NODES,
-    PODS,
-    SECRETS,
-    VOLUME_ATTACHMENTS,
-    Resource,
-)
+from mcm_tasks.kube.resources import Resource
 
 WATCHED: dict[str, tuple[Resource, ...]] = {
-    "control": (MACHINES, MACHINE_SETS, MACHINE_DEPLOYMENTS, MACHINE_CLASSES, SECRETS, EVENTS, LEASES),
-    "target": (NODES, PODS, EVENTS, LEASES, VOLUME_ATTACHMENTS),
+    "control": (
+        kinds.MACHINE.resource,
+        kinds.MACHINE_SET.resource,
+        kinds.MACHINE_DEPLOYMENT.resource,
+        kinds.MACHINE_CLASS.resource,
+        kinds.SECRET.resource,
+        kinds.EVENT.resource,
+        kinds.LEASE.resource,
+    ),
+    "target": (
+        kinds.NODE.resource,
+        kinds.POD.resource,
+        kinds.EVENT.resource,
+        kinds.LEASE.resource,
+        kinds.VOLUME_ATTACHMENT.resource,
+    ),
 }
 #: kinds whose updates are split by the part of the object they changed
 DIFFED = {"machines", "nodes", "machinesets", "machinedeployments"}

@@ -21,9 +21,9 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.kube import rest
 from mcm_tasks.kube.errors import is_already_exists, is_conflict, is_not_found
-from mcm_tasks.kube.resources import LEASES
 from mcm_tasks.probes import PROGRESS
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class LeaderElector:
         self.retry_period = retry_period
         self.clock = clock
         self.observed: Observation | None = None
-        self.path = LEASES.path(namespace, name)
+        self.path = kinds.LEASE.resource.path(namespace, name)
 
     def run(self, lead: Callable[[threading.Event], None], stop: threading.Event) -> None:
         """Campaign, lead while holding the lease, campaign again after losing it; until ``stop``.
@@ -177,7 +177,7 @@ class LeaderElector:
             "spec": next_spec({}, self.identity, self.lease_duration, datetime.now(UTC)),
         }
         try:
-            written = rest.request(self.api, "POST", LEASES.path(self.namespace), body=body)
+            written = rest.request(self.api, "POST", kinds.LEASE.resource.path(self.namespace), body=body)
         except ApiException as err:
             if is_already_exists(err) or is_conflict(err):
                 return False

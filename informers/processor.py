@@ -37,7 +37,7 @@ from informers.resources import (
 )
 from informers.routing import route, selector_problem
 from informers.store import Store
-from mcm_tasks.cache import layout
+from mcm_tasks import kinds
 from mcm_tasks.kinds import Queue
 
 #: Problem reasons (the informer's Event reasons and metric label)
@@ -48,10 +48,10 @@ UNMIRRORABLE = "Unmirrorable"
 
 #: the queue of each kind's own reconcile (a failed routing still wakes the object itself)
 _OWN_QUEUE = {
-    layout.MACHINE_SETS: Queue.MACHINE_SET,
-    layout.MACHINE_DEPLOYMENTS: Queue.MACHINE_DEPLOYMENT,
-    layout.MACHINE_CLASSES: Queue.MACHINE_CLASS,
-    layout.SECRETS: Queue.SECRET,
+    kinds.MACHINE_SET.mirror: Queue.MACHINE_SET,
+    kinds.MACHINE_DEPLOYMENT.mirror: Queue.MACHINE_DEPLOYMENT,
+    kinds.MACHINE_CLASS.mirror: Queue.MACHINE_CLASS,
+    kinds.SECRET.mirror: Queue.SECRET,
 }
 
 
@@ -153,7 +153,7 @@ class Processor:
         """Report what of a new object version the informer cannot use."""
         for message in problems:
             out.problems.append(Problem(res.kind, key, identity_of(raw), UNINDEXABLE, message))
-        if res.kind in (layout.MACHINE_SETS, layout.MACHINE_DEPLOYMENTS):
+        if res.kind in (kinds.MACHINE_SET.mirror, kinds.MACHINE_DEPLOYMENT.mirror):
             problem = selector_problem(raw)
             if problem is not None:
                 message = f"its selector selects no orphan until fixed: {problem}"
@@ -165,7 +165,7 @@ class Processor:
         try:
             return route(event, self.store, into)
         except Exception as err:  # any content the schema lets through must not end the watch loop
-            if event.kind == layout.MACHINES:
+            if event.kind == kinds.MACHINE.mirror:
                 into.add(
                     Queue.MACHINE_TERMINATION if event.type == DELETED else machine_queue(event.obj), key
                 )

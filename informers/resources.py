@@ -22,11 +22,13 @@ import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import NODE_LABEL_KEY, NODE_MACHINE_NAME_LABEL_KEY
 from mcm_tasks.cache import layout
-from mcm_tasks.kube import resources as kres
+from mcm_tasks.kinds import Kind
+from mcm_tasks.kube.resources import Resource
 from mcm_tasks.settings import Settings
 
 Obj = dict[str, Any]
@@ -198,8 +200,12 @@ _META_BASICS = (("metadata", "name"), ("metadata", "namespace"), ("metadata", "r
 
 @dataclass(frozen=True)
 class WatchedResource:
+    """How the informer lists, stores, remembers and indexes one kind. ``kind`` is its mirror key
+    (``kinds.X.mirror``), the name the informer's events and the mirror use; ``api`` its
+    ``kinds.X.resource``. The specs of the kinds are ``WATCHES[kinds.X]``."""
+
     kind: str
-    api: kres.Resource
+    api: Resource
     cluster: str
     indexes: Mapping[str, IndexFunc] = field(default_factory=dict)
     stored: Callable[[Obj], Obj] = _without_managed_fields
@@ -238,89 +244,87 @@ class WatchedResource:
         return self.api.path(namespace if self.api.namespaced else None)
 
 
-MACHINES = WatchedResource(
-    layout.MACHINES,
-    kres.MACHINES,
-    CONTROL,
-    {
-        layout.BY_OWNER: _controller_uid,
-        layout.BY_CLASS: _spec("class", "name"),
-        layout.BY_NODE: _label(NODE_LABEL_KEY),
-        layout.BY_DEPLOYMENT_NAME: _label("name"),
-    },
-)
-MACHINE_SETS = WatchedResource(
-    layout.MACHINE_SETS, kres.MACHINE_SETS, CONTROL, {layout.BY_OWNER: _controller_uid}
-)
-MACHINE_DEPLOYMENTS = WatchedResource(layout.MACHINE_DEPLOYMENTS, kres.MACHINE_DEPLOYMENTS, CONTROL)
-MACHINE_CLASSES = WatchedResource(
-    layout.MACHINE_CLASSES, kres.MACHINE_CLASSES, CONTROL, {layout.BY_SECRET: _secret_refs}
-)
-SECRETS = WatchedResource(layout.SECRETS, kres.SECRETS, CONTROL, stored=_secret_stored)
-NODES = WatchedResource(
-    layout.NODES,
-    kres.NODES,
-    TARGET,
-    {layout.BY_MACHINE_NAME: _label(NODE_MACHINE_NAME_LABEL_KEY)},
-    stored=_node_stored,
-    remembered_paths=(
-        ("metadata",),
-        ("spec", "taints"),
-        ("status", "conditions"),
-        ("status", "volumesAttached"),
-    ),
-)
-PODS = WatchedResource(
-    layout.PODS,
-    kres.PODS,
-    TARGET,
-    {layout.BY_NODE: _spec("nodeName")},
-    stored=_pod_stored,
-    remembered_paths=(*_META_BASICS, ("metadata", "deletionTimestamp"), ("spec", "nodeName")),
-)
-POD_DISRUPTION_BUDGETS = WatchedResource(
-    layout.POD_DISRUPTION_BUDGETS,
-    kres.POD_DISRUPTION_BUDGETS,
-    TARGET,
-    {layout.BY_NAMESPACE: _namespace},
-    remembered_paths=_META_BASICS,
-)
-PERSISTENT_VOLUMES = WatchedResource(
-    layout.PERSISTENT_VOLUMES,
-    kres.PERSISTENT_VOLUMES,
-    TARGET,
-    {layout.BY_CLAIM: _claim},
-    remembered_paths=(*_META_BASICS, ("spec", "claimRef")),
-)
-PERSISTENT_VOLUME_CLAIMS = WatchedResource(
-    layout.PERSISTENT_VOLUME_CLAIMS,
-    kres.PERSISTENT_VOLUME_CLAIMS,
-    TARGET,
-    {layout.BY_VOLUME: _spec("volumeName")},
-    remembered_paths=(*_META_BASICS, ("spec", "volumeName")),
-)
-VOLUME_ATTACHMENTS = WatchedResource(
-    layout.VOLUME_ATTACHMENTS,
-    kres.VOLUME_ATTACHMENTS,
-    TARGET,
-    {layout.BY_NODE: _spec("nodeName"), layout.BY_PERSISTENT_VOLUME: _spec("source", "persistentVolumeName")},
-    remembered_paths=(*_META_BASICS, ("spec", "nodeName"), ("spec", "source")),
-)
+def _watch(
+    kind: Kind,
+    indexes: Mapping[str, IndexFunc] | None = None,
+    *,
+    stored: Callable[[Obj], Obj] = _without_managed_fields,
+    remembered_paths: tuple[tuple[str, ...], ...] | None = None,
+) -> tuple[Kind, WatchedResource]:
+    """A kind and its watch spec: the cluster from ``kinds.CONTROL``/``kinds.TARGET``, one index
+    function for each index the kind declares (and no other)."""
+    indexes = dict(indexes or {})
+    if tuple(indexes) != kind.indexes:
+        raise ValueError(f"{kind.mirror}: index functions {tuple(indexes)} != declared {kind.indexes}")
+    cluster = CONTROL if kind in kinds.CONTROL else TARGET
+    return kind, WatchedResource(kind.mirror, kind.resource, cluster, indexes, stored, remembered_paths)
 
-#: in listing order: what routing looks up (classes, sets) is known before what refers to it
-ALL: tuple[WatchedResource, ...] = (
-    MACHINE_CLASSES,
-    SECRETS,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_SETS,
-    MACHINES,
-    NODES,
-    PODS,
-    POD_DISRUPTION_BUDGETS,
-    PERSISTENT_VOLUMES,
-    PERSISTENT_VOLUME_CLAIMS,
-    VOLUME_ATTACHMENTS,
+
+#: the watch spec of each mirrored kind (``informers.resources.WATCHES[kinds.MACHINE]``)
+WATCHES: Final[Mapping[Kind, WatchedResource]] = dict(
+    [
+        _watch(
+            kinds.MACHINE,
+            {
+                layout.BY_OWNER: _controller_uid,
+                layout.BY_CLASS: _spec("class", "name"),
+                layout.BY_NODE: _label(NODE_LABEL_KEY),
+                layout.BY_DEPLOYMENT_NAME: _label("name"),
+            },
+        ),
+        _watch(kinds.MACHINE_SET, {layout.BY_OWNER: _controller_uid}),
+        _watch(kinds.MACHINE_DEPLOYMENT),
+        _watch(kinds.MACHINE_CLASS, {layout.BY_SECRET: _secret_refs}),
+        _watch(kinds.SECRET, stored=_secret_stored),
+        _watch(
+            kinds.NODE,
+            {layout.BY_MACHINE_NAME: _label(NODE_MACHINE_NAME_LABEL_KEY)},
+            stored=_node_stored,
+            remembered_paths=(
+                ("metadata",),
+                ("spec", "taints"),
+                ("status", "conditions"),
+                ("status", "volumesAttached"),
+            ),
+        ),
+        _watch(
+            kinds.POD,
+            {layout.BY_NODE: _spec("nodeName")},
+            stored=_pod_stored,
+            remembered_paths=(*_META_BASICS, ("metadata", "deletionTimestamp"), ("spec", "nodeName")),
+        ),
+        _watch(
+            kinds.POD_DISRUPTION_BUDGET,
+            {layout.BY_NAMESPACE: _namespace},
+            remembered_paths=_META_BASICS,
+        ),
+        _watch(
+            kinds.PERSISTENT_VOLUME,
+            {layout.BY_CLAIM: _claim},
+            remembered_paths=(*_META_BASICS, ("spec", "claimRef")),
+        ),
+        _watch(
+            kinds.PERSISTENT_VOLUME_CLAIM,
+            {layout.BY_VOLUME: _spec("volumeName")},
+            remembered_paths=(*_META_BASICS, ("spec", "volumeName")),
+        ),
+        _watch(
+            kinds.VOLUME_ATTACHMENT,
+            {
+                layout.BY_NODE: _spec("nodeName"),
+                layout.BY_PERSISTENT_VOLUME: _spec("source", "persistentVolumeName"),
+            },
+            remembered_paths=(*_META_BASICS, ("spec", "nodeName"), ("spec", "source")),
+        ),
+    ]
 )
+if set(WATCHES) != set(kinds.ALL):
+    raise ValueError("every mirrored kind (kinds.ALL) has one watch spec")
+
+#: in listing order (``kinds.ALL``): what routing looks up (classes, sets) is known before what
+#: refers to it
+ALL: tuple[WatchedResource, ...] = tuple(WATCHES[k] for k in kinds.ALL)
+#: mirror key → watch spec (the informer's events name kinds by mirror key)
 BY_KIND: dict[str, WatchedResource] = {r.kind: r for r in ALL}
 
 

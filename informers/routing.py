@@ -49,7 +49,8 @@ from informers.events import (
     labels_of,
     machine_queue,
 )
-from informers.resources import MACHINE_CLASSES, Obj, controller_ref, key_of, meta, resource_version
+from informers.resources import WATCHES, Obj, controller_ref, key_of, meta, resource_version
+from mcm_tasks import kinds
 from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout
@@ -81,7 +82,9 @@ def resolve_controller(view: View, kind: str, child: Obj | None, ref: Mapping[st
     """The key of the object a controller ref names, unless the store knows a different object (uid)
     under that name. Unknown objects still resolve: the reconcile of a missing key is a no-op, while
     a dropped key could be a lost event."""
-    expected = {layout.MACHINE_SETS: "MachineSet", layout.MACHINE_DEPLOYMENTS: "MachineDeployment"}[kind]
+    expected = {kinds.MACHINE_SET.mirror: "MachineSet", kinds.MACHINE_DEPLOYMENT.mirror: "MachineDeployment"}[
+        kind
+    ]
     if not ref or ref.get("kind") != expected or not ref.get("name"):
         return None
     key = layout.object_key(meta(child).get("namespace"), ref["name"])
@@ -203,12 +206,12 @@ def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
         if is_deleting(new):
             _machine_gone(view, new, out)
             return
-        ms = resolve_controller(view, layout.MACHINE_SETS, new, controller_ref(new))
+        ms = resolve_controller(view, kinds.MACHINE_SET.mirror, new, controller_ref(new))
         if ms:
             out.creations_observed.append(ms)
             out.add(Queue.MACHINE_SET, ms, batched=True)
         elif controller_ref(new) is None:
-            for candidate in selecting(view, layout.MACHINE_SETS, new):
+            for candidate in selecting(view, kinds.MACHINE_SET.mirror, new):
                 out.add(Queue.MACHINE_SET, candidate, batched=True)
         return
     labels_changed = labels_of(old) != labels_of(new)
@@ -216,15 +219,15 @@ def _machine_to_machine_sets(ev: Event, view: View, out: Routing) -> None:
         if not is_deleting(old):
             _machine_gone(view, new, out)
         else:
-            _enqueue_owner(view, layout.MACHINE_SETS, new, Queue.MACHINE_SET, out, batched=True)
+            _enqueue_owner(view, kinds.MACHINE_SET.mirror, new, Queue.MACHINE_SET, out, batched=True)
         if labels_changed:
-            _enqueue_owner(view, layout.MACHINE_SETS, old, Queue.MACHINE_SET, out, batched=True)
+            _enqueue_owner(view, kinds.MACHINE_SET.mirror, old, Queue.MACHINE_SET, out, batched=True)
         return
-    _owner_moved(view, layout.MACHINE_SETS, Queue.MACHINE_SET, old, new, out, batched=True)
+    _owner_moved(view, kinds.MACHINE_SET.mirror, Queue.MACHINE_SET, old, new, out, batched=True)
 
 
 def _machine_gone(view: View, machine: Obj, out: Routing) -> None:
-    ms = resolve_controller(view, layout.MACHINE_SETS, machine, controller_ref(machine))
+    ms = resolve_controller(view, kinds.MACHINE_SET.mirror, machine, controller_ref(machine))
     if ms:
         out.deletions_observed[(ms, str(meta(machine).get("name")))] = None
         out.add(Queue.MACHINE_SET, ms, batched=True)
@@ -260,17 +263,17 @@ def _owner_moved(
 def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None:
     """Upstream ``deleteMachineToMachineDeployment``: a deployment that waits for its machines to be
     gone (``waits_for_machines_gone``) is woken by the deletion of the last one."""
-    ms_key = resolve_controller(view, layout.MACHINE_SETS, machine, controller_ref(machine))
-    ms = view.get(layout.MACHINE_SETS, ms_key) if ms_key else None
+    ms_key = resolve_controller(view, kinds.MACHINE_SET.mirror, machine, controller_ref(machine))
+    ms = view.get(kinds.MACHINE_SET.mirror, ms_key) if ms_key else None
     if ms is None:
         return
-    mcd_key = resolve_controller(view, layout.MACHINE_DEPLOYMENTS, ms, controller_ref(ms))
-    mcd = view.get(layout.MACHINE_DEPLOYMENTS, mcd_key) if mcd_key else None
+    mcd_key = resolve_controller(view, kinds.MACHINE_DEPLOYMENT.mirror, ms, controller_ref(ms))
+    mcd = view.get(kinds.MACHINE_DEPLOYMENT.mirror, mcd_key) if mcd_key else None
     if mcd is None or not waits_for_machines_gone(mcd):
         return
-    owned_sets = view.by_index(layout.MACHINE_SETS, layout.BY_OWNER, str(meta(mcd).get("uid")))
+    owned_sets = view.by_index(kinds.MACHINE_SET.mirror, layout.BY_OWNER, str(meta(mcd).get("uid")))
     if not any(
-        view.index_keys(layout.MACHINES, layout.BY_OWNER, str(meta(s).get("uid"))) for s in owned_sets
+        view.index_keys(kinds.MACHINE.mirror, layout.BY_OWNER, str(meta(s).get("uid"))) for s in owned_sets
     ):
         out.add(Queue.MACHINE_DEPLOYMENT, mcd_key)
 
@@ -284,16 +287,16 @@ def _machine_set(ev: Event, view: View, out: Routing) -> None:
     out.add(Queue.MACHINE_SET, key_of(ev.obj))
     old, new = ev.old, ev.new
     if ev.type == DELETED or (ev.type == ADDED and is_deleting(new)):
-        _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, ev.obj, Queue.MACHINE_DEPLOYMENT, out)
+        _enqueue_owner(view, kinds.MACHINE_DEPLOYMENT.mirror, ev.obj, Queue.MACHINE_DEPLOYMENT, out)
     elif ev.type == ADDED:
         assert new is not None
         if controller_ref(new) is not None:
-            _enqueue_owner(view, layout.MACHINE_DEPLOYMENTS, new, Queue.MACHINE_DEPLOYMENT, out)
+            _enqueue_owner(view, kinds.MACHINE_DEPLOYMENT.mirror, new, Queue.MACHINE_DEPLOYMENT, out)
         else:
-            for candidate in selecting(view, layout.MACHINE_DEPLOYMENTS, new):
+            for candidate in selecting(view, kinds.MACHINE_DEPLOYMENT.mirror, new):
                 out.add(Queue.MACHINE_DEPLOYMENT, candidate)
     else:
-        _owner_moved(view, layout.MACHINE_DEPLOYMENTS, Queue.MACHINE_DEPLOYMENT, old, new, out)
+        _owner_moved(view, kinds.MACHINE_DEPLOYMENT.mirror, Queue.MACHINE_DEPLOYMENT, old, new, out)
 
 
 def _machine_deployment(ev: Event, view: View, out: Routing) -> None:
@@ -304,7 +307,7 @@ def _machine_deployment(ev: Event, view: View, out: Routing) -> None:
 
 
 def _secret_keys(cls: Obj | None) -> list[str]:
-    return MACHINE_CLASSES.index_values(cls).get(layout.BY_SECRET, [])
+    return WATCHES[kinds.MACHINE_CLASS].index_values(cls).get(layout.BY_SECRET, [])
 
 
 def _machine_class(ev: Event, view: View, out: Routing) -> None:
@@ -321,7 +324,7 @@ def _machine_class(ev: Event, view: View, out: Routing) -> None:
     )
     if wake_machines:
         name = str(meta(ev.obj).get("name"))
-        for machine in view.by_index(layout.MACHINES, layout.BY_CLASS, name):
+        for machine in view.by_index(kinds.MACHINE.mirror, layout.BY_CLASS, name):
             if meta(machine).get("namespace") == meta(ev.obj).get("namespace"):
                 out.add(machine_queue(machine), key_of(machine))
 
@@ -342,36 +345,36 @@ def _secret(ev: Event, view: View, out: Routing) -> None:
             out.add(Queue.SECRET, key)
         data_changed = _data_digest(old) != _data_digest(new)
     if data_changed:
-        for cls in view.by_index(layout.MACHINE_CLASSES, layout.BY_SECRET, key):
+        for cls in view.by_index(kinds.MACHINE_CLASS.mirror, layout.BY_SECRET, key):
             out.add(Queue.MACHINE_CLASS, key_of(cls))
 
 
 def full_resync(view: View) -> Routing:
     """Every key of every reconciled kind: MCM's informer resync, and the cure for lost messages."""
     out = Routing()
-    for machine in view.values(layout.MACHINES):
+    for machine in view.values(kinds.MACHINE.mirror):
         out.add(machine_queue(machine), key_of(machine))
     for kind, queue in (
-        (layout.MACHINE_SETS, Queue.MACHINE_SET),
-        (layout.MACHINE_DEPLOYMENTS, Queue.MACHINE_DEPLOYMENT),
-        (layout.MACHINE_CLASSES, Queue.MACHINE_CLASS),
-        (layout.SECRETS, Queue.SECRET),
+        (kinds.MACHINE_SET.mirror, Queue.MACHINE_SET),
+        (kinds.MACHINE_DEPLOYMENT.mirror, Queue.MACHINE_DEPLOYMENT),
+        (kinds.MACHINE_CLASS.mirror, Queue.MACHINE_CLASS),
+        (kinds.SECRET.mirror, Queue.SECRET),
     ):
         for obj in view.values(kind):
             out.add(queue, key_of(obj))
-    for node in view.values(layout.NODES):
+    for node in view.values(kinds.NODE.mirror):
         if routing_target.node_is_managed(node):
             out.add(Queue.NODE, key_of(node))
     return out
 
 
 _HANDLERS: dict[str, Callable[[Event, View, Routing], None]] = {
-    layout.MACHINES: _machine,
-    layout.MACHINE_SETS: _machine_set,
-    layout.MACHINE_DEPLOYMENTS: _machine_deployment,
-    layout.MACHINE_CLASSES: _machine_class,
-    layout.SECRETS: _secret,
-    layout.NODES: routing_target.route_node,
-    layout.PODS: routing_target.route_pod,
-    layout.VOLUME_ATTACHMENTS: routing_target.route_volume_attachment,
+    kinds.MACHINE.mirror: _machine,
+    kinds.MACHINE_SET.mirror: _machine_set,
+    kinds.MACHINE_DEPLOYMENT.mirror: _machine_deployment,
+    kinds.MACHINE_CLASS.mirror: _machine_class,
+    kinds.SECRET.mirror: _secret,
+    kinds.NODE.mirror: routing_target.route_node,
+    kinds.POD.mirror: routing_target.route_pod,
+    kinds.VOLUME_ATTACHMENT.mirror: routing_target.route_volume_attachment,
 }

@@ -35,6 +35,7 @@ from informers.events import (
     machine_queue,
 )
 from informers.resources import Obj, key_of, meta
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     CRITICAL_COMPONENTS_NOT_READY_TAINT,
@@ -64,15 +65,15 @@ def machine_for_node(view: View, node_name: str, node: Obj | None = None) -> Obj
     node's machine-name label names (machines live in the view's control namespace). Ambiguity → None."""
     if not node_name:
         return None
-    matches = view.by_index(layout.MACHINES, layout.BY_NODE, node_name)
+    matches = view.by_index(kinds.MACHINE.mirror, layout.BY_NODE, node_name)
     if len(matches) == 1:
         return matches[0]
     if matches:
         return None
     if node is None:
-        node = view.get(layout.NODES, node_name)
+        node = view.get(kinds.NODE.mirror, node_name)
     named = labels_of(node).get(NODE_MACHINE_NAME_LABEL_KEY)
-    return view.get(layout.MACHINES, layout.object_key(view.namespace, named)) if named else None
+    return view.get(kinds.MACHINE.mirror, layout.object_key(view.namespace, named)) if named else None
 
 
 def _phase(machine: Obj) -> str:

@@ -21,18 +21,18 @@ from kubernetes.client import ApiClient
 from informers.informer import Reflector
 from informers.processor import Item, Relisted, WatchEvent
 from informers.resources import TARGET, WatchedResource, key_of
-from mcm_tasks.kube import resources as kres
+from mcm_tasks import kinds
 from mcm_tasks.settings import Settings
 
 Obj = dict[str, Any]
 
 #: what a tick reads: nodes, pods, and what CSI volumes need
 WATCHED = (
-    kres.NODES,
-    kres.PODS,
-    kres.PERSISTENT_VOLUME_CLAIMS,
-    kres.PERSISTENT_VOLUMES,
-    kres.VOLUME_ATTACHMENTS,
+    kinds.NODE.resource,
+    kinds.POD.resource,
+    kinds.PERSISTENT_VOLUME_CLAIM.resource,
+    kinds.PERSISTENT_VOLUME.resource,
+    kinds.VOLUME_ATTACHMENT.resource,
 )
 
 

@@ -25,6 +25,7 @@ from informers.runner import BATCH_MAX
 from informers.sink import QueueSink, Sink, deliver
 from informers.store import Store
 from mcm_sandbox.testing import fixtures
+from mcm_tasks import kinds
 from mcm_tasks.cache import layout
 from mcm_tasks.kinds import Queue
 
@@ -46,7 +47,7 @@ class SyntheticInformer:
         passthrough: list[tuple[str, str]] = []
         for kind, key in items:
             if kind == Queue.MACHINE:
-                events.append(WatchEvent(layout.MACHINES, MODIFIED, self._changed_machine(key)))
+                events.append(WatchEvent(kinds.MACHINE.mirror, MODIFIED, self._changed_machine(key)))
             else:
                 passthrough.append((kind, key))
         outcome = self.processor.process(events)
@@ -59,7 +60,7 @@ class SyntheticInformer:
         namespace, name = layout.split_key(key)
         generation = self.generations.get(key)
         if generation is None:  # known from "before the bench": its first event is an update
-            self.processor.seed(layout.MACHINES, [(key, self._machine(name, namespace, 0))])
+            self.processor.seed(kinds.MACHINE.mirror, [(key, self._machine(name, namespace, 0))])
             generation = 0
         self.generations[key] = generation + 1
         return self._machine(name, namespace, generation + 1)

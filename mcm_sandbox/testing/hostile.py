@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import resources as kres
 
@@ -101,7 +102,7 @@ class Generator:
             "secretRef": {"name": self.secret, "namespace": self.namespace},
         }
         body.update(fields)
-        return Hostile(kres.MACHINE_CLASSES, body, why)
+        return Hostile(kinds.MACHINE_CLASS.resource, body, why)
 
     def _machine(self, why: str, spec: Obj | None = None, **meta: Any) -> Hostile:
         body: Obj = {
@@ -110,7 +111,7 @@ class Generator:
             "metadata": {**self._meta("m"), **meta},
             "spec": {"class": {"kind": "MachineClass", "name": self._missing_class()}, **(spec or {})},
         }
-        return Hostile(kres.MACHINES, body, why)
+        return Hostile(kinds.MACHINE.resource, body, why)
 
     def _template(self, labels: dict[str, str], spec: Obj | None = None) -> Obj:
         return {
@@ -146,12 +147,12 @@ class Generator:
     def _set(
         self, why: str, selector: Obj | None = None, template_spec: Obj | None = None, **spec: Any
     ) -> Hostile:
-        return self._owner(kres.MACHINE_SETS, "ms", why, selector, template_spec, spec)
+        return self._owner(kinds.MACHINE_SET.resource, "ms", why, selector, template_spec, spec)
 
     def _md(self, why: str, selector: Obj | None = None, strategy: Obj | None = None, **spec: Any) -> Hostile:
         rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
         spec = {"strategy": strategy if strategy is not None else rolling, **spec}
-        return self._owner(kres.MACHINE_DEPLOYMENTS, "md", why, selector, None, spec)
+        return self._owner(kinds.MACHINE_DEPLOYMENT.resource, "md", why, selector, None, spec)
 
     def _operator(self) -> str:
         return self.rnd.choice(["Near", "in", "Like", "", SNOWMAN, "GreaterThan", "DoesExist"])

@@ -1,6 +1,7 @@
 """Where the informers' mirror keeps things in Redis: the one definition both sides read.
 
-The informer is the only writer; workers only read. Per kind (the REST plural, e.g. ``machines``):
+The informer is the only writer; workers only read. Per kind (``<kind>`` is its mirror key
+``kinds.X.mirror``, the REST plural, e.g. ``machines``):
 
 - ``<prefix>:cache:<kind>``: a hash, field = the object's key (``namespace/name``, or ``name`` for
   cluster-scoped kinds), value = the object as JSON. One hash per kind rather than one string per
@@ -50,19 +51,7 @@ from mcm_tasks.kinds import (
 )
 from mcm_tasks.redisdb import rkey
 
-# --- mirror keys of the kinds (``mcm_tasks.kinds``: the REST plurals) ----------------------------------
-MACHINES: Final = _kinds.MACHINE.mirror
-MACHINE_SETS: Final = _kinds.MACHINE_SET.mirror
-MACHINE_DEPLOYMENTS: Final = _kinds.MACHINE_DEPLOYMENT.mirror
-MACHINE_CLASSES: Final = _kinds.MACHINE_CLASS.mirror
-SECRETS: Final = _kinds.SECRET.mirror
-NODES: Final = _kinds.NODE.mirror
-PODS: Final = _kinds.POD.mirror
-POD_DISRUPTION_BUDGETS: Final = _kinds.POD_DISRUPTION_BUDGET.mirror
-PERSISTENT_VOLUMES: Final = _kinds.PERSISTENT_VOLUME.mirror
-PERSISTENT_VOLUME_CLAIMS: Final = _kinds.PERSISTENT_VOLUME_CLAIM.mirror
-VOLUME_ATTACHMENTS: Final = _kinds.VOLUME_ATTACHMENT.mirror
-
+# --- the kinds' mirror keys are ``kinds.X.mirror`` (``mcm_tasks.kinds``: the REST plurals) ---------
 CONTROL_KINDS: Final = tuple(k.mirror for k in _kinds.CONTROL)
 TARGET_KINDS: Final = tuple(k.mirror for k in _kinds.TARGET)
 ALL_KINDS: Final = CONTROL_KINDS + TARGET_KINDS

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.models import ParsedCache, Unreadable, get_parsed_cache, parser
@@ -197,19 +198,21 @@ def new_listers(namespace: str, reader: CacheReader | None = None) -> Listers:
     """Listers for a control namespace (the namespace of MCM objects and their secrets)."""
     r = reader or get_reader()
     return Listers(
-        machines=MachineLister(layout.MACHINES, _model(Machine), namespace, r),
-        machine_sets=MachineSetLister(layout.MACHINE_SETS, _model(MachineSet), namespace, r),
-        machine_deployments=Lister(layout.MACHINE_DEPLOYMENTS, _model(MachineDeployment), namespace, r),
-        machine_classes=MachineClassLister(layout.MACHINE_CLASSES, _model(MachineClass), namespace, r),
-        secrets=SecretLister(layout.SECRETS, _identity, namespace, r),
-        nodes=NodeLister(layout.NODES, _identity, None, r),
-        pods=PodLister(layout.PODS, _identity, None, r),
-        pod_disruption_budgets=PodDisruptionBudgetLister(layout.POD_DISRUPTION_BUDGETS, _identity, None, r),
-        persistent_volumes=Lister(layout.PERSISTENT_VOLUMES, _identity, None, r),
-        persistent_volume_claims=PersistentVolumeClaimLister(
-            layout.PERSISTENT_VOLUME_CLAIMS, _identity, None, r
+        machines=MachineLister(kinds.MACHINE.mirror, _model(Machine), namespace, r),
+        machine_sets=MachineSetLister(kinds.MACHINE_SET.mirror, _model(MachineSet), namespace, r),
+        machine_deployments=Lister(kinds.MACHINE_DEPLOYMENT.mirror, _model(MachineDeployment), namespace, r),
+        machine_classes=MachineClassLister(kinds.MACHINE_CLASS.mirror, _model(MachineClass), namespace, r),
+        secrets=SecretLister(kinds.SECRET.mirror, _identity, namespace, r),
+        nodes=NodeLister(kinds.NODE.mirror, _identity, None, r),
+        pods=PodLister(kinds.POD.mirror, _identity, None, r),
+        pod_disruption_budgets=PodDisruptionBudgetLister(
+            kinds.POD_DISRUPTION_BUDGET.mirror, _identity, None, r
         ),
-        volume_attachments=VolumeAttachmentLister(layout.VOLUME_ATTACHMENTS, _identity, None, r),
+        persistent_volumes=Lister(kinds.PERSISTENT_VOLUME.mirror, _identity, None, r),
+        persistent_volume_claims=PersistentVolumeClaimLister(
+            kinds.PERSISTENT_VOLUME_CLAIM.mirror, _identity, None, r
+        ),
+        volume_attachments=VolumeAttachmentLister(kinds.VOLUME_ATTACHMENT.mirror, _identity, None, r),
     )
 
 

@@ -24,10 +24,11 @@ from kubernetes import client, config
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.kube import rest
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.ratelimit import cluster_bucket, install_rate_limit
-from mcm_tasks.kube.resources import MACHINE_API_VERSION, MCM_RESOURCES, Resource
+from mcm_tasks.kube.resources import MACHINE_API_VERSION, Resource
 from mcm_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def check_control_cluster(
     *,
     timeout: float = 10.0,
     interval: float = 1.0,
-    required: tuple[Resource, ...] = MCM_RESOURCES,
+    required: tuple[Resource, ...] = kinds.MCM_RESOURCES,
 ) -> None:
     """MCM's start-up check: the control API server is healthy and serves MCM's resources.
 

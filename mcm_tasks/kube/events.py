@@ -31,9 +31,9 @@ import redis
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_already_exists, is_not_found
-from mcm_tasks.kube.resources import EVENTS
 from mcm_tasks.ratelimit import SharedTokenBucket
 from mcm_tasks.redisdb import get_redis, rkey
 
@@ -286,7 +286,7 @@ class EventRecorder:
         name, namespace = state["name"], state.get("namespace") or ref.event_namespace
         body = {"count": count, "lastTimestamp": rfc3339(now), "message": message}
         try:
-            return ops.patch(self.api, EVENTS, name, body, namespace)
+            return ops.patch(self.api, kinds.EVENT.resource, name, body, namespace)
         except ApiException as err:
             if not is_not_found(err):
                 raise
@@ -309,14 +309,14 @@ class EventRecorder:
             component=self.component, host=self.host,
         )  # fmt: skip
         try:
-            return ops.create(self.api, EVENTS, event, ref.event_namespace)
+            return ops.create(self.api, kinds.EVENT.resource, event, ref.event_namespace)
         except ApiException as err:
             if not is_already_exists(err):
                 raise
             # written meanwhile by a recorder that did not hold the lock: count on top of it
-            current = ops.get(self.api, EVENTS, name, ref.event_namespace) or event
+            current = ops.get(self.api, kinds.EVENT.resource, name, ref.event_namespace) or event
             body = {"count": int(current.get("count") or 0) + 1, "lastTimestamp": rfc3339(now)}
-            return ops.patch(self.api, EVENTS, name, body, ref.event_namespace)
+            return ops.patch(self.api, kinds.EVENT.resource, name, body, ref.event_namespace)
 
     def _begin(self, lock_key: str, state_key: str) -> tuple[str | None, dict[str, str]]:
         """The per-key write lock (bounded wait) and the state read under it; no token (write anyway,

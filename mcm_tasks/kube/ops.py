@@ -1,4 +1,4 @@
-"""Read and write API objects as dicts, for any kind in ``resources``, and retry on conflict.
+"""Read and write API objects as dicts, for any resource (``kinds.X.resource``), and retry on conflict.
 
 The boundary is the API's own JSON (camelCase dicts). Callers holding a pydantic model pass it as
 is (``to_dict`` dumps it the way the API expects) and turn answers back with ``from_dict``, so these
@@ -26,29 +26,13 @@ from pydantic import BaseModel
 
 from mcm_tasks.kube import rest
 from mcm_tasks.kube.errors import is_conflict, is_not_found
-from mcm_tasks.kube.resources import (
-    MACHINE_API_VERSION,
-    MACHINE_CLASSES,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_GROUP,
-    MACHINE_SETS,
-    MACHINE_VERSION,
-    MACHINES,
-    MCM_RESOURCES,
-    Resource,
-    resource_for_kind,
-)
+from mcm_tasks.kube.resources import MACHINE_API_VERSION, MACHINE_GROUP, MACHINE_VERSION, Resource
 from mcm_tasks.settings import get_settings
 
 __all__ = [
-    "MACHINES",
     "MACHINE_API_VERSION",
-    "MACHINE_CLASSES",
-    "MACHINE_DEPLOYMENTS",
     "MACHINE_GROUP",
-    "MACHINE_SETS",
     "MACHINE_VERSION",
-    "MCM_RESOURCES",
     "Backoff",
     "PatchType",
     "Resource",
@@ -59,7 +43,6 @@ __all__ = [
     "get",
     "list_",
     "patch",
-    "resource_for_kind",
     "retry_on_conflict",
     "retry_on_error",
     "to_dict",

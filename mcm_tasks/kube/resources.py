@@ -1,7 +1,7 @@
-"""The resources the controller reads and writes: group, version, plural, kind, scope.
+"""What a resource the controller reads and writes is: group, version, plural, kind, scope.
 
-One table, so the informers, the operations helpers, the RBAC in the chart and the startup
-discovery check all name a resource the same way.
+The resources themselves are fields of the kinds (``mcm_tasks.kinds``: ``kinds.MACHINE.resource``),
+so the informers, the operations helpers and the start-up discovery check name each one the same way.
 """
 
 from __future__ import annotations
@@ -49,46 +49,3 @@ class Resource:
         elif subresource:
             raise ValueError("a subresource needs an object name")
         return "/".join(parts)
-
-
-MACHINES = Resource(MACHINE_GROUP, MACHINE_VERSION, "machines", "Machine")
-MACHINE_SETS = Resource(MACHINE_GROUP, MACHINE_VERSION, "machinesets", "MachineSet")
-MACHINE_DEPLOYMENTS = Resource(MACHINE_GROUP, MACHINE_VERSION, "machinedeployments", "MachineDeployment")
-MACHINE_CLASSES = Resource(MACHINE_GROUP, MACHINE_VERSION, "machineclasses", "MachineClass")
-#: the four MCM kinds; start-up fails unless the control cluster serves them all
-MCM_RESOURCES = (MACHINES, MACHINE_SETS, MACHINE_DEPLOYMENTS, MACHINE_CLASSES)
-
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-PODS = Resource("", "v1", "pods", "Pod")
-SECRETS = Resource("", "v1", "secrets", "Secret")
-EVENTS = Resource("", "v1", "events", "Event")
-PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
-PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
-POD_DISRUPTION_BUDGETS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
-VOLUME_ATTACHMENTS = Resource(
-    "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", namespaced=False
-)
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-
-ALL_RESOURCES = (
-    *MCM_RESOURCES,
-    NODES,
-    PODS,
-    SECRETS,
-    EVENTS,
-    PERSISTENT_VOLUMES,
-    PERSISTENT_VOLUME_CLAIMS,
-    POD_DISRUPTION_BUDGETS,
-    VOLUME_ATTACHMENTS,
-    LEASES,
-)
-_BY_KIND = {r.kind: r for r in ALL_RESOURCES}
-
-
-def resource_for_kind(kind: str) -> Resource:
-    """The resource of a kind (``"Machine"`` → machines), for code that holds only an object."""
-    try:
-        return _BY_KIND[kind]
-    except KeyError:
-        raise KeyError(f"no resource known for kind {kind!r}") from None

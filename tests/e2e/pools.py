@@ -9,9 +9,9 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_DEPLOYMENTS, MACHINES, SECRETS
 
 NS = "default"
 USER_DATA = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
@@ -29,10 +29,10 @@ def create_pool(
     MachineDeployment ``<name>`` (RollingUpdate, one surge) with ``replicas`` machines."""
     body = secret or {"metadata": {}, "data": {"userData": USER_DATA}}
     body["metadata"] = {**body.get("metadata", {}), "name": f"{name}-secret", "namespace": NS}
-    ops.create(control, SECRETS, body)
+    ops.create(control, kinds.SECRET.resource, body)
     ops.create(
         control,
-        MACHINE_CLASSES,
+        kinds.MACHINE_CLASS.resource,
         {
             "apiVersion": API_VERSION,
             "kind": "MachineClass",
@@ -45,7 +45,7 @@ def create_pool(
     labels = {"pool": name}
     ops.create(
         control,
-        MACHINE_DEPLOYMENTS,
+        kinds.MACHINE_DEPLOYMENT.resource,
         {
             "apiVersion": API_VERSION,
             "kind": "MachineDeployment",
@@ -68,7 +68,7 @@ def phase(machine: dict[str, Any]) -> str:
 
 
 def machines(control: ApiClient) -> list[dict[str, Any]]:
-    return list(ops.list_(control, MACHINES, NS)["items"])
+    return list(ops.list_(control, kinds.MACHINE.resource, NS)["items"])
 
 
 def running(control: ApiClient) -> int:

@@ -22,10 +22,10 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import free_port, wait_until
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, UNFREEZE_ANNOTATION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, SECRETS
 from tests.e2e.support import connected, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -87,14 +87,14 @@ def machine_set(sandbox: Sandbox, clients: tuple[ApiClient, ApiClient, redis.Red
     user_data = base64.b64encode(b"#!/bin/sh\n").decode()
     ops.create(
         control,
-        SECRETS,
+        kinds.SECRET.resource,
         {"metadata": {"name": "adm-secret", "namespace": NS}, "data": {"userData": user_data}},
     )
-    ops.create(control, MACHINE_CLASSES, {
+    ops.create(control, kinds.MACHINE_CLASS.resource, {
         "apiVersion": API_VERSION, "kind": "MachineClass", "metadata": {"name": "adm-class", "namespace": NS},
         "provider": "local", "providerSpec": {}, "secretRef": {"name": "adm-secret", "namespace": NS},
     })  # fmt: skip
-    ops.create(control, MACHINE_SETS, {
+    ops.create(control, kinds.MACHINE_SET.resource, {
         "apiVersion": API_VERSION, "kind": "MachineSet", "metadata": {"name": "adm", "namespace": NS},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "adm"}},
                  "template": {"metadata": {"labels": {"app": "adm"}},
@@ -137,7 +137,7 @@ def test_a_failing_key_is_listed_inspected_and_replayed(
     control = clients[0]
     faults(sandbox, {"action": "error", "status_code": 500, "verbs": ["create"], "resources": ["machines"]})
     try:
-        ops.patch(control, MACHINE_SETS, "adm", {"spec": {"replicas": 3}}, NS)
+        ops.patch(control, kinds.MACHINE_SET.resource, "adm", {"spec": {"replicas": 3}}, NS)
 
         def failing() -> list[dict[str, Any]]:
             return [f for f in ok_json(sandbox, "failing") if f["key"] == machine_set]
@@ -167,7 +167,7 @@ def test_freeze_and_unfreeze_through_the_safety_controller(
     assert frozen["labels"][FREEZE_LABEL_KEY] == "True"
 
     def metadata() -> dict[str, Any]:
-        return dict(ops.get(control, MACHINE_SETS, "adm", NS)["metadata"])
+        return dict(ops.get(control, kinds.MACHINE_SET.resource, "adm", NS)["metadata"])
 
     assert metadata()["labels"][FREEZE_LABEL_KEY] == "True"
     unfrozen = ok_json(sandbox, "unfreeze", "machineset", machine_set)

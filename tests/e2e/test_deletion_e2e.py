@@ -17,19 +17,10 @@ from typing import Any
 import pytest
 
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION, Machine
 from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import (
-    EVENTS,
-    MACHINE_SETS,
-    MACHINES,
-    NODES,
-    PERSISTENT_VOLUME_CLAIMS,
-    PERSISTENT_VOLUMES,
-    POD_DISRUPTION_BUDGETS,
-    PODS,
-)
 from providers.local import CSI_DRIVER, LocalCloud
 from tests.e2e.support import connected, running_sandbox
 from tests.e2e.test_machine_e2e import World
@@ -71,7 +62,7 @@ class Cluster(World):
             "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
             "spec": {"class": {"kind": "MachineClass", "name": "drain"}, **(spec or {})},
         }
-        ops.create(self.control, MACHINES, body)
+        ops.create(self.control, kinds.MACHINE.resource, body)
         self.wait_phase(name, "Running")
         self.wait(lambda: self.node(name) is not None, f"node {name}")
         return name
@@ -90,10 +81,10 @@ class Cluster(World):
         }
         if claim:
             body["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
-        ops.create(self.target, PODS, body)
+        ops.create(self.target, kinds.POD.resource, body)
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.target, PODS, name, NS, missing_ok=True)
+        return ops.get(self.target, kinds.POD.resource, name, NS, missing_ok=True)
 
     def ready(self, *names: str) -> bool:
         def one(pod: dict[str, Any] | None) -> bool:
@@ -111,10 +102,12 @@ class Cluster(World):
             "metadata": {"name": name, "namespace": NS},
             "spec": {"selector": {"matchLabels": selector}, **spec},
         }
-        ops.create(self.target, POD_DISRUPTION_BUDGETS, body)
+        ops.create(self.target, kinds.POD_DISRUPTION_BUDGET.resource, body)
 
     def budget_status(self, name: str) -> dict[str, Any]:
-        return dict((ops.get(self.target, POD_DISRUPTION_BUDGETS, name, NS) or {}).get("status") or {})
+        return dict(
+            (ops.get(self.target, kinds.POD_DISRUPTION_BUDGET.resource, name, NS) or {}).get("status") or {}
+        )
 
     def volume(self, name: str) -> None:
         """A PersistentVolume of the local CSI driver bound to a claim of the same name."""
@@ -127,7 +120,7 @@ class Cluster(World):
                 "claimRef": {"namespace": NS, "name": name},
             },
         }
-        ops.create(self.target, PERSISTENT_VOLUMES, pv)
+        ops.create(self.target, kinds.PERSISTENT_VOLUME.resource, pv)
         claim = {
             "metadata": {"name": name, "namespace": NS},
             "spec": {
@@ -136,14 +129,14 @@ class Cluster(World):
                 "resources": {"requests": {"storage": "1Gi"}},
             },
         }
-        ops.create(self.target, PERSISTENT_VOLUME_CLAIMS, claim)
+        ops.create(self.target, kinds.PERSISTENT_VOLUME_CLAIM.resource, claim)
 
     def attached(self, node: str) -> list[str]:
         found = ((self.node(node) or {}).get("status") or {}).get("volumesAttached") or []
         return [str(v["name"]) for v in found]
 
     def messages(self, name: str, reason: str) -> list[str]:
-        items = ops.list_(self.control, EVENTS, NS)["items"]
+        items = ops.list_(self.control, kinds.EVENT.resource, NS)["items"]
         return [
             str(e.get("message"))
             for e in items
@@ -151,7 +144,7 @@ class Cluster(World):
         ]
 
     def delete(self, name: str) -> None:
-        ops.delete(self.control, MACHINES, name, NS)
+        ops.delete(self.control, kinds.MACHINE.resource, name, NS)
 
     def gone(self, name: str) -> bool:
         """Machine and Node deleted, and no VM of it left in the local cloud, not even a terminating one."""
@@ -202,7 +195,7 @@ def test_a_pdb_without_disruptions_holds_eviction_until_it_allows(cluster: Clust
     node = c.node(name)
     assert node is not None and node["spec"].get("unschedulable") is True
 
-    ops.patch(c.target, POD_DISRUPTION_BUDGETS, "hold", {"spec": {"minAvailable": 0}}, NS)
+    ops.patch(c.target, kinds.POD_DISRUPTION_BUDGET.resource, "hold", {"spec": {"minAvailable": 0}}, NS)
     c.wait_gone(name)
     assert c.pod("held") is None
     assert f"Drain of node {name} successful" in c.messages(name, "DrainSucceeded")
@@ -334,10 +327,10 @@ def test_a_node_deleted_by_hand_deletes_its_machine_and_the_set_replaces_it(clus
             },
         },
     }
-    ops.create(c.control, MACHINE_SETS, body)
+    ops.create(c.control, kinds.MACHINE_SET.resource, body)
 
     def members() -> list[Machine]:
-        items = ops.list_(c.control, MACHINES, NS, label_selector="set=handdel")["items"]
+        items = ops.list_(c.control, kinds.MACHINE.resource, NS, label_selector="set=handdel")["items"]
         return [Machine.model_validate(m) for m in items]
 
     def running() -> list[str]:
@@ -349,11 +342,11 @@ def test_a_node_deleted_by_hand_deletes_its_machine_and_the_set_replaces_it(clus
 
     c.wait(lambda: len(running()) == 1 and c.node(running()[0]) is not None, "the set's machine Running")
     [first] = running()
-    ops.delete(c.target, NODES, first)
+    ops.delete(c.target, kinds.NODE.resource, first)
     c.wait_gone(first)
     c.wait(lambda: len(running()) == 1 and len(members()) == 1, "a replacement Running")
     [second] = running()
     assert second != first
     assert c.node(second) is not None and len(c.live_vms(second)) == 1
-    ops.delete(c.control, MACHINE_SETS, "handdel", NS)
+    ops.delete(c.control, kinds.MACHINE_SET.resource, "handdel", NS)
     c.wait_gone(second)

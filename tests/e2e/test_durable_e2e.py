@@ -30,17 +30,10 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import ManagedProcess, free_port, wait_until
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.celery_app import celery_config
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import (
-    EVENTS,
-    MACHINE_CLASSES,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_SETS,
-    MACHINES,
-    SECRETS,
-)
 from mcm_tasks.queue.history import read_history
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.state import delayed, failing, running
@@ -90,25 +83,25 @@ class World:
 
     def machine_class(self, name: str, provider_spec: dict[str, Any]) -> None:
         secret = {"metadata": {"name": f"{name}-secret", "namespace": NS}, "data": {"userData": USER_DATA}}
-        ops.create(self.control, SECRETS, secret)
-        ops.create(self.control, MACHINE_CLASSES, {
+        ops.create(self.control, kinds.SECRET.resource, secret)
+        ops.create(self.control, kinds.MACHINE_CLASS.resource, {
             "apiVersion": API_VERSION, "kind": "MachineClass", "metadata": {"name": name, "namespace": NS},
             "provider": "local", "providerSpec": provider_spec,
             "secretRef": {"name": f"{name}-secret", "namespace": NS},
         })  # fmt: skip
 
     def machines(self, label: str) -> list[dict[str, Any]]:
-        return list(ops.list_(self.control, MACHINES, NS, label_selector=label)["items"])
+        return list(ops.list_(self.control, kinds.MACHINE.resource, NS, label_selector=label)["items"])
 
     def phase(self, name: str) -> str:
-        found = ops.get(self.control, MACHINES, name, NS, missing_ok=True) or {}
+        found = ops.get(self.control, kinds.MACHINE.resource, name, NS, missing_ok=True) or {}
         return str(((found.get("status") or {}).get("currentStatus") or {}).get("phase") or "")
 
     def live_vms(self, prefix: str) -> list[Any]:
         return [vm for vm in LocalCloud(self.redis).all() if vm.live() and vm.machine.startswith(prefix)]
 
     def warnings(self, name: str) -> list[dict[str, Any]]:
-        items = ops.list_(self.control, EVENTS, NS)["items"]
+        items = ops.list_(self.control, kinds.EVENT.resource, NS)["items"]
         return [e for e in items if e.get("type") == "Warning"
                 and (e.get("involvedObject") or {}).get("name") == name]  # fmt: skip
 
@@ -187,7 +180,7 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
 def converged(world: World, pool: str, n: int) -> bool:
     found = world.machines(f"pool={pool}")
     running = [m for m in found if world.phase(m["metadata"]["name"]) == "Running"]
-    status = (ops.get(world.control, MACHINE_DEPLOYMENTS, pool, NS) or {}).get("status") or {}
+    status = (ops.get(world.control, kinds.MACHINE_DEPLOYMENT.resource, pool, NS) or {}).get("status") or {}
     return len(found) == n and len(running) == n and status.get("availableReplicas", 0) == n
 
 
@@ -207,7 +200,7 @@ def pool_state(world: World, pool: str) -> dict[str, Any]:
             "/deleting" if m["metadata"].get("deletionTimestamp") else ""
         )
         phases[label] = phases.get(label, 0) + 1
-    status = (ops.get(world.control, MACHINE_DEPLOYMENTS, pool, NS) or {}).get("status") or {}
+    status = (ops.get(world.control, kinds.MACHINE_DEPLOYMENT.resource, pool, NS) or {}).get("status") or {}
     return {
         "phases": phases,
         "status": {k: v for k, v in status.items() if k != "conditions"},
@@ -222,9 +215,9 @@ def pool_state(world: World, pool: str) -> dict[str, Any]:
             for name in ("pending", "locks", "failing")
         ],
         "class_dirty": world.redis.smembers(queue_keys("machineclass").dirty),
-        "class_finalizers": (ops.get(world.control, MACHINE_CLASSES, "durable", NS) or {})["metadata"].get(
-            "finalizers"
-        ),
+        "class_finalizers": (ops.get(world.control, kinds.MACHINE_CLASS.resource, "durable", NS) or {})[
+            "metadata"
+        ].get("finalizers"),
     }
 
 
@@ -237,8 +230,8 @@ def test_a_whole_worker_killed_during_scales_of_30_machines(world: World) -> Non
     for round_ in range(3):
         pool = f"big{round_}"
         node = world.start_worker(f"victim-{round_}")
-        ops.create(world.control, MACHINE_DEPLOYMENTS, deployment(pool, 0))
-        ops.patch(world.control, MACHINE_DEPLOYMENTS, pool, {"spec": {"replicas": 30}}, NS,
+        ops.create(world.control, kinds.MACHINE_DEPLOYMENT.resource, deployment(pool, 0))
+        ops.patch(world.control, kinds.MACHINE_DEPLOYMENT.resource, pool, {"spec": {"replicas": 30}}, NS,
                   subresource="scale")  # fmt: skip
         found: list[list[tuple[str, str, str]]] = []
 
@@ -267,7 +260,7 @@ def test_a_whole_worker_killed_during_scales_of_30_machines(world: World) -> Non
         except TimeoutError as err:
             raise AssertionError(f"round {round_} stuck: {pool_state(world, pool)}") from err
         no_duplicate_vm(world, pool)
-        ops.delete(world.control, MACHINE_DEPLOYMENTS, pool, NS)
+        ops.delete(world.control, kinds.MACHINE_DEPLOYMENT.resource, pool, NS)
         wait_until(lambda pool=pool: not world.machines(f"pool={pool}") and not world.live_vms(f"{pool}-"),  # type: ignore[misc]
                    WAIT, interval=1.0, what=f"round {round_}: the pool deleted")  # fmt: skip
     print(f"recovery after each kill: {[round(r, 1) for r in recoveries]} s")
@@ -284,7 +277,7 @@ def test_a_crash_loop_countdown_outlives_every_worker(world: World) -> None:
     # them, and the informer routes the finalizer change), which can retry the create at once, so
     # one failure could be spent before the poll sees CrashLoopBackOff
     world.machine_class("flaky-create", {"failCreates": {"count": 2, "code": "Internal"}})
-    ops.create(world.control, MACHINES, {
+    ops.create(world.control, kinds.MACHINE.resource, {
         "apiVersion": API_VERSION, "kind": "Machine", "metadata": {"name": "crashloop", "namespace": NS},
         "spec": {"class": {"kind": "MachineClass", "name": "flaky-create"}},
     })  # fmt: skip
@@ -341,7 +334,7 @@ def test_a_pool_process_killed_while_a_machine_set_creates(world: World) -> None
     key = f"{NS}/creating"
     _fault(world, {"action": "latency", "latency_ms": 1000, "verbs": ["create"], "resources": ["machines"]})
     try:
-        ops.create(world.control, MACHINE_SETS, machine_set("creating", 10))
+        ops.create(world.control, kinds.MACHINE_SET.resource, machine_set("creating", 10))
         exp_key = f"mcm:exp:{key}"
         wait_until(lambda: int(world.redis.hget(exp_key, "add") or 0) > 0, 60, interval=0.02,
                    what="the set to start creating")  # fmt: skip
@@ -363,11 +356,11 @@ def test_a_pool_process_killed_while_a_machine_set_creates(world: World) -> None
     assert ran_again_since(world.redis, "machineset", key, killed_at)
     time.sleep(2)  # a duplicate creation would show up now
     assert len(world.machines("set=creating")) == 10, "no machine created twice"
-    ops.delete(world.control, MACHINE_SETS, "creating", NS)
+    ops.delete(world.control, kinds.MACHINE_SET.resource, "creating", NS)
 
 
 def _set_replicas(world: World, name: str) -> int:
-    found = ops.get(world.control, MACHINE_SETS, name, NS) or {}
+    found = ops.get(world.control, kinds.MACHINE_SET.resource, name, NS) or {}
     return int((found.get("status") or {}).get("replicas") or 0)
 
 
@@ -384,7 +377,7 @@ def test_machines_converge_after_a_minute_of_500s_and_name_the_failure(world: Wo
         world.start_worker("for-the-faults")
     names = [f"outage-{i}" for i in range(4)]
     for name in names:
-        ops.create(world.control, MACHINES, {
+        ops.create(world.control, kinds.MACHINE.resource, {
             "apiVersion": API_VERSION, "kind": "Machine", "metadata": {"name": name, "namespace": NS},
             "spec": {"class": {"kind": "MachineClass", "name": "durable"}},
         })  # fmt: skip

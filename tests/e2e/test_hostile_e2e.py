@@ -28,9 +28,9 @@ from mcm_sandbox import fleet
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox, _alive
 from mcm_sandbox.testing.hostile import Generator, Hostile
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_DEPLOYMENTS, MACHINES, SECRETS
 from providers.local import LocalCloud
 from tests.e2e.support import connected, running_sandbox
 
@@ -72,15 +72,21 @@ def clients(sandbox: Sandbox) -> Iterator[Clients]:
 def _healthy(control: ApiClient) -> None:
     """The healthy pool: a secret, a class and a one-machine deployment, as the demo makes them."""
     secret = {"metadata": {"name": "pool-secret", "namespace": NS}, "data": {"userData": USER_DATA.decode()}}
-    ops.create(control, SECRETS, secret)
-    ops.create(control, MACHINE_CLASSES, fleet.machine_class("pool-class", "local.small", NS, "pool-secret"))
-    ops.create(control, MACHINE_DEPLOYMENTS, fleet.machine_deployment("healthy", NS, 1, "pool-class"))
+    ops.create(control, kinds.SECRET.resource, secret)
+    ops.create(
+        control,
+        kinds.MACHINE_CLASS.resource,
+        fleet.machine_class("pool-class", "local.small", NS, "pool-secret"),
+    )
+    ops.create(
+        control, kinds.MACHINE_DEPLOYMENT.resource, fleet.machine_deployment("healthy", NS, 1, "pool-class")
+    )
 
 
 def _running_healthy(control: ApiClient) -> int:
     return sum(
         1
-        for m in ops.list_(control, MACHINES, NS)["items"]
+        for m in ops.list_(control, kinds.MACHINE.resource, NS)["items"]
         if (m["metadata"].get("labels") or {}).get("name") == "healthy"
         and ((m.get("status") or {}).get("currentStatus") or {}).get("phase") == "Running"
         and not m["metadata"].get("deletionTimestamp")
@@ -172,7 +178,7 @@ def test_hostile_objects_harm_only_themselves(sandbox: Sandbox, clients: Clients
     assert len(accepted) >= COUNT // 2, f"the API server took too few: {len(accepted)} of {COUNT}"
 
     # the healthy deployment scales as usual beside them
-    ops.patch(control, MACHINE_DEPLOYMENTS, "healthy", {"spec": {"replicas": 3}}, NS)
+    ops.patch(control, kinds.MACHINE_DEPLOYMENT.resource, "healthy", {"spec": {"replicas": 3}}, NS)
     scale_started = time.monotonic()
     wait_until(lambda: _running_healthy(control) == 3, WAIT, what="the healthy deployment at 3")
     scaled_in = time.monotonic() - scale_started

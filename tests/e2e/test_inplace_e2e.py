@@ -19,6 +19,7 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.kubelet.inplace import INPLACE_ANNOTATION
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
@@ -26,14 +27,6 @@ from mcm_tasks.api.constants import (
     SELECTED_FOR_UPDATE_LABEL_KEY,
 )
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import (
-    MACHINE_CLASSES,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_SETS,
-    MACHINES,
-    NODES,
-    SECRETS,
-)
 from tests.e2e.support import connected, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -73,7 +66,7 @@ class Pool:
     def snapshot(self) -> dict[str, Any]:
         sets = {
             ms["metadata"]["name"]: (ms["spec"]["replicas"], sorted(ms["metadata"].get("labels") or {}))
-            for ms in ops.list_(self.control, MACHINE_SETS, NS)["items"]
+            for ms in ops.list_(self.control, kinds.MACHINE_SET.resource, NS)["items"]
         }
         return {"sets": sets, "machines": self.machine_phases()}
 
@@ -83,7 +76,7 @@ class Pool:
                 ((m.get("status") or {}).get("currentStatus") or {}).get("phase"),
                 next((r["name"] for r in m["metadata"].get("ownerReferences") or []), None),
             )
-            for m in ops.list_(self.control, MACHINES, NS)["items"]
+            for m in ops.list_(self.control, kinds.MACHINE.resource, NS)["items"]
         }
 
     def deployment(self, name: str, replicas: int, orchestration: str, max_unavailable: int = 1) -> None:
@@ -111,7 +104,7 @@ class Pool:
                 },
             },
         }
-        ops.create(self.control, MACHINE_DEPLOYMENTS, body)
+        ops.create(self.control, kinds.MACHINE_DEPLOYMENT.resource, body)
         self.wait(lambda: len(self.running(name)) == replicas, f"{replicas} machines of {name} Running")
 
     def update(self, name: str) -> None:
@@ -120,10 +113,18 @@ class Pool:
             "class": {"kind": "MachineClass", "name": "inplace-v2"},
             "nodeTemplate": {"metadata": {"labels": {"os-version": "2"}}},
         }
-        ops.patch(self.control, MACHINE_DEPLOYMENTS, name, {"spec": {"template": {"spec": template}}}, NS)
+        ops.patch(
+            self.control,
+            kinds.MACHINE_DEPLOYMENT.resource,
+            name,
+            {"spec": {"template": {"spec": template}}},
+            NS,
+        )
 
     def machines(self, pool: str) -> list[dict[str, Any]]:
-        return list(ops.list_(self.control, MACHINES, NS, label_selector=f"pool={pool}")["items"])
+        return list(
+            ops.list_(self.control, kinds.MACHINE.resource, NS, label_selector=f"pool={pool}")["items"]
+        )
 
     def running(self, pool: str) -> list[str]:
         return sorted(
@@ -134,13 +135,13 @@ class Pool:
         )
 
     def phase(self, name: str) -> str:
-        found = ops.get(self.control, MACHINES, name, NS, missing_ok=True) or {}
+        found = ops.get(self.control, kinds.MACHINE.resource, name, NS, missing_ok=True) or {}
         return str(((found.get("status") or {}).get("currentStatus") or {}).get("phase") or "")
 
     def sets(self, pool: str) -> list[dict[str, Any]]:
         owned = [
             ms
-            for ms in ops.list_(self.control, MACHINE_SETS, NS)["items"]
+            for ms in ops.list_(self.control, kinds.MACHINE_SET.resource, NS)["items"]
             if any(r.get("name") == pool for r in ms["metadata"].get("ownerReferences") or [])
         ]
         return sorted(
@@ -151,7 +152,7 @@ class Pool:
         return next((r["name"] for r in machine["metadata"].get("ownerReferences") or []), "")
 
     def node(self, name: str) -> dict[str, Any]:
-        return ops.get(self.target, NODES, name) or {}
+        return ops.get(self.target, kinds.NODE.resource, name) or {}
 
     def node_labels(self, name: str) -> dict[str, str]:
         return dict(self.node(name)["metadata"].get("labels") or {})
@@ -177,13 +178,13 @@ def pool(sandbox: Sandbox) -> Iterator[Pool]:
         user_data = base64.b64encode(b"#!/bin/sh\n").decode()
         ops.create(
             made.control,
-            SECRETS,
+            kinds.SECRET.resource,
             {"metadata": {"name": "inplace-secret", "namespace": NS}, "data": {"userData": user_data}},
         )
         for cls in ("inplace", "inplace-v2"):
             ops.create(
                 made.control,
-                MACHINE_CLASSES,
+                kinds.MACHINE_CLASS.resource,
                 {
                     "apiVersion": API_VERSION,
                     "kind": "MachineClass",
@@ -226,12 +227,13 @@ def test_auto_rolls_in_place_within_max_unavailable(pool: Pool) -> None:
         labels = pool.node_labels(name)
         assert not {CANDIDATE_FOR_UPDATE_LABEL_KEY, SELECTED_FOR_UPDATE_LABEL_KEY} & set(labels)
         assert not pool.node(name).get("spec", {}).get("unschedulable")
-    status = (ops.get(pool.control, MACHINE_DEPLOYMENTS, "auto", NS) or {}).get("status") or {}
+    status = (ops.get(pool.control, kinds.MACHINE_DEPLOYMENT.resource, "auto", NS) or {}).get("status") or {}
     pool.wait(
         lambda: (
-            ((ops.get(pool.control, MACHINE_DEPLOYMENTS, "auto", NS) or {}).get("status") or {}).get(
-                "updatedReplicas"
-            )
+            (
+                (ops.get(pool.control, kinds.MACHINE_DEPLOYMENT.resource, "auto", NS) or {}).get("status")
+                or {}
+            ).get("updatedReplicas")
             == 3
         ),
         f"deployment status updated ({status})",
@@ -244,7 +246,12 @@ def test_manual_waits_for_an_operator(pool: Pool) -> None:
     pool.update("manual")
     pool.wait(lambda: CANDIDATE_FOR_UPDATE_LABEL_KEY in pool.node_labels(first), "nodes are candidates")
     assert SELECTED_FOR_UPDATE_LABEL_KEY not in pool.node_labels(first), "Manual: MCM selects nothing"
-    ops.patch(pool.target, NODES, first, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}})
+    ops.patch(
+        pool.target,
+        kinds.NODE.resource,
+        first,
+        {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}},
+    )
     new_set = lambda: pool.sets("manual")[-1]["metadata"]["name"]  # noqa: E731
     pool.wait(
         lambda: (
@@ -256,7 +263,12 @@ def test_manual_waits_for_an_operator(pool: Pool) -> None:
         "the selected machine updated and moved",
     )
     assert all(pool.owner(m) != new_set() for m in pool.machines("manual") if m["metadata"]["name"] == second)
-    ops.patch(pool.target, NODES, second, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}})
+    ops.patch(
+        pool.target,
+        kinds.NODE.resource,
+        second,
+        {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}},
+    )
     pool.wait(lambda: pool.rolled("manual", 2), "the second one too: rollout complete")
     assert pool.running("manual") == sorted([first, second])
 
@@ -265,9 +277,11 @@ def test_manual_waits_for_an_operator(pool: Pool) -> None:
 def test_failed_or_timed_out_update_replaces_the_machine(pool: Pool, order: str, name: str) -> None:
     pool.deployment(name, 2, "Auto")
     bad, good = pool.running(name)
-    ops.patch(pool.target, NODES, bad, {"metadata": {"annotations": {INPLACE_ANNOTATION: order}}})
     ops.patch(
-        pool.target, NODES, good, {"metadata": {"annotations": {INPLACE_ANNOTATION: "hang"}}}
+        pool.target, kinds.NODE.resource, bad, {"metadata": {"annotations": {INPLACE_ANNOTATION: order}}}
+    )
+    ops.patch(
+        pool.target, kinds.NODE.resource, good, {"metadata": {"annotations": {INPLACE_ANNOTATION: "hang"}}}
     )  # one at a time
     pool.update(name)
     # whichever is selected first: the one ordered to fail (or hang) must end InPlaceUpdateFailed
@@ -278,7 +292,9 @@ def test_failed_or_timed_out_update_replaces_the_machine(pool: Pool, order: str,
         seen.add(phase)
         return phase == "InPlaceUpdateFailed" or "InPlaceUpdateFailed" in seen
 
-    ops.patch(pool.target, NODES, good, {"metadata": {"annotations": {INPLACE_ANNOTATION: None}}})
+    ops.patch(
+        pool.target, kinds.NODE.resource, good, {"metadata": {"annotations": {INPLACE_ANNOTATION: None}}}
+    )
     pool.wait(failed, f"the {order} update ends InPlaceUpdateFailed", timeout=WAIT)
     # then Failed after the health timeout, replaced by a machine of the new template
     pool.wait(lambda: pool.rolled(name, 2) and bad not in pool.running(name), "replaced; rollout complete")

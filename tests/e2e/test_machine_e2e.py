@@ -17,9 +17,9 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION, Machine, MachineClass
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import EVENTS, MACHINE_CLASSES, MACHINES, NODES, SECRETS
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.state import failing
 from providers.driver import CreateMachineRequest, Secret
@@ -60,7 +60,7 @@ class World:
 
     def secret(self, name: str, data: dict[str, str] | None = None) -> None:
         body = {"metadata": {"name": name, "namespace": NS}, "data": data or {"userData": USER_DATA}}
-        ops.create(self.control, SECRETS, body)
+        ops.create(self.control, kinds.SECRET.resource, body)
 
     def machine_class(self, name: str, provider_spec: dict[str, Any] | None = None, secret: str = "") -> None:
         if not secret:
@@ -74,7 +74,7 @@ class World:
             "providerSpec": provider_spec or {},
             "secretRef": {"name": secret, "namespace": NS},
         }
-        ops.create(self.control, MACHINE_CLASSES, body)
+        ops.create(self.control, kinds.MACHINE_CLASS.resource, body)
 
     def machine(self, name: str, cls: str, labels: dict[str, str] | None = None) -> None:
         body = {
@@ -83,10 +83,10 @@ class World:
             "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
             "spec": {"class": {"kind": "MachineClass", "name": cls}},
         }
-        ops.create(self.control, MACHINES, body)
+        ops.create(self.control, kinds.MACHINE.resource, body)
 
     def get(self, name: str) -> Machine | None:
-        found = ops.get(self.control, MACHINES, name, NS, missing_ok=True)
+        found = ops.get(self.control, kinds.MACHINE.resource, name, NS, missing_ok=True)
         return None if found is None else Machine.model_validate(found)
 
     def phase(self, name: str) -> str:
@@ -94,13 +94,13 @@ class World:
         return "" if m is None else str(m.status.current_status.phase)
 
     def node(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.target, NODES, name, missing_ok=True)
+        return ops.get(self.target, kinds.NODE.resource, name, missing_ok=True)
 
     def live_vms(self, machine: str) -> list[Any]:
         return [vm for vm in LocalCloud(self.redis).by_machine(machine) if vm.live()]
 
     def reasons(self, name: str) -> set[str]:
-        items = ops.list_(self.control, EVENTS, NS)["items"]
+        items = ops.list_(self.control, kinds.EVENT.resource, NS)["items"]
         return {str(e.get("reason")) for e in items if (e.get("involvedObject") or {}).get("name") == name}
 
     def wait(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
@@ -166,7 +166,7 @@ def test_a_vm_that_never_joins_fails_after_the_creation_timeout(world: World) ->
 
 def test_an_existing_vm_is_adopted_not_duplicated(world: World) -> None:
     world.machine_class("adopt")
-    klass = MachineClass.model_validate(ops.get(world.control, MACHINE_CLASSES, "adopt", NS))
+    klass = MachineClass.model_validate(ops.get(world.control, kinds.MACHINE_CLASS.resource, "adopt", NS))
     stub = Machine.model_validate({"metadata": {"name": "adopt-1", "namespace": NS}})
     existing = LocalDriver(world.sandbox.redis_url).create_machine(
         CreateMachineRequest(machine=stub, machine_class=klass, secret=Secret(data={"userData": b"x"}))
@@ -185,7 +185,7 @@ def test_unhealthy_machines_of_one_deployment_fail_one_at_a_time(world: World) -
     for name in names:
         world.wait_phase(name, "Running")
     for name in names:
-        ops.patch(world.target, NODES, name, {"metadata": {"annotations": READY_FALSE}})
+        ops.patch(world.target, kinds.NODE.resource, name, {"metadata": {"annotations": READY_FALSE}})
     world.wait(lambda: all(world.phase(n) in ("Unknown", "Failed") for n in names), "all Unknown")
     world.wait(lambda: [world.phase(n) for n in names].count("Failed") == 1, "one Failed")
     held = [n for n in names if world.phase(n) == "Unknown"]
@@ -200,7 +200,7 @@ def test_unhealthy_machines_of_one_deployment_fail_one_at_a_time(world: World) -
 
     # replacing the failed machine (here: deleting it) lets the next one fail
     [failed] = [n for n in names if world.phase(n) == "Failed"]
-    ops.delete(world.control, MACHINES, failed, NS)
+    ops.delete(world.control, kinds.MACHINE.resource, failed, NS)
     world.wait(lambda: world.get(failed) is None, f"{failed} deleted", timeout=90)
     world.wait(lambda: [world.phase(n) for n in held].count("Failed") == 1, "the next one Failed")
     assert [world.phase(n) for n in held].count("Failed") == 1
@@ -210,7 +210,7 @@ def test_stale_node_of_another_vm(world: World) -> None:
     world.machine_class("stale")
     ops.create(
         world.target,
-        NODES,
+        kinds.NODE.resource,
         {"metadata": {"name": "stale-1"}, "spec": {"providerID": "local:///local-a/i-old"}},
     )
     world.machine("stale-1", "stale")
@@ -238,7 +238,7 @@ def test_bad_input_gives_status_and_event(world: World, case: str, expect: str) 
     elif case == "invalid-class":
         world.machine_class(cls)
         template = {"capacity": {"cpu": "2"}, "instanceType": "t", "region": "r", "zone": "z"}
-        ops.patch(world.control, MACHINE_CLASSES, cls, {"nodeTemplate": template}, NS)
+        ops.patch(world.control, kinds.MACHINE_CLASS.resource, cls, {"nodeTemplate": template}, NS)
     else:
         world.machine_class(cls, {"bootDelaySeconds": "soon"})
     world.machine(name, cls)
@@ -265,12 +265,12 @@ def test_user_data_never_reaches_status_events_or_logs(world: World) -> None:
     world.machine_class("private", {"failCreates": {"count": 1, "code": "Internal"}}, secret="private-secret")
     world.machine("private-1", "private")
     world.wait_phase("private-1", "Running")
-    ops.delete(world.control, MACHINES, "private-1", NS)
+    ops.delete(world.control, kinds.MACHINE.resource, "private-1", NS)
     world.wait(lambda: world.get("private-1") is None, "private-1 deleted")
 
     shown = [
-        json.dumps(ops.list_(world.control, MACHINES, NS)["items"]),
-        json.dumps(ops.list_(world.control, EVENTS, NS)["items"]),
+        json.dumps(ops.list_(world.control, kinds.MACHINE.resource, NS)["items"]),
+        json.dumps(ops.list_(world.control, kinds.EVENT.resource, NS)["items"]),
         *(p.read_text(errors="replace") for p in (world.sandbox.dir / "logs").rglob("*") if p.is_file()),
     ]
     assert len(shown) > 2, "the sandbox's processes wrote logs"

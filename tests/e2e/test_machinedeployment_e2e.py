@@ -19,17 +19,10 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import DESIRED_REPLICAS_ANNOTATION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import (
-    MACHINE_CLASSES,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_SETS,
-    MACHINES,
-    NODES,
-    SECRETS,
-)
 from providers.local import LocalCloud
 from tests.e2e.support import connected, running_sandbox
 
@@ -68,7 +61,7 @@ def _with_classes(made: Clients) -> Clients:
     user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
     ops.create(
         control,
-        SECRETS,
+        kinds.SECRET.resource,
         {"metadata": {"name": "mcd-secret", "namespace": NS}, "data": {"userData": user_data}},
     )
     for name, spec in (
@@ -78,7 +71,7 @@ def _with_classes(made: Clients) -> Clients:
     ):
         ops.create(
             control,
-            MACHINE_CLASSES,
+            kinds.MACHINE_CLASS.resource,
             {
                 "apiVersion": API_VERSION,
                 "kind": "MachineClass",
@@ -114,7 +107,7 @@ def deployment(
 
 
 def machines(api: ApiClient, pool: str) -> list[dict[str, Any]]:
-    items = ops.list_(api, MACHINES, NS, label_selector=f"pool={pool}")["items"]
+    items = ops.list_(api, kinds.MACHINE.resource, NS, label_selector=f"pool={pool}")["items"]
     return list(items)
 
 
@@ -129,11 +122,15 @@ def live_vms(client: redis.Redis, pool: str) -> int:
 
 
 def nodes(api: ApiClient, pool: str) -> int:
-    return sum(1 for n in ops.list_(api, NODES)["items"] if n["metadata"]["name"].startswith(f"{pool}-"))
+    return sum(
+        1
+        for n in ops.list_(api, kinds.NODE.resource)["items"]
+        if n["metadata"]["name"].startswith(f"{pool}-")
+    )
 
 
 def status(api: ApiClient, name: str) -> dict[str, Any]:
-    return dict((ops.get(api, MACHINE_DEPLOYMENTS, name, NS) or {}).get("status") or {})
+    return dict((ops.get(api, kinds.MACHINE_DEPLOYMENT.resource, name, NS) or {}).get("status") or {})
 
 
 def converged(control: ApiClient, target: ApiClient, client: redis.Redis, pool: str, n: int) -> bool:
@@ -153,21 +150,26 @@ def test_deployment_scales_0_1_6_2_and_deletion_cleans_up(
     clients: tuple[ApiClient, ApiClient, redis.Redis],
 ) -> None:
     control, target, client = clients
-    ops.create(control, MACHINE_DEPLOYMENTS, deployment("scale", 0))
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment("scale", 0))
     for replicas in (1, 6, 2):
         ops.patch(
-            control, MACHINE_DEPLOYMENTS, "scale", {"spec": {"replicas": replicas}}, NS, subresource="scale"
+            control,
+            kinds.MACHINE_DEPLOYMENT.resource,
+            "scale",
+            {"spec": {"replicas": replicas}},
+            NS,
+            subresource="scale",
         )
         wait_until(
             lambda n=replicas: converged(control, target, client, "scale", n),  # type: ignore[misc]
             WAIT,
             what=f"{replicas} machines Running with VMs and Nodes",
         )
-    ops.delete(control, MACHINE_DEPLOYMENTS, "scale", NS)
+    ops.delete(control, kinds.MACHINE_DEPLOYMENT.resource, "scale", NS)
     wait_until(
         lambda: (
-            ops.get(control, MACHINE_DEPLOYMENTS, "scale", NS, missing_ok=True) is None
-            and not ops.list_(control, MACHINE_SETS, NS)["items"]
+            ops.get(control, kinds.MACHINE_DEPLOYMENT.resource, "scale", NS, missing_ok=True) is None
+            and not ops.list_(control, kinds.MACHINE_SET.resource, NS)["items"]
             and not machines(control, "scale")
             and nodes(target, "scale") == 0
             and live_vms(client, "scale") == 0
@@ -204,7 +206,7 @@ class Observer(threading.Thread):
 
 def roll_to(control: ApiClient, pool: str, class_name: str) -> None:
     body = {"spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": class_name}}}}}
-    ops.patch(control, MACHINE_DEPLOYMENTS, pool, body, NS)
+    ops.patch(control, kinds.MACHINE_DEPLOYMENT.resource, pool, body, NS)
 
 
 def rolled_out(clients: Clients, pool: str, class_name: str, replicas: int = 10) -> bool:
@@ -226,7 +228,7 @@ def check_observer(observer: Observer) -> None:
 
 def test_rolling_update_keeps_budgets_throughout(clients: tuple[ApiClient, ApiClient, redis.Redis]) -> None:
     control, target, client = clients
-    ops.create(control, MACHINE_DEPLOYMENTS, deployment("roll", 10))
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment("roll", 10))
     wait_until(lambda: converged(control, target, client, "roll", 10), WAIT, what="10 machines of class-a")
     observer = Observer(control, "roll", total_limit=12, min_available=9)
     observer.start()
@@ -240,7 +242,9 @@ def test_rolling_update_keeps_budgets_throughout(clients: tuple[ApiClient, ApiCl
         observer.join(10)
     check_observer(observer)
     sets = [
-        s for s in ops.list_(control, MACHINE_SETS, NS)["items"] if s["metadata"]["name"].startswith("roll-")
+        s
+        for s in ops.list_(control, kinds.MACHINE_SET.resource, NS)["items"]
+        if s["metadata"]["name"].startswith("roll-")
     ]
     sizes = sorted((s["spec"]["replicas"], (s.get("status") or {}).get("replicas", 0)) for s in sets)
     assert sizes == [(0, 0), (10, 10)]
@@ -254,7 +258,7 @@ def _progressing(control: ApiClient, pool: str) -> tuple[str, str]:
 
 def test_recreate_never_runs_old_and_new_machines_together(clients: Clients) -> None:
     control, target, client = clients
-    ops.create(control, MACHINE_DEPLOYMENTS, deployment("rec", 3, strategy="Recreate"))
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment("rec", 3, strategy="Recreate"))
     wait_until(lambda: converged(control, target, client, "rec", 3), WAIT, what="3 machines of class-a")
     mixed: list[set[str]] = []
     stop = threading.Event()
@@ -281,33 +285,37 @@ def test_recreate_never_runs_old_and_new_machines_together(clients: Clients) -> 
 
 def test_pause_scale_resume_then_rollback(clients: Clients) -> None:
     control, target, client = clients
-    ops.create(control, MACHINE_DEPLOYMENTS, deployment("life", 3))
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment("life", 3))
     wait_until(lambda: converged(control, target, client, "life", 3), WAIT, what="3 machines of class-a")
     body = {
         "spec": {"paused": True, "template": {"spec": {"class": {"kind": "MachineClass", "name": "class-b"}}}}
     }
-    ops.patch(control, MACHINE_DEPLOYMENTS, "life", body, NS)
+    ops.patch(control, kinds.MACHINE_DEPLOYMENT.resource, "life", body, NS)
     wait_until(lambda: _progressing(control, "life") == ("Unknown", "DeploymentPaused"), WAIT, what="paused")
-    ops.patch(control, MACHINE_DEPLOYMENTS, "life", {"spec": {"replicas": 4}}, NS, subresource="scale")
+    ops.patch(
+        control, kinds.MACHINE_DEPLOYMENT.resource, "life", {"spec": {"replicas": 4}}, NS, subresource="scale"
+    )
     wait_until(
         lambda: sum(map(_running, machines(control, "life"))) == 4, WAIT, what="4 machines while paused"
     )
     assert all(m["spec"]["class"]["name"] == "class-a" for m in machines(control, "life"))
-    ops.patch(control, MACHINE_DEPLOYMENTS, "life", {"spec": {"paused": False}}, NS)
+    ops.patch(control, kinds.MACHINE_DEPLOYMENT.resource, "life", {"spec": {"paused": False}}, NS)
     wait_until(
         lambda: rolled_out(clients, "life", "class-b", 4), WAIT, interval=0.5, what="resumed to class-b"
     )
-    ops.patch(control, MACHINE_DEPLOYMENTS, "life", {"spec": {"rollbackTo": {"revision": 0}}}, NS)
+    ops.patch(
+        control, kinds.MACHINE_DEPLOYMENT.resource, "life", {"spec": {"rollbackTo": {"revision": 0}}}, NS
+    )
     wait_until(
         lambda: rolled_out(clients, "life", "class-a", 4), WAIT, interval=0.5, what="rolled back to class-a"
     )
-    d = ops.get(control, MACHINE_DEPLOYMENTS, "life", NS) or {}
+    d = ops.get(control, kinds.MACHINE_DEPLOYMENT.resource, "life", NS) or {}
     assert "rollbackTo" not in d["spec"]
 
 
 def test_trigger_deletion_deletes_the_named_machine(clients: Clients) -> None:
     control, target, client = clients
-    ops.create(control, MACHINE_DEPLOYMENTS, deployment("trig", 3))
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment("trig", 3))
     wait_until(lambda: converged(control, target, client, "trig", 3), WAIT, what="3 machines")
     victim = sorted(m["metadata"]["name"] for m in machines(control, "trig"))[1]
     marked = "2024-05-06T07:00:00Z"
@@ -317,7 +325,7 @@ def test_trigger_deletion_deletes_the_named_machine(clients: Clients) -> None:
     }
     ops.patch(
         control,
-        MACHINE_DEPLOYMENTS,
+        kinds.MACHINE_DEPLOYMENT.resource,
         "trig",
         {"metadata": {"annotations": annotations}, "spec": {"replicas": 2}},
         NS,
@@ -330,7 +338,7 @@ def test_progress_deadline_exceeded_when_machines_never_join(clients: Clients) -
     control, target, client = clients
     body = deployment("stuck", 2, progressDeadlineSeconds=3)
     body["spec"]["strategy"]["rollingUpdate"] = {"maxSurge": 1, "maxUnavailable": 0}
-    ops.create(control, MACHINE_DEPLOYMENTS, body)
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, body)
     wait_until(lambda: converged(control, target, client, "stuck", 2), WAIT, what="2 machines of class-a")
     roll_to(control, "stuck", "class-never")
     wait_until(
@@ -341,7 +349,7 @@ def test_progress_deadline_exceeded_when_machines_never_join(clients: Clients) -
 
 
 def pool_sets(control: ApiClient, pool: str) -> list[dict[str, Any]]:
-    items = ops.list_(control, MACHINE_SETS, NS)["items"]
+    items = ops.list_(control, kinds.MACHINE_SET.resource, NS)["items"]
     return [s for s in items if s["metadata"]["name"].startswith(f"{pool}-")]
 
 
@@ -354,7 +362,14 @@ def set_sizes(control: ApiClient, pool: str) -> dict[str, int]:
 
 
 def scale(control: ApiClient, pool: str, replicas: int) -> None:
-    ops.patch(control, MACHINE_DEPLOYMENTS, pool, {"spec": {"replicas": replicas}}, NS, subresource="scale")
+    ops.patch(
+        control,
+        kinds.MACHINE_DEPLOYMENT.resource,
+        pool,
+        {"spec": {"replicas": replicas}},
+        NS,
+        subresource="scale",
+    )
 
 
 class SetHistory(threading.Thread):
@@ -369,7 +384,9 @@ class SetHistory(threading.Thread):
         self.states: list[dict[str, tuple[int, str | None]]] = []
         self._sets: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
-        listed = ops.list_(api, MACHINE_SETS, NS)  # before start() returns: nothing later is missed
+        listed = ops.list_(
+            api, kinds.MACHINE_SET.resource, NS
+        )  # before start() returns: nothing later is missed
         self._version = listed["metadata"]["resourceVersion"]
         for ms in listed["items"]:
             self._record("ADDED", ms)
@@ -378,7 +395,7 @@ class SetHistory(threading.Thread):
         version = self._version
         while not self.stop.is_set():
             for type_, obj in ops.watch(
-                self.api, MACHINE_SETS, NS, resource_version=version, timeout_seconds=2
+                self.api, kinds.MACHINE_SET.resource, NS, resource_version=version, timeout_seconds=2
             ):
                 version = obj["metadata"].get("resourceVersion") or version
                 if type_ != "BOOKMARK":
@@ -431,7 +448,7 @@ def test_scaling_during_a_rollout_is_proportional(clients: Clients) -> None:
     control, target, client = clients
     body = deployment("prop", 6)
     body["spec"]["strategy"]["rollingUpdate"] = {"maxSurge": 3, "maxUnavailable": 0}
-    ops.create(control, MACHINE_DEPLOYMENTS, body)
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, body)
     wait_until(lambda: converged(control, target, client, "prop", 6), WAIT, what="6 machines of class-a")
     roll_to(control, "prop", "class-never")
     held = {"class-a": 6, "class-never": 3}
@@ -449,7 +466,7 @@ def test_scaling_during_a_rollout_is_proportional(clients: Clients) -> None:
     finally:
         history.stop.set()
         history.join(10)  # its watch ends within 2 s
-    ops.delete(control, MACHINE_DEPLOYMENTS, "prop", NS)
+    ops.delete(control, kinds.MACHINE_DEPLOYMENT.resource, "prop", NS)
     wait_until(lambda: not machines(control, "prop"), WAIT, what="the pool's machines gone")
 
 
@@ -468,7 +485,7 @@ def await_new_set(control: ApiClient, pool: str, known: list[str]) -> str:
 
 def test_revision_history_limit_removes_old_sets_after_several_rollouts(clients: Clients) -> None:
     control, target, client = clients
-    ops.create(control, MACHINE_DEPLOYMENTS, deployment("hist", 1, revisionHistoryLimit=1))
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment("hist", 1, revisionHistoryLimit=1))
     wait_until(lambda: converged(control, target, client, "hist", 1), WAIT, what="1 machine of class-a")
     created = [s["metadata"]["name"] for s in pool_sets(control, "hist")]
     # three rollouts, three new sets: to class-b, then an extra template label each time
@@ -476,7 +493,7 @@ def test_revision_history_limit_removes_old_sets_after_several_rollouts(clients:
         template: dict[str, Any] = {"spec": {"class": {"kind": "MachineClass", "name": "class-b"}}}
         if step:
             template["metadata"] = {"labels": {"pool": "hist", "rev": str(step)}}
-        ops.patch(control, MACHINE_DEPLOYMENTS, "hist", {"spec": {"template": template}}, NS)
+        ops.patch(control, kinds.MACHINE_DEPLOYMENT.resource, "hist", {"spec": {"template": template}}, NS)
         created.append(await_new_set(control, "hist", created))
         wait_until(
             lambda s=str(step): (  # type: ignore[misc]
@@ -494,7 +511,7 @@ def test_revision_history_limit_removes_old_sets_after_several_rollouts(clients:
     wait_until(lambda: len(pool_sets(control, "hist")) == 2, WAIT, what="the sets beyond the limit deleted")
     kept = {s["metadata"]["name"]: int(s["spec"]["replicas"]) for s in pool_sets(control, "hist")}
     assert kept == {created[-2]: 0, created[-1]: 1}  # the newest set and the newest old one
-    ops.delete(control, MACHINE_DEPLOYMENTS, "hist", NS)
+    ops.delete(control, kinds.MACHINE_DEPLOYMENT.resource, "hist", NS)
     wait_until(lambda: not machines(control, "hist"), WAIT, what="the pool's machines gone")
 
 
@@ -515,8 +532,8 @@ def test_killing_a_worker_mid_rollout_never_exceeds_the_surge(
     """Runs last in this module: one worker is gone afterwards. Rolls the deployment the rolling
     update test left on class-b back to class-a (made here when this test runs alone)."""
     control, _, _ = clients
-    if ops.get(control, MACHINE_DEPLOYMENTS, "roll", NS, missing_ok=True) is None:
-        ops.create(control, MACHINE_DEPLOYMENTS, deployment("roll", 10, class_name="class-b"))
+    if ops.get(control, kinds.MACHINE_DEPLOYMENT.resource, "roll", NS, missing_ok=True) is None:
+        ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment("roll", 10, class_name="class-b"))
     wait_until(lambda: rolled_out(clients, "roll", "class-b"), WAIT * 2, interval=0.5, what="10 of class-b")
     observer = Observer(control, "roll", total_limit=12, min_available=9)
     observer.start()

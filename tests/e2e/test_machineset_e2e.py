@@ -16,9 +16,9 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, SECRETS
 from providers.local import LocalCloud
 from tests.e2e.support import connected, running_sandbox
 
@@ -53,7 +53,7 @@ def clients(sandbox: Sandbox) -> Iterator[tuple[ApiClient, ApiClient, redis.Redi
 
 
 def machines(api: ApiClient) -> list[dict[str, Any]]:
-    return list(ops.list_(api, MACHINES, NS)["items"])
+    return list(ops.list_(api, kinds.MACHINE.resource, NS)["items"])
 
 
 def running(api: ApiClient) -> int:
@@ -66,7 +66,7 @@ def running(api: ApiClient) -> int:
 
 
 def nodes(api: ApiClient) -> int:
-    return len(ops.list_(api, NODES)["items"])
+    return len(ops.list_(api, kinds.NODE.resource)["items"])
 
 
 def live_vms(client: redis.Redis) -> int:
@@ -75,7 +75,7 @@ def live_vms(client: redis.Redis) -> int:
 
 def observe(control: ApiClient, target: ApiClient, client: redis.Redis) -> dict[str, Any]:
     """What the test waits on, in one place, so that a timeout can say where things stood."""
-    found = ops.get(control, MACHINE_SETS, "e2e", NS, missing_ok=True)
+    found = ops.get(control, kinds.MACHINE_SET.resource, "e2e", NS, missing_ok=True)
     return {
         "set": None if found is None else (found.get("status") or {}).get("readyReplicas", 0),
         "machines": len(machines(control)),
@@ -107,12 +107,12 @@ def test_machineset_scales_0_1_6_2_and_deletion_cleans_up(
     user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
     ops.create(
         control,
-        SECRETS,
+        kinds.SECRET.resource,
         {"metadata": {"name": "e2e-secret", "namespace": NS}, "data": {"userData": user_data}},
     )
     ops.create(
         control,
-        MACHINE_CLASSES,
+        kinds.MACHINE_CLASS.resource,
         {
             "apiVersion": API_VERSION,
             "kind": "MachineClass",
@@ -124,7 +124,7 @@ def test_machineset_scales_0_1_6_2_and_deletion_cleans_up(
     )
     ops.create(
         control,
-        MACHINE_SETS,
+        kinds.MACHINE_SET.resource,
         {
             "apiVersion": API_VERSION,
             "kind": "MachineSet",
@@ -142,13 +142,20 @@ def test_machineset_scales_0_1_6_2_and_deletion_cleans_up(
     timings: dict[str, float] = {}
     for replicas in (1, 6, 2):
         started = time.monotonic()
-        ops.patch(control, MACHINE_SETS, "e2e", {"spec": {"replicas": replicas}}, NS, subresource="scale")
+        ops.patch(
+            control,
+            kinds.MACHINE_SET.resource,
+            "e2e",
+            {"spec": {"replicas": replicas}},
+            NS,
+            subresource="scale",
+        )
         want = {"machines": replicas, "running": replicas, "nodes": replicas, "vms": replicas}
         wait_for(control, target, client, want, f"{replicas} machines Running with their VMs and Nodes")
         timings[f"to_{replicas}"] = round(time.monotonic() - started, 2)
         wait_for(control, target, client, {"set": replicas}, f"status readyReplicas {replicas}")
     started = time.monotonic()
-    ops.delete(control, MACHINE_SETS, "e2e", NS)
+    ops.delete(control, kinds.MACHINE_SET.resource, "e2e", NS)
     gone = {"set": None, "machines": 0, "nodes": 0, "vms": 0}
     wait_for(control, target, client, gone, "the set, its machines, VMs and Nodes gone")
     timings["delete"] = round(time.monotonic() - started, 2)

@@ -17,6 +17,7 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION, Machine
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
@@ -26,7 +27,6 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common.preservation import LAST_APPLIED_NODE_PRESERVE_ANNOTATION
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, PODS, SECRETS
 from tests.e2e.support import connected, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -78,11 +78,11 @@ class Fleet:
                 **spec,
             },
         }
-        ops.create(self.control, MACHINE_SETS, body)
+        ops.create(self.control, kinds.MACHINE_SET.resource, body)
         self.wait(lambda: len(self.running(name)) == replicas, f"{replicas} machines of {name} Running")
 
     def machines(self, set_name: str) -> list[Machine]:
-        items = ops.list_(self.control, MACHINES, NS, label_selector=f"set={set_name}")["items"]
+        items = ops.list_(self.control, kinds.MACHINE.resource, NS, label_selector=f"set={set_name}")["items"]
         return [Machine.model_validate(m) for m in items]
 
     def running(self, set_name: str) -> list[str]:
@@ -95,7 +95,7 @@ class Fleet:
         )
 
     def get(self, name: str) -> Machine | None:
-        found = ops.get(self.control, MACHINES, name, NS, missing_ok=True)
+        found = ops.get(self.control, kinds.MACHINE.resource, name, NS, missing_ok=True)
         return None if found is None else Machine.model_validate(found)
 
     def phase(self, name: str) -> str:
@@ -103,7 +103,7 @@ class Fleet:
         return "" if found is None else str(found.status.current_status.phase)
 
     def node(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.target, NODES, name, missing_ok=True)
+        return ops.get(self.target, kinds.NODE.resource, name, missing_ok=True)
 
     def node_annotations(self, name: str) -> dict[str, str]:
         return dict(((self.node(name) or {}).get("metadata") or {}).get("annotations") or {})
@@ -130,10 +130,10 @@ class Fleet:
         return None if found is None else found.status.current_status.preserve_expiry_time
 
     def set_status(self, name: str) -> dict[str, Any]:
-        return dict((ops.get(self.control, MACHINE_SETS, name, NS) or {}).get("status") or {})
+        return dict((ops.get(self.control, kinds.MACHINE_SET.resource, name, NS) or {}).get("status") or {})
 
     def fail(self, name: str) -> None:
-        ops.patch(self.target, NODES, name, {"metadata": {"annotations": READY_FALSE}})
+        ops.patch(self.target, kinds.NODE.resource, name, {"metadata": {"annotations": READY_FALSE}})
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +142,10 @@ def fleet(sandbox: Sandbox) -> Iterator[Fleet]:
         made = Fleet(clients)
         user_data = base64.b64encode(b"#!/bin/sh\n").decode()
         secret = {"metadata": {"name": "preserve-secret", "namespace": NS}, "data": {"userData": user_data}}
-        ops.create(made.control, SECRETS, secret)
+        ops.create(made.control, kinds.SECRET.resource, secret)
         ops.create(
             made.control,
-            MACHINE_CLASSES,
+            kinds.MACHINE_CLASS.resource,
             {
                 "apiVersion": API_VERSION,
                 "kind": "MachineClass",
@@ -164,7 +164,7 @@ def test_failed_machine_preserved_when_failed_until_the_timeout_then_replaced(fl
     pod = f"work-{uuid.uuid4().hex[:5]}"
     ops.create(
         fleet.target,
-        PODS,
+        kinds.POD.resource,
         {
             "metadata": {"name": pod, "namespace": NS},
             "spec": {"nodeName": victim, "terminationGracePeriodSeconds": 1,
@@ -172,7 +172,10 @@ def test_failed_machine_preserved_when_failed_until_the_timeout_then_replaced(fl
         },
     )  # fmt: skip
     ops.patch(
-        fleet.target, NODES, victim, {"metadata": {"annotations": {PRESERVE_ANNOTATION: "when-failed"}}}
+        fleet.target,
+        kinds.NODE.resource,
+        victim,
+        {"metadata": {"annotations": {PRESERVE_ANNOTATION: "when-failed"}}},
     )
     fleet.wait(
         lambda: (
@@ -189,7 +192,9 @@ def test_failed_machine_preserved_when_failed_until_the_timeout_then_replaced(fl
     )
     fleet.wait(lambda: fleet.tainted(victim) and fleet.protected(victim), "tainted and protected")
     fleet.wait(lambda: fleet.condition(victim) == "True", "Preserved condition")
-    fleet.wait(lambda: ops.get(fleet.target, PODS, pod, NS, missing_ok=True) is None, "its pod drained")
+    fleet.wait(
+        lambda: ops.get(fleet.target, kinds.POD.resource, pod, NS, missing_ok=True) is None, "its pod drained"
+    )
     fleet.wait(lambda: fleet.set_status("wf").get("preservedFailedReplicas") == 1, "counted as preserved")
     # kept: still counts toward the replicas, no replacement while preserved
     assert fleet.get(victim) is not None and not fleet.get(victim).metadata.is_deleting  # type: ignore[union-attr]
@@ -207,13 +212,25 @@ def test_failed_machine_preserved_when_failed_until_the_timeout_then_replaced(fl
 def test_now_on_a_healthy_machine_and_its_removal(fleet: Fleet) -> None:
     fleet.machine_set("now", 1)
     [name] = fleet.running("now")
-    ops.patch(fleet.control, MACHINES, name, {"metadata": {"annotations": {PRESERVE_ANNOTATION: "now"}}}, NS)
+    ops.patch(
+        fleet.control,
+        kinds.MACHINE.resource,
+        name,
+        {"metadata": {"annotations": {PRESERVE_ANNOTATION: "now"}}},
+        NS,
+    )
     fleet.wait(lambda: fleet.expiry(name) is not None, "preserve expiry set")
     fleet.wait(lambda: fleet.protected(name) and fleet.condition(name) == "True", "autoscaler protection")
     assert not fleet.tainted(name), "a healthy preserved machine stays schedulable"
     assert fleet.phase(name) == "Running"
 
-    ops.patch(fleet.control, MACHINES, name, {"metadata": {"annotations": {PRESERVE_ANNOTATION: None}}}, NS)
+    ops.patch(
+        fleet.control,
+        kinds.MACHINE.resource,
+        name,
+        {"metadata": {"annotations": {PRESERVE_ANNOTATION: None}}},
+        NS,
+    )
     fleet.wait(lambda: fleet.expiry(name) is None, "preserve expiry cleared")
     fleet.wait(lambda: not fleet.protected(name) and fleet.condition(name) == "False", "protection gone")
     assert CA_SCALE_DOWN_DISABLED_ANNOTATION not in fleet.node_annotations(name)

@@ -18,9 +18,9 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
 from mcm_sandbox.testing.keyspace import search
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_DEPLOYMENTS, MACHINES, SECRETS
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalCloud, LocalDriver
 from tests.e2e.pools import create_pool, running
@@ -80,10 +80,10 @@ def test_no_secret_value_anywhere_in_redis_after_a_full_lifecycle(
 
     # the data changes under the running pool: the class is woken, nothing of the new value is kept
     edited = {**data, "providerSecretAccessKey": b64(EDITED)}
-    ops.patch(control, SECRETS, "scan-secret", {"data": edited}, NS)
+    ops.patch(control, kinds.SECRET.resource, "scan-secret", {"data": edited}, NS)
 
     # an orphan VM: beat's safety job lists the class's VMs with its credentials and deletes it
-    klass = MachineClass.model_validate(ops.get(control, MACHINE_CLASSES, "scan-class", NS))
+    klass = MachineClass.model_validate(ops.get(control, kinds.MACHINE_CLASS.resource, "scan-class", NS))
     stub = Machine.model_validate({"metadata": {"name": "scan-orphan", "namespace": NS}})
     LocalDriver(sandbox.redis_url).create_machine(
         CreateMachineRequest(machine=stub, machine_class=klass, secret=Secret(data={"userData": b"x"}))
@@ -95,11 +95,11 @@ def test_no_secret_value_anywhere_in_redis_after_a_full_lifecycle(
         what="the orphan VM collected",
     )
 
-    ops.patch(control, MACHINE_DEPLOYMENTS, "scan", {"spec": {"replicas": 1}}, NS)
+    ops.patch(control, kinds.MACHINE_DEPLOYMENT.resource, "scan", {"spec": {"replicas": 1}}, NS)
     wait_until(lambda: len(live_vms(client)) == 1, WAIT, interval=0.3, what="scaled down to 1 VM")
-    ops.delete(control, MACHINE_DEPLOYMENTS, "scan", NS)
+    ops.delete(control, kinds.MACHINE_DEPLOYMENT.resource, "scan", NS)
     wait_until(
-        lambda: not ops.list_(control, MACHINES, NS)["items"] and not live_vms(client),
+        lambda: not ops.list_(control, kinds.MACHINE.resource, NS)["items"] and not live_vms(client),
         WAIT,
         interval=0.3,
         what="every machine and VM gone",

@@ -17,8 +17,8 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.redis_ha import Certificates, RedisNode, make_certificates, tls_redis_server_binary
 from mcm_sandbox.runner import Sandbox
+from mcm_tasks import kinds
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS
 from mcm_tasks.redisdb import acl_rules, close_all, get_redis
 from mcm_tasks.settings import configure, reset_settings
 from providers.local import LocalCloud
@@ -143,7 +143,7 @@ def test_a_lifecycle_over_tls_as_the_acl_user(server: TlsRedis, sandbox: Sandbox
     create_pool(control, "tls", 2)
     wait_until(lambda: running(control) == 2, WAIT, interval=0.3, what="2 machines Running over TLS")
     cloud = LocalCloud(get_redis(decode=False))
-    ops.delete(control, MACHINE_DEPLOYMENTS, "tls", NS)
+    ops.delete(control, kinds.MACHINE_DEPLOYMENT.resource, "tls", NS)
     wait_until(
         lambda: not machines(control) and not [v for v in cloud.all() if v.live()],
         WAIT,

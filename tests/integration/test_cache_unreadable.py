@@ -9,7 +9,7 @@ import redis
 
 from informers.processor import Relisted
 from mcm_sandbox.testing import fixtures as fx
-from mcm_tasks.cache import layout
+from mcm_tasks import kinds
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.cache.reader import CacheReader
@@ -26,7 +26,7 @@ def listers(client: redis.Redis) -> Listers:
     bad = fx.machine("bad", machine_set="s")
     bad["spec"]["class"] = {"kind": "MachineClass", "name": ["a", "list"]}  # no schema here to refuse it
     good = fx.machine("good", machine_set="s")
-    Writer(client).apply(Relisted(layout.MACHINES, [good, bad], "5", initial=True))
+    Writer(client).apply(Relisted(kinds.MACHINE.mirror, [good, bad], "5", initial=True))
     return new_listers(NS, CacheReader(client))
 
 

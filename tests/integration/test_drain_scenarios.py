@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from mcm_sandbox.procs import wait_until
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import NODE_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.controllers.common.context import list_objects
 from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from mcm_tasks.kube.clients import get_clusters
-from mcm_tasks.kube.resources import NODES
 from tests.integration import test_deletion_env as sandbox
 from tests.integration.test_deletion_env import (
     Env,
@@ -249,7 +249,8 @@ def test_list_objects_reads_the_mirror_only_when_complete_and_not_live(
 
     def names(**kw: Any) -> set[str]:
         return {
-            n["metadata"]["name"] for n in list_objects(lister, api, NODES, mirror=lambda: [marker], **kw)
+            n["metadata"]["name"]
+            for n in list_objects(lister, api, kinds.NODE.resource, mirror=lambda: [marker], **kw)
         }
 
     wait_until(lambda: from_mirror == lister.synced(), 15, what="the nodes' mirror state")

@@ -22,9 +22,9 @@ from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
 from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
+from mcm_tasks import kinds
 from mcm_tasks.cache import layout
 from mcm_tasks.kube import ops
-from mcm_tasks.kube import resources as kres
 from tests.integration.test_informer_sandbox import clear_faults, create, fault
 
 pytestmark = pytest.mark.integration
@@ -39,14 +39,14 @@ def namespace(kube_api: ApiClient, apiserver: ApiServer) -> str:
     name = f"lead-{uuid.uuid4().hex[:8]}"
     ops.create(
         kube_api,
-        kres.NAMESPACES,
+        kinds.NAMESPACE.resource,
         {"metadata": {"name": name}},
     )
     return name
 
 
 def holder(api: ApiClient, namespace: str) -> str:
-    lease = ops.get(api, kres.LEASES, LEASE_NAME, namespace, missing_ok=True)
+    lease = ops.get(api, kinds.LEASE.resource, LEASE_NAME, namespace, missing_ok=True)
     return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
 
 
@@ -87,7 +87,7 @@ def test_the_standby_takes_over_within_the_lease_duration_when_the_leader_is_kil
     client = redis.Redis.from_url(redis_url, decode_responses=True)
 
     def mirrored(name: str) -> bool:
-        return bool(client.hexists(layout.objects_key(layout.MACHINES), f"{namespace}/{name}"))
+        return bool(client.hexists(layout.objects_key(kinds.MACHINE.mirror), f"{namespace}/{name}"))
 
     wait_until(lambda: holder(kube_api, namespace) in replicas, TIMEOUT, what="a leader")
     leader = holder(kube_api, namespace)
@@ -97,7 +97,7 @@ def test_the_standby_takes_over_within_the_lease_duration_when_the_leader_is_kil
     )
     assert client.hget(status_key(leader), "leading") == "1"
     assert not client.exists(status_key(standby)), "the standby neither mirrors nor routes"
-    create(kube_api, kres.MACHINES, fx.machine("before"), namespace)
+    create(kube_api, kinds.MACHINE.resource, fx.machine("before"), namespace)
     wait_until(lambda: mirrored("before"), TIMEOUT, what="mirrored by the leader")
 
     replicas[leader].kill()
@@ -106,7 +106,7 @@ def test_the_standby_takes_over_within_the_lease_duration_when_the_leader_is_kil
     takeover = time.monotonic() - killed_at
     assert takeover <= LEASE + 2 * RETRY + 1.0, f"took {takeover:.2f}s with a {LEASE}s lease"
 
-    create(kube_api, kres.MACHINES, fx.machine("after"), namespace)
+    create(kube_api, kinds.MACHINE.resource, fx.machine("after"), namespace)
     wait_until(lambda: mirrored("after"), TIMEOUT, what="mirrored by the new leader")
     wait_until(
         lambda: f"machine {namespace}/after" in client.lrange(routed_list_key(), 0, -1),
@@ -142,9 +142,9 @@ def test_a_leader_that_cannot_renew_stops_its_watches_and_leads_again_later(
 
         clear_faults(apiserver)
         wait_until(lambda: running.informer.reflectors != reflectors, TIMEOUT, what="leading again")
-        create(kube_api, kres.MACHINES, fx.machine("later"), namespace)
+        create(kube_api, kinds.MACHINE.resource, fx.machine("later"), namespace)
         wait_until(
-            lambda: running.redis.hexists(layout.objects_key(layout.MACHINES), f"{namespace}/later"),
+            lambda: running.redis.hexists(layout.objects_key(kinds.MACHINE.mirror), f"{namespace}/later"),
             TIMEOUT,
             what="mirroring again",
         )

@@ -13,6 +13,7 @@ from informers.mirror import Mirror
 from informers.processor import Processor, Relisted, WatchEvent
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.listers import Listers, new_listers
@@ -50,8 +51,10 @@ def listers(client: redis.Redis) -> Listers:
 
 def test_machines_are_readable_as_models_and_through_every_index(writer: Writer, listers: Listers) -> None:
     writer.apply(
-        WatchEvent(layout.MACHINES, ADDED, fx.machine("a", machine_set="s", node="n1", labels={"name": "d"})),
-        WatchEvent(layout.MACHINES, ADDED, fx.machine("b", machine_set="s", cls="other")),
+        WatchEvent(
+            kinds.MACHINE.mirror, ADDED, fx.machine("a", machine_set="s", node="n1", labels={"name": "d"})
+        ),
+        WatchEvent(kinds.MACHINE.mirror, ADDED, fx.machine("b", machine_set="s", cls="other")),
     )
     got = listers.machines.get("a")
     assert isinstance(got, Machine) and got.metadata.name == "a"
@@ -66,27 +69,29 @@ def test_machines_are_readable_as_models_and_through_every_index(writer: Writer,
 def test_an_object_and_its_index_entries_change_together(
     writer: Writer, listers: Listers, client: redis.Redis
 ) -> None:
-    writer.apply(WatchEvent(layout.PODS, ADDED, fx.pod("p", node_name="n1")))
-    writer.apply(WatchEvent(layout.PODS, MODIFIED, fx.pod("p", node_name="n2", rv="2")))
+    writer.apply(WatchEvent(kinds.POD.mirror, ADDED, fx.pod("p", node_name="n1")))
+    writer.apply(WatchEvent(kinds.POD.mirror, MODIFIED, fx.pod("p", node_name="n2", rv="2")))
     assert listers.pods.on_node("n1") == []
     assert [p["metadata"]["name"] for p in listers.pods.on_node("n2")] == ["p"]
-    writer.apply(WatchEvent(layout.PODS, DELETED, fx.pod("p", node_name="n2", rv="3")))
+    writer.apply(WatchEvent(kinds.POD.mirror, DELETED, fx.pod("p", node_name="n2", rv="3")))
     assert listers.pods.get("p", "default") is None
     assert listers.pods.on_node("n2") == []
-    assert client.keys(layout.index_pattern(layout.PODS)) == [], "no empty index sets are left behind"
+    assert client.keys(layout.index_pattern(kinds.POD.mirror)) == [], "no empty index sets are left behind"
 
 
 def test_relist_removes_what_vanished_while_the_watch_was_down(writer: Writer, listers: Listers) -> None:
     writer.apply(
         *(
             WatchEvent(
-                layout.NODES, ADDED, fx.node(f"n{i}", labels={"node.gardener.cloud/machine-name": f"m{i}"})
+                kinds.NODE.mirror,
+                ADDED,
+                fx.node(f"n{i}", labels={"node.gardener.cloud/machine-name": f"m{i}"}),
             )
             for i in range(3)
         )
     )
     writer.apply(
-        Relisted(layout.NODES, [fx.node("n0", labels={"node.gardener.cloud/machine-name": "m0"})], "9")
+        Relisted(kinds.NODE.mirror, [fx.node("n0", labels={"node.gardener.cloud/machine-name": "m0"})], "9")
     )
     assert listers.nodes.keys() == ["n0"]
     assert listers.nodes.for_machine("m1") == []
@@ -97,19 +102,21 @@ def test_relist_removes_what_vanished_while_the_watch_was_down(writer: Writer, l
 
 def test_large_batches_are_written_in_chunks_completely(writer: Writer, listers: Listers) -> None:
     pods = [fx.pod(f"p{i}", node_name=f"n{i % 7}") for i in range(1234)]
-    writer.apply(Relisted(layout.PODS, pods, "5", initial=True))
-    assert listers.pods.reader.count(layout.PODS) == 1234
+    writer.apply(Relisted(kinds.POD.mirror, pods, "5", initial=True))
+    assert listers.pods.reader.count(kinds.POD.mirror) == 1234
     assert len(listers.pods.on_node("n3")) == len([p for p in pods if p["spec"]["nodeName"] == "n3"])
 
 
 def test_secret_data_never_reaches_redis(writer: Writer, listers: Listers, client: redis.Redis) -> None:
-    writer.apply(WatchEvent(layout.SECRETS, ADDED, fx.secret("s", data={"userData": "aGVsbG8="})))
-    writer.apply(WatchEvent(layout.MACHINE_CLASSES, ADDED, fx.machine_class("c", secret="s")))
+    writer.apply(WatchEvent(kinds.SECRET.mirror, ADDED, fx.secret("s", data={"userData": "aGVsbG8="})))
+    writer.apply(WatchEvent(kinds.MACHINE_CLASS.mirror, ADDED, fx.machine_class("c", secret="s")))
     assert [c.metadata.name for c in listers.machine_classes.referencing_secret(f"{NS}/s")] == ["c"]
     digest = listers.secrets.data_digest("s")
     assert digest and digest.startswith("hmac-sha256:")
     assert "data" not in (listers.secrets.get("s") or {})
-    writer.apply(WatchEvent(layout.SECRETS, MODIFIED, fx.secret("s", rv="2", data={"userData": "d29ybGQ="})))
+    writer.apply(
+        WatchEvent(kinds.SECRET.mirror, MODIFIED, fx.secret("s", rv="2", data={"userData": "d29ybGQ="}))
+    )
     assert listers.secrets.data_digest("s") not in (None, digest)
     dump = b"".join(client.dump(k) or b"" for k in client.keys("*"))
     assert b"aGVsbG8=" not in dump and b"d29ybGQ=" not in dump
@@ -143,12 +150,12 @@ def test_a_new_leader_seeds_its_memory_from_the_mirror(
     writer: Writer, client: redis.Redis, listers: Listers
 ) -> None:
     writer.apply(
-        WatchEvent(layout.PODS, ADDED, fx.pod("gone", node_name="n")),
-        WatchEvent(layout.PODS, ADDED, fx.pod("kept", node_name="n")),
+        WatchEvent(kinds.POD.mirror, ADDED, fx.pod("gone", node_name="n")),
+        WatchEvent(kinds.POD.mirror, ADDED, fx.pod("kept", node_name="n")),
     )
     successor = Writer(client)
-    assert successor.processor.seed(layout.PODS, successor.mirror.scan(layout.PODS)) == 2
-    successor.apply(Relisted(layout.PODS, [fx.pod("kept", node_name="n")], "7", initial=True))
+    assert successor.processor.seed(kinds.POD.mirror, successor.mirror.scan(kinds.POD.mirror)) == 2
+    successor.apply(Relisted(kinds.POD.mirror, [fx.pod("kept", node_name="n")], "7", initial=True))
     assert [p["metadata"]["name"] for p in listers.pods.on_node("n")] == ["kept"]
 
 
@@ -161,10 +168,10 @@ def test_the_bench_hook_mirrors_each_synthetic_event_and_routes_it_to_the_machin
     sink = ListSink(client)
     reader = CacheReader(client)
     assert mirror_and_enqueue(client, [("machine", "m1"), ("machine", "m2"), ("node", "n1")], sink) == 3
-    first = reader.get(layout.MACHINES, "m1")
+    first = reader.get(kinds.MACHINE.mirror, "m1")
     assert first is not None and first["metadata"]["generation"] == 1
     mirror_and_enqueue(client, [("machine", "m1")], sink)
-    assert reader.get(layout.MACHINES, "m1")["metadata"]["generation"] == 2  # type: ignore[index]
+    assert reader.get(kinds.MACHINE.mirror, "m1")["metadata"]["generation"] == 2  # type: ignore[index]
     assert [i.decode() for i in client.lrange(sink.key, 0, -1)] == [  # type: ignore[union-attr]
         "machine m1",
         "machine m2",

@@ -14,7 +14,7 @@ from informers.events import ADDED, DELETED, MODIFIED
 from informers.mirror import Mirror
 from informers.processor import Relisted, WatchEvent
 from mcm_sandbox.testing import fixtures as fx
-from mcm_tasks.cache import layout
+from mcm_tasks import kinds
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader
 from tests.integration.test_informer_mirror import Writer, client
@@ -40,7 +40,7 @@ def test_shared_reads_reuse_unchanged_objects_and_follow_changes(
 ) -> None:
     writer = Writer(client)
     writer.apply(
-        Relisted(layout.MACHINES, [fx.machine("a", machine_set="s"), fx.machine("b")], "5", initial=True)
+        Relisted(kinds.MACHINE.mirror, [fx.machine("a", machine_set="s"), fx.machine("b")], "5", initial=True)
     )
     shared = listers.machines.shared
     first = {m.metadata.name: m for m in shared.list()}
@@ -52,23 +52,23 @@ def test_shared_reads_reuse_unchanged_objects_and_follow_changes(
     assert listers.machines.get("a") is not first["a"]
 
     writer.apply(
-        WatchEvent(layout.MACHINES, MODIFIED, fx.machine("a", rv="6", generation=2, machine_set="s"))
+        WatchEvent(kinds.MACHINE.mirror, MODIFIED, fx.machine("a", rv="6", generation=2, machine_set="s"))
     )
     changed = shared.get("a")
     assert changed is not first["a"] and changed.metadata.generation == 2
     assert {m.metadata.name: m for m in shared.list()}["b"] is first["b"]
 
-    writer.apply(WatchEvent(layout.MACHINES, DELETED, fx.machine("b", rv="7")))
+    writer.apply(WatchEvent(kinds.MACHINE.mirror, DELETED, fx.machine("b", rv="7")))
     assert names(shared.list()) == ["a"]
     assert shared.get("b") is None
 
 
 def test_list_if_synced_is_none_until_the_kind_is_listed(client: redis.Redis, listers: Listers) -> None:
     writer = Writer(client)
-    writer.apply(WatchEvent(layout.MACHINES, ADDED, fx.machine("early")))
+    writer.apply(WatchEvent(kinds.MACHINE.mirror, ADDED, fx.machine("early")))
     assert listers.machines.list_if_synced() is None
     assert listers.machines.shared.list_if_synced() is None
-    writer.apply(Relisted(layout.MACHINES, [fx.machine("early"), fx.machine("late")], "9", initial=True))
+    writer.apply(Relisted(kinds.MACHINE.mirror, [fx.machine("early"), fx.machine("late")], "9", initial=True))
     assert names(listers.machines.list_if_synced() or []) == ["early", "late"]
     assert names(listers.machines.shared.list_if_synced() or []) == ["early", "late"]
 
@@ -76,19 +76,19 @@ def test_list_if_synced_is_none_until_the_kind_is_listed(client: redis.Redis, li
 def test_a_synced_kind_is_remembered_within_a_scope_an_unsynced_one_never(client: redis.Redis) -> None:
     reader = CacheReader(client)
     with reader.remembering_synced():
-        assert not reader.synced(layout.MACHINES)
-        Writer(client).apply(Relisted(layout.MACHINES, [], "3", initial=True))
-        assert reader.synced(layout.MACHINES), "a no is not remembered"
+        assert not reader.synced(kinds.MACHINE.mirror)
+        Writer(client).apply(Relisted(kinds.MACHINE.mirror, [], "3", initial=True))
+        assert reader.synced(kinds.MACHINE.mirror), "a no is not remembered"
         Mirror(client).forget_synced()
-        assert reader.synced(layout.MACHINES), "a yes is remembered in the scope"
-    assert not reader.synced(layout.MACHINES), "nor after it"
-    Writer(client).apply(Relisted(layout.MACHINES, [], "4"))
+        assert reader.synced(kinds.MACHINE.mirror), "a yes is remembered in the scope"
+    assert not reader.synced(kinds.MACHINE.mirror), "nor after it"
+    Writer(client).apply(Relisted(kinds.MACHINE.mirror, [], "4"))
     with reader.remembering_synced():
-        assert reader.synced(layout.MACHINES)
+        assert reader.synced(kinds.MACHINE.mirror)
         Mirror(client).forget_synced()
         # the combined read never relies on the remembered yes
-        assert reader.list_stored_if_synced(layout.MACHINES) is None
-        assert not reader.synced(layout.MACHINES)
+        assert reader.list_stored_if_synced(kinds.MACHINE.mirror) is None
+        assert not reader.synced(kinds.MACHINE.mirror)
 
 
 def _calls(client: redis.Redis, command: str) -> int:
@@ -97,15 +97,15 @@ def _calls(client: redis.Redis, command: str) -> int:
 
 
 def test_one_read_answers_every_kind_s_synced_question_in_a_scope(client: redis.Redis) -> None:
-    for kind in (layout.MACHINES, layout.MACHINE_SETS, layout.NODES):
+    for kind in (kinds.MACHINE.mirror, kinds.MACHINE_SET.mirror, kinds.NODE.mirror):
         Writer(client).apply(Relisted(kind, [], "3", initial=True))
     reader = CacheReader(client)
     before = {c: _calls(client, c) for c in ("hkeys", "hexists")}
     with reader.remembering_synced():
-        assert not reader.synced(layout.PODS)
-        assert reader.synced(layout.MACHINES)
-        assert reader.synced(layout.MACHINE_SETS) and reader.synced(layout.NODES)
-        assert not reader.synced(layout.PODS), "asked again: a no is read afresh"
+        assert not reader.synced(kinds.POD.mirror)
+        assert reader.synced(kinds.MACHINE.mirror)
+        assert reader.synced(kinds.MACHINE_SET.mirror) and reader.synced(kinds.NODE.mirror)
+        assert not reader.synced(kinds.POD.mirror), "asked again: a no is read afresh"
     # one HKEYS answers the first question and every synced kind; one HEXISTS for the second
     # question about the unsynced one
     assert _calls(client, "hkeys") - before["hkeys"] == 1

@@ -18,7 +18,7 @@ from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer, RedisServer, wait_until
 from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
-from mcm_tasks.cache import layout
+from mcm_tasks import kinds
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.kube import ops
@@ -45,7 +45,7 @@ def namespace(kube_api: ApiClient, crds: ApiServer) -> str:
     name = f"inf-{uuid.uuid4().hex[:8]}"
     ops.create(
         kube_api,
-        kres.NAMESPACES,
+        kinds.NAMESPACE.resource,
         {"metadata": {"name": name}},
     )
     return name
@@ -119,13 +119,18 @@ def clear_faults(server: ApiServer) -> None:
 def test_mirror_follows_creates_updates_deletes_with_indexes_and_routing(
     kube_api: ApiClient, informer: InformerThread, listers: Listers, namespace: str
 ) -> None:
-    create(kube_api, kres.SECRETS, fx.secret("cred", data={"userData": "aGk="}), namespace)
-    create(kube_api, kres.MACHINE_CLASSES, fx.machine_class("cls", secret="cred"), namespace)
-    ms = create(kube_api, kres.MACHINE_SETS, fx.machine_set("set", selector={"app": "a"}), namespace)
+    create(kube_api, kinds.SECRET.resource, fx.secret("cred", data={"userData": "aGk="}), namespace)
+    create(kube_api, kinds.MACHINE_CLASS.resource, fx.machine_class("cls", secret="cred"), namespace)
+    ms = create(kube_api, kinds.MACHINE_SET.resource, fx.machine_set("set", selector={"app": "a"}), namespace)
     ms_uid = ms["metadata"]["uid"]
     owned = fx.machine("m1", machine_set="set", machine_set_uid=ms_uid, labels={"app": "a"})
-    create(kube_api, kres.MACHINES, owned, namespace)
-    create(kube_api, kres.MACHINES, fx.machine("m2", machine_set="set", machine_set_uid=ms_uid), namespace)
+    create(kube_api, kinds.MACHINE.resource, owned, namespace)
+    create(
+        kube_api,
+        kinds.MACHINE.resource,
+        fx.machine("m2", machine_set="set", machine_set_uid=ms_uid),
+        namespace,
+    )
 
     wait_until(lambda: len(listers.machines.owned_by(ms_uid)) == 2, TIMEOUT, what="machines indexed by owner")
     wait_until(lambda: bool(listers.secrets.data_digest("cred")), TIMEOUT, what="class secret, digest only")
@@ -133,14 +138,14 @@ def test_mirror_follows_creates_updates_deletes_with_indexes_and_routing(
         "cls"
     ]
 
-    ops.patch(kube_api, kres.MACHINES, "m1", {"metadata": {"labels": {"node": "node-1"}}}, namespace)
+    ops.patch(kube_api, kinds.MACHINE.resource, "m1", {"metadata": {"labels": {"node": "node-1"}}}, namespace)
     wait_until(
         lambda: [m.metadata.name for m in listers.machines.on_node("node-1")] == ["m1"],
         TIMEOUT,
         what="node index",
     )
 
-    ops.delete(kube_api, kres.MACHINES, "m2", namespace)
+    ops.delete(kube_api, kinds.MACHINE.resource, "m2", namespace)
     wait_until(lambda: listers.machines.get("m2") is None, TIMEOUT, what="deleted machine leaves the mirror")
     assert [m.metadata.name for m in listers.machines.owned_by(ms_uid)] == ["m1"]
 
@@ -159,8 +164,8 @@ def test_mirror_follows_creates_updates_deletes_with_indexes_and_routing(
     # creations are counted per batch: "creation <set> 1" twice, or "creation <set> 2" once
     creation = f"creation {namespace}/set "
     assert sum(int(entry.removeprefix(creation)) for entry in routed if entry.startswith(creation)) == 2
-    assert mirrored_versions(listers.machines.reader, layout.MACHINES, namespace) == listed_versions(
-        kube_api, kres.MACHINES, namespace
+    assert mirrored_versions(listers.machines.reader, kinds.MACHINE.mirror, namespace) == listed_versions(
+        kube_api, kinds.MACHINE.resource, namespace
     )
 
 
@@ -174,19 +179,23 @@ def test_cut_watches_recover_without_losing_an_event(
         watches = informer.stat("machines.watches")
         fault(apiserver, {"action": "cut-watches", "resources": ["machines"], "duration_seconds": 0.3})
         for i in range(round_ * 10, round_ * 10 + 10):
-            create(kube_api, kres.MACHINES, fx.machine(f"m{i}"), namespace)
+            create(kube_api, kinds.MACHINE.resource, fx.machine(f"m{i}"), namespace)
         ops.patch(
-            kube_api, kres.MACHINES, f"m{round_ * 10 + 2}", {"spec": {"providerID": f"p{round_}"}}, namespace
+            kube_api,
+            kinds.MACHINE.resource,
+            f"m{round_ * 10 + 2}",
+            {"spec": {"providerID": f"p{round_}"}},
+            namespace,
         )
 
         def reopened(before: int = watches) -> bool:
             return informer.stat("machines.watches") > before
 
         wait_until(reopened, TIMEOUT, what="the cut watch re-opened")
-    ops.delete(kube_api, kres.MACHINES, "m0", namespace)
-    listed = listed_versions(kube_api, kres.MACHINES, namespace)
+    ops.delete(kube_api, kinds.MACHINE.resource, "m0", namespace)
+    listed = listed_versions(kube_api, kinds.MACHINE.resource, namespace)
     wait_until(
-        lambda: mirrored_versions(listers.machines.reader, layout.MACHINES, namespace) == listed,
+        lambda: mirrored_versions(listers.machines.reader, kinds.MACHINE.mirror, namespace) == listed,
         TIMEOUT,
         what="mirror equal to a fresh LIST",
     )
@@ -209,7 +218,7 @@ def test_a_silent_watch_is_ended_by_the_client_read_timeout_and_watched_again(
         wait_until(running.synced, TIMEOUT, what="informer synced")
         wait_until(lambda: running.stat("machinedeployments.timeouts") >= 2, TIMEOUT, what="read timeouts")
         assert running.stat("machinedeployments.errors") == 0, "a read timeout is a normal end, no backoff"
-        create(kube_api, kres.MACHINE_DEPLOYMENTS, fx.machine_deployment("d"), namespace)
+        create(kube_api, kinds.MACHINE_DEPLOYMENT.resource, fx.machine_deployment("d"), namespace)
         wait_until(
             lambda: f"machinedeployment {namespace}/d" in running.routed(),
             TIMEOUT,
@@ -229,23 +238,25 @@ def test_expired_resource_version_is_re_listed_and_what_vanished_is_routed(
         ns = "expiry"
         ops.create(
             api,
-            kres.NAMESPACES,
+            kinds.NAMESPACE.resource,
             {"metadata": {"name": ns}},
         )
-        create(api, kres.MACHINES, fx.machine("doomed"), ns)
+        create(api, kinds.MACHINE.resource, fx.machine("doomed"), ns)
         with InformerThread(sandbox_settings(server.kubeconfig, redis_url, ns)) as running:
             wait_until(running.synced, TIMEOUT, what="informer synced")
             reader = CacheReader(running.redis)
             wait_until(
-                lambda: reader.get(layout.MACHINES, f"{ns}/doomed") is not None, TIMEOUT, what="mirrored"
+                lambda: reader.get(kinds.MACHINE.mirror, f"{ns}/doomed") is not None, TIMEOUT, what="mirrored"
             )
             fault(server, {"action": "cut-watches", "resources": ["machines"], "duration_seconds": 1.5})
-            ops.delete(api, kres.MACHINES, "doomed", ns)
+            ops.delete(api, kinds.MACHINE.resource, "doomed", ns)
             for i in range(12):  # push the informer's version out of a 5-event history
-                create(api, kres.MACHINES, fx.machine(f"m{i}"), ns)
-            listed = listed_versions(api, kres.MACHINES, ns)
+                create(api, kinds.MACHINE.resource, fx.machine(f"m{i}"), ns)
+            listed = listed_versions(api, kinds.MACHINE.resource, ns)
             wait_until(
-                lambda: mirrored_versions(reader, layout.MACHINES, ns) == listed, TIMEOUT, what="re-listed"
+                lambda: mirrored_versions(reader, kinds.MACHINE.mirror, ns) == listed,
+                TIMEOUT,
+                what="re-listed",
             )
             assert running.stat("machines.gone") >= 1
             assert running.stat("machines.lists") >= 2
@@ -266,11 +277,11 @@ def test_redis_restarted_empty_is_noticed_and_every_key_is_enqueued_again(
 ) -> None:
     redis_server = RedisServer(tmp_path / "redis").start()
     try:
-        create(kube_api, kres.SECRETS, fx.secret("cred"), namespace)
-        create(kube_api, kres.MACHINE_CLASSES, fx.machine_class("cls", secret="cred"), namespace)
-        create(kube_api, kres.MACHINE_SETS, fx.machine_set("set"), namespace)
+        create(kube_api, kinds.SECRET.resource, fx.secret("cred"), namespace)
+        create(kube_api, kinds.MACHINE_CLASS.resource, fx.machine_class("cls", secret="cred"), namespace)
+        create(kube_api, kinds.MACHINE_SET.resource, fx.machine_set("set"), namespace)
         for i in range(5):
-            create(kube_api, kres.MACHINES, fx.machine(f"m{i}"), namespace)
+            create(kube_api, kinds.MACHINE.resource, fx.machine(f"m{i}"), namespace)
         settings = sandbox_settings(apiserver.kubeconfig, redis_server.url, namespace)
         with InformerThread(settings) as running:
             wait_until(running.synced, TIMEOUT, what="informer synced")
@@ -278,15 +289,15 @@ def test_redis_restarted_empty_is_noticed_and_every_key_is_enqueued_again(
             assert not running.synced()
             wait_until(running.synced, TIMEOUT, what="informer re-synced after the restart")
             reader = CacheReader(running.redis)
-            listed = listed_versions(kube_api, kres.MACHINES, namespace)
-            assert mirrored_versions(reader, layout.MACHINES, namespace) == listed
+            listed = listed_versions(kube_api, kinds.MACHINE.resource, namespace)
+            assert mirrored_versions(reader, kinds.MACHINE.mirror, namespace) == listed
             expected = {f"machine {namespace}/m{i}" for i in range(5)} | {
                 f"machineset {namespace}/set",
                 f"machineclass {namespace}/cls",
                 f"secret {namespace}/cred",
             }
             running.wait_routed(expected, TIMEOUT)
-            assert "data" not in (reader.get(layout.SECRETS, f"{namespace}/cred") or {"data": None})
+            assert "data" not in (reader.get(kinds.SECRET.mirror, f"{namespace}/cred") or {"data": None})
             assert running.informer.counters["redis_lost"] == 1
     finally:
         redis_server.stop()
@@ -298,8 +309,8 @@ def test_redis_restarted_empty_is_noticed_and_every_key_is_enqueued_again(
 def test_periodic_resync_enqueues_every_key_without_any_change(
     kube_api: ApiClient, apiserver: ApiServer, redis_url: str, namespace: str
 ) -> None:
-    create(kube_api, kres.MACHINES, fx.machine("m"), namespace)
-    create(kube_api, kres.MACHINE_DEPLOYMENTS, fx.machine_deployment("d"), namespace)
+    create(kube_api, kinds.MACHINE.resource, fx.machine("m"), namespace)
+    create(kube_api, kinds.MACHINE_DEPLOYMENT.resource, fx.machine_deployment("d"), namespace)
     settings = sandbox_settings(apiserver.kubeconfig, redis_url, namespace, min_resync_period=1)
     with InformerThread(settings) as running:
         wait_until(running.synced, TIMEOUT, what="informer synced")

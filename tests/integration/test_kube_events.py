@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from mcm_sandbox.procs import ApiServer
+from mcm_tasks import kinds
 from mcm_tasks.kube import clients, ops
 from mcm_tasks.kube.events import SPAM_BURST, WARNING, EventRecorder
-from mcm_tasks.kube.resources import EVENTS
 from mcm_tasks.settings import configure, load_settings
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,10 @@ def machine(name: str | None = None) -> dict[str, Any]:
 def events_of(control: clients.Cluster, obj: dict[str, Any]) -> list[dict[str, Any]]:
     meta = obj["metadata"]
     found = ops.list_(
-        control.api, EVENTS, meta["namespace"], field_selector=f"involvedObject.name={meta['name']}"
+        control.api,
+        kinds.EVENT.resource,
+        meta["namespace"],
+        field_selector=f"involvedObject.name={meta['name']}",
     )
     return list(found["items"])
 
@@ -85,7 +88,7 @@ def test_event_deleted_on_the_server_is_recreated_with_its_count(
     obj = machine()
     first = recorder.event(obj, WARNING, "FailedDelete", "x")
     assert first is not None
-    ops.delete(control.api, EVENTS, first["metadata"]["name"], "default")
+    ops.delete(control.api, kinds.EVENT.resource, first["metadata"]["name"], "default")
     again = recorder.event(obj, WARNING, "FailedDelete", "x")
     assert again is not None
     (only,) = events_of(control, obj)

@@ -15,9 +15,10 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
 from mcm_sandbox.procs import ApiServer, free_port, wait_until
+from mcm_tasks import kinds
 from mcm_tasks.kube import clients, ops
 from mcm_tasks.kube.errors import is_conflict, is_not_found
-from mcm_tasks.kube.resources import MACHINE_GROUP, MACHINES, MCM_RESOURCES, NODES, Resource
+from mcm_tasks.kube.resources import MACHINE_GROUP, Resource
 from mcm_tasks.settings import configure, load_settings, reset_settings
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ def install_crds(cluster: clients.Cluster) -> None:
                 raise
     wait_until(
         lambda: (
-            {r.plural for r in MCM_RESOURCES}
+            {r.plural for r in kinds.MCM_RESOURCES}
             <= clients.served_resources(cluster, "machine.sapcloud.io/v1alpha1")
         ),
         15,
@@ -84,7 +85,7 @@ def test_startup_check(control: clients.Cluster) -> None:
     clusters = clients.Clusters(control, None)
     gizmos = Resource(MACHINE_GROUP, "v1alpha1", "gizmos", "Gizmo")
     with pytest.raises(clients.ControlPlaneNotReady, match="gizmos"):
-        clients.check_control_cluster(clusters, required=(*MCM_RESOURCES, gizmos))
+        clients.check_control_cluster(clusters, required=(*kinds.MCM_RESOURCES, gizmos))
     install_crds(control)
     clients.check_control_cluster(clusters)
 
@@ -99,36 +100,36 @@ def test_unreachable_control_plane_fails_within_its_timeout() -> None:
 def test_stale_update_conflicts_and_retry_on_conflict_reapplies(crds: clients.Cluster) -> None:
     api = crds.api
     name = uniq("m")
-    created = ops.create(api, MACHINES, machine(name))
+    created = ops.create(api, kinds.MACHINE.resource, machine(name))
     assert created["metadata"]["resourceVersion"]
-    stale = ops.get(api, MACHINES, name, NS)
+    stale = ops.get(api, kinds.MACHINE.resource, name, NS)
     assert stale is not None
 
     # someone else writes in between
-    fresh = ops.get(api, MACHINES, name, NS)
+    fresh = ops.get(api, kinds.MACHINE.resource, name, NS)
     assert fresh is not None
     fresh["metadata"]["labels"]["other"] = "writer"
-    ops.update(api, MACHINES, fresh)
+    ops.update(api, kinds.MACHINE.resource, fresh)
 
     stale["metadata"]["labels"]["mine"] = "1"
     with pytest.raises(ApiException) as info:
-        ops.update(api, MACHINES, stale)
+        ops.update(api, kinds.MACHINE.resource, stale)
     assert is_conflict(info.value)
 
     calls: list[str] = []
 
     def add_label() -> dict[str, Any]:
-        current = ops.get(api, MACHINES, name, NS)
+        current = ops.get(api, kinds.MACHINE.resource, name, NS)
         assert current is not None
         if not calls:  # the first attempt loses a race once more
             racer = dict(
                 current,
                 metadata=dict(current["metadata"], labels={**current["metadata"]["labels"], "r": "2"}),
             )
-            ops.update(api, MACHINES, racer)
+            ops.update(api, kinds.MACHINE.resource, racer)
         calls.append(current["metadata"]["resourceVersion"])
         current["metadata"]["labels"]["mine"] = "1"
-        return ops.update(api, MACHINES, current)
+        return ops.update(api, kinds.MACHINE.resource, current)
 
     result = ops.retry_on_conflict(add_label, attempts=5, backoff=0.01)
     assert len(calls) == 2
@@ -138,36 +139,44 @@ def test_stale_update_conflicts_and_retry_on_conflict_reapplies(crds: clients.Cl
 def test_status_patches_delete_preconditions(crds: clients.Cluster) -> None:
     api = crds.api
     name = uniq("m")
-    obj = ops.create(api, MACHINES, machine(name))
+    obj = ops.create(api, kinds.MACHINE.resource, machine(name))
 
     obj["status"] = {"lastOperation": {"description": "Creating", "state": "Processing", "type": "Create"}}
     obj["spec"]["providerID"] = "ignored-by-status-write"
-    after = ops.update_status(api, MACHINES, obj)
+    after = ops.update_status(api, kinds.MACHINE.resource, obj)
     assert after["status"]["lastOperation"]["state"] == "Processing"
     assert "providerID" not in after["spec"]
 
-    merged = ops.patch(api, MACHINES, name, {"metadata": {"labels": {"pool": None, "b": "1"}}}, NS)
+    merged = ops.patch(
+        api, kinds.MACHINE.resource, name, {"metadata": {"labels": {"pool": None, "b": "1"}}}, NS
+    )
     assert merged["metadata"]["labels"] == {"b": "1"}
     jsoned = ops.patch(
-        api, MACHINES, name, [{"op": "add", "path": "/metadata/annotations", "value": {"x": "y"}}], NS,
+        api, kinds.MACHINE.resource, name,
+        [{"op": "add", "path": "/metadata/annotations", "value": {"x": "y"}}], NS,
         patch_type=ops.PatchType.JSON,
     )  # fmt: skip
     assert jsoned["metadata"]["annotations"] == {"x": "y"}
     stale_rv = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"], "labels": {"c": "1"}}}
     with pytest.raises(ApiException) as info:
-        ops.patch(api, MACHINES, name, stale_rv, NS)
+        ops.patch(api, kinds.MACHINE.resource, name, stale_rv, NS)
     assert is_conflict(info.value)
 
     with pytest.raises(ApiException) as info:
-        ops.delete(api, MACHINES, name, NS, uid="not-the-uid")
+        ops.delete(api, kinds.MACHINE.resource, name, NS, uid="not-the-uid")
     assert is_conflict(info.value)
     ops.delete(
-        api, MACHINES, name, NS, uid=obj["metadata"]["uid"], propagation_policy=ops.Propagation.BACKGROUND
+        api,
+        kinds.MACHINE.resource,
+        name,
+        NS,
+        uid=obj["metadata"]["uid"],
+        propagation_policy=ops.Propagation.BACKGROUND,
     )
-    assert ops.get(api, MACHINES, name, NS, missing_ok=True) is None
-    assert ops.delete(api, MACHINES, name, NS, missing_ok=True) is None
+    assert ops.get(api, kinds.MACHINE.resource, name, NS, missing_ok=True) is None
+    assert ops.delete(api, kinds.MACHINE.resource, name, NS, missing_ok=True) is None
     with pytest.raises(ApiException) as info:
-        ops.get(api, MACHINES, name, NS)
+        ops.get(api, kinds.MACHINE.resource, name, NS)
     assert is_not_found(info.value)
 
 
@@ -176,21 +185,25 @@ def test_core_objects_strategic_patch_and_paged_list(control: clients.Cluster) -
     label = uniq("batch")
     names = [uniq("node") for _ in range(5)]
     for n in names:
-        ops.create(api, NODES, {"metadata": {"name": n, "labels": {"batch": label}}})
+        ops.create(api, kinds.NODE.resource, {"metadata": {"name": n, "labels": {"batch": label}}})
     patched = ops.patch(
-        api, NODES, names[0], {"metadata": {"labels": {"extra": "1"}}}, patch_type=ops.PatchType.STRATEGIC
+        api,
+        kinds.NODE.resource,
+        names[0],
+        {"metadata": {"labels": {"extra": "1"}}},
+        patch_type=ops.PatchType.STRATEGIC,
     )
     assert patched["metadata"]["labels"] == {"batch": label, "extra": "1"}
-    listed = ops.list_(api, NODES, label_selector=f"batch={label}", page_size=2)
+    listed = ops.list_(api, kinds.NODE.resource, label_selector=f"batch={label}", page_size=2)
     assert sorted(i["metadata"]["name"] for i in listed["items"]) == sorted(names)
     assert listed["metadata"]["resourceVersion"]
     for n in names:
-        ops.delete(api, NODES, n)
+        ops.delete(api, kinds.NODE.resource, n)
 
 
 def _child(out: Any, parent_id: int) -> None:
     clusters = clients.get_clusters()
-    nodes = ops.list_(clusters.control.api, NODES)
+    nodes = ops.list_(clusters.control.api, kinds.NODE.resource)
     out.put((id(clusters.control.api) != parent_id, isinstance(nodes.get("items"), list)))
 
 
@@ -201,7 +214,7 @@ def test_forked_children_build_their_own_clients(sandbox: ApiServer, redis_url: 
     try:
         parent = clients.get_clusters()
         assert clients.get_clusters() is parent
-        ops.list_(parent.control.api, NODES)  # the parent's pool now holds a connection
+        ops.list_(parent.control.api, kinds.NODE.resource)  # the parent's pool now holds a connection
         ctx = mp.get_context("fork")
         out = ctx.Queue()
         procs = [ctx.Process(target=_child, args=(out, id(parent.control.api))) for _ in range(2)]
@@ -211,7 +224,7 @@ def test_forked_children_build_their_own_clients(sandbox: ApiServer, redis_url: 
         for p in procs:
             p.join(10)
         assert results == [(True, True), (True, True)]
-        ops.list_(parent.control.api, NODES)  # and still works after the children used theirs
+        ops.list_(parent.control.api, kinds.NODE.resource)  # and still works after the children used theirs
     finally:
         clients.reset_clusters()
         reset_settings()
@@ -221,24 +234,28 @@ def test_models_go_in_and_come_back(crds: clients.Cluster) -> None:
     from mcm_tasks.api import Machine
 
     model = Machine.model_validate(machine(uniq("m")))
-    created = ops.from_dict(Machine, ops.create(crds.api, MACHINES, model))
+    created = ops.from_dict(Machine, ops.create(crds.api, kinds.MACHINE.resource, model))
     name = created.metadata.name
     assert name and created.metadata.uid and created.metadata.resource_version
-    fetched = ops.get(crds.api, MACHINES, name, NS)
+    fetched = ops.get(crds.api, kinds.MACHINE.resource, name, NS)
     assert fetched is not None and ops.from_dict(Machine, fetched) == created
-    ops.delete(crds.api, MACHINES, name, NS)
+    ops.delete(crds.api, kinds.MACHINE.resource, name, NS)
 
 
 def test_watch_yields_dicts_from_a_resource_version(control: clients.Cluster) -> None:
     api = control.api
     label = uniq("w")
-    start = ops.list_(api, NODES, label_selector=f"batch={label}")["metadata"]["resourceVersion"]
+    start = ops.list_(api, kinds.NODE.resource, label_selector=f"batch={label}")["metadata"][
+        "resourceVersion"
+    ]
     names = [uniq("wn") for _ in range(3)]
     for n in names:
-        ops.create(api, NODES, {"metadata": {"name": n, "labels": {"batch": label}}})
-    ops.delete(api, NODES, names[0])
+        ops.create(api, kinds.NODE.resource, {"metadata": {"name": n, "labels": {"batch": label}}})
+    ops.delete(api, kinds.NODE.resource, names[0])
     seen: list[tuple[str, str]] = []
-    stream = ops.watch(api, NODES, resource_version=start, label_selector=f"batch={label}", timeout_seconds=5)
+    stream = ops.watch(
+        api, kinds.NODE.resource, resource_version=start, label_selector=f"batch={label}", timeout_seconds=5
+    )
     for kind, obj in stream:
         if kind != "BOOKMARK":
             seen.append((kind, obj["metadata"]["name"]))
@@ -246,6 +263,8 @@ def test_watch_yields_dicts_from_a_resource_version(control: clients.Cluster) ->
             break
     stream.close()
     assert seen == [("ADDED", n) for n in names] + [("DELETED", names[0])]
-    assert ops.list_(api, NODES, label_selector=f"batch={label}")["items"]  # the pool still works
+    assert ops.list_(api, kinds.NODE.resource, label_selector=f"batch={label}")[
+        "items"
+    ]  # the pool still works
     for n in names[1:]:
-        ops.delete(api, NODES, n)
+        ops.delete(api, kinds.NODE.resource, n)

@@ -13,9 +13,9 @@ import redis
 from kubernetes import watch
 
 from mcm_sandbox.procs import ApiServer, free_port
+from mcm_tasks import kinds
 from mcm_tasks.kube import clients, ops
 from mcm_tasks.kube.ratelimit import limiter_of
-from mcm_tasks.kube.resources import EVENTS
 from mcm_tasks.settings import configure, load_settings
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ def test_a_watch_takes_one_token_however_long_it_streams(
         time.sleep(0.3)  # let the watch open first
         for name in names:
             ev = {"metadata": {"name": name}, "involvedObject": {"kind": "Node", "name": name}, "reason": "R"}
-            ops.create(writer.api, EVENTS, ev, ns)
+            ops.create(writer.api, kinds.EVENT.resource, ev, ns)
 
     seen = []
     t = threading.Thread(target=write)

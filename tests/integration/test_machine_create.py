@@ -7,6 +7,7 @@ import hashlib
 
 import pytest
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import (
     MACHINE_JOIN_DURATION_ANNOTATION,
@@ -17,7 +18,6 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machine.bootstrap import token_secret_name
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import NODES, SECRETS
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
 from tests.integration.test_machine_support import Env, env, phase_is
@@ -135,7 +135,7 @@ def test_an_existing_vm_is_adopted_not_duplicated(env: Env) -> None:
     cls = env.setup_class()
     name = env.name("d")
     machine = env.machine(name, cls)
-    klass = ops.get(env.api, ops.MACHINE_CLASSES, cls, env.namespace)
+    klass = ops.get(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace)
     assert klass is not None
     existing = LocalDriver(env.redis_url).create_machine(
         CreateMachineRequest(
@@ -155,7 +155,11 @@ def test_an_existing_vm_is_adopted_not_duplicated(env: Env) -> None:
 def test_a_stale_node_of_another_vm_fails_the_machine_and_removes_the_new_vm(env: Env) -> None:
     cls = env.setup_class()
     name = env.name("e")
-    ops.create(env.api, NODES, {"metadata": {"name": name}, "spec": {"providerID": "local:///local-a/i-old"}})
+    ops.create(
+        env.api,
+        kinds.NODE.resource,
+        {"metadata": {"name": name}, "spec": {"providerID": "local:///local-a/i-old"}},
+    )
     env.machine(name, cls)
     env.reconcile(name)
     failed = env.get(name)
@@ -176,7 +180,7 @@ def test_bootstrap_token_is_made_for_user_data_that_asks_and_deleted_on_join(env
     env.machine_class(cls, secret=secret)
     env.machine(name, cls)
     env.reconcile(name)
-    token = ops.get(env.api, SECRETS, token_secret_name(name), "kube-system", missing_ok=True)
+    token = ops.get(env.api, kinds.SECRET.resource, token_secret_name(name), "kube-system", missing_ok=True)
     assert token is not None and token["type"] == "bootstrap.kubernetes.io/token"
     [vm] = env.live_vms(name)
     token_id = base64.b64decode(token["data"]["token-id"]).decode()
@@ -184,7 +188,10 @@ def test_bootstrap_token_is_made_for_user_data_that_asks_and_deleted_on_join(env
     expected = f"kubeadm join --token {token_id}.{token_secret} # {name}".encode()
     assert vm.user_data_sha256 == hashlib.sha256(expected).hexdigest()
     env.reconcile_until(name, phase_is("Running"))
-    assert ops.get(env.api, SECRETS, token_secret_name(name), "kube-system", missing_ok=True) is None
+    assert (
+        ops.get(env.api, kinds.SECRET.resource, token_secret_name(name), "kube-system", missing_ok=True)
+        is None
+    )
 
 
 def test_no_bootstrap_token_without_the_placeholder(env: Env) -> None:
@@ -193,7 +200,10 @@ def test_no_bootstrap_token_without_the_placeholder(env: Env) -> None:
     env.machine(name, cls)
     env.reconcile(name)
     assert env.get(name).status.current_status.phase == "Pending"
-    assert ops.get(env.api, SECRETS, token_secret_name(name), "kube-system", missing_ok=True) is None
+    assert (
+        ops.get(env.api, kinds.SECRET.resource, token_secret_name(name), "kube-system", missing_ok=True)
+        is None
+    )
 
 
 def test_creation_marker_is_gone_after_the_flow(env: Env) -> None:
@@ -211,7 +221,7 @@ def test_deleting_machine_is_handed_to_the_termination_queue(env: Env) -> None:
     name = env.name("i")
     env.machine(name, cls)
     env.reconcile(name)
-    ops.delete(env.api, ops.MACHINES, name, env.namespace)
+    ops.delete(env.api, kinds.MACHINE.resource, name, env.namespace)
     deleting = env.get(name)
     assert deleting.metadata.deletion_timestamp is not None
     assert env.reconcile(name) is None

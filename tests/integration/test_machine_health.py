@@ -8,10 +8,10 @@ import threading
 import pytest
 
 from mcm_sandbox.procs import wait_until
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINES
 from tests.integration.test_machine_support import WAIT, Env, env, phase_is
 
 pytestmark = pytest.mark.integration
@@ -129,5 +129,5 @@ def test_only_one_machine_of_a_deployment_is_failed_at_a_time(env: Env) -> None:
 def _remove(env: Env, name: str) -> None:
     machine = env.get(name)
     finalizers = [f for f in machine.metadata.finalizers if f != MCM_FINALIZER]
-    ops.patch(env.api, MACHINES, name, {"metadata": {"finalizers": finalizers}}, env.namespace)
-    ops.delete(env.api, MACHINES, name, env.namespace, missing_ok=True)
+    ops.patch(env.api, kinds.MACHINE.resource, name, {"metadata": {"finalizers": finalizers}}, env.namespace)
+    ops.delete(env.api, kinds.MACHINE.resource, name, env.namespace, missing_ok=True)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES
 from mcm_tasks.queue import Requeue
 from tests.integration.test_machine_support import Env, env
 
@@ -137,7 +137,7 @@ def test_machine_waits_for_the_class_finalizer_without_writing(env: Env) -> None
     assert requeue is not None and requeue.after == 1.0
     waiting = env.get(name)
     assert waiting.status.current_status.phase == "" and not waiting.status.last_operation.description
-    klass = ops.get(env.api, MACHINE_CLASSES, cls, env.namespace)
+    klass = ops.get(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace)
     assert klass is not None and not klass["metadata"].get("finalizers")
 
 
@@ -150,14 +150,14 @@ def test_a_fixed_problem_on_a_running_machine_is_cleared(env: Env) -> None:
     # the class loses a required node template field, then gets it back
     ops.patch(
         env.api,
-        MACHINE_CLASSES,
+        kinds.MACHINE_CLASS.resource,
         cls,
         {"nodeTemplate": {"capacity": {"cpu": "2"}, "instanceType": "t", "region": "r", "zone": "z"}},
         env.namespace,
     )
     env.reconcile(name)
     assert env.get(name).status.last_operation.error_code == "ConfigurationError"
-    ops.patch(env.api, MACHINE_CLASSES, cls, {"nodeTemplate": None}, env.namespace)
+    ops.patch(env.api, kinds.MACHINE_CLASS.resource, cls, {"nodeTemplate": None}, env.namespace)
     env.reconcile(name)
     cleared = env.get(name)
     assert cleared.status.last_operation.state == "Successful"

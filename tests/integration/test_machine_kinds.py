@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER, MCM_FINALIZER, NODE_FINALIZER
 from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.nodes import reconcile_node
 from mcm_tasks.controllers.machine.secrets import reconcile_secret
 from mcm_tasks.kube import ops, rest
-from mcm_tasks.kube.resources import MACHINE_CLASSES, NODES, SECRETS
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import get_redis
 from tests.integration.test_machine_support import Env, env, phase_is
@@ -39,18 +39,18 @@ def test_class_finalizer_wakes_its_machines_and_holds_deletion(env: Env) -> None
 
     requeue = reconcile_machine_class(env.key(cls))
     assert requeue is not None and requeue.after == 600.0
-    assert MCM_FINALIZER in finalizers(ops.get(env.api, MACHINE_CLASSES, cls, env.namespace))
+    assert MCM_FINALIZER in finalizers(ops.get(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace))
     assert env.key(name) in pending_keys("machine")
 
-    ops.delete(env.api, MACHINE_CLASSES, cls, env.namespace)
+    ops.delete(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace)
     requeue = reconcile_machine_class(env.key(cls))
     assert requeue is not None and requeue.after == 1.0
-    assert MCM_FINALIZER in finalizers(ops.get(env.api, MACHINE_CLASSES, cls, env.namespace))
+    assert MCM_FINALIZER in finalizers(ops.get(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace))
 
-    ops.patch(env.api, ops.MACHINES, name, {"metadata": {"finalizers": []}}, env.namespace)
-    ops.delete(env.api, ops.MACHINES, name, env.namespace, missing_ok=True)
+    ops.patch(env.api, kinds.MACHINE.resource, name, {"metadata": {"finalizers": []}}, env.namespace)
+    ops.delete(env.api, kinds.MACHINE.resource, name, env.namespace, missing_ok=True)
     assert reconcile_machine_class(env.key(cls)) is None
-    assert ops.get(env.api, MACHINE_CLASSES, cls, env.namespace, missing_ok=True) is None
+    assert ops.get(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace, missing_ok=True) is None
 
 
 def test_class_finalizer_only_while_machines_use_the_class(env: Env) -> None:
@@ -60,13 +60,19 @@ def test_class_finalizer_only_while_machines_use_the_class(env: Env) -> None:
     env.machine_class(unused, reconcile=False)
     env.machine_class(used, reconcile=False)
     assert reconcile_machine_class(env.key(unused)) is not None
-    assert finalizers(ops.get(env.api, MACHINE_CLASSES, unused, env.namespace)) == []
-    ops.patch(env.api, MACHINE_CLASSES, unused, {"metadata": {"finalizers": [MCM_FINALIZER]}}, env.namespace)
+    assert finalizers(ops.get(env.api, kinds.MACHINE_CLASS.resource, unused, env.namespace)) == []
+    ops.patch(
+        env.api,
+        kinds.MACHINE_CLASS.resource,
+        unused,
+        {"metadata": {"finalizers": [MCM_FINALIZER]}},
+        env.namespace,
+    )
     reconcile_machine_class(env.key(unused))
-    assert finalizers(ops.get(env.api, MACHINE_CLASSES, unused, env.namespace)) == []
+    assert finalizers(ops.get(env.api, kinds.MACHINE_CLASS.resource, unused, env.namespace)) == []
     env.machine(env.name("m"), used)
     reconcile_machine_class(env.key(used))
-    assert finalizers(ops.get(env.api, MACHINE_CLASSES, used, env.namespace)) == [MCM_FINALIZER]
+    assert finalizers(ops.get(env.api, kinds.MACHINE_CLASS.resource, used, env.namespace)) == [MCM_FINALIZER]
 
 
 def test_secret_finalizer_follows_references(env: Env) -> None:
@@ -76,19 +82,21 @@ def test_secret_finalizer_follows_references(env: Env) -> None:
     env.machine_class(cls, secret=secret)
     reconcile_secret(env.key(secret))
     reconcile_secret(env.key(unused))
-    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, SECRETS, secret, env.namespace))
-    assert MC_SECRET_FINALIZER not in finalizers(ops.get(env.api, SECRETS, unused, env.namespace))
+    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, kinds.SECRET.resource, secret, env.namespace))
+    assert MC_SECRET_FINALIZER not in finalizers(
+        ops.get(env.api, kinds.SECRET.resource, unused, env.namespace)
+    )
 
     # deleting a referenced secret: held by the finalizer
-    ops.delete(env.api, SECRETS, secret, env.namespace)
+    ops.delete(env.api, kinds.SECRET.resource, secret, env.namespace)
     reconcile_secret(env.key(secret))
-    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, SECRETS, secret, env.namespace))
+    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, kinds.SECRET.resource, secret, env.namespace))
 
     # the class goes away: the secret is released and its deletion completes
-    ops.patch(env.api, MACHINE_CLASSES, cls, {"metadata": {"finalizers": []}}, env.namespace)
-    ops.delete(env.api, MACHINE_CLASSES, cls, env.namespace, missing_ok=True)
+    ops.patch(env.api, kinds.MACHINE_CLASS.resource, cls, {"metadata": {"finalizers": []}}, env.namespace)
+    ops.delete(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace, missing_ok=True)
     assert reconcile_secret(env.key(secret)) is None
-    assert ops.get(env.api, SECRETS, secret, env.namespace, missing_ok=True) is None
+    assert ops.get(env.api, kinds.SECRET.resource, secret, env.namespace, missing_ok=True) is None
 
 
 def test_classes_outside_the_controller_namespace_do_not_hold_a_secret(env: Env) -> None:
@@ -105,9 +113,11 @@ def test_classes_outside_the_controller_namespace_do_not_hold_a_secret(env: Env)
         "providerSpec": {},
         "secretRef": {"name": secret, "namespace": env.namespace},
     }
-    ops.create(env.api, MACHINE_CLASSES, foreign, other)
+    ops.create(env.api, kinds.MACHINE_CLASS.resource, foreign, other)
     reconcile_secret(env.key(secret))
-    assert MC_SECRET_FINALIZER not in finalizers(ops.get(env.api, SECRETS, secret, env.namespace))
+    assert MC_SECRET_FINALIZER not in finalizers(
+        ops.get(env.api, kinds.SECRET.resource, secret, env.namespace)
+    )
 
 
 def test_credentials_secret_is_protected_too(env: Env) -> None:
@@ -116,7 +126,7 @@ def test_credentials_secret_is_protected_too(env: Env) -> None:
     env.secret(creds, {"token": b"t"})
     env.machine_class(cls, secret=user, credentialsSecretRef={"name": creds, "namespace": env.namespace})
     reconcile_secret(env.key(creds))
-    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, SECRETS, creds, env.namespace))
+    assert MC_SECRET_FINALIZER in finalizers(ops.get(env.api, kinds.SECRET.resource, creds, env.namespace))
 
 
 def running(env: Env, base: str) -> str:
@@ -130,22 +140,22 @@ def running(env: Env, base: str) -> str:
 
 def test_node_reconcile_adds_the_finalizer(env: Env) -> None:
     name = running(env, "b")
-    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": []}})
+    ops.patch(env.api, kinds.NODE.resource, name, {"metadata": {"finalizers": []}})
     reconcile_node(name)
     assert NODE_FINALIZER in finalizers(env.node(name))
 
 
 def test_a_deleted_node_deletes_its_machine(env: Env) -> None:
     name = running(env, "c")
-    ops.delete(env.api, NODES, name)  # held by the node finalizer: deletionTimestamp set
+    ops.delete(env.api, kinds.NODE.resource, name)  # held by the node finalizer: deletionTimestamp set
     reconcile_node(name)
     assert env.get(name).metadata.deletion_timestamp is not None
 
 
 def test_a_node_gone_for_good_deletes_its_machine(env: Env) -> None:
     name = running(env, "d")
-    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": []}})
-    ops.delete(env.api, NODES, name)
+    ops.patch(env.api, kinds.NODE.resource, name, {"metadata": {"finalizers": []}})
+    ops.delete(env.api, kinds.NODE.resource, name)
     assert env.node(name) is None
     reconcile_node(name)
     assert env.get(name).metadata.deletion_timestamp is not None
@@ -161,9 +171,9 @@ def test_trigger_deletion_annotation_deletes_the_machine(env: Env) -> None:
 def test_not_managed_nodes_are_ignored(env: Env) -> None:
     name = running(env, "f")
     env.annotate_node(name, {"node.machine.sapcloud.io/not-managed-by-mcm": "1"})
-    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": ["example.com/hold"]}})
-    ops.delete(env.api, NODES, name)  # being deleted, but not ours to act on
+    ops.patch(env.api, kinds.NODE.resource, name, {"metadata": {"finalizers": ["example.com/hold"]}})
+    ops.delete(env.api, kinds.NODE.resource, name)  # being deleted, but not ours to act on
     reconcile_node(name)
     assert env.get(name).metadata.deletion_timestamp is None
     assert finalizers(env.node(name)) == ["example.com/hold"]
-    ops.patch(env.api, NODES, name, {"metadata": {"finalizers": []}})
+    ops.patch(env.api, kinds.NODE.resource, name, {"metadata": {"finalizers": []}})

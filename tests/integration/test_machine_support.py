@@ -21,12 +21,12 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.kubelet.simulator import KubeletSimulator
 from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.clients import reset_clusters
-from mcm_tasks.kube.resources import EVENTS, MACHINE_CLASSES, MACHINES, NODES, SECRETS
 from mcm_tasks.queue import Requeue
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, reset_settings
@@ -76,7 +76,7 @@ class Env:
             "metadata": {"name": name, "namespace": self.namespace},
             "data": {k: base64.b64encode(v).decode() for k, v in (data or {"userData": USER_DATA}).items()},
         }
-        return ops.create(self.api, SECRETS, body, self.namespace)
+        return ops.create(self.api, kinds.SECRET.resource, body, self.namespace)
 
     def machine_class(
         self,
@@ -104,7 +104,7 @@ class Env:
             # what the class reconcile writes once a machine uses the class (upstream adds the
             # finalizer only then): machines reconciled by hand find their class ready
             body["metadata"]["finalizers"] = [MCM_FINALIZER]
-        return ops.create(self.api, MACHINE_CLASSES, body, self.namespace)
+        return ops.create(self.api, kinds.MACHINE_CLASS.resource, body, self.namespace)
 
     def setup_class(self, provider_spec: dict[str, Any] | None = None, **kw: Any) -> str:
         """A secret with userData and a reconciled local class using it; the class's name."""
@@ -122,25 +122,25 @@ class Env:
             "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {}},
             "spec": {"class": {"kind": "MachineClass", "name": class_name}, **spec},
         }
-        return Machine.model_validate(ops.create(self.api, MACHINES, body, self.namespace))
+        return Machine.model_validate(ops.create(self.api, kinds.MACHINE.resource, body, self.namespace))
 
     def get(self, name: str) -> Machine:
-        found = ops.get(self.api, MACHINES, name, self.namespace)
+        found = ops.get(self.api, kinds.MACHINE.resource, name, self.namespace)
         assert found is not None
         return Machine.model_validate(found)
 
     def node(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.api, NODES, name, missing_ok=True)
+        return ops.get(self.api, kinds.NODE.resource, name, missing_ok=True)
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        items = ops.list_(self.api, EVENTS, self.namespace)["items"]
+        items = ops.list_(self.api, kinds.EVENT.resource, self.namespace)["items"]
         return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
 
     def event_reasons(self, name: str) -> set[str]:
         return {str(e.get("reason")) for e in self.events(name)}
 
     def annotate_node(self, name: str, annotations: Mapping[str, str | None]) -> None:
-        ops.patch(self.api, NODES, name, {"metadata": {"annotations": dict(annotations)}})
+        ops.patch(self.api, kinds.NODE.resource, name, {"metadata": {"annotations": dict(annotations)}})
 
     def cloud(self) -> LocalCloud:
         return LocalCloud(get_redis(self.redis_url))

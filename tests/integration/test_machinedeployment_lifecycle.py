@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineSet, dump
 from mcm_tasks.api.constants import (
     LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
@@ -19,7 +20,6 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machinedeployment.hash import machine_set_name, template_hash
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS
 from tests.integration.test_machinedeployment_support import LABELS, World, deployment_body, template, world
 
 pytestmark = pytest.mark.integration
@@ -130,7 +130,7 @@ def test_deletion_cascades_to_zero_machines_and_removes_the_finalizer(world: Wor
     world.settle()
     world.patch({"spec": {"template": template("class-v2")}})
     world.reconcile()  # two sets now
-    ops.delete(world.api, MACHINE_DEPLOYMENTS, "pool", world.namespace)
+    ops.delete(world.api, kinds.MACHINE_DEPLOYMENT.resource, "pool", world.namespace)
     for _ in range(10):
         if world.deployment() is None:
             break
@@ -177,7 +177,7 @@ def test_deleting_a_select_all_or_invalid_deployment_still_removes_its_finalizer
         world.patch({"spec": {"strategy": {"type": "Sideways", "rollingUpdate": None}}})
     world.reconcile()
     assert len(world.sets()) == 1
-    ops.delete(world.api, MACHINE_DEPLOYMENTS, "pool", world.namespace)
+    ops.delete(world.api, kinds.MACHINE_DEPLOYMENT.resource, "pool", world.namespace)
     for _ in range(10):
         if world.deployment() is None:
             break
@@ -195,7 +195,7 @@ def test_in_place_update_strategy_starts_with_one_full_set(world: World) -> None
     d = world.deployment()
     assert d is not None and MCM_FINALIZER in d.metadata.finalizers
     assert _progressing(world)[1] != "StrategyNotSupported"
-    ops.delete(world.api, MACHINE_DEPLOYMENTS, "pool", world.namespace)
+    ops.delete(world.api, kinds.MACHINE_DEPLOYMENT.resource, "pool", world.namespace)
     for _ in range(10):
         if world.deployment() is None:
             break
@@ -212,13 +212,17 @@ def test_orphan_sets_are_adopted_and_unselected_ones_released(world: World) -> N
         "metadata": {"name": "orphan", "labels": dict(LABELS)},
         "spec": {"replicas": 0, "selector": {"matchLabels": dict(LABELS)}, "template": template("class-old")},
     }
-    ops.create(world.api, MACHINE_SETS, orphan, world.namespace)
+    ops.create(world.api, kinds.MACHINE_SET.resource, orphan, world.namespace)
     world.reconcile()
     adopted = next(s for s in world.sets() if s.metadata.name == "orphan")
     ref = adopted.metadata.controller_ref()
     assert ref is not None and ref.uid == d.metadata.uid
     ops.patch(
-        world.api, MACHINE_SETS, "orphan", {"metadata": {"labels": {"name": "elsewhere"}}}, world.namespace
+        world.api,
+        kinds.MACHINE_SET.resource,
+        "orphan",
+        {"metadata": {"labels": {"name": "elsewhere"}}},
+        world.namespace,
     )
     world.reconcile()
     released = next(s for s in world.sets() if s.metadata.name == "orphan")
@@ -236,7 +240,7 @@ def test_hash_collision_bumps_collision_count(world: World) -> None:
         "spec": {"replicas": 0, "selector": {"matchLabels": {"name": "someone-else"}},
                  "template": {**template("class-other"), "metadata": {"labels": {"name": "someone-else"}}}},
     }  # fmt: skip
-    ops.create(world.api, MACHINE_SETS, squatter, world.namespace)
+    ops.create(world.api, kinds.MACHINE_SET.resource, squatter, world.namespace)
     world.reconcile()
     d2 = world.deployment()
     assert d2 is not None and d2.status.collision_count == 1

@@ -16,13 +16,13 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineDeployment, MachineSet
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
 from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters, reset_clusters
-from mcm_tasks.kube.resources import EVENTS, MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, NAMESPACES, NODES
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, get_settings, reset_settings
 
@@ -97,33 +97,35 @@ class World:
     def create(self, body: dict[str, Any]) -> MachineDeployment:
         self.name = body["metadata"]["name"]
         return MachineDeployment.model_validate(
-            ops.create(self.api, MACHINE_DEPLOYMENTS, body, self.namespace)
+            ops.create(self.api, kinds.MACHINE_DEPLOYMENT.resource, body, self.namespace)
         )
 
     def deployment(self) -> MachineDeployment | None:
-        data = ops.get(self.api, MACHINE_DEPLOYMENTS, self.name, self.namespace, missing_ok=True)
+        data = ops.get(
+            self.api, kinds.MACHINE_DEPLOYMENT.resource, self.name, self.namespace, missing_ok=True
+        )
         return None if data is None else MachineDeployment.model_validate(data)
 
     def patch(self, body: dict[str, Any]) -> None:
-        ops.patch(self.api, MACHINE_DEPLOYMENTS, self.name, body, self.namespace)
+        ops.patch(self.api, kinds.MACHINE_DEPLOYMENT.resource, self.name, body, self.namespace)
 
     def sets(self) -> list[MachineSet]:
-        items = ops.list_(self.api, MACHINE_SETS, self.namespace)["items"]
+        items = ops.list_(self.api, kinds.MACHINE_SET.resource, self.namespace)["items"]
         return sorted(
             (MachineSet.model_validate(i) for i in items), key=lambda s: s.metadata.creation_timestamp or 0
         )
 
     def machines(self) -> list[dict[str, Any]]:
-        return list(ops.list_(self.api, MACHINES, self.namespace)["items"])
+        return list(ops.list_(self.api, kinds.MACHINE.resource, self.namespace)["items"])
 
     def machines_of(self, machine_set: MachineSet) -> list[dict[str, Any]]:
         return [m for m in self.machines() if _controller_uid(m) == machine_set.metadata.uid]
 
     def node(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.api, NODES, name, missing_ok=True)
+        return ops.get(self.api, kinds.NODE.resource, name, missing_ok=True)
 
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
-        items = ops.list_(self.api, EVENTS, self.namespace)["items"]
+        items = ops.list_(self.api, kinds.EVENT.resource, self.namespace)["items"]
         mine = [e for e in items if (e.get("involvedObject") or {}).get("name") == self.name]
         return [e for e in mine if reason is None or e.get("reason") == reason]
 
@@ -151,14 +153,22 @@ class World:
                 continue
             name = meta["name"]
             if self.node(name) is None:
-                ops.create(self.api, NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+                ops.create(
+                    self.api,
+                    kinds.NODE.resource,
+                    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}},
+                )
             ops.patch(
-                self.api, MACHINES, name, {"metadata": {"labels": {NODE_LABEL_KEY: name}}}, self.namespace
+                self.api,
+                kinds.MACHINE.resource,
+                name,
+                {"metadata": {"labels": {NODE_LABEL_KEY: name}}},
+                self.namespace,
             )
-            fresh = ops.get(self.api, MACHINES, name, self.namespace)
+            fresh = ops.get(self.api, kinds.MACHINE.resource, name, self.namespace)
             assert fresh is not None
             fresh["status"] = {"currentStatus": {"phase": "Running"}}
-            ops.update_status(self.api, MACHINES, fresh, self.namespace)
+            ops.update_status(self.api, kinds.MACHINE.resource, fresh, self.namespace)
             booted += 1
         return booted
 
@@ -231,7 +241,7 @@ def world(apiserver: ApiServer, kube_api: ApiClient, redis_url: str) -> Iterator
     )  # fmt: skip
     reset_clusters()
     api = get_clusters().control.api
-    ops.create(api, NAMESPACES, {"metadata": {"name": namespace}})
+    ops.create(api, kinds.NAMESPACE.resource, {"metadata": {"name": namespace}})
     yield World(api, namespace)
     reset_clusters()
     reset_settings()

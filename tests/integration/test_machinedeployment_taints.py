@@ -17,6 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineSet
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
@@ -29,7 +30,6 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINE_SETS, MACHINES, NODES, SECRETS
 from tests.integration.test_machinedeployment_support import LABELS, World, deployment_body, template, world
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,9 @@ def _progressing(world: World) -> tuple[str, str, str]:
 
 
 def _annotate_machine(world: World, name: str, annotations: dict[str, str]) -> None:
-    ops.patch(world.api, MACHINES, name, {"metadata": {"annotations": annotations}}, world.namespace)
+    ops.patch(
+        world.api, kinds.MACHINE.resource, name, {"metadata": {"annotations": annotations}}, world.namespace
+    )
 
 
 def _half_rolled_out(world: World, v1: MachineSet) -> None:
@@ -109,7 +111,7 @@ def test_rollback_takes_the_taint_off_the_nodes_of_the_set_rolled_back_to(world:
     # keep one machine of v1 to the end (deleted last) and put someone else's taint on its node
     keeper = _node_names(world, v1)[0]
     _annotate_machine(world, keeper, {MACHINE_PRIORITY_ANNOTATION: "5"})
-    ops.patch(world.api, NODES, keeper, {"spec": {"taints": [FOREIGN_TAINT]}})
+    ops.patch(world.api, kinds.NODE.resource, keeper, {"spec": {"taints": [FOREIGN_TAINT]}})
 
     _half_rolled_out(world, v1)
     v1_nodes = _node_names(world, v1)
@@ -147,7 +149,10 @@ def test_completed_rollout_untaints_a_once_old_new_set_and_ends_scale_down_prote
     keeper = _node_names(world, v1)[0]
     _annotate_machine(world, keeper, {MACHINE_PRIORITY_ANNOTATION: "5"})
     ops.patch(
-        world.api, NODES, keeper, {"metadata": {"annotations": {CA_SCALE_DOWN_DISABLED_ANNOTATION: "true"}}}
+        world.api,
+        kinds.NODE.resource,
+        keeper,
+        {"metadata": {"annotations": {CA_SCALE_DOWN_DISABLED_ANNOTATION: "true"}}},
     )
 
     _half_rolled_out(world, v1)
@@ -215,7 +220,7 @@ def test_an_adopted_set_with_the_template_is_found_as_the_new_set(world: World) 
         "metadata": {"name": "pool-adopted", "labels": dict(LABELS)},
         "spec": {"replicas": 0, "selector": {"matchLabels": dict(LABELS)}, "template": template()},
     }
-    ops.create(world.api, MACHINE_SETS, orphan, world.namespace)
+    ops.create(world.api, kinds.MACHINE_SET.resource, orphan, world.namespace)
     world.create(deployment_body("pool", 2))
     world.reconcile()
 
@@ -319,7 +324,7 @@ def _local_class(world: World, name: str) -> None:
         "metadata": {"name": f"{name}-secret", "namespace": world.namespace},
         "data": {"userData": base64.b64encode(b"#!/bin/sh\n").decode()},
     }
-    ops.create(world.api, SECRETS, secret, world.namespace)
+    ops.create(world.api, kinds.SECRET.resource, secret, world.namespace)
     body = {
         "apiVersion": "machine.sapcloud.io/v1alpha1",
         "kind": "MachineClass",
@@ -329,21 +334,25 @@ def _local_class(world: World, name: str) -> None:
         "providerSpec": {},
         "secretRef": {"name": f"{name}-secret", "namespace": world.namespace},
     }
-    ops.create(world.api, MACHINE_CLASSES, body, world.namespace)
+    ops.create(world.api, kinds.MACHINE_CLASS.resource, body, world.namespace)
 
 
 def _joined(world: World, name: str) -> None:
     """What the harness's boot leaves out for the machine controller: the VM's providerID (so the
     machine is past creation) and a Ready node (so the health check keeps it Running)."""
-    ops.patch(world.api, MACHINES, name, {"spec": {"providerID": f"local:///{name}"}}, world.namespace)
+    ops.patch(
+        world.api, kinds.MACHINE.resource, name, {"spec": {"providerID": f"local:///{name}"}}, world.namespace
+    )
     ready = {
         "type": "Ready",
         "status": "True",
         "reason": "KubeletReady",
         "message": "kubelet is posting ready status",
     }
-    ops.patch(world.api, NODES, name, {"status": {"conditions": [ready]}}, subresource="status")
-    ops.patch(world.api, NODES, name, {"metadata": {"labels": {"kubernetes.io/hostname": name}}})
+    ops.patch(world.api, kinds.NODE.resource, name, {"status": {"conditions": [ready]}}, subresource="status")
+    ops.patch(
+        world.api, kinds.NODE.resource, name, {"metadata": {"labels": {"kubernetes.io/hostname": name}}}
+    )
 
 
 def _reconcile_machines(world: World) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.common.claim import CannotAdopt
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_SETS, MACHINES
 from tests.integration.test_machineset_support import HOLD, Harness, crds, harness
 
 __all__ = ["crds", "harness"]
@@ -29,12 +29,12 @@ def test_adopts_a_matching_orphan(harness: Harness) -> None:
     harness.scale("ad", 2)
     harness.settle("ad")
     uid = harness.get_set("ad")["metadata"]["uid"]  # type: ignore[index]
-    stray = ops.get(harness.api, MACHINES, "stray", harness.ns)
+    stray = ops.get(harness.api, kinds.MACHINE.resource, "stray", harness.ns)
     assert stray is not None and owner_uids(stray) == [uid]
     [ref] = stray["metadata"]["ownerReferences"]
     assert ref["controller"] is True and ref["blockOwnerDeletion"] is True
     assert len(harness.machines("ad")) == 2  # the orphan counts: only one machine was created
-    assert owner_uids(ops.get(harness.api, MACHINES, "other", harness.ns)) == []  # type: ignore[arg-type]
+    assert owner_uids(ops.get(harness.api, kinds.MACHINE.resource, "other", harness.ns)) == []  # type: ignore[arg-type]
 
 
 def test_an_orphan_adopted_by_someone_else_meanwhile_is_left_alone(harness: Harness) -> None:
@@ -50,10 +50,16 @@ def test_an_orphan_adopted_by_someone_else_meanwhile_is_left_alone(harness: Harn
         "uid": rival,
         "controller": True,
     }
-    ops.patch(harness.api, MACHINES, "contested", {"metadata": {"ownerReferences": [other]}}, harness.ns)
+    ops.patch(
+        harness.api,
+        kinds.MACHINE.resource,
+        "contested",
+        {"metadata": {"ownerReferences": [other]}},
+        harness.ns,
+    )
     # the cache still shows an orphan: the adoption conflicts, and the fresh read says it is taken
     harness.reconcile("race")
-    assert owner_uids(ops.get(harness.api, MACHINES, "contested", harness.ns)) == [rival]  # type: ignore[arg-type]
+    assert owner_uids(ops.get(harness.api, kinds.MACHINE.resource, "contested", harness.ns)) == [rival]  # type: ignore[arg-type]
 
 
 def test_releases_a_machine_that_no_longer_matches(harness: Harness) -> None:
@@ -61,9 +67,11 @@ def test_releases_a_machine_that_no_longer_matches(harness: Harness) -> None:
     harness.settle("rl")
     [machine] = harness.machines("rl")
     name = machine["metadata"]["name"]
-    ops.patch(harness.api, MACHINES, name, {"metadata": {"labels": {"app": "elsewhere"}}}, harness.ns)
+    ops.patch(
+        harness.api, kinds.MACHINE.resource, name, {"metadata": {"labels": {"app": "elsewhere"}}}, harness.ns
+    )
     harness.settle("rl")
-    released = ops.get(harness.api, MACHINES, name, harness.ns)
+    released = ops.get(harness.api, kinds.MACHINE.resource, name, harness.ns)
     assert released is not None and owner_uids(released) == []
     [replacement] = harness.machines("rl")
     assert replacement["metadata"]["name"] != name
@@ -75,10 +83,10 @@ def test_a_set_being_deleted_adopts_nothing(harness: Harness) -> None:
     harness.create_machine("orphan", {"app": "gone", "tier": "t"})
     harness.sync()
     # deleted now, but the cache does not know yet: the quorum read before adopting must catch it
-    ops.delete(harness.api, MACHINE_SETS, "gone", harness.ns)
+    ops.delete(harness.api, kinds.MACHINE_SET.resource, "gone", harness.ns)
     with pytest.raises(CannotAdopt):
         harness.reconcile("gone")
-    assert owner_uids(ops.get(harness.api, MACHINES, "orphan", harness.ns)) == []  # type: ignore[arg-type]
+    assert owner_uids(ops.get(harness.api, kinds.MACHINE.resource, "orphan", harness.ns)) == []  # type: ignore[arg-type]
 
 
 def test_template_changes_propagate_in_place(harness: Harness) -> None:
@@ -123,7 +131,7 @@ def test_deleting_the_set_deletes_its_machines_then_the_finalizer(harness: Harne
     harness.create_set("del", 3, template_finalizers=[HOLD])
     harness.settle("del")
     assert MCM_FINALIZER in harness.get_set("del")["metadata"]["finalizers"]  # type: ignore[index]
-    ops.delete(harness.api, MACHINE_SETS, "del", harness.ns)
+    ops.delete(harness.api, kinds.MACHINE_SET.resource, "del", harness.ns)
     harness.sync()
     harness.reconcile("del")
     machines = harness.machines("del")

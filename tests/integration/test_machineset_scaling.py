@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import (
     LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
     MACHINE_PRIORITY_ANNOTATION,
@@ -13,7 +14,6 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machineset.metrics import stale_machines_key
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import get_settings
 from tests.integration.test_machineset_support import HOLD, Harness, crds, harness
@@ -144,7 +144,7 @@ def test_failed_machine_is_deleted_and_replaced(harness: Harness) -> None:
     harness.set_phase(victim, "Failed", state="Failed", type="HealthCheck", description="unhealthy")
     harness.sync()
     harness.reconcile("fl")
-    gone = ops.get(harness.api, MACHINES, victim, harness.ns)
+    gone = ops.get(harness.api, kinds.MACHINE.resource, victim, harness.ns)
     assert gone is not None and gone["metadata"].get("deletionTimestamp")
     assert gone["status"]["currentStatus"]["phase"] == "Terminating"
     assert int(harness.redis.get(stale_machines_key()) or 0) == 1
@@ -163,7 +163,9 @@ def test_marked_machines_are_deleted_at_the_scaler_change(harness: Harness) -> N
         MACHINE_PRIORITY_ANNOTATION: "1",
         MARKED_FOR_DELETION_TIME_ANNOTATION: "2026-02-01T10:00:00Z",
     }
-    ops.patch(harness.api, MACHINES, marked, {"metadata": {"annotations": annotations}}, harness.ns)
+    ops.patch(
+        harness.api, kinds.MACHINE.resource, marked, {"metadata": {"annotations": annotations}}, harness.ns
+    )
     harness.settle("as")
     assert marked in names(harness.machines("as"))  # the set has not been told yet
     harness.patch_set(

@@ -26,13 +26,12 @@ from informers.sink import deliver
 from informers.store import Store
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
-from mcm_tasks.cache import layout
 from mcm_tasks.controllers.machineset.metrics import register_machine_set_metrics
 from mcm_tasks.controllers.machineset.reconcile import ManageReplicasError, reconcile_machine_set
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import reset_clusters
-from mcm_tasks.kube.resources import EVENTS, MACHINE_SETS, MACHINES, NAMESPACES
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import configure, reset_settings
 
@@ -80,7 +79,10 @@ class Harness:
     def sync(self) -> None:
         """List MachineSets and Machines and apply them as the informer's re-list does."""
         items = []
-        for kind, res in ((layout.MACHINE_SETS, MACHINE_SETS), (layout.MACHINES, MACHINES)):
+        for kind, res in (
+            (kinds.MACHINE_SET.mirror, kinds.MACHINE_SET.resource),
+            (kinds.MACHINE.mirror, kinds.MACHINE.resource),
+        ):
             listed = ops.list_(self.api, res, self.ns)
             items.append(Relisted(kind, listed["items"], str(listed["metadata"].get("resourceVersion", ""))))
         out = self.processor.process(items)
@@ -107,8 +109,8 @@ class Harness:
 
     def snapshot(self) -> list[tuple[str, str]]:
         objs = (
-            ops.list_(self.api, MACHINES, self.ns)["items"]
-            + ops.list_(self.api, MACHINE_SETS, self.ns)["items"]
+            ops.list_(self.api, kinds.MACHINE.resource, self.ns)["items"]
+            + ops.list_(self.api, kinds.MACHINE_SET.resource, self.ns)["items"]
         )
         return sorted((o["kind"], o["metadata"]["resourceVersion"]) for o in objs)
 
@@ -140,22 +142,27 @@ class Harness:
                 },
             },
         }
-        return ops.create(self.api, MACHINE_SETS, body, self.ns)
+        return ops.create(self.api, kinds.MACHINE_SET.resource, body, self.ns)
 
     def get_set(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.api, MACHINE_SETS, name, self.ns, missing_ok=True)
+        return ops.get(self.api, kinds.MACHINE_SET.resource, name, self.ns, missing_ok=True)
 
     def scale(self, name: str, replicas: int) -> None:
         """Through the scale subresource, as kubectl scale and the autoscaler do."""
         ops.patch(
-            self.api, MACHINE_SETS, name, {"spec": {"replicas": replicas}}, self.ns, subresource="scale"
+            self.api,
+            kinds.MACHINE_SET.resource,
+            name,
+            {"spec": {"replicas": replicas}},
+            self.ns,
+            subresource="scale",
         )
 
     def patch_set(self, name: str, body: dict[str, Any]) -> None:
-        ops.patch(self.api, MACHINE_SETS, name, body, self.ns)
+        ops.patch(self.api, kinds.MACHINE_SET.resource, name, body, self.ns)
 
     def machines(self, owner: str | None = None) -> list[dict[str, Any]]:
-        items = ops.list_(self.api, MACHINES, self.ns)["items"]
+        items = ops.list_(self.api, kinds.MACHINE.resource, self.ns)["items"]
         if owner is None:
             return items
         return [
@@ -172,23 +179,23 @@ class Harness:
             "metadata": {"name": name, "namespace": self.ns, "labels": labels},
             "spec": {"class": {"kind": "MachineClass", "name": "cls"}},
         }
-        return ops.create(self.api, MACHINES, body, self.ns)
+        return ops.create(self.api, kinds.MACHINE.resource, body, self.ns)
 
     def set_phase(self, name: str, phase: str, **last_operation: str) -> None:
-        current = ops.get(self.api, MACHINES, name, self.ns)
+        current = ops.get(self.api, kinds.MACHINE.resource, name, self.ns)
         assert current is not None
         current["status"] = {"currentStatus": {"phase": phase}, "lastOperation": last_operation}
-        ops.update_status(self.api, MACHINES, current, self.ns)
+        ops.update_status(self.api, kinds.MACHINE.resource, current, self.ns)
 
     def release_held(self) -> None:
         """What the machine controller does at the end of a deletion: drop the finalizers."""
         for machine in self.machines():
             if machine["metadata"].get("deletionTimestamp") and machine["metadata"].get("finalizers"):
                 body = {"metadata": {"finalizers": None}}
-                ops.patch(self.api, MACHINES, machine["metadata"]["name"], body, self.ns)
+                ops.patch(self.api, kinds.MACHINE.resource, machine["metadata"]["name"], body, self.ns)
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        items = ops.list_(self.api, EVENTS, self.ns)["items"]
+        items = ops.list_(self.api, kinds.EVENT.resource, self.ns)["items"]
         return [e for e in items if e.get("reason") == reason]
 
     def fault(self, **rule: Any) -> str:
@@ -219,7 +226,7 @@ def crds(apiserver: ApiServer) -> ApiServer:
 @pytest.fixture()
 def harness(crds: ApiServer, kube_api: ApiClient, redis_url: str) -> Iterator[Harness]:
     ns = f"ms-{uuid.uuid4().hex[:8]}"
-    ops.create(kube_api, NAMESPACES, {"metadata": {"name": ns}})
+    ops.create(kube_api, kinds.NAMESPACE.resource, {"metadata": {"name": ns}})
     configure(
         {
             "control_kubeconfig": str(crds.kubeconfig),

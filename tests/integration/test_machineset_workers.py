@@ -21,11 +21,11 @@ from kubernetes.client import ApiClient
 from informers.sink import QueueSink
 from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import reset_clusters
-from mcm_tasks.kube.resources import MACHINE_SETS, MACHINES, NAMESPACES
 from mcm_tasks.settings import configure, reset_settings
 from tests.integration.test_machineset_support import crds
 
@@ -40,7 +40,7 @@ WORKERS = 2
 @pytest.fixture()
 def namespace(crds: ApiServer, kube_api: ApiClient) -> str:
     name = f"msw-{uuid.uuid4().hex[:8]}"
-    ops.create(kube_api, NAMESPACES, {"metadata": {"name": name}})
+    ops.create(kube_api, kinds.NAMESPACE.resource, {"metadata": {"name": name}})
     return name
 
 
@@ -102,7 +102,7 @@ class Watcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            items = ops.list_(self.api, MACHINES, self.namespace)["items"]
+            items = ops.list_(self.api, kinds.MACHINE.resource, self.namespace)["items"]
             live = sum(1 for m in items if not m["metadata"].get("deletionTimestamp"))
             if live > self.limit:
                 self.overshoots.append((live, self.limit))
@@ -119,7 +119,7 @@ class Watcher:
 
 
 def count(api: ApiClient, namespace: str) -> int:
-    return len(ops.list_(api, MACHINES, namespace)["items"])
+    return len(ops.list_(api, kinds.MACHINE.resource, namespace)["items"])
 
 
 def test_workers_scale_0_1_6_2_without_overshooting(
@@ -127,7 +127,7 @@ def test_workers_scale_0_1_6_2_without_overshooting(
 ) -> None:
     ops.create(
         kube_api,
-        MACHINE_SETS,
+        kinds.MACHINE_SET.resource,
         {
             "apiVersion": API_VERSION,
             "kind": "MachineSet",
@@ -144,7 +144,7 @@ def test_workers_scale_0_1_6_2_without_overshooting(
     )
 
     def finalized() -> bool:
-        found = ops.get(kube_api, MACHINE_SETS, "q", namespace) or {}
+        found = ops.get(kube_api, kinds.MACHINE_SET.resource, "q", namespace) or {}
         return MCM_FINALIZER in found.get("metadata", {}).get("finalizers", [])
 
     wait_until(finalized, WAIT, what="the workers to reconcile the new set")
@@ -153,13 +153,18 @@ def test_workers_scale_0_1_6_2_without_overshooting(
             # raise the limit before scaling up, lower it only once the scale-down is done
             watcher.limit = max(watcher.limit, replicas)
             ops.patch(
-                kube_api, MACHINE_SETS, "q", {"spec": {"replicas": replicas}}, namespace, subresource="scale"
+                kube_api,
+                kinds.MACHINE_SET.resource,
+                "q",
+                {"spec": {"replicas": replicas}},
+                namespace,
+                subresource="scale",
             )
             wait_until(lambda n=replicas: count(kube_api, namespace) == n, WAIT, what=f"{replicas} machines")  # type: ignore[misc]
             watcher.limit = replicas
 
         def status_current() -> bool:
-            status = (ops.get(kube_api, MACHINE_SETS, "q", namespace) or {}).get("status") or {}
+            status = (ops.get(kube_api, kinds.MACHINE_SET.resource, "q", namespace) or {}).get("status") or {}
             return status.get("replicas") == 2
 
         wait_until(status_current, WAIT, what="status.replicas 2")

@@ -30,8 +30,8 @@ from mcm_sandbox.procs import ApiServer, ManagedProcess, RedisServer, wait_until
 from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_sandbox.testing.queue import RecorderKeys, Run, read_runs, set_behaviour
+from mcm_tasks import kinds
 from mcm_tasks.kube import ops
-from mcm_tasks.kube import resources as kres
 from mcm_tasks.queue import enqueue, enqueue_after, enqueue_many
 from mcm_tasks.queue.messages import broker_prefix, queue_keys
 from mcm_tasks.queue.producer import enqueue_many_after
@@ -289,7 +289,7 @@ def test_whole_chain_from_the_api_server_to_the_workers_survives_redis_loss(
     key is reconciled again."""
     install_crds(kube_api)
     namespace = f"chain-{os.getpid()}-{int(time.time())}"
-    ops.create(kube_api, kres.NAMESPACES, {"metadata": {"name": namespace}})
+    ops.create(kube_api, kinds.NAMESPACE.resource, {"metadata": {"name": namespace}})
     names = [f"m{i:02d}" for i in range(20)]
     keys = [f"{namespace}/{name}" for name in names]
 
@@ -303,13 +303,15 @@ def test_whole_chain_from_the_api_server_to_the_workers_survives_redis_loss(
         created: dict[str, float] = {}
         for name, key in zip(names, keys, strict=True):
             created[key] = time.time()
-            ops.create(kube_api, kres.MACHINES, _machine_in(namespace, name), namespace)
+            ops.create(kube_api, kinds.MACHINE.resource, _machine_in(namespace, name), namespace)
         wait_until(lambda: ran_since(created), timeout=60, what="a reconcile after every create")
 
         patched: dict[str, float] = {}
         for name, key in zip(names, keys, strict=True):
             patched[key] = time.time()
-            ops.patch(kube_api, kres.MACHINES, name, {"spec": {"providerID": f"p-{name}"}}, namespace)
+            ops.patch(
+                kube_api, kinds.MACHINE.resource, name, {"spec": {"providerID": f"p-{name}"}}, namespace
+            )
         wait_until(lambda: ran_since(patched), timeout=60, what="a reconcile after every spec change")
 
         restarted_at = time.time()

@@ -12,6 +12,7 @@ import pytest
 
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_sandbox.testing.hostile import nested
+from mcm_tasks import kinds
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.machine.metrics import MachineCollector
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
@@ -21,7 +22,6 @@ from mcm_tasks.controllers.safety.apiserver import RESET_DESCRIPTION
 from mcm_tasks.controllers.safety.apiserver_io import down_since_key
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import Requeue
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import get_redis
@@ -87,7 +87,9 @@ def machine_in_phase(env: Env, base: str, cls: str, phase: str, **spec: Any) -> 
     status = machine.status.model_copy(
         update={"current_status": machine.status.current_status.model_copy(update={"phase": phase})}
     )
-    ops.update_status(env.api, MACHINES, ops.to_dict(machine.model_copy(update={"status": status})))
+    ops.update_status(
+        env.api, kinds.MACHINE.resource, ops.to_dict(machine.model_copy(update={"status": status}))
+    )
     return name
 
 

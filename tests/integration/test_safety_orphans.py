@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mcm_sandbox.procs import wait_until
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import NODE_FINALIZER, NODE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
 from mcm_tasks.controllers.common import context
@@ -15,7 +16,6 @@ from mcm_tasks.controllers.safety import ORPHAN_VMS
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
 from tests.integration.test_machine_support import USER_DATA, Env, env
@@ -32,7 +32,7 @@ def every_request_runs(env: Env) -> None:
 
 
 def load_class(env: Env, name: str) -> MachineClass:
-    return MachineClass.model_validate(ops.get(env.api, MACHINE_CLASSES, name, env.namespace))
+    return MachineClass.model_validate(ops.get(env.api, kinds.MACHINE_CLASS.resource, name, env.namespace))
 
 
 def launch_vm(env: Env, machine_class: MachineClass, machine_name: str) -> str:
@@ -53,7 +53,7 @@ def with_phase(env: Env, name: str, phase: str) -> None:
             )
         }
     )
-    ops.update_status(env.api, MACHINES, ops.to_dict(body))
+    ops.update_status(env.api, kinds.MACHINE.resource, ops.to_dict(body))
 
 
 def live(env: Env, machine_name: str) -> list[str]:
@@ -120,8 +120,8 @@ def test_nodes_without_a_machine_are_marked_not_managed_once_older_than_the_crea
 ) -> None:
     cls = env.setup_class()
     unclaimed, claimed = env.name("unclaimed"), env.name("claimed")
-    ops.create(env.api, NODES, node_body(unclaimed, finalized=True))
-    ops.create(env.api, NODES, node_body(claimed, annotated=True))
+    ops.create(env.api, kinds.NODE.resource, node_body(unclaimed, finalized=True))
+    ops.create(env.api, kinds.NODE.resource, node_body(claimed, annotated=True))
     env.machine(env.name("m"), cls, labels={NODE_LABEL_KEY: claimed})
     try:
         reconcile_safety(ORPHAN_VMS)  # creation timeout 60 s: the unclaimed node is too young to judge
@@ -143,4 +143,4 @@ def test_nodes_without_a_machine_are_marked_not_managed_once_older_than_the_crea
         assert NOT_MANAGED_BY_MCM_ANNOTATION not in (node_meta(env, claimed).get("annotations") or {})
     finally:
         for name in (unclaimed, claimed):
-            ops.delete(env.api, NODES, name)
+            ops.delete(env.api, kinds.NODE.resource, name)

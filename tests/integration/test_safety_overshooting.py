@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from mcm_sandbox.testing.hostile import nested
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, UNFREEZE_ANNOTATION
 from mcm_tasks.controllers.problems import UNREADABLE_REASON
 from mcm_tasks.controllers.safety import OVERSHOOTING
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, Resource
+from mcm_tasks.kube.resources import Resource
 from tests.integration.test_machine_support import Env, env
 from tests.integration.test_safety_orphans import every_request_runs
 
@@ -50,7 +51,7 @@ def deployment(env: Env, name: str, replicas: int, max_surge: int | str) -> dict
             },
         },
     }
-    return ops.create(env.api, MACHINE_DEPLOYMENTS, body, env.namespace)
+    return ops.create(env.api, kinds.MACHINE_DEPLOYMENT.resource, body, env.namespace)
 
 
 def machine_set(
@@ -70,7 +71,7 @@ def machine_set(
         "spec": {"replicas": replicas, "selector": SELECTOR, "template": template()},
     }
     body["spec"]["template"]["spec"].update(template_spec or {})
-    return ops.create(env.api, MACHINE_SETS, body, env.namespace)
+    return ops.create(env.api, kinds.MACHINE_SET.resource, body, env.namespace)
 
 
 def add_machines(env: Env, owner: dict[str, Any], n: int) -> list[str]:
@@ -83,7 +84,7 @@ def add_machines(env: Env, owner: dict[str, Any], n: int) -> list[str]:
                          "labels": {"app": "w"}, "ownerReferences": [controller_ref(owner)]},
             "spec": {"class": {"kind": "MachineClass", "name": "c"}},
         }  # fmt: skip
-        names.append(ops.create(env.api, MACHINES, body, env.namespace)["metadata"]["name"])
+        names.append(ops.create(env.api, kinds.MACHINE.resource, body, env.namespace)["metadata"]["name"])
     return names
 
 
@@ -97,7 +98,7 @@ def frozen_state(env: Env, res: Resource, name: str) -> tuple[bool, str | None]:
     """(freeze label set, reason of a True Frozen condition or None), read from the raw API object."""
     obj = read(env, res, name)
     labels = obj["metadata"].get("labels") or {}
-    key = "machineSetCondition" if res is MACHINE_SETS else "conditions"
+    key = "machineSetCondition" if res is kinds.MACHINE_SET.resource else "conditions"
     conditions = (obj.get("status") or {}).get(key) or []
     frozen = [c for c in conditions if c["type"] == "Frozen" and c["status"] == "True"]
     return labels.get(FREEZE_LABEL_KEY) == "True", frozen[0]["reason"] if frozen else None
@@ -122,29 +123,29 @@ def test_a_set_over_its_deployment_limit_freezes_with_its_deployment_and_thaws_b
     machines = add_machines(env, s, 3)
     check()
     assert (
-        frozen_state(env, MACHINE_SETS, s_name) == FREE
-        and frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
+        frozen_state(env, kinds.MACHINE_SET.resource, s_name) == FREE
+        and frozen_state(env, kinds.MACHINE_DEPLOYMENT.resource, d_name) == FREE
     )
 
     machines += add_machines(env, s, 1)
     check()
-    assert frozen_state(env, MACHINE_SETS, s_name) == FROZEN
-    assert frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FROZEN
+    assert frozen_state(env, kinds.MACHINE_SET.resource, s_name) == FROZEN
+    assert frozen_state(env, kinds.MACHINE_DEPLOYMENT.resource, d_name) == FROZEN
     assert "FrozeMachineSet" in env.event_reasons(s_name)
     assert "FrozeMachineDeployment" in env.event_reasons(d_name)
-    condition = read(env, MACHINE_SETS, s_name)["status"]["machineSetCondition"][0]
+    condition = read(env, kinds.MACHINE_SET.resource, s_name)["status"]["machineSetCondition"][0]
     assert "is 4 >= 4 which is the Max-ScaleUp-Limit" in condition["message"]
-    version = read(env, MACHINE_SETS, s_name)["metadata"]["resourceVersion"]
+    version = read(env, kinds.MACHINE_SET.resource, s_name)["metadata"]["resourceVersion"]
     check()
-    assert read(env, MACHINE_SETS, s_name)["metadata"]["resourceVersion"] == version, (
+    assert read(env, kinds.MACHINE_SET.resource, s_name)["metadata"]["resourceVersion"] == version, (
         "a frozen set is left alone"
     )
 
-    ops.delete(env.api, MACHINES, machines.pop(), env.namespace)  # 3 = lower
+    ops.delete(env.api, kinds.MACHINE.resource, machines.pop(), env.namespace)  # 3 = lower
     check()
     assert (
-        frozen_state(env, MACHINE_SETS, s_name) == FREE
-        and frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
+        frozen_state(env, kinds.MACHINE_SET.resource, s_name) == FREE
+        and frozen_state(env, kinds.MACHINE_DEPLOYMENT.resource, d_name) == FREE
     )
     assert "UnfrozeMachineSet" in env.event_reasons(s_name)
     assert "UnfrozeMachineDeployment" in env.event_reasons(d_name)
@@ -156,22 +157,28 @@ def test_the_unfreeze_annotation_thaws_at_once_and_is_removed(env: Env) -> None:
     s = machine_set(env, s_name, replicas=4, owner=d)
     add_machines(env, s, 7)
     check()
-    assert frozen_state(env, MACHINE_SETS, s_name) == FROZEN
+    assert frozen_state(env, kinds.MACHINE_SET.resource, s_name) == FROZEN
 
-    annotate(env, MACHINE_SETS, s_name, "True")
+    annotate(env, kinds.MACHINE_SET.resource, s_name, "True")
     check()
-    assert frozen_state(env, MACHINE_SETS, s_name) == FREE
-    assert frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
-    assert UNFREEZE_ANNOTATION not in (read(env, MACHINE_SETS, s_name)["metadata"].get("annotations") or {})
-    check()
-    assert frozen_state(env, MACHINE_SETS, s_name) == FROZEN, "still overshooting: frozen again next pass"
-
-    annotate(env, MACHINE_DEPLOYMENTS, d_name, "True")  # on the deployment: thaws the deployment and its sets
-    check()
-    assert frozen_state(env, MACHINE_SETS, s_name) == FREE
-    assert frozen_state(env, MACHINE_DEPLOYMENTS, d_name) == FREE
+    assert frozen_state(env, kinds.MACHINE_SET.resource, s_name) == FREE
+    assert frozen_state(env, kinds.MACHINE_DEPLOYMENT.resource, d_name) == FREE
     assert UNFREEZE_ANNOTATION not in (
-        read(env, MACHINE_DEPLOYMENTS, d_name)["metadata"].get("annotations") or {}
+        read(env, kinds.MACHINE_SET.resource, s_name)["metadata"].get("annotations") or {}
+    )
+    check()
+    assert frozen_state(env, kinds.MACHINE_SET.resource, s_name) == FROZEN, (
+        "still overshooting: frozen again next pass"
+    )
+
+    annotate(
+        env, kinds.MACHINE_DEPLOYMENT.resource, d_name, "True"
+    )  # on the deployment: thaws the deployment and its sets
+    check()
+    assert frozen_state(env, kinds.MACHINE_SET.resource, s_name) == FREE
+    assert frozen_state(env, kinds.MACHINE_DEPLOYMENT.resource, d_name) == FREE
+    assert UNFREEZE_ANNOTATION not in (
+        read(env, kinds.MACHINE_DEPLOYMENT.resource, d_name)["metadata"].get("annotations") or {}
     )
 
 
@@ -187,9 +194,9 @@ def test_every_overshooting_set_freezes_in_one_pass_including_standalone_ones(en
     add_machines(env, quiet, 5)
     check()
     for s in (a, b, alone):
-        assert frozen_state(env, MACHINE_SETS, s["metadata"]["name"]) == FROZEN
-    assert frozen_state(env, MACHINE_SETS, quiet["metadata"]["name"]) == FREE
-    assert frozen_state(env, MACHINE_DEPLOYMENTS, d["metadata"]["name"]) == FROZEN
+        assert frozen_state(env, kinds.MACHINE_SET.resource, s["metadata"]["name"]) == FROZEN
+    assert frozen_state(env, kinds.MACHINE_SET.resource, quiet["metadata"]["name"]) == FREE
+    assert frozen_state(env, kinds.MACHINE_DEPLOYMENT.resource, d["metadata"]["name"]) == FROZEN
 
 
 def test_sets_it_cannot_read_or_judge_are_skipped_and_the_healthy_one_beside_them_freezes(env: Env) -> None:
@@ -203,7 +210,7 @@ def test_sets_it_cannot_read_or_judge_are_skipped_and_the_healthy_one_beside_the
     for s in (negative, unreadable, good):
         add_machines(env, s, 4)
     check()
-    assert frozen_state(env, MACHINE_SETS, good["metadata"]["name"]) == FROZEN
-    assert frozen_state(env, MACHINE_SETS, negative["metadata"]["name"]) == FREE
-    assert frozen_state(env, MACHINE_SETS, unreadable["metadata"]["name"]) == FREE
+    assert frozen_state(env, kinds.MACHINE_SET.resource, good["metadata"]["name"]) == FROZEN
+    assert frozen_state(env, kinds.MACHINE_SET.resource, negative["metadata"]["name"]) == FREE
+    assert frozen_state(env, kinds.MACHINE_SET.resource, unreadable["metadata"]["name"]) == FREE
     assert UNREADABLE_REASON in env.event_reasons(unreadable["metadata"]["name"])

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
 from mcm_tasks.api import LabelSelector, Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.api.validation import (
     ErrorType,
@@ -105,9 +106,9 @@ def test_the_parsed_cache_leaves_unreadable_objects_out_of_lists() -> None:
     parse = parser(MachineSet)
     assert parser(MachineSet) is parse  # one function per model: the cache's tables are keyed by it
     cache = ParsedCache()
-    assert [m.metadata.name for m in cache.some(layout.MACHINE_SETS, parse, items)] == ["good"]
+    assert [m.metadata.name for m in cache.some(kinds.MACHINE_SET.mirror, parse, items)] == ["good"]
     with pytest.raises(Unreadable):
-        cache.one(layout.MACHINE_SETS, parse, *items[1])
+        cache.one(kinds.MACHINE_SET.mirror, parse, *items[1])
 
 
 def test_content_nested_deeper_than_a_model_can_be_written_back_is_unreadable() -> None:

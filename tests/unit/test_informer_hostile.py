@@ -19,12 +19,13 @@ from informers.processor import (
     Processor,
     WatchEvent,
 )
-from informers.resources import MACHINE_CLASSES, MACHINES, MAX_INDEX_VALUE_LENGTH, Obj
+from informers.resources import MAX_INDEX_VALUE_LENGTH, WATCHES, Obj
 from informers.routing import owner_selector
 from informers.runner import Informer
 from informers.sink import MemorySink
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
 from mcm_tasks.cache import layout
 from mcm_tasks.settings import Settings
 
@@ -40,13 +41,13 @@ def near_set(name: str = "near") -> Obj:
 def test_a_set_with_an_unknown_operator_does_not_stop_the_routing_of_orphans() -> None:
     processor = Processor(Store(NS))
     healthy = fx.machine_set("healthy", selector={"app": "x"})
-    added = processor.process([WatchEvent(layout.MACHINE_SETS, ADDED, near_set()),
-                               WatchEvent(layout.MACHINE_SETS, ADDED, healthy)])  # fmt: skip
+    added = processor.process([WatchEvent(kinds.MACHINE_SET.mirror, ADDED, near_set()),
+                               WatchEvent(kinds.MACHINE_SET.mirror, ADDED, healthy)])  # fmt: skip
     assert [(p.key, p.reason) for p in added.problems] == [(f"{NS}/near", UNUSABLE_SELECTOR)]
     assert "'Near' is not a valid selector operator" in added.problems[0].message
 
     orphan = fx.machine("orphan", labels={"app": "x"})
-    out = processor.process([WatchEvent(layout.MACHINES, ADDED, orphan)])
+    out = processor.process([WatchEvent(kinds.MACHINE.mirror, ADDED, orphan)])
     assert ("machineset", f"{NS}/healthy") in out.routing.items()
     assert ("machineset", f"{NS}/near") not in out.routing.items()
     assert out.problems == []
@@ -70,17 +71,17 @@ def test_content_that_breaks_an_index_is_mirrored_under_the_others_and_reported(
     processor = Processor(Store(NS))
     cls = fx.machine_class("cls")
     cls["secretRef"] = "not-an-object"  # the schema types it; a hostile server or an old CRD might not
-    out = processor.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, cls)])
+    out = processor.process([WatchEvent(kinds.MACHINE_CLASS.mirror, ADDED, cls)])
     assert [c.key for c in out.commit.changes] == [f"{NS}/cls"]
     assert out.commit.changes[0].stored is not None
-    assert [(p.reason, p.kind) for p in out.problems] == [(UNINDEXABLE, layout.MACHINE_CLASSES)]
+    assert [(p.reason, p.kind) for p in out.problems] == [(UNINDEXABLE, kinds.MACHINE_CLASS.mirror)]
     assert ("machineclass", f"{NS}/cls") in out.routing.items()
 
 
 def test_index_values_longer_than_a_name_are_not_filed() -> None:
     machine = fx.machine("m")
     machine["spec"]["class"]["name"] = "c" * (MAX_INDEX_VALUE_LENGTH + 1)
-    values, problems = MACHINES.indexed(machine)
+    values, problems = WATCHES[kinds.MACHINE].indexed(machine)
     assert values[layout.BY_CLASS] == []
     assert problems and "longer than" in problems[0]
 
@@ -89,19 +90,19 @@ def test_routing_that_raises_still_wakes_the_object_itself() -> None:
     processor = Processor(Store(NS))
     machine = fx.machine("m")
     machine["metadata"]["ownerReferences"] = ["a string where an object belongs"]
-    out = processor.process([WatchEvent(layout.MACHINES, ADDED, machine)])
+    out = processor.process([WatchEvent(kinds.MACHINE.mirror, ADDED, machine)])
     assert ("machine", f"{NS}/m") in out.routing.items()
     assert [p.reason for p in out.problems] == [UNINDEXABLE, UNROUTABLE]
     # and the next event of the same object is handled too
     fixed = fx.machine("m", rv="2", generation=2)
-    again = processor.process([WatchEvent(layout.MACHINES, MODIFIED, fixed)])
+    again = processor.process([WatchEvent(kinds.MACHINE.mirror, MODIFIED, fixed)])
     assert ("machine", f"{NS}/m") in again.routing.items()
 
 
 def test_a_class_reference_of_the_wrong_shape_routes_to_no_class() -> None:
     machine = fx.machine("m")
     machine["spec"]["class"] = "a string where an object belongs"
-    out = Processor(Store(NS)).process([WatchEvent(layout.MACHINES, ADDED, machine)])
+    out = Processor(Store(NS)).process([WatchEvent(kinds.MACHINE.mirror, ADDED, machine)])
     assert out.problems == [] and ("machine", f"{NS}/m") in out.routing.items()
 
 
@@ -109,7 +110,7 @@ def test_problems_carry_identity_only() -> None:
     processor = Processor(Store(NS))
     obj = near_set()
     obj["spec"]["template"] = {"metadata": {"annotations": {"secret": "s3cr3t"}}}
-    problem = processor.process([WatchEvent(layout.MACHINE_SETS, ADDED, obj)]).problems[0]
+    problem = processor.process([WatchEvent(kinds.MACHINE_SET.mirror, ADDED, obj)]).problems[0]
     assert problem.identity == {
         "apiVersion": obj["apiVersion"],
         "kind": "MachineSet",
@@ -121,12 +122,14 @@ def test_problems_carry_identity_only() -> None:
 def test_the_reporter_counts_logs_and_records_without_blocking_the_writer() -> None:
     recorded: list[tuple[str, str]] = []
     reporter = ProblemReporter(lambda identity, reason, message: recorded.append((reason, message)))
-    before = OBJECT_PROBLEMS.labels(layout.MACHINE_SETS, UNUSABLE_SELECTOR)._value.get()
-    problem = Problem(layout.MACHINE_SETS, f"{NS}/near", {"kind": "MachineSet"}, UNUSABLE_SELECTOR, "bad")
+    before = OBJECT_PROBLEMS.labels(kinds.MACHINE_SET.mirror, UNUSABLE_SELECTOR)._value.get()
+    problem = Problem(
+        kinds.MACHINE_SET.mirror, f"{NS}/near", {"kind": "MachineSet"}, UNUSABLE_SELECTOR, "bad"
+    )
     reporter.report([problem, problem])
     reporter.close()
     assert recorded == [(UNUSABLE_SELECTOR, "bad")] * 2
-    assert OBJECT_PROBLEMS.labels(layout.MACHINE_SETS, UNUSABLE_SELECTOR)._value.get() == before + 2
+    assert OBJECT_PROBLEMS.labels(kinds.MACHINE_SET.mirror, UNUSABLE_SELECTOR)._value.get() == before + 2
 
 
 def test_a_failing_recorder_does_not_stop_the_reporter() -> None:
@@ -134,7 +137,7 @@ def test_a_failing_recorder_does_not_stop_the_reporter() -> None:
         raise RuntimeError("api down")
 
     reporter = ProblemReporter(broken)
-    reporter.report([Problem(layout.MACHINES, f"{NS}/m", {}, UNROUTABLE, "x")])
+    reporter.report([Problem(kinds.MACHINE.mirror, f"{NS}/m", {}, UNROUTABLE, "x")])
     reporter.close()
     assert reporter._thread is None
 
@@ -157,7 +160,7 @@ def raw_class(name: str, rv: str, deep: bool = False) -> bytes:
 
 
 def reflector(emitted: list[Any]) -> Reflector:
-    return Reflector(MACHINE_CLASSES, None, NS, emitted.append, Settings(), threading.Event())  # type: ignore[arg-type]
+    return Reflector(WATCHES[kinds.MACHINE_CLASS], None, NS, emitted.append, Settings(), threading.Event())  # type: ignore[arg-type]
 
 
 def test_a_watch_event_too_deep_to_decode_is_skipped_and_the_watch_moves_past_it() -> None:
@@ -193,11 +196,11 @@ def test_objects_deeper_than_orjson_writes_are_mirrored_and_deeper_ones_reported
     processor = Processor(Store(NS))
     cls = fx.machine_class("deep300")
     cls["providerSpec"] = nest(300)
-    out = processor.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, cls)])
+    out = processor.process([WatchEvent(kinds.MACHINE_CLASS.mirror, ADDED, cls)])
     assert out.problems == [] and out.commit.changes[0].stored is not None
     deeper = fx.machine_class("deep2000")
     deeper["providerSpec"] = nest(2000)
-    out = processor.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, deeper)])
+    out = processor.process([WatchEvent(kinds.MACHINE_CLASS.mirror, ADDED, deeper)])
     assert [p.reason for p in out.problems] == [UNMIRRORABLE] and out.commit.changes == []
 
 
@@ -214,7 +217,7 @@ def nest(depth: int) -> Obj:
 def test_a_reference_no_object_can_have_routes_nowhere() -> None:
     machine = fx.machine("m")
     machine["spec"]["class"]["name"] = "c" * 100_000
-    out = Processor(Store(NS)).process([WatchEvent(layout.MACHINES, ADDED, machine)])
+    out = Processor(Store(NS)).process([WatchEvent(kinds.MACHINE.mirror, ADDED, machine)])
     assert all(len(key) <= MAX_KEY_LENGTH for _, key in out.routing.items())
     assert ("machine", f"{NS}/m") in out.routing.items()
 

@@ -8,16 +8,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcm_tasks import kinds
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import (
-    MACHINE_SETS,
-    MACHINES,
-    MCM_RESOURCES,
-    NODES,
-    POD_DISRUPTION_BUDGETS,
-    PODS,
-    resource_for_kind,
-)
 
 
 def status_error(code: int, reason: str) -> ApiException:
@@ -27,29 +19,35 @@ def status_error(code: int, reason: str) -> ApiException:
 
 
 def test_paths_for_core_group_and_custom_resources() -> None:
-    assert MACHINES.path("shoot--a") == "/apis/machine.sapcloud.io/v1alpha1/namespaces/shoot--a/machines"
     assert (
-        MACHINE_SETS.path("ns", "set-1", "status")
+        kinds.MACHINE.resource.path("shoot--a")
+        == "/apis/machine.sapcloud.io/v1alpha1/namespaces/shoot--a/machines"
+    )
+    assert (
+        kinds.MACHINE_SET.resource.path("ns", "set-1", "status")
         == "/apis/machine.sapcloud.io/v1alpha1/namespaces/ns/machinesets/set-1/status"
     )
-    assert MACHINES.path(None) == "/apis/machine.sapcloud.io/v1alpha1/machines"
-    assert PODS.path("ns", "p") == "/api/v1/namespaces/ns/pods/p"
+    assert kinds.MACHINE.resource.path(None) == "/apis/machine.sapcloud.io/v1alpha1/machines"
+    assert kinds.POD.resource.path("ns", "p") == "/api/v1/namespaces/ns/pods/p"
     # cluster-scoped: a namespace given by mistake does not leak into the path
-    assert NODES.path("ns", "node-1") == "/api/v1/nodes/node-1"
-    assert POD_DISRUPTION_BUDGETS.path("ns") == "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"
+    assert kinds.NODE.resource.path("ns", "node-1") == "/api/v1/nodes/node-1"
+    assert (
+        kinds.POD_DISRUPTION_BUDGET.resource.path("ns")
+        == "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"
+    )
     with pytest.raises(ValueError):
-        MACHINES.path("ns", None, "status")
+        kinds.MACHINE.resource.path("ns", None, "status")
 
 
 def test_mcm_kinds_in_one_table() -> None:
-    assert {r.plural for r in MCM_RESOURCES} == {
+    assert {r.plural for r in kinds.MCM_RESOURCES} == {
         "machines", "machinesets", "machinedeployments", "machineclasses",
     }  # fmt: skip
-    assert {r.api_version for r in MCM_RESOURCES} == {"machine.sapcloud.io/v1alpha1"}
-    assert resource_for_kind("MachineDeployment").plural == "machinedeployments"
-    assert resource_for_kind("Node") is NODES
+    assert {r.api_version for r in kinds.MCM_RESOURCES} == {"machine.sapcloud.io/v1alpha1"}
+    assert kinds.resource_for_kind("MachineDeployment").plural == "machinedeployments"
+    assert kinds.resource_for_kind("Node") is kinds.NODE.resource
     with pytest.raises(KeyError):
-        resource_for_kind("Gizmo")
+        kinds.resource_for_kind("Gizmo")
 
 
 def test_delete_options_carry_preconditions_and_propagation() -> None:
@@ -138,9 +136,9 @@ def test_backoff_grows_by_factor_up_to_cap_with_jitter() -> None:
 
 def test_json_patch_must_be_a_list() -> None:
     with pytest.raises(TypeError):
-        ops.patch(None, PODS, "p", {"op": "add"}, "ns", patch_type=ops.PatchType.JSON)  # type: ignore[arg-type]
+        ops.patch(None, kinds.POD.resource, "p", {"op": "add"}, "ns", patch_type=ops.PatchType.JSON)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        ops.patch(None, PODS, "p", [{"op": "add"}], "ns", patch_type=ops.PatchType.MERGE)  # type: ignore[arg-type]
+        ops.patch(None, kinds.POD.resource, "p", [{"op": "add"}], "ns", patch_type=ops.PatchType.MERGE)  # type: ignore[arg-type]
 
 
 def test_watch_error_event_is_raised_as_the_status_it_carries() -> None:

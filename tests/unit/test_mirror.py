@@ -12,6 +12,7 @@ from informers.mirror import Change
 from informers.processor import Outcome, Processor, Relisted, WatchEvent
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
 from mcm_tasks.cache import layout
 
 NS = fx.NS
@@ -28,13 +29,13 @@ def stored(change: Change) -> dict[str, Any]:
 
 def test_pods_are_stored_as_a_projection_and_remembered_smaller_still() -> None:
     proc = Processor(Store(NS))
-    out = proc.process([WatchEvent(layout.PODS, ADDED, fx.pod("p", node_name="n1"))])
-    pod = stored(changes_of(out, layout.PODS)["default/p"])
+    out = proc.process([WatchEvent(kinds.POD.mirror, ADDED, fx.pod("p", node_name="n1"))])
+    pod = stored(changes_of(out, kinds.POD.mirror)["default/p"])
     assert set(pod) == {"metadata", "spec", "status"}
     assert set(pod["spec"]) == {"nodeName", "volumes", "priority", "terminationGracePeriodSeconds"}
     assert set(pod["status"]) == {"phase", "conditions"}
     assert "managedFields" not in pod["metadata"]
-    remembered = proc.store.get(layout.PODS, "default/p")
+    remembered = proc.store.get(kinds.POD.mirror, "default/p")
     assert remembered == {
         "metadata": {"name": "p", "namespace": "default", "resourceVersion": "1"},
         "spec": {"nodeName": "n1"},
@@ -42,27 +43,28 @@ def test_pods_are_stored_as_a_projection_and_remembered_smaller_still() -> None:
 
 
 def test_nodes_are_stored_without_images() -> None:
-    out = Processor(Store(NS)).process([WatchEvent(layout.NODES, ADDED, fx.node("n"))])
-    node = stored(changes_of(out, layout.NODES)["n"])
+    out = Processor(Store(NS)).process([WatchEvent(kinds.NODE.mirror, ADDED, fx.node("n"))])
+    node = stored(changes_of(out, kinds.NODE.mirror)["n"])
     assert "images" not in node["status"]
     assert node["status"]["conditions"]
 
 
 def test_a_pod_moving_nodes_leaves_one_index_value_and_enters_the_other() -> None:
     proc = Processor(Store(NS))
-    proc.process([WatchEvent(layout.PODS, ADDED, fx.pod("p", node_name="a"))])
+    proc.process([WatchEvent(kinds.POD.mirror, ADDED, fx.pod("p", node_name="a"))])
     change = changes_of(
-        proc.process([WatchEvent(layout.PODS, MODIFIED, fx.pod("p", node_name="b", rv="2"))]), layout.PODS
+        proc.process([WatchEvent(kinds.POD.mirror, MODIFIED, fx.pod("p", node_name="b", rv="2"))]),
+        kinds.POD.mirror,
     )
     assert change["default/p"].old_index == {layout.BY_NODE: ["a"]}
     assert change["default/p"].new_index == {layout.BY_NODE: ["b"]}
-    assert proc.store.index_keys(layout.PODS, layout.BY_NODE, "a") == set()
+    assert proc.store.index_keys(kinds.POD.mirror, layout.BY_NODE, "a") == set()
 
 
 def test_a_duplicate_event_writes_nothing() -> None:
     proc = Processor(Store(NS))
-    proc.process([WatchEvent(layout.MACHINES, ADDED, fx.machine("m"))])
-    out = proc.process([WatchEvent(layout.MACHINES, MODIFIED, fx.machine("m"))])
+    proc.process([WatchEvent(kinds.MACHINE.mirror, ADDED, fx.machine("m"))])
+    out = proc.process([WatchEvent(kinds.MACHINE.mirror, MODIFIED, fx.machine("m"))])
     assert not out.commit.changes and not out.routing
 
 
@@ -74,23 +76,23 @@ def test_secrets_are_mirrored_without_their_data_but_with_a_digest_of_it() -> No
         "team": "a",
     }
     applied["stringData"] = {"token": "plain"}
-    out = proc.process([WatchEvent(layout.SECRETS, ADDED, applied)])
-    first = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    out = proc.process([WatchEvent(kinds.SECRET.mirror, ADDED, applied)])
+    first = stored(changes_of(out, kinds.SECRET.mirror)[f"{NS}/s"])
     assert "data" not in first and "stringData" not in first
     assert "c2VjcmV0" not in orjson.dumps(first).decode() and "plain" not in orjson.dumps(first).decode()
     annotations = first["metadata"]["annotations"]
     assert set(annotations) == {"team", layout.DATA_DIGEST_ANNOTATION}
-    assert proc.store.get(layout.SECRETS, f"{NS}/s") == first  # nor in the informer's memory
+    assert proc.store.get(kinds.SECRET.mirror, f"{NS}/s") == first  # nor in the informer's memory
 
     # a class referencing it changes nothing about how it is stored
-    out = proc.process([WatchEvent(layout.MACHINE_CLASSES, ADDED, fx.machine_class("c", secret="s"))])
-    assert layout.SECRETS not in {c.kind for c in out.commit.changes}
+    out = proc.process([WatchEvent(kinds.MACHINE_CLASS.mirror, ADDED, fx.machine_class("c", secret="s"))])
+    assert kinds.SECRET.mirror not in {c.kind for c in out.commit.changes}
 
     # new data: a new digest, and the classes that use the secret are woken
     out = proc.process(
-        [WatchEvent(layout.SECRETS, MODIFIED, fx.secret("s", rv="2", data={"userData": "bmV3"}))]
+        [WatchEvent(kinds.SECRET.mirror, MODIFIED, fx.secret("s", rv="2", data={"userData": "bmV3"}))]
     )
-    second = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    second = stored(changes_of(out, kinds.SECRET.mirror)[f"{NS}/s"])
     assert "data" not in second
     assert (
         second["metadata"]["annotations"][layout.DATA_DIGEST_ANNOTATION]
@@ -101,8 +103,8 @@ def test_secrets_are_mirrored_without_their_data_but_with_a_digest_of_it() -> No
     # same data, new resourceVersion (a label): stored again, classes not woken
     relabelled = fx.secret("s", rv="3", data={"userData": "bmV3"})
     relabelled["metadata"]["labels"] = {"x": "y"}
-    out = proc.process([WatchEvent(layout.SECRETS, MODIFIED, relabelled)])
-    third = stored(changes_of(out, layout.SECRETS)[f"{NS}/s"])
+    out = proc.process([WatchEvent(kinds.SECRET.mirror, MODIFIED, relabelled)])
+    third = stored(changes_of(out, kinds.SECRET.mirror)[f"{NS}/s"])
     assert third["metadata"]["annotations"] == second["metadata"]["annotations"]
     assert ("machineclass", f"{NS}/c") not in out.routing.items()
 
@@ -110,12 +112,12 @@ def test_secrets_are_mirrored_without_their_data_but_with_a_digest_of_it() -> No
 def test_relist_deletes_and_routes_what_vanished_and_skips_what_did_not_change() -> None:
     proc = Processor(Store(NS))
     proc.process(
-        [WatchEvent(layout.MACHINES, ADDED, fx.machine(n, machine_set="s")) for n in ("a", "b", "c")]
+        [WatchEvent(kinds.MACHINE.mirror, ADDED, fx.machine(n, machine_set="s")) for n in ("a", "b", "c")]
     )
     out = proc.process(
         [
             Relisted(
-                layout.MACHINES,
+                kinds.MACHINE.mirror,
                 [fx.machine("a", machine_set="s"), fx.machine("b", rv="9", machine_set="s")],
                 "10",
             )
@@ -124,17 +126,17 @@ def test_relist_deletes_and_routes_what_vanished_and_skips_what_did_not_change()
     assert {c.key: c.stored is None for c in out.commit.changes} == {f"{NS}/b": False, f"{NS}/c": True}
     assert ("machine-termination", f"{NS}/c") in out.routing.items()
     assert list(out.routing.deletions_observed) == [(f"{NS}/s", "c")]
-    assert out.commit.synced == {layout.MACHINES: "10"}
-    assert proc.store.keys(layout.MACHINES) == [f"{NS}/a", f"{NS}/b"]
+    assert out.commit.synced == {kinds.MACHINE.mirror: "10"}
+    assert proc.store.keys(kinds.MACHINE.mirror) == [f"{NS}/a", f"{NS}/b"]
 
 
 def test_initial_list_announces_every_object_but_does_not_recount_creations_already_seen() -> None:
     proc = Processor(Store(NS))
-    proc.seed(layout.MACHINES, [(f"{NS}/old", fx.machine("old", machine_set="s"))])
+    proc.seed(kinds.MACHINE.mirror, [(f"{NS}/old", fx.machine("old", machine_set="s"))])
     out = proc.process(
         [
             Relisted(
-                layout.MACHINES,
+                kinds.MACHINE.mirror,
                 [fx.machine("old", machine_set="s"), fx.machine("new", machine_set="s")],
                 "5",
                 initial=True,
@@ -150,9 +152,9 @@ def test_initial_list_announces_every_object_but_does_not_recount_creations_alre
 def test_a_seeded_object_that_vanished_before_the_first_list_is_deleted_with_its_index_entries() -> None:
     proc = Processor(Store(NS))
     proc.seed(
-        layout.PODS,
+        kinds.POD.mirror,
         [("default/p", {"metadata": {"name": "p", "namespace": "default"}, "spec": {"nodeName": "n"}})],
     )
-    out = proc.process([Relisted(layout.PODS, [], "3", initial=True)])
+    out = proc.process([Relisted(kinds.POD.mirror, [], "3", initial=True)])
     (change,) = out.commit.changes
     assert change.stored is None and change.old_index == {layout.BY_NODE: ["n"]}

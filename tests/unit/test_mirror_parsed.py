@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.models import ParsedCache
@@ -31,11 +32,11 @@ def stored(name: str, generation: int = 1) -> tuple[str, bytes]:
 def test_unchanged_bytes_give_the_same_object_changed_bytes_a_new_parse() -> None:
     cache, parse = ParsedCache(), CountingParse()
     key, raw = stored("a")
-    first = cache.one(layout.MACHINES, parse, key, raw)
-    assert cache.one(layout.MACHINES, parse, key, bytes(raw)) is first
+    first = cache.one(kinds.MACHINE.mirror, parse, key, raw)
+    assert cache.one(kinds.MACHINE.mirror, parse, key, bytes(raw)) is first
     assert parse.calls == 1
     _, changed = stored("a", generation=2)
-    second = cache.one(layout.MACHINES, parse, key, changed)
+    second = cache.one(kinds.MACHINE.mirror, parse, key, changed)
     assert second is not first and second.metadata.generation == 2
     assert parse.calls == 2
 
@@ -43,17 +44,17 @@ def test_unchanged_bytes_give_the_same_object_changed_bytes_a_new_parse() -> Non
 def test_a_full_list_drops_objects_no_longer_stored() -> None:
     cache, parse = ParsedCache(), CountingParse()
     a, b = stored("a"), stored("b")
-    assert len(cache.every(layout.MACHINES, parse, dict([a, b]))) == 2
-    assert [m.metadata.name for m in cache.every(layout.MACHINES, parse, dict([b]))] == ["b"]
-    assert cache.size(layout.MACHINES, parse) == 1
+    assert len(cache.every(kinds.MACHINE.mirror, parse, dict([a, b]))) == 2
+    assert [m.metadata.name for m in cache.every(kinds.MACHINE.mirror, parse, dict([b]))] == ["b"]
+    assert cache.size(kinds.MACHINE.mirror, parse) == 1
     assert parse.calls == 2
 
 
 def test_parsers_do_not_share_entries() -> None:
     cache, models, dicts = ParsedCache(), CountingParse(), CountingParse()
     key, raw = stored("a")
-    cache.one(layout.MACHINES, models, key, raw)
-    cache.one(layout.MACHINES, dicts, key, raw)
+    cache.one(kinds.MACHINE.mirror, models, key, raw)
+    cache.one(kinds.MACHINE.mirror, dicts, key, raw)
     assert (models.calls, dicts.calls) == (1, 1)
 
 
@@ -66,7 +67,7 @@ def test_derived_values_are_remembered_only_for_the_cached_version() -> None:
         return m.metadata.name or ""
 
     key, raw = stored("a")
-    cached = cache.one(layout.MACHINES, parse, key, raw)
+    cached = cache.one(kinds.MACHINE.mirror, parse, key, raw)
     assert cache.derived(cached, "name", name_of) == "a"
     assert cache.derived(cached, "name", name_of) == "a"
     assert computed == ["a"]
@@ -77,6 +78,6 @@ def test_derived_values_are_remembered_only_for_the_cached_version() -> None:
     assert computed == ["a", "a", "a"]
     # a new version is a new object: computed again for it
     _, changed = stored("a", generation=2)
-    newer = cache.one(layout.MACHINES, parse, key, changed)
+    newer = cache.one(kinds.MACHINE.mirror, parse, key, changed)
     cache.derived(newer, "name", name_of)
     assert computed == ["a", "a", "a", "a"]

@@ -11,16 +11,16 @@ from informers.resources import Obj
 from informers.routing import full_resync
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION
-from mcm_tasks.cache import layout
 
 NS = fx.NS
 M, MS, MCD, CLS, SEC = (
-    layout.MACHINES,
-    layout.MACHINE_SETS,
-    layout.MACHINE_DEPLOYMENTS,
-    layout.MACHINE_CLASSES,
-    layout.SECRETS,
+    kinds.MACHINE.mirror,
+    kinds.MACHINE_SET.mirror,
+    kinds.MACHINE_DEPLOYMENT.mirror,
+    kinds.MACHINE_CLASS.mirror,
+    kinds.SECRET.mirror,
 )
 
 
@@ -324,11 +324,11 @@ def test_full_resync_enqueues_every_key_of_every_reconciled_kind() -> None:
     w = world().given(M, fx.machine("m", machine_set="s"), fx.machine("gone", deleting=True))
     w.given(SEC, fx.secret("secret"))
     w.given(
-        layout.NODES,
+        kinds.NODE.mirror,
         fx.node("n1"),
         fx.node("n2", annotations={"node.machine.sapcloud.io/not-managed-by-mcm": "1"}),
     )
-    w.given(layout.PODS, fx.pod("p", node_name="n1"))
+    w.given(kinds.POD.mirror, fx.pod("p", node_name="n1"))
     assert sorted(full_resync(w.processor.store).items()) == sorted(
         [
             ("machine", k("m")),

@@ -7,6 +7,7 @@ import pytest
 
 from informers.events import ADDED, DELETED, MODIFIED
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
 from mcm_tasks.api.constants import (
     CRITICAL_COMPONENTS_NOT_READY_TAINT,
     NODE_MACHINE_NAME_LABEL_KEY,
@@ -15,10 +16,9 @@ from mcm_tasks.api.constants import (
     TRIGGER_DELETION_BY_MCM_ANNOTATION,
     UPDATE_RESULT_LABEL_KEY,
 )
-from mcm_tasks.cache import layout
 from tests.unit.test_routing import World, k
 
-M, N, P = layout.MACHINES, layout.NODES, layout.PODS
+M, N, P = kinds.MACHINE.mirror, kinds.NODE.mirror, kinds.POD.mirror
 READY = [{"type": "Ready", "status": "True"}]
 
 
@@ -151,12 +151,12 @@ def test_pod_changes_that_are_not_a_departure_route_nothing() -> None:
 
 def test_volume_attachment_deleted_on_a_draining_node_wakes_the_termination() -> None:
     va = fx.volume_attachment("va", node_name="n", pv="pv")
-    w = draining_world().given(layout.VOLUME_ATTACHMENTS, va)
-    assert w.then(layout.VOLUME_ATTACHMENTS, DELETED, va).items() == [("machine-termination", k("m"))]
+    w = draining_world().given(kinds.VOLUME_ATTACHMENT.mirror, va)
+    assert w.then(kinds.VOLUME_ATTACHMENT.mirror, DELETED, va).items() == [("machine-termination", k("m"))]
 
 
 @pytest.mark.parametrize("type_", [ADDED, DELETED])
 def test_persistent_volumes_are_mirror_only(type_: str) -> None:
     pv = fx.persistent_volume("pv", claim="default/pvc")
-    w = draining_world().given(layout.PERSISTENT_VOLUMES, pv) if type_ == DELETED else draining_world()
-    assert not w.then(layout.PERSISTENT_VOLUMES, type_, pv)
+    w = draining_world().given(kinds.PERSISTENT_VOLUME.mirror, pv) if type_ == DELETED else draining_world()
+    assert not w.then(kinds.PERSISTENT_VOLUME.mirror, type_, pv)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import redis
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import K8sObject, Machine, MachineClass, SecretReference
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
@@ -29,7 +30,7 @@ from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import secretdata
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
-from mcm_tasks.kube.resources import MACHINE_CLASSES, MACHINES, NODES, Resource
+from mcm_tasks.kube.resources import Resource
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import get_settings
 from providers.driver import Secret
@@ -126,23 +127,23 @@ def get_object(lister: Lister[M], resource: Resource, model: type[M], name: str,
 
 def get_machine(key: str) -> Machine | None:
     namespace, name = namespace_of(key)
-    return get_object(_listers().machines, MACHINES, Machine, name, namespace)
+    return get_object(_listers().machines, kinds.MACHINE.resource, Machine, name, namespace)
 
 
 def get_machine_live(name: str, namespace: str) -> Machine | None:
-    data = ops.get(control_api(), MACHINES, name, namespace, missing_ok=True)
+    data = ops.get(control_api(), kinds.MACHINE.resource, name, namespace, missing_ok=True)
     return None if data is None else parse_object(Machine, data)
 
 
 def get_machine_class(name: str, namespace: str) -> MachineClass | None:
-    return get_object(_listers().machine_classes, MACHINE_CLASSES, MachineClass, name, namespace)
+    return get_object(_listers().machine_classes, kinds.MACHINE_CLASS.resource, MachineClass, name, namespace)
 
 
 def machines_of_class(name: str, namespace: str) -> list[Machine]:
     lister = _listers().machines
     if mirror_has(lister):
         return [m for m in lister.of_class(name) if m.metadata.namespace == namespace]
-    items = ops.list_(control_api(), MACHINES, namespace)["items"]
+    items = ops.list_(control_api(), kinds.MACHINE.resource, namespace)["items"]
     return [m for m in (Machine.model_validate(i) for i in items) if m.spec.class_.name == name]
 
 
@@ -152,13 +153,15 @@ def machines_on_node(node_name: str) -> list[Machine]:
     if mirror_has(lister):
         return lister.on_node(node_name)
     selector = f"{NODE_LABEL_KEY}={node_name}"
-    items = ops.list_(control_api(), MACHINES, label_selector=selector)["items"]
+    items = ops.list_(control_api(), kinds.MACHINE.resource, label_selector=selector)["items"]
     return [Machine.model_validate(i) for i in items]
 
 
 def machines_with_label(key: str, value: str, namespace: str) -> list[Machine]:
     """Live list by one label, for decisions that must not act on a lagging mirror (the permit count)."""
-    items = ops.list_(control_api(), MACHINES, namespace, label_selector=f"{key}={value}")["items"]
+    items = ops.list_(control_api(), kinds.MACHINE.resource, namespace, label_selector=f"{key}={value}")[
+        "items"
+    ]
     return [Machine.model_validate(i) for i in items]
 
 
@@ -269,7 +272,7 @@ def get_node(name: str) -> Obj | None:
     lister = _listers().nodes
     if mirror_has(lister):
         return lister.get(name)
-    return ops.get(api, NODES, name, missing_ok=True)
+    return ops.get(api, kinds.NODE.resource, name, missing_ok=True)
 
 
 # --- the creation marker ---------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import format_time
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
-from mcm_tasks.kube.resources import NODES
 
 
 def condition(type_: str, status: str, reason: str, message: str, now: datetime) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def write(api: ApiClient, node_name: str, cond: dict[str, Any]) -> None:
     """Strategic merge on the status: the kubelet's own conditions stay as they are. A Node that is
     gone is no error."""
     try:
-        ops.patch(api, NODES, node_name, {"status": {"conditions": [cond]}},
+        ops.patch(api, kinds.NODE.resource, node_name, {"status": {"conditions": [cond]}},
                   patch_type=ops.PatchType.STRATEGIC, subresource="status")  # fmt: skip
     except ApiException as err:
         if not is_not_found(err):

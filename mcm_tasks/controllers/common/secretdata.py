@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcm_tasks import kinds
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import SECRETS
 from mcm_tasks.settings import get_settings
 
 
@@ -104,7 +104,7 @@ def read_secret_data(
     """The decoded data of a secret from the API server (or the short in-process cache)."""
 
     def fetch(n: str, ns: str) -> Mapping[str, Any] | None:
-        found: Mapping[str, Any] | None = ops.get(api, SECRETS, n, ns, missing_ok=True)
+        found: Mapping[str, Any] | None = ops.get(api, kinds.SECRET.resource, n, ns, missing_ok=True)
         return found
 
     return _cache.get(name, namespace, fetch, resource_version)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
+from mcm_tasks import kinds
 from mcm_tasks.api import (
     CurrentStatus,
     LastOperation,
@@ -42,7 +43,6 @@ from mcm_tasks.controllers.common import context, events
 from mcm_tasks.controllers.common.metrics import observe_status_write
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef
-from mcm_tasks.kube.resources import MACHINES
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,9 @@ def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True)
         log.debug("machine %s: status similar to the current one, not written", machine.key)
         return None
     body = machine.model_copy(update={"status": status})
-    written = Machine.model_validate(ops.update_status(context.control_api(), MACHINES, dump(body)))
+    written = Machine.model_validate(
+        ops.update_status(context.control_api(), kinds.MACHINE.resource, dump(body))
+    )
     observe_status_write(machine.status, status)
     for spec in status_events(machine.status, status):
         record_event(written, spec.type, spec.reason, spec.message)

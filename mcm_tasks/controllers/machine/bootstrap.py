@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import format_time
 from mcm_tasks.api.constants import (
     BOOTSTRAP_TOKEN_NAMESPACE,
@@ -35,7 +36,6 @@ from mcm_tasks.api.constants import (
     USER_DATA_SECRET_KEY,
 )
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import SECRETS
 from providers.driver import Secret
 
 TOKEN_TYPE: Final = "bootstrap.kubernetes.io/token"
@@ -107,7 +107,7 @@ def _decoded(secret: dict[str, Any], key: str) -> str:
 def ensure_token(api: ApiClient, machine_name: str, valid_for: float, extra_groups: str) -> str:
     """``<id>.<secret>`` of the machine's bootstrap token, creating its Secret when absent or expired."""
     name = token_secret_name(machine_name)
-    found = ops.get(api, SECRETS, name, BOOTSTRAP_TOKEN_NAMESPACE, missing_ok=True)
+    found = ops.get(api, kinds.SECRET.resource, name, BOOTSTRAP_TOKEN_NAMESPACE, missing_ok=True)
     now = datetime.now(UTC)
     if found is not None:
         expiration = _decoded(found, "expiration")
@@ -118,16 +118,22 @@ def ensure_token(api: ApiClient, machine_name: str, valid_for: float, extra_grou
             fresh = False
         if fresh:
             return f"{token_id(machine_name)}.{part}"
-        ops.delete(api, SECRETS, name, BOOTSTRAP_TOKEN_NAMESPACE, missing_ok=True)
+        ops.delete(api, kinds.SECRET.resource, name, BOOTSTRAP_TOKEN_NAMESPACE, missing_ok=True)
     part = new_token_secret()
     body = token_secret_body(machine_name, part, now + timedelta(seconds=valid_for), extra_groups)
-    ops.create(api, SECRETS, body, BOOTSTRAP_TOKEN_NAMESPACE)
+    ops.create(api, kinds.SECRET.resource, body, BOOTSTRAP_TOKEN_NAMESPACE)
     return f"{token_id(machine_name)}.{part}"
 
 
 def delete_token(api: ApiClient, machine_name: str) -> None:
     """Upstream: ``deleteBootstrapToken``."""
-    ops.delete(api, SECRETS, token_secret_name(machine_name), BOOTSTRAP_TOKEN_NAMESPACE, missing_ok=True)
+    ops.delete(
+        api,
+        kinds.SECRET.resource,
+        token_secret_name(machine_name),
+        BOOTSTRAP_TOKEN_NAMESPACE,
+        missing_ok=True,
+    )
 
 
 def prepare_secret(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
@@ -24,7 +25,6 @@ from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.problems import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES
 from mcm_tasks.queue import Requeue, enqueue_many
 from mcm_tasks.settings import get_settings
 from providers import provider_names
@@ -87,7 +87,7 @@ def reconcile_machine_class(key: str) -> Requeue | None:
 def _patch(machine_class: MachineClass, patch: dict[str, Any]) -> None:
     ops.patch(
         context.control_api(),
-        MACHINE_CLASSES,
+        kinds.MACHINE_CLASS.resource,
         machine_class.metadata.name or "",
         patch,
         machine_class.metadata.namespace,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachinePhase, MachineState, MachineStatus, NodeAddress, now_utc
 from mcm_tasks.api.constants import MACHINE_PRIORITY_ANNOTATION, MACHINE_PRIORITY_DEFAULT, NODE_LABEL_KEY
 from mcm_tasks.api.enums import MachineOperationType
@@ -38,7 +39,6 @@ from mcm_tasks.controllers.common.status import (
 from mcm_tasks.controllers.machine import bootstrap, metrics
 from mcm_tasks.controllers.machine.health import creation_timeout
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import Settings, get_settings
 from providers import Code, MachineError, UnknownProviderError, get_driver
@@ -281,7 +281,9 @@ def _create(machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, 
     patch = labels_patch(machine, vm.node_name, vm.provider_id, target_mode)
     if patch is not None:
         api = context.control_api()
-        written = ops.patch(api, MACHINES, machine.metadata.name or "", patch, machine.metadata.namespace)
+        written = ops.patch(
+            api, kinds.MACHINE.resource, machine.metadata.name or "", patch, machine.metadata.namespace
+        )
         machine = Machine.model_validate(written)
 
     if vm.uninitialized:

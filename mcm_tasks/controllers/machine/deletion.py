@@ -37,6 +37,7 @@ from typing import Final
 
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState, now_utc
 from mcm_tasks.api.constants import (
     MCM_FINALIZER,
@@ -55,7 +56,6 @@ from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
-from mcm_tasks.kube.resources import MACHINES, NODES, VOLUME_ATTACHMENTS
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 from providers import UnknownProviderError, get_driver
@@ -336,7 +336,11 @@ def _get_vm_status(machine: Machine) -> StepResult:
     if node_name and api is not None and transition.retry is Retry.NEXT_STEP:
         patch = {"metadata": {"labels": {NODE_LABEL_KEY: node_name}}}
         labelled = ops.patch(
-            context.control_api(), MACHINES, machine.metadata.name or "", patch, machine.metadata.namespace
+            context.control_api(),
+            kinds.MACHINE.resource,
+            machine.metadata.name or "",
+            patch,
+            machine.metadata.namespace,
         )
         machine = Machine.model_validate(labelled)
     return _write(machine, transition)
@@ -382,7 +386,7 @@ def _delete_volume_attachments(machine: Machine) -> StepResult:
         text = f"No Live VolumeAttachments for node: {node_name}. Moving to VM Deletion."
         return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
     for va in live:
-        ops.delete(api, VOLUME_ATTACHMENTS, str(va["metadata"]["name"]), missing_ok=True)
+        ops.delete(api, kinds.VOLUME_ATTACHMENT.resource, str(va["metadata"]["name"]), missing_ok=True)
     log.info("machine %s: deleted %d VolumeAttachments of node %s", machine.key, len(live), node_name)
     return Requeue.short()
 
@@ -414,12 +418,12 @@ def _delete_node(machine: Machine) -> StepResult:
         )
         return _write(machine, _moving_on(text))
     try:
-        node = ops.get(api, NODES, node_name, missing_ok=True)
+        node = ops.get(api, kinds.NODE.resource, node_name, missing_ok=True)
         if node is not None and NODE_FINALIZER in (node["metadata"].get("finalizers") or []):
             rest = with_finalizer(node["metadata"]["finalizers"], NODE_FINALIZER, False)
             body = {"metadata": {"finalizers": rest, "resourceVersion": node["metadata"]["resourceVersion"]}}
-            ops.patch(api, NODES, node_name, body)
-        gone = node is None or ops.delete(api, NODES, node_name, missing_ok=True) is None
+            ops.patch(api, kinds.NODE.resource, node_name, body)
+        gone = node is None or ops.delete(api, kinds.NODE.resource, node_name, missing_ok=True) is None
     except ApiException as err:
         if is_conflict(err):
             raise
@@ -442,7 +446,13 @@ def _remove_finalizer(machine: Machine) -> Requeue | None:
     """Upstream: ``deleteMachineFinalizers``."""
     rest = with_finalizer(machine.metadata.finalizers, MCM_FINALIZER, False)
     body = {"metadata": {"finalizers": rest, "resourceVersion": machine.metadata.resource_version}}
-    ops.patch(context.control_api(), MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)
+    ops.patch(
+        context.control_api(),
+        kinds.MACHINE.resource,
+        machine.metadata.name or "",
+        body,
+        machine.metadata.namespace,
+    )
     DrainStore().clear(machine.key)
     deleted = machine.metadata.deletion_timestamp
     if deleted is not None:

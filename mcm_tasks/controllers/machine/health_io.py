@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus, now_utc
 from mcm_tasks.api.constants import (
     MACHINE_DEPLOYMENT_NAME_LABEL_KEY,
@@ -31,7 +32,6 @@ from mcm_tasks.controllers.machine.health import (
 from mcm_tasks.controllers.machine.nodesync import node_sync_patch, virtual_capacity_patches
 from mcm_tasks.durations import format_duration
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINES, NODES
 from mcm_tasks.permits import get_permit_giver
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
@@ -76,7 +76,13 @@ def _after_join(machine: Machine, cc: ClassContext | None) -> None:
     seconds = max((now_utc() - created).total_seconds(), 0.0)
     metrics.observe_duration("join", machine, seconds, cc.machine_class if cc is not None else None)
     patch = {"metadata": {"annotations": {MACHINE_JOIN_DURATION_ANNOTATION: format_duration(round(seconds))}}}
-    ops.patch(context.control_api(), MACHINES, machine.metadata.name or "", patch, machine.metadata.namespace)
+    ops.patch(
+        context.control_api(),
+        kinds.MACHINE.resource,
+        machine.metadata.name or "",
+        patch,
+        machine.metadata.namespace,
+    )
 
 
 def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
@@ -131,11 +137,11 @@ def sync_node(machine: Machine, cc: ClassContext | None) -> Requeue | None:
         metadata = patch["metadata"]
         if "finalizers" not in metadata and "spec" not in patch:
             metadata.pop("resourceVersion", None)  # maps merge key by key: nothing to clobber
-        ops.patch(target, NODES, node_name, patch)
+        ops.patch(target, kinds.NODE.resource, node_name, patch)
     virtual = virtual_capacity_patches(node, cc.machine_class if cc is not None else None)
     if virtual is not None:
         status_patch, meta_patch = virtual
         if status_patch:
-            ops.patch(target, NODES, node_name, status_patch, subresource="status")
-        ops.patch(target, NODES, node_name, meta_patch)
+            ops.patch(target, kinds.NODE.resource, node_name, status_patch, subresource="status")
+        ops.patch(target, kinds.NODE.resource, node_name, meta_patch)
     return None

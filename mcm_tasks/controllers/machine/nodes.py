@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import (
     NODE_FINALIZER,
@@ -24,7 +25,6 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINES, NODES
 from mcm_tasks.queue import Requeue
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def reconcile_node(key: str) -> Requeue | None:
             list(meta.get("finalizers") or []), meta.get("resourceVersion"), add=NODE_FINALIZER
         )
         if patch is not None:
-            ops.patch(target, NODES, name, patch)
+            ops.patch(target, kinds.NODE.resource, name, patch)
     return None
 
 
@@ -80,7 +80,7 @@ def _delete_machine(machine: Machine, node_name: str, why: str) -> None:
     log.info("node %s %s: deleting its machine %s", node_name, why, machine.key)
     ops.delete(
         context.control_api(),
-        MACHINES,
+        kinds.MACHINE.resource,
         machine.metadata.name or "",
         machine.metadata.namespace,
         uid=machine.metadata.uid,

@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachinePhase, format_time, now_utc
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
@@ -37,7 +38,6 @@ from mcm_tasks.controllers.machine.drain.pods import Answer, Removal
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.events import NORMAL
-from mcm_tasks.kube.resources import MACHINES, NODES
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
@@ -113,14 +113,18 @@ def _write_annotations(machine: Machine, decision: p.Decision) -> Machine:
         return machine
     body = {"metadata": {"annotations": patch, "resourceVersion": machine.metadata.resource_version}}
     written = ops.patch(
-        context.control_api(), MACHINES, machine.metadata.name or "", body, machine.metadata.namespace
+        context.control_api(),
+        kinds.MACHINE.resource,
+        machine.metadata.name or "",
+        body,
+        machine.metadata.namespace,
     )
     return Machine.model_validate(written)
 
 
 def _patch_node(api: ApiClient, node: Obj, body: Obj) -> None:
     try:
-        ops.patch(api, NODES, str(node["metadata"]["name"]), body)
+        ops.patch(api, kinds.NODE.resource, str(node["metadata"]["name"]), body)
     except ApiException as err:
         if not is_not_found(err):
             raise

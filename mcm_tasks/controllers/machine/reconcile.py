@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState
 from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.api.validation import validate_machine, validate_machine_class
@@ -39,7 +40,6 @@ from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
-from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import Requeue, enqueue
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def _add_finalizer(machine: Machine) -> Machine:
     }
     api = context.control_api()
     return Machine.model_validate(
-        ops.patch(api, MACHINES, machine.metadata.name or "", patch, machine.metadata.namespace)
+        ops.patch(api, kinds.MACHINE.resource, machine.metadata.name or "", patch, machine.metadata.namespace)
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER
 from mcm_tasks.cache import get_listers
@@ -17,7 +18,6 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import MACHINE_CLASSES, SECRETS
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
@@ -37,7 +37,7 @@ def classes_referencing(secret_key: str) -> list[MachineClass]:
     if context.mirror_has(lister):
         return lister.referencing_secret(secret_key)
     # the controller's own namespace, as upstream's namespaced lister: a namespaced Role allows no more
-    items = ops.list_(context.control_api(), MACHINE_CLASSES)["items"]
+    items = ops.list_(context.control_api(), kinds.MACHINE_CLASS.resource)["items"]
     return [c for c in (MachineClass.model_validate(i) for i in items) if references(c, secret_key)]
 
 
@@ -47,7 +47,7 @@ def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
     found = (
         lister.raw.get(name, namespace)
         if context.mirror_has(lister)
-        else ops.get(context.control_api(), SECRETS, name, namespace, missing_ok=True)
+        else ops.get(context.control_api(), kinds.SECRET.resource, name, namespace, missing_ok=True)
     )
     return None if found is None else dict(found.get("metadata") or {})
 
@@ -71,5 +71,5 @@ def reconcile_secret(key: str) -> Requeue | None:
     else:
         patch = finalizers_patch(finalizers, meta.get("resourceVersion"), remove=MC_SECRET_FINALIZER)
     if patch is not None:
-        ops.patch(context.control_api(), SECRETS, name, patch, namespace)
+        ops.patch(context.control_api(), kinds.SECRET.resource, name, patch, namespace)
     return None if deleting else Requeue(get_settings().class_resync_period)

@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump, now_utc
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import get_listers
@@ -36,7 +37,6 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.events import EventRecorder, EventType
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS, MACHINES, NODES
 from mcm_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ Obj = dict[str, Any]
 
 
 def get_deployment(api: ApiClient, name: str, namespace: str) -> MachineDeployment | None:
-    data = ops.get(api, MACHINE_DEPLOYMENTS, name, namespace, missing_ok=True)
+    data = ops.get(api, kinds.MACHINE_DEPLOYMENT.resource, name, namespace, missing_ok=True)
     return None if data is None else parse_object(MachineDeployment, data)
 
 
@@ -98,7 +98,7 @@ class Context:
         uid = self.deployment.metadata.uid or ""
         selector = self.deployment.spec.selector
         raws = list_objects(
-            get_listers().machine_sets, self.api, MACHINE_SETS, self.namespace, live=self.live
+            get_listers().machine_sets, self.api, kinds.MACHINE_SET.resource, self.namespace, live=self.live
         )
         out = []
         for raw in raws:
@@ -127,7 +127,7 @@ class Context:
             return [m for uid in uids for m in lister.raw.owned_by(uid) if _namespace(m) == self.namespace]
 
         for machine in list_objects(
-            lister, self.api, MACHINES, self.namespace, mirror=owned_in_mirror, live=self.live
+            lister, self.api, kinds.MACHINE.resource, self.namespace, mirror=owned_in_mirror, live=self.live
         ):
             ref = next((r for r in _meta(machine).get("ownerReferences") or () if r.get("controller")), None)
             if ref is not None and ref.get("uid") in grouped:
@@ -144,7 +144,7 @@ class Context:
         def in_mirror() -> list[Obj]:
             return list(lister.reader.get_many(lister.kind, names))  # one batched read
 
-        found = list_objects(lister, self.target, NODES, mirror=in_mirror, live=self.live)
+        found = list_objects(lister, self.target, kinds.NODE.resource, mirror=in_mirror, live=self.live)
         return {str(_meta(n).get("name")): n for n in found if _meta(n).get("name") in wanted}
 
     def get_machine(self, name: str) -> Obj | None:
@@ -152,7 +152,7 @@ class Context:
         if not self.live and mirror_has(lister):
             found: Obj | None = lister.raw.get(name, self.namespace)
             return found
-        return ops.get(self.api, MACHINES, name, self.namespace, missing_ok=True)
+        return ops.get(self.api, kinds.MACHINE.resource, name, self.namespace, missing_ok=True)
 
     # --- the deployment ------------------------------------------------------------------------------
 
@@ -169,7 +169,11 @@ class Context:
             meta["resourceVersion"] = self.deployment.metadata.resource_version
             body = {**body, "metadata": meta}
         written = ops.patch(
-            self.api, MACHINE_DEPLOYMENTS, self.deployment.metadata.name or "", body, self.namespace
+            self.api,
+            kinds.MACHINE_DEPLOYMENT.resource,
+            self.deployment.metadata.name or "",
+            body,
+            self.namespace,
         )
         return self._took(written)
 
@@ -191,7 +195,7 @@ class Context:
             self.deployment = self.deployment.model_copy(update={"status": status})
         if status_key(self.deployment.status) == status_key(self.observed):
             return False
-        written = ops.update_status(self.api, MACHINE_DEPLOYMENTS, dump(self.deployment))
+        written = ops.update_status(self.api, kinds.MACHINE_DEPLOYMENT.resource, dump(self.deployment))
         fresh = MachineDeployment.model_validate(written)
         self.deployment = fresh
         self.observed = fresh.status.model_copy(deep=True)
@@ -211,16 +215,18 @@ class Context:
             return current
         patch.setdefault("metadata", {})["resourceVersion"] = current.metadata.resource_version
         name = current.metadata.name or ""
-        written = ops.patch(self.api, MACHINE_SETS, name, patch, current.metadata.namespace)
+        written = ops.patch(self.api, kinds.MACHINE_SET.resource, name, patch, current.metadata.namespace)
         return self.replace_set(MachineSet.model_validate(written))
 
     def create_set(self, body: MachineSet) -> MachineSet:
-        written = MachineSet.model_validate(ops.create(self.api, MACHINE_SETS, dump(body), self.namespace))
+        written = MachineSet.model_validate(
+            ops.create(self.api, kinds.MACHINE_SET.resource, dump(body), self.namespace)
+        )
         self.sets = [*self.sets, written]
         return written
 
     def read_set(self, name: str) -> MachineSet | None:
-        data = ops.get(self.api, MACHINE_SETS, name, self.namespace, missing_ok=True)
+        data = ops.get(self.api, kinds.MACHINE_SET.resource, name, self.namespace, missing_ok=True)
         return None if data is None else MachineSet.model_validate(data)
 
     def delete_set(self, machine_set: MachineSet) -> None:
@@ -228,7 +234,7 @@ class Context:
         try:
             ops.delete(
                 self.api,
-                MACHINE_SETS,
+                kinds.MACHINE_SET.resource,
                 machine_set.metadata.name or "",
                 self.namespace,
                 uid=machine_set.metadata.uid,

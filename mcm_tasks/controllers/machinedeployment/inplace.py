@@ -22,6 +22,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineDeployment, MachineSet, OrchestrationType
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
@@ -39,7 +40,6 @@ from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.sync import finish_rollout
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe
-from mcm_tasks.kube.resources import MACHINES, NODES
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def _patch_node(ctx: Context, name: str, body: Obj) -> None:
     if ctx.target is None:
         return
     try:
-        ops.patch(ctx.target, NODES, name, body)
+        ops.patch(ctx.target, kinds.NODE.resource, name, body)
     except Exception as err:
         log.warning("MachineDeployment %s: node %s: %s", ctx.key, name, describe(err))
 
@@ -162,7 +162,7 @@ def _count_arrivals(ctx: Context, new_set: MachineSet) -> bool:
     if wanted > new_set.spec.replicas:
         machine_sets.scale_set(ctx, new_set, wanted)
     for machine in arrived:
-        ops.patch(ctx.api, MACHINES, str(_meta(machine)["name"]),
+        ops.patch(ctx.api, kinds.MACHINE.resource, str(_meta(machine)["name"]),
                   {"metadata": {"labels": {UPDATE_RESULT_LABEL_KEY: None}}}, ctx.namespace)  # fmt: skip
     return True
 
@@ -217,7 +217,7 @@ def _transfer(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet])
                     "resourceVersion": meta.get("resourceVersion"),
                 }
             }
-            ops.patch(ctx.api, MACHINES, str(meta["name"]), body, ctx.namespace)
+            ops.patch(ctx.api, kinds.MACHINE.resource, str(meta["name"]), body, ctx.namespace)
             _patch_node(ctx, _node_of(machine), _cleared_node())
             log.info("MachineDeployment %s: machine %s updated in place, moved to %s",
                      ctx.key, meta["name"], new_set.metadata.name)  # fmt: skip

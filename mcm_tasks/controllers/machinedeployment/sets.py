@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
+from mcm_tasks import kinds
 from mcm_tasks.api import (
     ConditionStatus,
     LabelSelector,
@@ -45,7 +46,6 @@ from mcm_tasks.controllers.machinedeployment.scaling import (
 )
 from mcm_tasks.kube.errors import describe, is_already_exists
 from mcm_tasks.kube.events import NORMAL, WARNING
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,9 @@ def claim_sets(ctx: Context) -> list[MachineSet]:
     """
     deployment = ctx.deployment
     outcome = claim_children(
-        ctx.api, MACHINE_SETS, MachineSet, deployment, deployment.spec.selector, ctx.candidate_sets(),
-        recheck_owner(ctx.api, MACHINE_DEPLOYMENTS, deployment),
+        ctx.api, kinds.MACHINE_SET.resource, MachineSet, deployment, deployment.spec.selector,
+        ctx.candidate_sets(),
+        recheck_owner(ctx.api, kinds.MACHINE_DEPLOYMENT.resource, deployment),
     )  # fmt: skip
     if outcome.adopted or outcome.released:
         log.info(

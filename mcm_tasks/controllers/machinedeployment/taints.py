@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachineSet
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
@@ -39,7 +40,6 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
-from mcm_tasks.kube.resources import NODES
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +153,12 @@ def _apply_one(target: ApiClient, node: Obj, change: NodeChange) -> int:
         if body is None:
             return 0
         try:
-            ops.patch(target, NODES, name, body)
+            ops.patch(target, kinds.NODE.resource, name, body)
         except Exception as err:
             if is_not_found(err):
                 return 0
             if is_conflict(err):
-                current[0] = ops.get(target, NODES, name, missing_ok=True)
+                current[0] = ops.get(target, kinds.NODE.resource, name, missing_ok=True)
             raise
         return 1
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from mcm_tasks import kinds
 from mcm_tasks.api import MachinePhase, format_time
 from mcm_tasks.api.constants import (
     LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
@@ -34,7 +35,6 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
-from mcm_tasks.kube.resources import MACHINES
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,9 @@ def handle_trigger_deletion(ctx: Context) -> None:
         )
     for name, wanted in plan.machine_patches.items():
         try:
-            ops.patch(ctx.api, MACHINES, name, {"metadata": {"annotations": wanted}}, ctx.namespace)
+            ops.patch(
+                ctx.api, kinds.MACHINE.resource, name, {"metadata": {"annotations": wanted}}, ctx.namespace
+            )
         except Exception as err:
             if not is_not_found(err):
                 raise

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import (
     API_VERSION,
     Machine,
@@ -36,7 +37,6 @@ from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_timeout
 from mcm_tasks.kube.events import NORMAL, WARNING
-from mcm_tasks.kube.resources import MACHINES
 from mcm_tasks.queue import expectations
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def create_machines(
 
     def create_one() -> None:
         try:
-            created = ops.create(api, MACHINES, body, machine_set.metadata.namespace)
+            created = ops.create(api, kinds.MACHINE.resource, body, machine_set.metadata.namespace)
         except Exception as err:
             if is_timeout(err):
                 # it may exist after all: the informer will observe it, or the expectation expires
@@ -156,7 +156,9 @@ def terminate_machines(
     def delete_one(machine: Machine) -> None:
         name = machine.metadata.name or ""
         try:
-            answer = ops.delete(api, MACHINES, name, machine.metadata.namespace, uid=machine.metadata.uid)
+            answer = ops.delete(
+                api, kinds.MACHINE.resource, name, machine.metadata.namespace, uid=machine.metadata.uid
+            )
         except Exception as err:
             if expect:
                 # idempotent per name: lowering it here is safe even if the informer saw it go
@@ -195,7 +197,7 @@ def mark_terminating(api: ApiClient, machine: Machine) -> None:
             )
         except Exception as err:
             if is_conflict(err):
-                fresh = ops.get(api, MACHINES, obj.metadata.name or "", obj.metadata.namespace)
+                fresh = ops.get(api, kinds.MACHINE.resource, obj.metadata.name or "", obj.metadata.namespace)
                 current[0] = Machine.model_validate(fresh)
             raise
 

@@ -20,6 +20,7 @@ from typing import Any, Final
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineSet, now_utc
 from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION, PRESERVE_AUTO_PRESERVED
 from mcm_tasks.api.validation import validate_machine_set
@@ -37,7 +38,6 @@ from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
-from mcm_tasks.kube.resources import MACHINE_SETS, MACHINES
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import get_settings
 
@@ -55,7 +55,7 @@ class ManageReplicasError(RuntimeError):
 
 
 def get_machine_set(name: str, namespace: str) -> MachineSet | None:
-    return get_object(get_listers().machine_sets, MACHINE_SETS, MachineSet, name, namespace)
+    return get_object(get_listers().machine_sets, kinds.MACHINE_SET.resource, MachineSet, name, namespace)
 
 
 def candidate_machines(machine_set: MachineSet) -> list[Machine]:
@@ -69,7 +69,7 @@ def candidate_machines(machine_set: MachineSet) -> list[Machine]:
     """
     listed = get_listers().machines.shared.list_if_synced()
     if listed is None:
-        raws = ops.list_(control_api(), MACHINES, machine_set.metadata.namespace)["items"]
+        raws = ops.list_(control_api(), kinds.MACHINE.resource, machine_set.metadata.namespace)["items"]
         listed = [Machine.model_validate(raw) for raw in raws if _is_candidate_raw(raw, machine_set)]
     return [m for m in listed if _is_candidate(m, machine_set)]
 
@@ -114,10 +114,14 @@ def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> Mac
             "metadata": {"finalizers": finalizers or None, "resourceVersion": obj.metadata.resource_version}
         }
         try:
-            written = ops.patch(api, MACHINE_SETS, obj.metadata.name or "", body, obj.metadata.namespace)
+            written = ops.patch(
+                api, kinds.MACHINE_SET.resource, obj.metadata.name or "", body, obj.metadata.namespace
+            )
         except Exception as err:
             if is_conflict(err):
-                fresh = ops.get(api, MACHINE_SETS, obj.metadata.name or "", obj.metadata.namespace)
+                fresh = ops.get(
+                    api, kinds.MACHINE_SET.resource, obj.metadata.name or "", obj.metadata.namespace
+                )
                 current[0] = MachineSet.model_validate(fresh)
             raise
         return MachineSet.model_validate(written)
@@ -155,8 +159,9 @@ def reconcile_machine_set(key: str) -> Requeue | None:
         _warn_missing_class(api, machine_set)
 
     claim = claim_children(
-        api, MACHINES, Machine, machine_set, machine_set.spec.selector, candidate_machines(machine_set),
-        recheck_owner(api, MACHINE_SETS, machine_set),
+        api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
+        candidate_machines(machine_set),
+        recheck_owner(api, kinds.MACHINE_SET.resource, machine_set),
     )  # fmt: skip
     if claim.adopted or claim.released:
         log.info("MachineSet %s: adopted %s, released %s", key, claim.adopted, claim.released)
@@ -209,7 +214,9 @@ def auto_preserve(api: ApiClient, machine_set: MachineSet, machines: list[Machin
             }
         }
         try:
-            raw = ops.patch(api, MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)
+            raw = ops.patch(
+                api, kinds.MACHINE.resource, machine.metadata.name or "", body, machine.metadata.namespace
+            )
         except ApiException as err:
             log.warning("MachineSet %s: auto-preserving %s: %s", machine_set.key, machine.metadata.name,
                         describe(err))  # fmt: skip

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import (
     ConditionStatus,
     Machine,
@@ -38,7 +39,6 @@ from mcm_tasks.api import (
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict, is_not_found
-from mcm_tasks.kube.resources import MACHINE_SETS
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +154,12 @@ def write_status(
             return obj
         body = obj.model_copy(update={"status": new})
         try:
-            return MachineSet.model_validate(ops.update_status(api, MACHINE_SETS, dump(body)))
+            return MachineSet.model_validate(ops.update_status(api, kinds.MACHINE_SET.resource, dump(body)))
         except Exception as err:
             if is_conflict(err):
-                fresh = ops.get(api, MACHINE_SETS, obj.metadata.name or "", obj.metadata.namespace)
+                fresh = ops.get(
+                    api, kinds.MACHINE_SET.resource, obj.metadata.name or "", obj.metadata.namespace
+                )
                 current[0] = MachineSet.model_validate(fresh)
             raise
 

@@ -16,13 +16,13 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineSet, MachineSpec, dump
 from mcm_tasks.cache.models import get_parsed_cache
 from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, merge_diff, pruned
 from mcm_tasks.controllers.machineset.replicas import is_active
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_not_found
-from mcm_tasks.kube.resources import MACHINES
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,9 @@ def propagate(api: ApiClient, machine_set: MachineSet, machines: Sequence[Machin
             out.append(machine)
             continue
         try:
-            written = ops.patch(api, MACHINES, machine.metadata.name or "", body, machine.metadata.namespace)
+            written = ops.patch(
+                api, kinds.MACHINE.resource, machine.metadata.name or "", body, machine.metadata.namespace
+            )
         except Exception as err:
             if is_not_found(err):
                 continue

@@ -18,6 +18,7 @@ import time
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
@@ -27,7 +28,7 @@ from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
-from mcm_tasks.kube.resources import MACHINES, NODES, Resource
+from mcm_tasks.kube.resources import Resource
 from mcm_tasks.queue import Requeue, enqueue_after
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import get_settings
@@ -80,9 +81,9 @@ def check_apiservers() -> Requeue | None:
     settings = get_settings()
     timeout = settings.machine_safety_apiserver_statuscheck_timeout
     probe_timeout = max(0.5, min(PROBE_TIMEOUT_MAX, timeout or PROBE_TIMEOUT_MAX))
-    control_up = probe(context.control_api(), MACHINES, settings.namespace, probe_timeout)
+    control_up = probe(context.control_api(), kinds.MACHINE.resource, settings.namespace, probe_timeout)
     target = context.target_api()
-    target_up = True if target is None else probe(target, NODES, None, probe_timeout)
+    target_up = True if target is None else probe(target, kinds.NODE.resource, None, probe_timeout)
     client = get_redis()
     raw = client.get(down_since_key())
     down_since = float(raw) if raw else None
@@ -156,7 +157,10 @@ def reset_health_timeout(machine: Machine) -> bool:
         except Exception as err:
             if is_conflict(err):
                 fresh = ops.get(
-                    context.control_api(), MACHINES, obj.metadata.name or "", obj.metadata.namespace
+                    context.control_api(),
+                    kinds.MACHINE.resource,
+                    obj.metadata.name or "",
+                    obj.metadata.namespace,
                 )
                 current[0] = Machine.model_validate(fresh)
             raise

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
+from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass, now_utc
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache.layout import object_key
@@ -31,7 +32,6 @@ from mcm_tasks.controllers.safety.orphans import (
 )
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
-from mcm_tasks.kube.resources import NODES
 from mcm_tasks.settings import get_settings
 from providers import MachineError, UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, ListMachinesRequest, Secret
@@ -158,7 +158,7 @@ def sweep_nodes(machines: list[Machine], report: OrphanReport) -> None:
         if patch is None:
             continue
         try:
-            ops.patch(api, NODES, name, patch)
+            ops.patch(api, kinds.NODE.resource, name, patch)
         except Exception as err:
             if is_conflict(err) or is_not_found(err):
                 log.debug("node %s changed or went away; the next pass looks again", name)

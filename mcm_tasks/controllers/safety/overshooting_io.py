@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from kubernetes.client import ApiClient
 
+from mcm_tasks import kinds
 from mcm_tasks.api import (
     ConditionStatus,
     MachineDeployment,
@@ -40,7 +41,7 @@ from mcm_tasks.controllers.safety.overshooting import Decision, FreezeChange, Pl
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 from mcm_tasks.kube.events import NORMAL, WARNING
-from mcm_tasks.kube.resources import MACHINE_DEPLOYMENTS, MACHINE_SETS, Resource
+from mcm_tasks.kube.resources import Resource
 from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,9 @@ def check_overshooting() -> Plan:
     api = context.control_api()
     errors: list[Exception] = []
     for machine_set, decision in the_plan.sets:
-        _apply(api, MACHINE_SETS, machine_set, decision, errors)
+        _apply(api, kinds.MACHINE_SET.resource, machine_set, decision, errors)
     for deployment, decision in the_plan.deployments:
-        _apply(api, MACHINE_DEPLOYMENTS, deployment, decision, errors)
+        _apply(api, kinds.MACHINE_DEPLOYMENT.resource, deployment, decision, errors)
     if errors:
         raise errors[0]
     return the_plan

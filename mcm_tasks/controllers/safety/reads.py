@@ -12,20 +12,14 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from mcm_tasks import kinds
 from mcm_tasks.api import K8sObject, Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.problems import parse_each
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.resources import (
-    MACHINE_CLASSES,
-    MACHINE_DEPLOYMENTS,
-    MACHINE_SETS,
-    MACHINES,
-    NODES,
-    Resource,
-)
+from mcm_tasks.kube.resources import Resource
 from mcm_tasks.settings import get_settings
 
 Obj = dict[str, Any]
@@ -41,19 +35,19 @@ def _list(lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
 
 
 def machines() -> list[Machine]:
-    return _list(get_listers().machines, MACHINES, Machine)
+    return _list(get_listers().machines, kinds.MACHINE.resource, Machine)
 
 
 def machine_sets() -> list[MachineSet]:
-    return _list(get_listers().machine_sets, MACHINE_SETS, MachineSet)
+    return _list(get_listers().machine_sets, kinds.MACHINE_SET.resource, MachineSet)
 
 
 def machine_deployments() -> list[MachineDeployment]:
-    return _list(get_listers().machine_deployments, MACHINE_DEPLOYMENTS, MachineDeployment)
+    return _list(get_listers().machine_deployments, kinds.MACHINE_DEPLOYMENT.resource, MachineDeployment)
 
 
 def machine_classes() -> list[MachineClass]:
-    return _list(get_listers().machine_classes, MACHINE_CLASSES, MachineClass)
+    return _list(get_listers().machine_classes, kinds.MACHINE_CLASS.resource, MachineClass)
 
 
 def nodes() -> list[Obj] | None:
@@ -61,7 +55,7 @@ def nodes() -> list[Obj] | None:
     api = context.target_api()
     if api is None:
         return None
-    return context.list_objects(get_listers().nodes, api, NODES)
+    return context.list_objects(get_listers().nodes, api, kinds.NODE.resource)
 
 
 def machine_live(name: str, namespace: str) -> Machine | None:
@@ -70,5 +64,5 @@ def machine_live(name: str, namespace: str) -> Machine | None:
 
 def machines_live() -> list[Machine]:
     """Every Machine as the API server has it now (after an outage the mirror may still be catching up)."""
-    items = ops.list_(context.control_api(), MACHINES, get_settings().namespace)["items"]
+    items = ops.list_(context.control_api(), kinds.MACHINE.resource, get_settings().namespace)["items"]
     return parse_each(Machine, items)

@@ -16,6 +16,7 @@ from typing import Any, Final
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import format_time
 from mcm_tasks.api.constants import (
     NODE_MACHINE_NAME_LABEL_KEY,
@@ -30,14 +31,6 @@ from mcm_tasks.controllers.machine.drain.pods import Answer, Removal, Reply
 from mcm_tasks.controllers.machine.drain.volumes import shared_pv_names
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_too_many_requests
-from mcm_tasks.kube.resources import (
-    NODES,
-    PERSISTENT_VOLUME_CLAIMS,
-    PERSISTENT_VOLUMES,
-    POD_DISRUPTION_BUDGETS,
-    PODS,
-    VOLUME_ATTACHMENTS,
-)
 from providers.driver import Driver, GetVolumeIDsRequest
 from providers.errors import MachineError
 
@@ -63,7 +56,7 @@ def pods_on_node(api: ApiClient, node_name: str) -> list[Obj]:
     return list_objects(
         lister,
         api,
-        PODS,
+        kinds.POD.resource,
         mirror=lambda: lister.on_node(node_name),
         all_namespaces=True,
         field_selector=f"spec.nodeName={node_name}",
@@ -75,7 +68,11 @@ def node_for_machine(api: ApiClient, machine_name: str) -> str:
     lister = _listers().nodes
     selector = f"{NODE_MACHINE_NAME_LABEL_KEY}={machine_name}"
     nodes = list_objects(
-        lister, api, NODES, mirror=lambda: lister.for_machine(machine_name), label_selector=selector
+        lister,
+        api,
+        kinds.NODE.resource,
+        mirror=lambda: lister.for_machine(machine_name),
+        label_selector=selector,
     )
     return str(nodes[0]["metadata"]["name"]) if nodes else ""
 
@@ -83,7 +80,11 @@ def node_for_machine(api: ApiClient, machine_name: str) -> str:
 def pdbs_in(api: ApiClient, namespace: str) -> list[Obj]:
     lister = _listers().pod_disruption_budgets
     return list_objects(
-        lister, api, POD_DISRUPTION_BUDGETS, namespace, mirror=lambda: lister.in_namespace(namespace)
+        lister,
+        api,
+        kinds.POD_DISRUPTION_BUDGET.resource,
+        namespace,
+        mirror=lambda: lister.in_namespace(namespace),
     )
 
 
@@ -97,21 +98,21 @@ def volume_attachments(api: ApiClient, node_name: str, pv_names: Iterable[str]) 
             found.update({str(va["metadata"]["name"]): va for va in lister.for_volume(pv)})
         return list(found.values())
 
-    return list_objects(lister, api, VOLUME_ATTACHMENTS, mirror=from_mirror)
+    return list_objects(lister, api, kinds.VOLUME_ATTACHMENT.resource, mirror=from_mirror)
 
 
 def _claim(api: ApiClient, namespace: str, name: str) -> Obj | None:
     lister = _listers().persistent_volume_claims
     if mirror_has(lister):
         return lister.get(name, namespace)
-    return ops.get(api, PERSISTENT_VOLUME_CLAIMS, name, namespace, missing_ok=True)
+    return ops.get(api, kinds.PERSISTENT_VOLUME_CLAIM.resource, name, namespace, missing_ok=True)
 
 
 def _volume(api: ApiClient, name: str) -> Obj | None:
     lister = _listers().persistent_volumes
     if mirror_has(lister):
         return lister.get(name)
-    return ops.get(api, PERSISTENT_VOLUMES, name, missing_ok=True)
+    return ops.get(api, kinds.PERSISTENT_VOLUME.resource, name, missing_ok=True)
 
 
 def pv_names_of(api: ApiClient, pod: Mapping[str, Any]) -> list[str]:
@@ -192,7 +193,7 @@ def set_terminating(api: ApiClient, node: Mapping[str, Any], reason: str, now: d
     try:
         ops.patch(
             api,
-            NODES,
+            kinds.NODE.resource,
             name,
             {"status": {"conditions": [condition]}},
             patch_type=ops.PatchType.STRATEGIC,
@@ -210,7 +211,7 @@ def cordon(api: ApiClient, node: Mapping[str, Any]) -> bool:
     if (node.get("spec") or {}).get("unschedulable") is True:
         return False
     try:
-        ops.patch(api, NODES, str(node["metadata"]["name"]), {"spec": {"unschedulable": True}})
+        ops.patch(api, kinds.NODE.resource, str(node["metadata"]["name"]), {"spec": {"unschedulable": True}})
     except ApiException as err:
         if is_not_found(err):
             return False
@@ -229,7 +230,7 @@ def remove_pod(api: ApiClient, pod: Mapping[str, Any], removal: Removal) -> Repl
         if removal is Removal.EVICT:
             ops.evict(api, name, namespace)
         else:
-            ops.delete(api, PODS, name, namespace, uid=uid or None, grace_period_seconds=0)
+            ops.delete(api, kinds.POD.resource, name, namespace, uid=uid or None, grace_period_seconds=0)
     except ApiException as err:
         if is_not_found(err) or (removal is Removal.DELETE and is_conflict(err)):
             return Reply(Answer.NOT_FOUND)
