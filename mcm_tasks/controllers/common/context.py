@@ -26,7 +26,7 @@ from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
-from mcm_tasks.cache.models import parse_object
+from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import secretdata
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
@@ -139,22 +139,44 @@ def get_machine_class(name: str, namespace: str) -> MachineClass | None:
     return get_object(_listers().machine_classes, kinds.MACHINE_CLASS.resource, MachineClass, name, namespace)
 
 
+def readable(model: type[M], raws: Iterable[Obj]) -> list[M]:
+    """The objects that parse, as models; one that does not is left out without a word, as the
+    listers leave it out of every mirror list: its own reconcile reads it, fails to parse it and
+    answers with an ``Unreadable`` Event (``controllers.problems.answers_unreadable``), and one bad
+    object cannot stall the pass that lists it."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(parse_object(model, raw))
+        except Unreadable as err:
+            log.debug("left out of a list: %s", err)
+    return out
+
+
 def machines_of_class(name: str, namespace: str) -> list[Machine]:
+    """The machines of a class (upstream's ``findMachinesForClass``) that can be read, through
+    ``list_objects``: the mirror's class index, else one LIST of the namespace."""
     lister = _listers().machines
-    if mirror_has(lister):
-        return [m for m in lister.of_class(name) if m.metadata.namespace == namespace]
-    items = ops.list_(control_api(), kinds.MACHINE.resource, namespace)["items"]
-    return [m for m in (Machine.model_validate(i) for i in items) if m.spec.class_.name == name]
+
+    def of_class_in_mirror() -> list[Obj]:
+        return [m for m in lister.raw.of_class(name) if _namespace_of(m) == namespace]
+
+    raws = list_objects(lister, control_api(), kinds.MACHINE.resource, namespace, mirror=of_class_in_mirror)
+    return [m for m in readable(Machine, raws) if m.spec.class_.name == name]
 
 
 def machines_on_node(node_name: str) -> list[Machine]:
-    """Machines whose ``node`` label names this node (MCM's ``getMachineFromNode``)."""
+    """Machines whose ``node`` label names this node (MCM's ``getMachineFromNode``) that can be read,
+    through ``list_objects``: the mirror's node index, else a LIST by that label."""
     lister = _listers().machines
-    if mirror_has(lister):
-        return lister.on_node(node_name)
-    selector = f"{NODE_LABEL_KEY}={node_name}"
-    items = ops.list_(control_api(), kinds.MACHINE.resource, label_selector=selector)["items"]
-    return [Machine.model_validate(i) for i in items]
+    raws = list_objects(
+        lister,
+        control_api(),
+        kinds.MACHINE.resource,
+        mirror=lambda: lister.raw.on_node(node_name),
+        label_selector=f"{NODE_LABEL_KEY}={node_name}",
+    )
+    return readable(Machine, raws)
 
 
 def machines_with_label(key: str, value: str, namespace: str) -> list[Machine]:
