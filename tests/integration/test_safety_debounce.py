@@ -19,6 +19,7 @@ import redis
 
 from mcm_sandbox.procs import ManagedProcess, wait_until
 from mcm_tasks.controllers.safety import ORPHAN_VMS, debounce
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.queue import Requeue, enqueue
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import configure, reset_settings
@@ -42,8 +43,8 @@ def install_spy() -> None:
     from mcm_tasks.controllers.safety import register
     from mcm_tasks.queue import register_reconciler
 
-    def spy(job: str) -> Callable[[], Requeue | None]:
-        def run() -> Requeue | None:
+    def spy(job: str) -> Callable[[SafetyScope], Requeue | None]:
+        def run(scope: SafetyScope) -> Requeue | None:
             get_redis().rpush(scans_key(job), repr(time.time()))
             return None
 

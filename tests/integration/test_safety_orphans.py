@@ -15,6 +15,7 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.safety import ORPHAN_VMS
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.register import reconcile_safety
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
@@ -22,6 +23,11 @@ from tests.integration.test_machine_support import USER_DATA, Env, env
 
 pytestmark = pytest.mark.integration
 __all__ = ["env"]
+
+
+def orphan_scope() -> SafetyScope:
+    """The scope the safety queue's registration builds for the orphan job."""
+    return SafetyScope.begin(ORPHAN_VMS, ORPHAN_VMS)
 
 
 @pytest.fixture(autouse=True)
@@ -81,7 +87,7 @@ def test_orphans_are_deleted_and_vms_a_machine_accounts_for_are_kept(env: Env) -
     assert live(env, n("owned")) == [vms["owned"]]
     assert live(env, n("creating")) == [vms["creating"]], "a machine being created keeps its VM"
     assert live(env, n("crashloop")) == [vms["crashloop"]]
-    assert collect_orphans().deleted == 0, "a second pass finds nothing left"
+    assert collect_orphans(orphan_scope()).deleted == 0, "a second pass finds nothing left"
 
 
 def test_a_class_that_cannot_be_listed_does_not_stop_the_others_and_a_running_create_is_respected(
@@ -93,7 +99,7 @@ def test_a_class_that_cannot_be_listed_does_not_stop_the_others_and_a_running_cr
     in_flight = launch_vm(env, good, env.name("in-flight"))  # its Machine is not visible yet
 
     with context.creation_in_flight(f"{env.namespace}/{env.name('in-flight')}"):
-        report = collect_orphans()
+        report = collect_orphans(orphan_scope())
 
     assert (report.classes, report.skipped_classes, report.vms, report.deleted) == (2, 1, 2, 1)
     assert live(env, env.name("orphan")) == [] and orphan

@@ -14,7 +14,8 @@ from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers import problems
 from mcm_tasks.controllers.machine.classes import class_problems
 from mcm_tasks.controllers.machineset import status
-from mcm_tasks.controllers.safety import orphans_io, reads
+from mcm_tasks.controllers.safety import ORPHAN_VMS, orphans_io, reads
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube.events import ObjectRef
 
 Warned = list[tuple[str, str, str]]
@@ -84,9 +85,9 @@ def test_the_orphan_job_skips_a_class_that_raises_and_collects_the_others(
     monkeypatch.setattr(reads, "machines", lambda: [])
     monkeypatch.setattr(reads, "machine_classes", lambda: classes("a", "list-where-map", "b"))
     monkeypatch.setattr(orphans_io, "_collect_class", collect)
-    monkeypatch.setattr(orphans_io, "sweep_nodes", lambda machines, report: None)
+    monkeypatch.setattr(orphans_io, "sweep_nodes", lambda scope, machines, report: None)
 
-    report = orphans_io.collect_orphans()
+    report = orphans_io.collect_orphans(SafetyScope.begin(ORPHAN_VMS, ORPHAN_VMS))
 
     assert collected == ["a", "b"]
     assert (report.classes, report.skipped_classes) == (3, 1)

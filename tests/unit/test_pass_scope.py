@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from mcm_tasks.cache import get_reader
-from mcm_tasks.controllers.common.registration import register
+from mcm_tasks.controllers.common.registration import register, scoped
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import Requeue, registry
 
@@ -41,3 +42,45 @@ def test_a_registered_reconciler_runs_in_the_mirror_pass_scope() -> None:
 def test_without_registered_scopes_a_pass_scope_is_empty() -> None:
     with registry.pass_scope():
         assert get_reader()._scopes == 0
+
+
+def test_scoped_reads_the_object_once_and_hands_the_phases_one_scope_per_pass() -> None:
+    reads: list[str] = []
+    seen: list[PassScope[str]] = []
+    forgotten: list[str] = []
+
+    def read(key: str) -> str | None:
+        reads.append(key)
+        return None if key == "ns/gone" else f"object {key}"
+
+    def phases(scope: PassScope[str]) -> Requeue | None:
+        assert scope.remember("n", lambda: len(seen)) == scope.remember("n", lambda: -1)
+        seen.append(scope)
+        return Requeue.short()
+
+    reconcile = scoped(read, phases, PassScope.begin, gone=forgotten.append)
+    assert reconcile("ns/a") == Requeue.short()
+    assert reconcile("ns/a") == Requeue.short()
+    assert reconcile("ns/gone") is None
+    assert reads == ["ns/a", "ns/a", "ns/gone"]
+    assert [(s.key, s.obj) for s in seen] == [("ns/a", "object ns/a")] * 2
+    assert seen[0] is not seen[1] and seen[0].memo == {"n": 0} and seen[1].memo == {"n": 1}
+    assert forgotten == ["ns/gone"], "a gone object reaches the controller's gone, not its phases"
+
+
+def test_every_controller_reconciler_is_built_by_registration_on_its_scope() -> None:
+    from mcm_tasks.controllers.machine import deletion
+    from mcm_tasks.controllers.machine import reconcile as machine
+    from mcm_tasks.controllers.machineset import reconcile as machineset
+    from mcm_tasks.controllers.safety import register as safety
+
+    built = {
+        machine.reconcile_machine: machine.machine_pass,
+        deletion.reconcile_termination: deletion.termination_pass,
+        machineset.reconcile_machine_set: machineset.machine_set_pass,
+        safety.reconcile_safety: safety.safety_pass,
+    }
+    for reconciler, phases in built.items():
+        while reconciler is not phases and hasattr(reconciler, "__wrapped__"):
+            reconciler = reconciler.__wrapped__
+        assert reconciler is phases

@@ -10,6 +10,7 @@ import redis
 
 from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, debounce, register
 from mcm_tasks.controllers.safety.register import reconcile_safety
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, reset_settings
 
@@ -44,8 +45,8 @@ class Spies:
         self.runs: dict[str, int] = {}
         self.failing: set[str] = set()
 
-    def job(self, key: str) -> Callable[[], Requeue | None]:
-        def run() -> Requeue | None:
+    def job(self, key: str) -> Callable[[SafetyScope], Requeue | None]:
+        def run(scope: SafetyScope) -> Requeue | None:
             self.runs[key] = self.runs.get(key, 0) + 1
             if key in self.failing:
                 raise RuntimeError(f"{key} failed")

@@ -14,8 +14,9 @@ from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.controllers import problems
-from mcm_tasks.controllers.safety import apiserver_io, overshooting_io, reads
+from mcm_tasks.controllers.safety import OVERSHOOTING, apiserver_io, overshooting_io, reads
 from mcm_tasks.controllers.safety.overshooting import FreezeChange
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube.events import ObjectRef
 
 Warned = list[tuple[str, str]]
@@ -65,9 +66,9 @@ def run_overshooting(
     monkeypatch.setattr(reads, "machine_sets", lambda: problems.parse_each(MachineSet, sets))
     monkeypatch.setattr(reads, "machine_deployments", lambda: [])
     monkeypatch.setattr(reads, "machines", lambda: machines)
-    monkeypatch.setattr(overshooting_io.context, "control_api", lambda: None)
+    monkeypatch.setattr(reads.context, "control_api", lambda: None)  # the scope's api
     monkeypatch.setattr(overshooting_io, "_apply", apply)
-    overshooting_io.check_overshooting()
+    overshooting_io.check_overshooting(SafetyScope.begin(OVERSHOOTING, OVERSHOOTING))
     return applied
 
 

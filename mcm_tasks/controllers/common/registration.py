@@ -1,6 +1,7 @@
 """How a controller puts its reconcilers on their queues: ``register`` adds the reconciler to the queue
 contract and, once per process, the pass scope every reconcile runs in, so no reconciler has to
-remember it.
+remember it; ``scoped`` builds a controller's key reconciler from the read of its object and its
+phases, handing the phases one ``PassScope`` (``controllers.common.scope``) per pass.
 
 The pass scope is the mirror's one read of its sync state per pass
 (``CacheReader.remembering_synced``): asked before every read, it was a noticeable share of task time.
@@ -8,11 +9,19 @@ The pass scope is the mirror's one read of its sync state per pass
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 from mcm_tasks.cache import get_reader
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kinds import Queue
+from mcm_tasks.queue import Requeue
 from mcm_tasks.queue.registry import Reconciler, register_pass_scope, register_reconciler
+
+T = TypeVar("T")
+S = TypeVar("S", bound=PassScope[Any])
 
 
 def mirror_pass() -> AbstractContextManager[None]:
@@ -22,3 +31,27 @@ def mirror_pass() -> AbstractContextManager[None]:
 def register(queue: Queue, reconciler: Reconciler) -> Reconciler:
     register_pass_scope(mirror_pass)
     return register_reconciler(queue, reconciler)
+
+
+def scoped(
+    read: Callable[[str], T | None],
+    phases: Callable[[S], Requeue | None],
+    scope: Callable[[str, T], S],
+    *,
+    gone: Callable[[str], None] | None = None,
+) -> Callable[[str], Requeue | None]:
+    """The key reconciler of a controller: ``read`` the key's object (None: it is gone, and ``gone``
+    forgets what the controller kept about it), build the pass's ``scope`` around it, run the
+    ``phases`` in it. Client-go's ``syncHandler(key)``, split the way Cluster API splits a reconciler
+    into the scope it builds and the phases it runs."""
+
+    @functools.wraps(phases)
+    def reconcile(key: str) -> Requeue | None:
+        obj = read(key)
+        if obj is None:
+            if gone is not None:
+                gone(key)
+            return None
+        return phases(scope(key, obj))
+
+    return reconcile

@@ -47,11 +47,13 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.finalizers import with_finalizer
+from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import step_io as drain_mod
 from mcm_tasks.controllers.machine.drain.state_io import DrainStore
 from mcm_tasks.controllers.machine.drain.volumes import live_attachments_on
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
@@ -214,21 +216,28 @@ def requeue(retry: Retry) -> Requeue:
 # --- the reconciler ------------------------------------------------------------------------------------
 
 
-@answers_unreadable
-def reconcile_termination(key: str) -> Requeue | None:
-    """The ``machine-termination`` queue's reconciler (and the machine queue's for deleting machines)."""
-    machine = context.get_machine(key)
-    if machine is None:
-        DrainStore().clear(key)
-        return None
-    if not machine.metadata.is_deleting:
+def termination_pass(scope: MachineScope) -> Requeue | None:
+    """A pass of upstream ``triggerDeletionFlow`` over the machine its scope read, if it is being
+    deleted; a Conflict comes back soon to decide again on a fresh read."""
+    if not scope.machine.metadata.is_deleting:
         return None
     try:
-        return terminate(machine)
+        return terminate(scope.machine)
     except ApiException as err:
         if is_conflict(err):
             return Requeue.conflict()
         raise
+
+
+def _forget_drain(key: str) -> None:
+    DrainStore().clear(key)
+
+
+#: the ``machine-termination`` queue's reconciler (and the machine queue's for deleting machines): the
+#: machine's scope, then ``termination_pass``; a machine gone leaves no drain progress behind
+reconcile_termination = answers_unreadable(
+    scoped(context.get_machine, termination_pass, MachineScope.begin, gone=_forget_drain)
+)
 
 
 def terminate(machine: Machine) -> Requeue | None:

@@ -10,6 +10,11 @@
 7. machine preservation (upstream ``manageMachinePreservation``, ``preserve.manage_preservation``);
 8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
 
+The pass runs in a ``MachineScope`` (``controllers/machine/scope.py``) that registration builds around
+the machine it read (``registration.scoped``); the phases here take it, and hand the machine and its
+class context on to the flows of their own modules (health, node sync, in-place, preservation,
+creation).
+
 Bad input is reported on the machine (status + Warning Event, written once thanks to the status
 de-duplication) and retried at a sensible period, never raised: raising means backoff and, in the
 end, the dead-letter list, which is for failures of the controller, not of the user's objects.
@@ -34,8 +39,10 @@ from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.frozen import is_frozen
+from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
 from mcm_tasks.controllers.machine import create, health_io, inplace, preserve
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
@@ -81,52 +88,44 @@ def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
-@answers_unreadable
-def reconcile_machine(key: str) -> Requeue | None:
-    """The ``machine`` queue's reconciler.
-
-    Upstream: ``addMachineFinalizers``.
-    """
-    machine = context.get_machine(key)
-    if machine is None:
-        return None
+def machine_pass(scope: MachineScope) -> Requeue | None:
+    """One pass of upstream ``reconcileClusterMachine`` over the machine its scope read; a Conflict
+    (someone wrote the machine since) comes back soon to decide again on a fresh read."""
     try:
-        return _reconcile(machine)
+        return _reconcile(scope)
     except ApiException as err:
         if is_conflict(err):
-            log.debug("machine %s: conflict, retrying soon", key)
+            log.debug("machine %s: conflict, retrying soon", scope.key)
             return Requeue.conflict()
         raise
 
 
-def _add_finalizer(machine: Machine) -> Machine:
+#: the ``machine`` queue's reconciler: the machine's scope (``MachineScope``), then ``machine_pass``
+reconcile_machine = answers_unreadable(scoped(context.get_machine, machine_pass, MachineScope.begin))
+
+
+def _add_finalizer(scope: MachineScope) -> Machine:
+    """Upstream: ``addMachineFinalizers``; the pass carries on with the machine as written."""
+    machine = scope.machine
     patch = {
         "metadata": {
             "resourceVersion": machine.metadata.resource_version,
             "finalizers": with_finalizer(machine.metadata.finalizers, MCM_FINALIZER, True),
         }
     }
-    api = context.control_api()
-    return Machine.model_validate(
-        ops.patch(api, kinds.MACHINE.resource, machine.metadata.name or "", patch, machine.metadata.namespace)
+    scope.machine = Machine.model_validate(
+        ops.patch(
+            scope.api, kinds.MACHINE.resource, machine.metadata.name or "", patch, machine.metadata.namespace
+        )
     )
+    return scope.machine
 
 
-def _reconcile(machine: Machine) -> Requeue | None:
-    meta = machine.metadata
-    if meta.is_deleting:
-        enqueue(Queue.MACHINE_TERMINATION, machine.key)
-        return None
-    if MCM_FINALIZER not in meta.finalizers:
-        machine = _add_finalizer(machine)
-    if is_frozen():
-        log.info("machine %s: machine controller frozen, not reconciling", machine.key)
-        return Requeue.long()
-    problem = machine_problem(machine)
-    if problem:
-        write_problem(machine, problem)
-        return Requeue.long()
-    namespace = meta.namespace or ""
+def _class_phase(scope: MachineScope) -> Requeue | None:
+    """Read and validate the machine's class and merge its secrets into ``scope.class_context``; the
+    requeue when the machine cannot go on (a problem said on its status), else None."""
+    machine = scope.machine
+    namespace = machine.metadata.namespace or ""
     class_name = machine.spec.class_.name
     try:
         machine_class = context.get_machine_class(class_name, namespace)
@@ -144,8 +143,30 @@ def _reconcile(machine: Machine) -> Requeue | None:
     if problem:
         write_problem(machine, problem)
         return Requeue.short()
-    cc = context.load_class_context(machine_class)
-    machine = _resolve_problem(machine)
+    scope.class_context = context.load_class_context(machine_class)
+    return None
+
+
+def _reconcile(scope: MachineScope) -> Requeue | None:
+    meta = scope.machine.metadata
+    if meta.is_deleting:
+        enqueue(Queue.MACHINE_TERMINATION, scope.machine.key)
+        return None
+    if MCM_FINALIZER not in meta.finalizers:
+        _add_finalizer(scope)
+    if is_frozen():
+        log.info("machine %s: machine controller frozen, not reconciling", scope.machine.key)
+        return Requeue.long()
+    problem = machine_problem(scope.machine)
+    if problem:
+        write_problem(scope.machine, problem)
+        return Requeue.long()
+    stop = _class_phase(scope)
+    if stop is not None:
+        return stop
+    cc = scope.class_context
+    assert cc is not None
+    machine = _resolve_problem(scope)
 
     requeues: list[Requeue | None] = []
     if needs_health_check(machine):
@@ -159,6 +180,7 @@ def _reconcile(machine: Machine) -> Requeue | None:
     requeues.append(preserved)
     if needs_creation(machine):
         requeues.append(create.trigger_creation_flow(machine, cc))
+    scope.machine = machine
     return earliest(requeues)
 
 
@@ -177,8 +199,8 @@ def resolved_operation(machine: Machine) -> tuple[str, MachineState, MachineOper
     return None
 
 
-def _resolve_problem(machine: Machine) -> Machine:
-    resolved = resolved_operation(machine)
-    if resolved is None:
-        return machine
-    return write_operation(machine, *resolved) or machine
+def _resolve_problem(scope: MachineScope) -> Machine:
+    resolved = resolved_operation(scope.machine)
+    if resolved is not None:
+        scope.machine = write_operation(scope.machine, *resolved) or scope.machine
+    return scope.machine

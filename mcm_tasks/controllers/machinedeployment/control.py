@@ -17,27 +17,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump, now_utc
+from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common.context import list_objects, mirror_has
-from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
+from mcm_tasks.controllers.common.scope import ObjectName, PassScope
 from mcm_tasks.controllers.common.template import merge_diff
 from mcm_tasks.controllers.machinedeployment.status import status_key
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.events import EventRecorder, EventType
-from mcm_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +46,13 @@ def get_deployment(api: ApiClient, name: str, namespace: str) -> MachineDeployme
     return None if data is None else parse_object(MachineDeployment, data)
 
 
-@dataclass
-class Context:
-    """One pass over one deployment."""
+@dataclass(kw_only=True)
+class Context(PassScope[MachineDeployment]):
+    """One pass over one deployment (upstream's ``deployment`` in ``reconcileClusterMachineDeployment``):
+    the controller's ``PassScope`` (clients, listers, recorder, settings, clock, memo) with the
+    deployment and its sets as last written in the pass."""
 
-    api: ApiClient
-    target: ApiClient | None
-    deployment: MachineDeployment
-    settings: Settings
     live: bool = False
-    now: datetime = field(default_factory=now_utc)
     #: the status as read, to write only a changed one
     observed: MachineDeploymentStatus = field(init=False)
     #: the sets the deployment controls (after claiming), as last read or written
@@ -70,13 +64,9 @@ class Context:
 
     @classmethod
     def start(cls, deployment: MachineDeployment, *, live: bool = False) -> Context:
-        clusters = get_clusters()
-        target = None if clusters.target is None else clusters.target.api
-        return cls(clusters.control.api, target, deployment, get_settings(), live=live)
+        return cls.begin(deployment.key, deployment, live=live)
 
-    @property
-    def key(self) -> str:
-        return self.deployment.key
+    deployment = ObjectName[MachineDeployment]()
 
     @property
     def namespace(self) -> str:
@@ -84,7 +74,7 @@ class Context:
 
     @property
     def events(self) -> EventRecorder:
-        return recorder(self.api)
+        return self.recorder
 
     def event(self, type_: EventType, reason: str, message: str) -> None:
         self.events.event(self.deployment, type_, reason, message)

@@ -7,6 +7,9 @@ expectations of the previous pass are met) or, for a set being deleted, delete e
 the finalizer once none is left; finally the status, written only when it changed. It comes back
 after LongRetry (MCM's 10 minutes), sooner through the informer whenever a machine of the set changes.
 
+The pass runs in a ``MachineSetScope`` (``controllers/machineset/scope.py``) that registration builds
+around the set it read (``registration.scoped``); the phases take it.
+
 Reads come from the informers' mirror once it holds a complete list of the kind, else from the API
 server (tests without an informer, a worker that started first). Writes go to the API server only.
 """
@@ -17,7 +20,6 @@ import logging
 from datetime import datetime
 from typing import Any, Final
 
-from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
@@ -31,8 +33,10 @@ from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
 from mcm_tasks.controllers.common.context import control_api, get_object, mirror_has
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
+from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machineset import control, status
 from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
+from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.controllers.machineset.sync import propagate
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
@@ -98,12 +102,14 @@ def _is_candidate_raw(raw: dict[str, Any], machine_set: MachineSet) -> bool:
 # --- finalizers ------------------------------------------------------------------------------------------
 
 
-def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> MachineSet:
-    """Add or remove MCM's finalizer with a resourceVersion-guarded patch (fresh read on Conflict).
+def set_finalizer(scope: MachineSetScope, present: bool) -> MachineSet:
+    """Add or remove MCM's finalizer with a resourceVersion-guarded patch (fresh read on Conflict); the
+    pass carries on with the set as written.
 
     Upstream: ``addMachineSetFinalizers``, ``deleteMachineSetFinalizers``.
     """
-    current = [machine_set]
+    api = scope.api
+    current = [scope.machine_set]
 
     def attempt() -> MachineSet:
         obj = current[0]
@@ -126,28 +132,27 @@ def set_finalizer(api: ApiClient, machine_set: MachineSet, present: bool) -> Mac
             raise
         return MachineSet.model_validate(written)
 
-    return ops.retry_on_conflict(attempt)
+    scope.machine_set = ops.retry_on_conflict(attempt)
+    return scope.machine_set
 
 
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
-@answers_unreadable
-def reconcile_machine_set(key: str) -> Requeue | None:
-    settings = get_settings()
+def _read(key: str) -> MachineSet | None:
     namespace, name = split_key(key)
-    namespace = namespace or settings.namespace
-    api = control_api()
-    machine_set = get_machine_set(name, namespace)
-    if machine_set is None:
-        expectations.delete_expectations(key)
-        return None
+    return get_machine_set(name, namespace or get_settings().namespace)
 
+
+def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
+    """One pass of upstream ``reconcileClusterMachineSet`` over the set its scope read."""
+    key, settings, api = scope.key, scope.settings, scope.api
+    machine_set = scope.machine_set
     problems = validate_machine_set(machine_set)
     if problems:
         message = "; ".join(str(p) for p in problems)
         log.warning("MachineSet %s is invalid, skipped: %s", key, message)
-        control.recorder(api).event(machine_set, WARNING, INVALID_REASON, message)
+        scope.recorder.event(machine_set, WARNING, INVALID_REASON, message)
         # said on the status too (cleared by the first valid pass, which recomputes ReplicaFailure)
         invalid = status.ReplicaFailure(INVALID_REASON, message)
         status.write_status(api, machine_set, lambda ms: status.with_failure(ms.status, invalid, now_utc()))
@@ -155,8 +160,8 @@ def reconcile_machine_set(key: str) -> Requeue | None:
 
     deleting = machine_set.metadata.is_deleting
     if not deleting:
-        machine_set = set_finalizer(api, machine_set, True)
-        _warn_missing_class(api, machine_set)
+        machine_set = set_finalizer(scope, True)
+        _warn_missing_class(scope)
 
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
@@ -172,10 +177,10 @@ def reconcile_machine_set(key: str) -> Requeue | None:
     failure: status.ReplicaFailure | None = None
     requeue = Requeue.long()
     if not deleting:
-        machines = auto_preserve(api, machine_set, machines)
+        machines = auto_preserve(scope, machines)
         requeue = preservation_wake_up(machines, now_utc()) or requeue
         if expectations.satisfied(key):
-            failure = manage_replicas(api, machine_set, key, machines)
+            failure = manage_replicas(scope, machines)
         else:
             log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
             # back when they expire (sooner than the timeout after a worker died: recheck_soon)
@@ -183,7 +188,7 @@ def reconcile_machine_set(key: str) -> Requeue | None:
             wait = settings.expectations_timeout if expires is None else expires + 0.05
             requeue = Requeue(after=min(wait, settings.long_retry))
     elif not machines:
-        machine_set = set_finalizer(api, machine_set, False)
+        machine_set = set_finalizer(scope, False)
     elif machine_set.metadata.has_finalizer(MCM_FINALIZER):
         error = control.terminate_machines(api, machine_set, key, machines, expect=False)
         if error is not None:
@@ -196,10 +201,18 @@ def reconcile_machine_set(key: str) -> Requeue | None:
     return requeue
 
 
-def auto_preserve(api: ApiClient, machine_set: MachineSet, machines: list[Machine]) -> list[Machine]:
+#: the ``machineset`` queue's reconciler: the set's scope (``MachineSetScope``), then
+#: ``machine_set_pass``; a set gone takes its expectations with it
+reconcile_machine_set = answers_unreadable(
+    scoped(_read, machine_set_pass, MachineSetScope.begin, gone=expectations.delete_expectations)
+)
+
+
+def auto_preserve(scope: MachineSetScope, machines: list[Machine]) -> list[Machine]:
     """Upstream's ``triggerAutoPreservationOfFailedMachines``: annotate Failed machines
     ``auto-preserved`` up to ``autoPreserveFailedMachineMax``; the machine controller preserves them.
     Returns the machines as they are now."""
+    api, machine_set = scope.api, scope.machine_set
     chosen = preservation.auto_preserve_candidates(
         machines, machine_set.spec.auto_preserve_failed_machine_max, now_utc()
     )
@@ -239,11 +252,12 @@ def preservation_wake_up(machines: list[Machine], now: datetime) -> Requeue | No
     return Requeue(max(0.0, (first - now).total_seconds()) + 0.5)
 
 
-def _warn_missing_class(api: ApiClient, machine_set: MachineSet) -> None:
+def _warn_missing_class(scope: MachineSetScope) -> None:
     """Not in MCM: a set whose template names a class that does not exist still creates its machines
     (the class may be on its way), but says on itself why they will not come up."""
+    machine_set = scope.machine_set
     class_name = machine_set.spec.template.spec.class_.name
-    lister = get_listers().machine_classes
+    lister = scope.listers.machine_classes
     if not class_name or not mirror_has(lister):
         return
     try:
@@ -252,13 +266,12 @@ def _warn_missing_class(api: ApiClient, machine_set: MachineSet) -> None:
         return
     if found is None:
         message = f"MachineClass {class_name} not found: the machines of this set wait for it"
-        control.recorder(api).event(machine_set, WARNING, CLASS_NOT_FOUND_REASON, message)
+        scope.recorder.event(machine_set, WARNING, CLASS_NOT_FOUND_REASON, message)
 
 
-def manage_replicas(
-    api: ApiClient, machine_set: MachineSet, key: str, machines: list[Machine]
-) -> status.ReplicaFailure | None:
-    """Carry out this pass's plan; the failure to report, if any."""
+def manage_replicas(scope: MachineSetScope, machines: list[Machine]) -> status.ReplicaFailure | None:
+    """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any."""
+    api, machine_set, key = scope.api, scope.machine_set, scope.key
     plan = plan_replicas(machine_set, machines, now_utc())
     if plan.skipped:
         level = logging.INFO if plan.skipped == SKIP_FROZEN else logging.DEBUG

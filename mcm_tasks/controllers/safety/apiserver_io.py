@@ -25,6 +25,7 @@ from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
 from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION, FreezeAction, decide
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
@@ -77,12 +78,12 @@ def probe(api: ApiClient, res: Resource, namespace: str | None, timeout: float) 
     return True
 
 
-def check_apiservers() -> Requeue | None:
-    settings = get_settings()
+def check_apiservers(scope: SafetyScope) -> Requeue | None:
+    settings = scope.settings
     timeout = settings.machine_safety_apiserver_statuscheck_timeout
     probe_timeout = max(0.5, min(PROBE_TIMEOUT_MAX, timeout or PROBE_TIMEOUT_MAX))
-    control_up = probe(context.control_api(), kinds.MACHINE.resource, settings.namespace, probe_timeout)
-    target = context.target_api()
+    control_up = probe(scope.api, kinds.MACHINE.resource, settings.namespace, probe_timeout)
+    target = scope.target
     target_up = True if target is None else probe(target, kinds.NODE.resource, None, probe_timeout)
     client = get_redis()
     raw = client.get(down_since_key())

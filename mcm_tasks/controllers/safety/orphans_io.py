@@ -30,6 +30,7 @@ from mcm_tasks.controllers.safety.orphans import (
     stub_machine,
     vm_verdict,
 )
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 from mcm_tasks.settings import get_settings
@@ -54,7 +55,8 @@ class OrphanReport:
     unannotated_nodes: int = 0
 
 
-def collect_orphans() -> OrphanReport:
+def collect_orphans(scope: SafetyScope) -> OrphanReport:
+    """The orphan job (upstream ``checkMachineClasses``, then ``AnnotateNodesUnmanagedByMCM``)."""
     report = OrphanReport()
     machines = reads.machines()
     by_name = {m.metadata.name or "": m for m in machines}
@@ -64,7 +66,7 @@ def collect_orphans() -> OrphanReport:
             _collect_class(machine_class, by_name, report)
         except Exception as err:  # one class's content or cloud must not stop the others
             _skip(machine_class, report, f"{type(err).__name__}: {err}")
-    sweep_nodes(machines, report)
+    sweep_nodes(scope, machines, report)
     log.info(
         "orphan collection: %d classes (%d skipped), %d VMs, %d orphans deleted; nodes: %d marked not "
         "managed, %d unmarked",
@@ -142,15 +144,16 @@ def _delete_orphan(driver: Driver, machine_class: MachineClass, secret: Secret, 
     return True
 
 
-def sweep_nodes(machines: list[Machine], report: OrphanReport) -> None:
-    """Mark Nodes no machine claims as not managed by MCM, and unmark claimed ones."""
+def sweep_nodes(scope: SafetyScope, machines: list[Machine], report: OrphanReport) -> None:
+    """Mark Nodes no machine claims as not managed by MCM, and unmark claimed ones (upstream
+    ``AnnotateNodesUnmanagedByMCM``)."""
     nodes = reads.nodes()
-    api = context.target_api()
+    api = scope.target
     if nodes is None or api is None:
         return
     counts = machine_counts_by_node(machines, NODE_LABEL_KEY)
     now = now_utc()
-    timeout = get_settings().machine_creation_timeout
+    timeout = scope.settings.machine_creation_timeout
     for node in nodes:
         name = str((node.get("metadata") or {}).get("name") or "")
         action = node_action(node, counts.get(name, 0), now, timeout)

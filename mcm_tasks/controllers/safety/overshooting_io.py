@@ -34,23 +34,22 @@ from mcm_tasks.api import (
 )
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, FREEZE_LABEL_VALUE, UNFREEZE_ANNOTATION
 from mcm_tasks.api.validation import validate_machine_deployment, validate_machine_set
-from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.overshooting import Decision, FreezeChange, Plan, plan
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.kube.resources import Resource
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 Frozenable = TypeVar("Frozenable", MachineSet, MachineDeployment)
 
 
-def check_overshooting() -> Plan:
-    settings = get_settings()
+def check_overshooting(scope: SafetyScope) -> Plan:
+    settings = scope.settings
     the_plan = plan(
         [s for s in reads.machine_sets() if not validate_machine_set(s)],
         [d for d in reads.machine_deployments() if not validate_machine_deployment(d)],
@@ -58,7 +57,7 @@ def check_overshooting() -> Plan:
         settings.safety_up,
         settings.safety_down,
     )
-    api = context.control_api()
+    api = scope.api
     errors: list[Exception] = []
     for machine_set, decision in the_plan.sets:
         _apply(api, kinds.MACHINE_SET.resource, machine_set, decision, errors)

@@ -11,50 +11,62 @@ import time
 from collections.abc import Callable
 
 from mcm_tasks.controllers.common.registration import register as register_reconciler
+from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, debounce
 from mcm_tasks.controllers.safety.apiserver_io import check_apiservers
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.overshooting_io import check_overshooting
+from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import Requeue
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 
-def _orphan_vms() -> Requeue | None:
-    collect_orphans()
+def _orphan_vms(scope: SafetyScope) -> Requeue | None:
+    collect_orphans(scope)
     return None
 
 
-def _overshooting() -> Requeue | None:
-    check_overshooting()
+def _overshooting(scope: SafetyScope) -> Requeue | None:
+    check_overshooting(scope)
     return None
 
 
-JOBS: dict[str, Callable[[], Requeue | None]] = {
+#: each job by its key; a job runs in the ``SafetyScope`` registration built for its pass
+JOBS: dict[str, Callable[[SafetyScope], Requeue | None]] = {
     ORPHAN_VMS: _orphan_vms,
     OVERSHOOTING: _overshooting,
     APISERVER: check_apiservers,
 }
 
 
-def reconcile_safety(key: str) -> Requeue | None:
-    job = JOBS.get(key)
-    if job is None:
+def _job_of(key: str) -> str | None:
+    """The job a key names; None (the key dropped) for no job."""
+    if key not in JOBS:
         log.warning("safety: no job named %r (known: %s); dropped", key, ", ".join(sorted(JOBS)))
         return None
-    interval = get_settings().safety_event_min_interval
+    return key
+
+
+def safety_pass(scope: SafetyScope) -> Requeue | None:
+    """Run the scope's job, unless it is one the informer triggers and it ran within the interval."""
+    key, job = scope.key, JOBS[scope.job]
+    interval = scope.settings.safety_event_min_interval
     if key not in debounce.COALESCED or interval <= 0:
-        return job()
+        return job(scope)
     wait = debounce.wait_before_run(key)
     if wait is not None:
         log.debug("safety: %s ran less than %.0fs ago; runs again in %.2fs", key, interval, wait)
         return Requeue(wait)
     started = time.monotonic()
-    result = job()
+    result = job(scope)
     debounce.close_window(key, interval, time.monotonic() - started)
     return result
+
+
+#: the ``safety`` queue's reconciler: the job's scope (``SafetyScope``), then ``safety_pass``
+reconcile_safety = scoped(_job_of, safety_pass, SafetyScope.begin)
 
 
 def register() -> None:
