@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .apiserver.errors import failure_status
 from .selectors import SelectorError, label_selector_from_api
 
 #: An eviction recorded in ``disruptedPods`` stops counting once the pod survives this long.
@@ -249,19 +250,7 @@ class EvictionDecision:
             details["causes"] = [dict(cause) for cause in self.causes]
         if self.retry_after_seconds:
             details["retryAfterSeconds"] = self.retry_after_seconds
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "code": self.code,
-        }
-        if self.reason:
-            body["reason"] = self.reason
-        if details:
-            body["details"] = details
-        return body
+        return failure_status(self.code, self.message, self.reason, details or None)
 
 
 def can_ignore_pdb(pod: Mapping[str, Any]) -> bool:

@@ -101,14 +101,57 @@ class ManagedProcess:
             return ""
 
 
+def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 (a readiness probe); no answer yet is False."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 @dataclass
-class RedisServer:
-    """A real redis-server on a free port, keeping nothing on disk (the cache is rebuildable)."""
+class ServerProcess:
+    """A server as a child process on a free port: started, waited for until it answers (failing at
+    once with its log when it exits instead), and stopped. The servers below, and the tests' moto
+    server, are these with their command line and readiness probe."""
 
     workdir: Path
     port: int = 0
     host: str = "127.0.0.1"
     process: ManagedProcess | None = None
+
+    def launch(
+        self,
+        argv: Callable[[], Sequence[str]],
+        log_name: str,
+        answers: Callable[[], bool],
+        timeout: float,
+        what: str,
+        interval: float = 0.05,
+    ) -> None:
+        """Take a free port (unless one is set), run ``argv()`` logging to ``<log_name>-<port>.log``,
+        and wait until ``answers()``."""
+        self.port = self.port or free_port(self.host)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        process = self.process = ManagedProcess(list(argv()), self.workdir / f"{log_name}-{self.port}.log")
+        process.start()
+
+        def ready() -> bool:
+            if not process.alive():
+                raise RuntimeError(f"{what} exited:\n{process.log_tail()}")
+            return answers()
+
+        wait_until(ready, timeout, interval=interval, what=what)
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
+
+@dataclass
+class RedisServer(ServerProcess):
+    """A real redis-server on a free port, keeping nothing on disk (the cache is rebuildable)."""
 
     @property
     def url(self) -> str:
@@ -117,10 +160,8 @@ class RedisServer:
     def start(self, timeout: float = 15.0) -> RedisServer:
         import redis
 
-        self.port = self.port or free_port(self.host)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.process = ManagedProcess(
-            [
+        def argv() -> list[str]:
+            return [
                 redis_server_binary(),
                 "--port", str(self.port),
                 "--bind", self.host,
@@ -129,28 +170,24 @@ class RedisServer:
                 "--dir", str(self.workdir),
                 "--maxmemory-policy", "noeviction",
                 "--protected-mode", "no",
-            ],
-            self.workdir / f"redis-{self.port}.log",
-        )  # fmt: skip
-        self.process.start()
-        client = redis.Redis(host=self.host, port=self.port)
+            ]  # fmt: skip
 
-        def ready() -> bool:
+        clients: list[redis.Redis] = []  # made once the port is known
+
+        def answers() -> bool:
+            if not clients:
+                clients.append(redis.Redis(host=self.host, port=self.port))
             try:
-                return bool(client.ping())
+                return bool(clients[0].ping())
             except redis.RedisError:
-                if not self.process or not self.process.alive():
-                    tail = self.process.log_tail() if self.process else ""
-                    raise RuntimeError(f"redis-server exited:\n{tail}") from None
                 return False
 
-        wait_until(ready, timeout, what="redis-server")
-        client.close()
+        try:
+            self.launch(argv, "redis", answers, timeout, "redis-server")
+        finally:
+            for client in clients:
+                client.close()
         return self
-
-    def stop(self) -> None:
-        if self.process:
-            self.process.stop()
 
     def restart_empty(self, timeout: float = 15.0) -> None:
         """Kill and start again on the same port with nothing in it (reliability tests)."""
@@ -160,16 +197,12 @@ class RedisServer:
 
 
 @dataclass
-class ApiServer:
+class ApiServer(ServerProcess):
     """The sandbox API server (``mcm-tasks sandbox apiserver``) as a child process."""
 
-    workdir: Path
-    port: int = 0
-    host: str = "127.0.0.1"
     extra_args: Sequence[str] = ()
     name: str = "apiserver"
     kubeconfig_path: Path | None = None
-    process: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
@@ -180,35 +213,20 @@ class ApiServer:
         return self.kubeconfig_path or self.workdir / f"{self.name}-kubeconfig"
 
     def start(self, timeout: float = 30.0) -> ApiServer:
-        self.port = self.port or free_port(self.host)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.process = ManagedProcess(
-            [
+        def argv() -> list[str]:
+            return [
                 sys.executable, "-m", "mcm_tasks.cli", "sandbox", "apiserver",
                 "--host", self.host,
                 "--port", str(self.port),
                 "--kubeconfig", str(self.kubeconfig),
                 *self.extra_args,
-            ],
-            self.workdir / f"{self.name}-{self.port}.log",
-        )  # fmt: skip
-        self.process.start()
+            ]  # fmt: skip
 
-        def ready() -> bool:
-            if not self.process or not self.process.alive():
-                raise RuntimeError(f"sandbox apiserver exited:\n{self.process and self.process.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as resp:
-                    return resp.status == 200 and self.kubeconfig.exists()
-            except (urllib.error.URLError, OSError):
-                return False
+        def answers() -> bool:
+            return http_ok(f"{self.url}/readyz") and self.kubeconfig.exists()
 
-        wait_until(ready, timeout, what="sandbox apiserver /readyz")
+        self.launch(argv, self.name, answers, timeout, "sandbox apiserver /readyz")
         return self
-
-    def stop(self) -> None:
-        if self.process:
-            self.process.stop()
 
 
 def scratch_dir(prefix: str = "mcm-tasks-") -> Path:

@@ -28,20 +28,28 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def status(self) -> dict[str, Any]:
-        """The Status in metav1.Status's field order (kind, apiVersion, metadata, status, message,
-        reason, details, code), as kube-apiserver's JSON serializer writes it."""
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-        }
-        if self.details is not None:
-            body["details"] = self.details
-        body["code"] = self.code
-        return body
+        return failure_status(self.code, self.message, self.reason, self.details)
+
+
+def failure_status(
+    code: int, message: str, reason: str = "", details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A failure Status in metav1.Status's field order (kind, apiVersion, metadata, status, message,
+    reason, details, code), as kube-apiserver's JSON serializer writes it; an empty reason and absent
+    details are left out (``omitempty``). Every error body of the sandbox is one of these."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+    }
+    if reason:
+        body["reason"] = reason
+    if details is not None:
+        body["details"] = details
+    body["code"] = code
+    return body
 
 
 def details_of(name: str, group: str, resource: str, **extra: Any) -> dict[str, Any]:

@@ -14,13 +14,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
-from mcm_sandbox.procs import ManagedProcess, free_port, wait_until
+from mcm_sandbox.procs import ServerProcess, http_ok
 from mcm_tasks.api import Machine, MachineClass
 from providers.driver import Secret
 
@@ -35,44 +34,22 @@ PLACEMENT_ANNOTATION = "machine.sapcloud.io/awsPlacement"
 
 
 @dataclass
-class MotoServer:
-    workdir: Path
-    port: int = 0
-    host: str = "127.0.0.1"
-    process: ManagedProcess | None = None
-
+class MotoServer(ServerProcess):
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> MotoServer:
-        self.port = self.port or free_port(self.host)
-        self.process = ManagedProcess(
-            [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
-            self.workdir / f"moto-{self.port}.log",
-        )
-        self.process.start()
+        def argv() -> list[str]:
+            return [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)]
 
-        def ready() -> bool:
-            if not self.process or not self.process.alive():
-                raise RuntimeError(f"moto server exited:\n{self.process and self.process.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1) as resp:
-                    return bool(resp.status == 200)
-            except (urllib.error.URLError, OSError):
-                return False
-
-        wait_until(ready, timeout, interval=0.1, what="moto server")
+        self.launch(argv, "moto", lambda: http_ok(f"{self.url}/moto-api/"), timeout, "moto server", 0.1)
         return self
 
     def reset(self) -> None:
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST", data=b"")
         with urllib.request.urlopen(request, timeout=30):
             pass
-
-    def stop(self) -> None:
-        if self.process:
-            self.process.stop()
 
 
 @dataclass
