@@ -16,6 +16,7 @@ from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers import problems
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.machine import secrets
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube.events import ObjectRef
 
@@ -93,3 +94,17 @@ def test_the_unreadable_machine_is_answered_by_its_own_reconcile(monkeypatch: py
     monkeypatch.setattr(context.ops, "get", lambda api, res, name, namespace=None, **kw: RAWS[1])
     assert reconcile_machine(f"{fx.NS}/bad") is None
     assert warned == [("bad", problems.UNREADABLE_REASON)]
+
+
+def test_an_unreadable_class_is_left_out_of_the_classes_referencing_a_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Secret reconcile's list (upstream ``findMachineClassForSecret``) follows the same policy on
+    the live path."""
+    bad = fx.machine_class("bad", secret="s")
+    bad["nodeTemplate"] = {"spec": nested(110)}
+    raws = [fx.machine_class("a", secret="s"), bad, fx.machine_class("other", secret="t")]
+    monkeypatch.setattr(context, "mirror_has", lambda lister: False)
+    monkeypatch.setattr(context, "control_api", lambda: None)
+    monkeypatch.setattr(context.ops, "list_", lambda api, res, namespace=None, **kw: {"items": raws})
+    assert [c.metadata.name for c in secrets.classes_referencing(f"{fx.NS}/s")] == ["a"]

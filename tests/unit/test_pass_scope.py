@@ -69,7 +69,7 @@ def test_scoped_reads_the_object_once_and_hands_the_phases_one_scope_per_pass() 
 
 
 def test_every_controller_reconciler_is_built_by_registration_on_its_scope() -> None:
-    from mcm_tasks.controllers.machine import deletion
+    from mcm_tasks.controllers.machine import classes, deletion, secrets
     from mcm_tasks.controllers.machine import reconcile as machine
     from mcm_tasks.controllers.machineset import reconcile as machineset
     from mcm_tasks.controllers.safety import register as safety
@@ -77,6 +77,8 @@ def test_every_controller_reconciler_is_built_by_registration_on_its_scope() -> 
     built = {
         machine.reconcile_machine: machine.machine_pass,
         deletion.reconcile_termination: deletion.termination_pass,
+        classes.reconcile_machine_class: classes.machine_class_pass,
+        secrets.reconcile_secret: secrets.secret_pass,
         machineset.reconcile_machine_set: machineset.machine_set_pass,
         safety.reconcile_safety: safety.safety_pass,
     }

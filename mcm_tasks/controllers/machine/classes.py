@@ -22,11 +22,12 @@ from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.registration import scoped
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, enqueue_many
-from mcm_tasks.settings import get_settings
 from providers import provider_names
 
 log = logging.getLogger(__name__)
@@ -57,22 +58,24 @@ def _report_problems(key: str, machine_class: MachineClass) -> None:
         warn(machine_class, INVALID_CLASS_REASON, message[:MAX_MESSAGE])
 
 
-@answers_unreadable
-def reconcile_machine_class(key: str) -> Requeue | None:
-    """Upstream: ``addMachineClassFinalizers``, ``deleteMachineClassFinalizers``."""
+def _read(key: str) -> MachineClass | None:
     namespace, name = context.namespace_of(key)
-    machine_class = context.get_machine_class(name, namespace)
-    if machine_class is None:
-        return None
-    resync = Requeue(get_settings().class_resync_period)
+    return context.get_machine_class(name, namespace)
+
+
+def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
+    """Upstream: ``addMachineClassFinalizers``, ``deleteMachineClassFinalizers``."""
+    key, machine_class = scope.key, scope.obj
+    resync = Requeue(scope.settings.class_resync_period)
     meta = machine_class.metadata
     if not meta.is_deleting:
         _report_problems(key, machine_class)
+    namespace, name = context.namespace_of(key)
     machines = context.machines_of_class(name, namespace)
     if not meta.is_deleting and machines:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
         if patch is not None:
-            _patch(machine_class, patch)
+            _patch(scope, patch)
             enqueue_many(machine_queue_items(machines))
         return resync
     if machines:
@@ -80,13 +83,18 @@ def reconcile_machine_class(key: str) -> Requeue | None:
         return Requeue.short()
     patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
     if patch is not None:
-        _patch(machine_class, patch)
+        _patch(scope, patch)
     return None if meta.is_deleting else resync
 
 
-def _patch(machine_class: MachineClass, patch: dict[str, Any]) -> None:
+#: the ``machineclass`` queue's reconciler: the class's scope, then ``machine_class_pass``
+reconcile_machine_class = answers_unreadable(scoped(_read, machine_class_pass, PassScope.begin))
+
+
+def _patch(scope: PassScope[MachineClass], patch: dict[str, Any]) -> None:
+    machine_class = scope.obj
     ops.patch(
-        context.control_api(),
+        scope.api,
         kinds.MACHINE_CLASS.resource,
         machine_class.metadata.name or "",
         patch,

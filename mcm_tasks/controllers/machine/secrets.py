@@ -16,10 +16,11 @@ from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.registration import scoped
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,17 @@ def references(machine_class: MachineClass, secret_key: str) -> bool:
 
 
 def classes_referencing(secret_key: str) -> list[MachineClass]:
+    """The classes that reference a secret (upstream ``findMachineClassForSecret``) and can be read,
+    through ``list_objects``: the mirror's secret index, else one LIST of the controller's own
+    namespace (as upstream's namespaced lister: a namespaced Role allows no more)."""
     lister = get_listers().machine_classes
-    if context.mirror_has(lister):
-        return lister.referencing_secret(secret_key)
-    # the controller's own namespace, as upstream's namespaced lister: a namespaced Role allows no more
-    items = ops.list_(context.control_api(), kinds.MACHINE_CLASS.resource)["items"]
-    return [c for c in (MachineClass.model_validate(i) for i in items) if references(c, secret_key)]
+    raws = context.list_objects(
+        lister,
+        context.control_api(),
+        kinds.MACHINE_CLASS.resource,
+        mirror=lambda: lister.raw.referencing_secret(secret_key),
+    )
+    return [c for c in context.readable(MachineClass, raws) if references(c, secret_key)]
 
 
 def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
@@ -52,13 +58,15 @@ def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
     return None if found is None else dict(found.get("metadata") or {})
 
 
-@answers_unreadable
-def reconcile_secret(key: str) -> Requeue | None:
-    """Upstream: ``findMachineClassForSecret``, ``addSecretFinalizers``, ``deleteSecretFinalizers``."""
+def _read(key: str) -> dict[str, Any] | None:
     namespace, name = context.namespace_of(key)
-    meta = get_secret_meta(name, namespace)
-    if meta is None:
-        return None
+    return get_secret_meta(name, namespace)
+
+
+def secret_pass(scope: PassScope[dict[str, Any]]) -> Requeue | None:
+    """Upstream: ``findMachineClassForSecret``, ``addSecretFinalizers``, ``deleteSecretFinalizers``."""
+    namespace, name = context.namespace_of(scope.key)
+    meta = scope.obj
     secret_key = object_key(namespace, name)
     referenced = bool(classes_referencing(secret_key))
     finalizers = list(meta.get("finalizers") or [])
@@ -71,5 +79,9 @@ def reconcile_secret(key: str) -> Requeue | None:
     else:
         patch = finalizers_patch(finalizers, meta.get("resourceVersion"), remove=MC_SECRET_FINALIZER)
     if patch is not None:
-        ops.patch(context.control_api(), kinds.SECRET.resource, name, patch, namespace)
-    return None if deleting else Requeue(get_settings().class_resync_period)
+        ops.patch(scope.api, kinds.SECRET.resource, name, patch, namespace)
+    return None if deleting else Requeue(scope.settings.class_resync_period)
+
+
+#: the ``secret`` queue's reconciler: the scope of the secret's metadata, then ``secret_pass``
+reconcile_secret = answers_unreadable(scoped(_read, secret_pass, PassScope.begin))
