@@ -116,6 +116,17 @@ def namespace_of(key: str) -> tuple[str, str]:
     return namespace or get_settings().namespace, name
 
 
+def get_raw(
+    lister: Lister[Obj], api: ApiClient, resource: Resource, name: str, namespace: str | None = None
+) -> Obj | None:
+    """One object of a kind read as API dicts (Nodes, Secrets' metadata): from the mirror when it is
+    complete (``mirror_has``), else a GET from the API server; None when it does not exist. The
+    one-object counterpart of ``list_objects``; ``get_object`` is its typed sibling."""
+    if mirror_has(lister):
+        return lister.get(name, namespace)
+    return ops.get(api, resource, name, namespace, missing_ok=True)
+
+
 def get_object(lister: Lister[M], resource: Resource, model: type[M], name: str, namespace: str) -> M | None:
     """One object of a control-cluster kind: from the mirror when it is complete (``mirror_has``),
     else a GET from the API server; None when it does not exist."""
@@ -291,10 +302,7 @@ def get_node(name: str) -> Obj | None:
     api = target_api()
     if api is None:
         return None
-    lister = _listers().nodes
-    if mirror_has(lister):
-        return lister.get(name)
-    return ops.get(api, kinds.NODE.resource, name, missing_ok=True)
+    return get_raw(_listers().nodes, api, kinds.NODE.resource, name)
 
 
 # --- the creation marker ---------------------------------------------------------------------------------

@@ -49,12 +49,8 @@ def classes_referencing(secret_key: str) -> list[MachineClass]:
 
 def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
     """The secret's metadata only: this reconcile never needs its data."""
-    lister = get_listers().secrets
-    found = (
-        lister.raw.get(name, namespace)
-        if context.mirror_has(lister)
-        else ops.get(context.control_api(), kinds.SECRET.resource, name, namespace, missing_ok=True)
-    )
+    api, lister = context.control_api(), get_listers().secrets
+    found = context.get_raw(lister, api, kinds.SECRET.resource, name, namespace)
     return None if found is None else dict(found.get("metadata") or {})
 
 
