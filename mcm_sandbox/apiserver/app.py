@@ -13,7 +13,18 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from mcm_sandbox.apiserver import discovery, errors, openapi, protobuf, rbac, reviews, scale, table, views
+from mcm_sandbox.apiserver import (
+    discovery,
+    errors,
+    negotiation,
+    openapi,
+    protobuf,
+    rbac,
+    reviews,
+    scale,
+    table,
+    views,
+)
 from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.authn import ANONYMOUS, CURRENT_USER, Authenticator, InvalidToken, UserInfo
 from mcm_sandbox.apiserver.builtins import review_kind
@@ -49,9 +60,24 @@ class ServerOptions:
     secure_port: int | None = None
 
 
+# The verbs whose answer the Accept header can convert (Table, PartialObjectMetadata[List]).
+READS = ("get", "list", "watch")
+
+
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """An API object or Status as kube-apiserver's JSON serializer writes it: compact, then a newline
+    (``json.Encoder.Encode``; clients that print the body, as ``FailToCreateError`` does, show it)."""
+    return _document(_lined(body if isinstance(body, bytes) else dumps(body)), status, headers)
+
+
+def _document(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A document served as is (OpenAPI, /version): no trailing newline, as upstream's raw writers."""
     raw = body if isinstance(body, bytes) else dumps(body)
     return web.Response(body=raw, status=status, content_type=JSON, headers=headers)
+
+
+def _lined(raw: bytes) -> bytes:
+    return raw if raw.endswith(b"\n") else raw + b"\n"
 
 
 def _warned(body: bytes, status: int, warnings: list[str]) -> web.Response:
@@ -59,7 +85,7 @@ def _warned(body: bytes, status: int, warnings: list[str]) -> web.Response:
     headers = CIMultiDict[str]()
     for text in warnings:
         headers.add("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return web.Response(body=body, status=status, content_type=JSON, headers=headers)
+    return web.Response(body=_lined(body), status=status, content_type=JSON, headers=headers)
 
 
 def _manager(request: web.Request, query: dict[str, str]) -> str:
@@ -159,19 +185,19 @@ class Server:
         if path.startswith("/sandbox/faults"):
             return await self.faults.admin(request)
         if path.rstrip("/") == "/openapi/v3":
-            return _json(openapi.index(self.registry))
+            return _document(openapi.index(self.registry))
         if path.startswith("/openapi/v3/"):
             doc = openapi.group_version_bytes(self.registry, path[len("/openapi/v3/") :])
             if doc is None:
                 raise errors.not_found_path()
-            return _json(doc)
+            return _document(doc)
         if path.rstrip("/") == "/openapi/v2":
             # kubectl asks for protobuf only (and copes without it); JSON clients get the document
             if "json" not in request.headers.get(
                 "Accept", "application/json"
             ) and "*/*" not in request.headers.get("Accept", ""):
                 raise errors.not_acceptable(request.headers.get("Accept", ""))
-            return _json(openapi.swagger_v2(self.registry))
+            return _document(openapi.swagger_v2(self.registry))
         if path.startswith("/openapi/") or found is None:
             raise errors.not_found_path()
         if isinstance(found, Discovery):
@@ -181,7 +207,7 @@ class Server:
 
     def _health(self, path: str) -> web.Response:
         if path == "/version":
-            return _json(discovery.VERSION_INFO)
+            return _document(discovery.VERSION_INFO)
         if not self.ready:
             return web.Response(status=503, text="not ready")
         return web.Response(text="ok", content_type="text/plain")
@@ -287,8 +313,8 @@ class Server:
             raise errors.method_not_allowed()
         if sub is not None and not sub_allowed(t, verb):
             raise errors.not_found_path() if not sub_exists(t) else errors.method_not_allowed()
+        conv = negotiation.conversion(request.headers.get("Accept", "")) if verb in READS else None
         if verb == "watch":
-            as_table = table.wants_table(request.headers.get("Accept", ""))
             return await serve_watch(
                 request,
                 self.api,
@@ -297,23 +323,27 @@ class Server:
                 query,
                 self.watchers,
                 self.opts.bookmark_interval,
-                as_table,
+                conv,
             )
         if verb == "list":
             page, raw, meta = self.api.list(rt, t.namespace, query)
-            if table.wants_table(request.headers.get("Accept", "")):  # the same ListMeta: continue too
+            if conv is not None and conv.kind == negotiation.TABLE:  # the same ListMeta: continue too
                 return _json(
                     table.table(rt, [e.obj for e in page], meta, query.get("includeObject", "Metadata"))
                 )
+            if conv is not None:
+                return _json(negotiation.partial_list([e.obj for e in page], meta, conv, rt.kind))
             return _json(raw)
         assert t.name is not None or verb in ("create", "deletecollection")
         if verb == "get":
             entry = self.api.must_get(rt, t.namespace, t.name or "")
             if sub == "scale":
                 return _json(scale.scale_of(rt, entry))
-            if table.wants_table(request.headers.get("Accept", "")):
+            if conv is not None and conv.kind == negotiation.TABLE:
                 meta = {"resourceVersion": entry.meta["resourceVersion"]}
                 return _json(table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata")))
+            if conv is not None:
+                return _json(negotiation.partial_object(entry.obj, conv, rt.kind))
             return _json(views.raw(rt.view, entry))
         if verb == "create":
             if sub == "token":

@@ -159,6 +159,11 @@ def not_acceptable(accept: str) -> ApiError:
     )
 
 
+def not_acceptable_message(message: str) -> ApiError:
+    """``errNotAcceptable`` of a conversion the object cannot take (a list as one object's metadata)."""
+    return ApiError(406, "NotAcceptable", message)
+
+
 def too_many_requests(
     message: str, causes: list[dict[str, str]] | None = None, retry_after: int = 0
 ) -> ApiError:

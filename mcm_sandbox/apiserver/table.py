@@ -18,10 +18,6 @@ Obj = dict[str, Any]
 Cell = Callable[[Obj], Any]
 
 
-def wants_table(accept: str) -> bool:
-    return "as=Table" in accept
-
-
 def human_duration(seconds: float) -> str:
     """apimachinery's HumanDuration, the way kubectl prints ages."""
     if seconds < -1:

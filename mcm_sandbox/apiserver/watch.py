@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from mcm_sandbox.apiserver import errors, table, views
+from mcm_sandbox.apiserver import errors, negotiation, table, views
 from mcm_sandbox.apiserver.handlers import Api, Filter, compile_filter
 from mcm_sandbox.apiserver.resources import ResourceType
 from mcm_sandbox.apiserver.store import ADDED, DELETED, MODIFIED, Entry, Event, dumps
@@ -87,6 +87,22 @@ class TableLines:
         return self._line(ADDED, entry.obj)
 
 
+class PartialLines:
+    """A metadata-only watch (client-go's metadata informers): each object as PartialObjectMetadata."""
+
+    def __init__(self, conv: negotiation.Conversion) -> None:
+        self.conv = conv
+
+    def _line(self, event_type: str, obj: dict[str, Any]) -> bytes:
+        return dumps({"type": event_type, "object": negotiation.partial(obj, self.conv)}) + b"\n"
+
+    def event(self, event_type: str, event: Event) -> bytes:
+        return self._line(event_type, event.entry.obj)
+
+    def initial(self, entry: Entry) -> bytes:
+        return self._line(ADDED, entry.obj)
+
+
 class ViewLines:
     """A resource served as another version's view (events.k8s.io/v1): each object converted."""
 
@@ -141,15 +157,15 @@ async def serve_watch(
     query: dict[str, str],
     watchers: set[Watcher],
     bookmark_interval: float,
-    as_table: bool = False,
+    conv: negotiation.Conversion | None = None,
 ) -> web.StreamResponse:
-    encoder: JsonLines | TableLines | ViewLines = (
-        TableLines(rt, query.get("includeObject", "Metadata"))
-        if as_table
-        else ViewLines(rt.view)
-        if rt.view
-        else JsonLines()
-    )
+    encoder: JsonLines | TableLines | PartialLines | ViewLines
+    if conv is not None and conv.kind == negotiation.TABLE:
+        encoder = TableLines(rt, query.get("includeObject", "Metadata"))
+    elif conv is not None and conv.kind == negotiation.PARTIAL:
+        encoder = PartialLines(conv)
+    else:  # a PartialObjectMetadataList watch: upstream's per-event transform fails, objects go as they are
+        encoder = ViewLines(rt.view) if rt.view else JsonLines()
     flt = compile_filter(rt, query.get("labelSelector", ""), query.get("fieldSelector", ""))
     opts = WatchOptions(query)
     store = api.store
