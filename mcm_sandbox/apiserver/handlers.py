@@ -202,6 +202,11 @@ class Api:
             raise errors.bad_request(f"error decoding YAML: {exc}") from exc
         if not isinstance(applied, dict) or not applied.get("apiVersion") or not applied.get("kind"):
             raise errors.bad_request("apiVersion and kind must be set in an applied configuration")
+        if applied["apiVersion"] != rt.api_version:  # structuredMergeManager.Apply checks this first
+            raise errors.bad_request(
+                "Incorrect version specified in apply patch. "
+                f"Specified patch version: {applied['apiVersion']}, expected: {rt.api_version}"
+            )
         applied = objects.check_body(rt, applied)
         objects.check_name_matches(applied, name, namespace if rt.namespaced else None)
         applied["metadata"]["name"] = name

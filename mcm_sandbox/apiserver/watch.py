@@ -118,6 +118,9 @@ class ViewLines:
         return b'{"type":"ADDED","object":' + views.raw(self.view, entry) + b"}\n"
 
 
+Encoder = JsonLines | TableLines | PartialLines | ViewLines
+
+
 def _status_line(err: errors.ApiError) -> bytes:
     return b'{"type":"ERROR","object":' + dumps(err.status()) + b"}\n"
 
@@ -159,7 +162,7 @@ async def serve_watch(
     bookmark_interval: float,
     conv: negotiation.Conversion | None = None,
 ) -> web.StreamResponse:
-    encoder: JsonLines | TableLines | PartialLines | ViewLines
+    encoder: Encoder
     if conv is not None and conv.kind == negotiation.TABLE:
         encoder = TableLines(rt, query.get("includeObject", "Metadata"))
     elif conv is not None and conv.kind == negotiation.PARTIAL:
@@ -250,7 +253,7 @@ async def _send_initial(
     rt: ResourceType,
     namespace: str | None,
     flt: Filter,
-    encoder: JsonLines | TableLines | ViewLines,
+    encoder: Encoder,
 ) -> None:
     entries = api.list_entries(rt, namespace, flt)
     for i in range(0, len(entries), INITIAL_CHUNK):
