@@ -3,6 +3,7 @@ errors into Status objects, then hands the parsed request to the verbs."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import secrets
 import traceback
@@ -29,6 +30,7 @@ from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.authn import ANONYMOUS, CURRENT_USER, Authenticator, InvalidToken, UserInfo
 from mcm_sandbox.apiserver.builtins import review_kind
 from mcm_sandbox.apiserver.controllers import Controllers
+from mcm_sandbox.apiserver.defaults import SERVICE_CIDR
 from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
 from mcm_sandbox.apiserver.disruption import Disruption
 from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
@@ -127,6 +129,34 @@ class Server:
             assert rt is not None
             self.api.create(rt, None, body)
         self.ready = True
+
+    def publish_kubernetes_service(self, host: str, port: int) -> None:
+        """``default/kubernetes``: the Service and Endpoints kube-apiserver keeps for itself
+        (``kubernetesservice`` and the endpoint reconciler), so clients that list endpoints or
+        resolve the API server from inside find it. Called once the serving port is known."""
+        try:
+            ip = str(ipaddress.ip_address(host))
+        except ValueError:
+            ip = "127.0.0.1"
+        labels = {"component": "apiserver", "provider": "kubernetes"}
+        https = {"name": "https", "protocol": "TCP"}
+        svc_rt = self.registry.get("", "v1", "services")
+        ep_rt = self.registry.get("", "v1", "endpoints")
+        assert svc_rt is not None and ep_rt is not None
+        first_ip = str(next(SERVICE_CIDR.hosts()))
+        svc_spec = {
+            "type": "ClusterIP",
+            "clusterIP": first_ip,
+            "ports": [{**https, "port": 443, "targetPort": port}],
+        }
+        self.api.create(
+            svc_rt, "default", {"metadata": {"name": "kubernetes", "labels": labels}, "spec": svc_spec}
+        )
+        endpoints = {
+            "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": ip}], "ports": [{**https, "port": port}]}],
+        }
+        self.api.create(ep_rt, "default", endpoints)
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY + 1)

@@ -33,7 +33,9 @@ async def serve(host: str, port: int, kubeconfig: Path, opts: ServerOptions) -> 
             runner, host, opts.secure_port, ssl_context=server_context(ca_pem, key_pem), reuse_address=True
         )
         await secure.start()
-        url = f"https://{host}:{secure._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        port = secure._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        url = f"https://{host}:{port}"
+    server.publish_kubernetes_service(host, port)
     write_kubeconfig(kubeconfig, url, opts.token, ca_pem=ca_pem)
     print(f"sandbox apiserver ready: {url} kubeconfig={kubeconfig}", flush=True)
     stop = asyncio.Event()

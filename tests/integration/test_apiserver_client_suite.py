@@ -24,6 +24,11 @@ Each upstream test -> ours:
     test_extensions.py (extensions/v1beta1, removed from kube-apiserver in 1.16)
       test_create_deployment         -> test_extensions_v1beta1_is_not_served
       test_create_daemonset          -> test_extensions_v1beta1_is_not_served
+    test_k8sclient.py (the oldest file; it imports ``kubernetes.client.apis``, gone from the client)
+      test_list_endpoints            -> test_apiserver_publishes_kubernetes_service
+      test_pod_apis, test_service_apis, test_replication_controller_apis, test_configmap_apis,
+      test_node_apis                 -> the test_client.py ports above (the same calls)
+    test_issue_2387_proxy_ssl_context.py -> not ported: its own mock server and proxy, no cluster
     test_watch.py, test_informer.py  -> test_apiserver_client_suite_watch.py
     test_utils.py                    -> test_apiserver_client_suite_utils.py
     test_utils_deserialize.py        -> not ported: client-side deserialization, sends no request
@@ -251,3 +256,19 @@ def test_extensions_v1beta1_is_not_served(suite_api: client.ApiClient, plural: s
     assert code == 404 and status["reason"] == "NotFound"
     groups = {g.name for g in client.ApisApi(suite_api).get_api_versions().groups}
     assert "extensions" not in groups
+
+
+def test_apiserver_publishes_kubernetes_service(suite_api: client.ApiClient) -> None:
+    """kube-apiserver keeps ``default/kubernetes`` (Service and Endpoints) pointing at itself."""
+    core = client.CoreV1Api(suite_api)
+    assert "kubernetes" in {e.metadata.name for e in core.list_endpoints_for_all_namespaces().items}
+    svc = core.read_namespaced_service("kubernetes", DEFAULT)
+    assert svc.spec.cluster_ip == "10.96.0.1" and svc.metadata.labels == {
+        "component": "apiserver",
+        "provider": "kubernetes",
+    }
+    port = int(suite_api.configuration.host.rsplit(":", 1)[1])
+    (https,) = svc.spec.ports
+    assert (https.name, https.port, https.target_port) == ("https", 443, port)
+    (subset,) = core.read_namespaced_endpoints("kubernetes", DEFAULT).subsets
+    assert [a.ip for a in subset.addresses] == ["127.0.0.1"] and subset.ports[0].port == port
