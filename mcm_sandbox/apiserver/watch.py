@@ -125,14 +125,19 @@ def _status_line(err: errors.ApiError) -> bytes:
     return b'{"type":"ERROR","object":' + dumps(err.status()) + b"}\n"
 
 
-def _bookmark(rt: ResourceType, rv: int, initial_end: bool = False) -> bytes:
+def _bookmark(
+    rt: ResourceType, rv: int, initial_end: bool = False, conv: negotiation.Conversion | None = None
+) -> bytes:
+    """An empty object carrying the resourceVersion; a metadata-only watch gets it as
+    PartialObjectMetadata, as upstream transforms every event's object."""
     meta: dict[str, Any] = {"resourceVersion": str(rv)}
     if initial_end:
         meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+    kind, api_version = rt.kind, rt.api_version
+    if conv is not None and conv.kind == negotiation.PARTIAL:
+        kind, api_version = negotiation.PARTIAL, conv.api_version
     return (
-        dumps(
-            {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
-        )
+        dumps({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": meta}})
         + b"\n"
     )
 
@@ -186,7 +191,7 @@ async def serve_watch(
             cursor = store.rv
             await _send_initial(resp, api, rt, namespace, flt, encoder)
             if opts.send_initial and opts.bookmarks:
-                await resp.write(_bookmark(rt, cursor, initial_end=True))
+                await resp.write(_bookmark(rt, cursor, initial_end=True, conv=conv))
         else:
             cursor = opts.rv
         last_bookmark = time.monotonic()
@@ -194,7 +199,7 @@ async def serve_watch(
             now = time.monotonic()
             if opts.timeout and now - started >= opts.timeout:
                 if opts.bookmarks:
-                    await resp.write(_bookmark(rt, cursor))
+                    await resp.write(_bookmark(rt, cursor, conv=conv))
                 break
             events = store.events_after(cursor)
             if events is None:
@@ -217,7 +222,7 @@ async def serve_watch(
                     await resp.write(chunk)
                 continue
             if opts.bookmarks and now - last_bookmark >= bookmark_interval:
-                await resp.write(_bookmark(rt, cursor))
+                await resp.write(_bookmark(rt, cursor, conv=conv))
                 last_bookmark = now
             deadline = bookmark_interval if opts.bookmarks else 3600.0
             if opts.timeout:

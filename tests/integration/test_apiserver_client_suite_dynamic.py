@@ -290,13 +290,17 @@ def test_metadata_only_get_list_and_watch(suite_api: client.ApiClient) -> None:
     beta_accept = {"Accept": f"{JSON};as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1"}
     code, beta = raw_request(suite_api, "GET", f"{path}/{name}", headers=beta_accept)
     assert code == 200 and beta["apiVersion"] == "meta.k8s.io/v1beta1"
+    stream = "watch=true&timeoutSeconds=1&labelSelector=m%3D1&allowWatchBookmarks=true&sendInitialEvents=true"
     request = urllib.request.Request(
-        f"{suite_api.configuration.host}{path}?watch=true&timeoutSeconds=1&labelSelector=m%3D1",
+        f"{suite_api.configuration.host}{path}?{stream}&resourceVersionMatch=NotOlderThan",
         headers=accept("PartialObjectMetadata"),
     )
     with urllib.request.urlopen(request, timeout=30) as resp:
         events = [json.loads(line) for line in resp.read().splitlines() if line]
-    assert [(e["type"], e["object"]["kind"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("ADDED", "PartialObjectMetadata", name)
+    assert [(e["type"], e["object"]["kind"]) for e in events][:2] == [
+        ("ADDED", "PartialObjectMetadata"),
+        ("BOOKMARK", "PartialObjectMetadata"),  # the initial-events-end bookmark is transformed too
     ]
+    assert events[0]["object"]["metadata"]["name"] == name
+    assert {e["object"]["kind"] for e in events} == {"PartialObjectMetadata"}  # later bookmarks too
     core.delete_namespaced_config_map(name, DEFAULT)
