@@ -108,9 +108,11 @@ def check_body(rt: ResourceType, body: Any, accept_kinds: tuple[str, ...] = ()) 
             f"the API version in the data ({api_version}) does not match the expected API version "
             f"({rt.api_version})"
         )
-    if not accept_kinds:
-        body["kind"] = rt.kind
-        body["apiVersion"] = rt.api_version
+    if (
+        not accept_kinds
+    ):  # TypeMeta leads, as kube's structs serialize (a client may send it last or not at all)
+        rest = {k: v for k, v in body.items() if k not in ("kind", "apiVersion")}
+        return {"kind": rt.kind, "apiVersion": rt.api_version, **rest}
     return body
 
 

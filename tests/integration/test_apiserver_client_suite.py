@@ -36,6 +36,7 @@ Each upstream test -> ours:
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
 
 import pytest
@@ -271,4 +272,10 @@ def test_apiserver_publishes_kubernetes_service(suite_api: client.ApiClient) -> 
     (https,) = svc.spec.ports
     assert (https.name, https.port, https.target_port) == ("https", 443, port)
     (subset,) = core.read_namespaced_endpoints("kubernetes", DEFAULT).subsets
+    with urllib.request.urlopen(
+        f"{suite_api.configuration.host}/api/v1/namespaces/default/services/kubernetes"
+    ) as r:
+        assert r.read().startswith(
+            b'{"kind":"Service","apiVersion":"v1","metadata":{'
+        )  # TypeMeta first, as kube
     assert [a.ip for a in subset.addresses] == ["127.0.0.1"] and subset.ports[0].port == port
