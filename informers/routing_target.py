@@ -4,8 +4,9 @@ draining one.
 Node (ignored altogether while annotated ``not-managed-by-mcm``), its Machine being the one whose
 ``node`` label names it (unique, as MCM's ``getMachineFromNode``), else the one its
 ``node.gardener.cloud/machine-name`` label names:
-- ADD: the node on ``node``; the machine when the node's conditions differ from the copy in the
-  machine's status (unless the machine is CrashLoopBackOff or Terminating).
+- ADD: the machine when the node's conditions differ from the copy in the machine's status (unless
+  the machine is CrashLoopBackOff or Terminating); the node on ``node``, unless that machine pass
+  does the node task's work itself (``machine_pass_syncs_node``: the usual join of a new machine).
 - UPDATE, with a machine: the node on ``node`` when the node is being deleted, is annotated to
   trigger the machine's deletion, or lacks the MCM finalizer — the node task does what MCM's
   handler does inline (delete the Machine, add the finalizer), since the informer never writes the
@@ -40,6 +41,7 @@ from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     CRITICAL_COMPONENTS_NOT_READY_TAINT,
     NODE_FINALIZER,
+    NODE_LABEL_KEY,
     NODE_MACHINE_NAME_LABEL_KEY,
     NOT_MANAGED_BY_MCM_ANNOTATION,
     PRESERVE_ANNOTATION,
@@ -121,6 +123,22 @@ def _node_needs_task(node: Obj) -> bool:
     )
 
 
+def machine_pass_syncs_node(machine: Obj, node_name: str, node: Obj) -> bool:
+    """Whether the machine's own pass, woken by a node's ADD, does what the node task would: the pass
+    of a machine that is not being deleted and names the node in its ``node`` label syncs the node
+    (``health_io.sync_node``: the node finalizer in the same patch as the machine-name label), and a
+    pass that does not (stopped early, or the machine has no phase yet) hands the node to the node
+    task itself (``reconcile.hand_node_over``). So the node task is left out: one task and one node
+    write fewer per machine. A node being deleted or asking for its machine's deletion always gets
+    the node task."""
+    return (
+        not is_deleting(machine)
+        and labels_of(machine).get(NODE_LABEL_KEY) == node_name
+        and not is_deleting(node)
+        and annotations_of(node).get(TRIGGER_DELETION_BY_MCM_ANNOTATION) != "true"
+    )
+
+
 def route_node(ev: Event, view: View, out: Routing) -> None:
     """Upstream: ``updateNodeToMachine``, ``deleteNodeToMachine``."""
     node = ev.obj
@@ -129,9 +147,11 @@ def route_node(ev: Event, view: View, out: Routing) -> None:
     name = str(meta(node).get("name"))
     machine = machine_for_node(view, name, node)
     if ev.type == ADDED:
-        out.add(Queue.NODE, name)
         if machine is not None and _phase(machine) not in _QUIET_PHASES and conditions_differ(machine, node):
             out.add(machine_queue(machine), key_of(machine))
+            if machine_pass_syncs_node(machine, name, node):
+                return
+        out.add(Queue.NODE, name)
         return
     if ev.type == DELETED:
         out.add(Queue.NODE, name)

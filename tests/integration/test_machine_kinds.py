@@ -8,6 +8,7 @@ import pytest
 
 from mcm_tasks import kinds
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER, MCM_FINALIZER, NODE_FINALIZER
+from mcm_tasks.controllers.common.frozen import set_frozen
 from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.nodes import reconcile_node
 from mcm_tasks.controllers.machine.secrets import reconcile_secret
@@ -177,3 +178,24 @@ def test_not_managed_nodes_are_ignored(env: Env) -> None:
     assert env.get(name).metadata.deletion_timestamp is None
     assert finalizers(env.node(name)) == ["example.com/hold"]
     ops.patch(env.api, kinds.NODE.resource, name, {"metadata": {"finalizers": []}})
+
+
+def test_a_machine_pass_that_does_not_sync_its_node_hands_the_node_to_the_node_task(env: Env) -> None:
+    """The informer leaves the node task out for a joining node whose machine pass syncs it
+    (``routing_target.machine_pass_syncs_node``); a pass that stops before the node sync (here: the
+    controller frozen) enqueues the node task while the node lacks its finalizer."""
+    name = running(env, "g")
+    client = get_redis()
+    ops.patch(env.api, kinds.NODE.resource, name, {"metadata": {"finalizers": []}})
+    client.delete(queue_keys("node").pending)
+    set_frozen(True)
+    try:
+        env.reconcile(name)
+    finally:
+        set_frozen(False)
+    assert name in pending_keys("node")
+
+    client.delete(queue_keys("node").pending)
+    env.reconcile(name)  # not frozen: the pass's node sync puts the finalizer back itself
+    assert NODE_FINALIZER in finalizers(env.node(name))
+    assert name not in pending_keys("node")

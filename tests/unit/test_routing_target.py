@@ -37,7 +37,6 @@ def with_node(node: dict[str, object] | None = None, machine: dict[str, object] 
 @pytest.mark.parametrize(
     ("machine", "wakes_machine"),
     [
-        (fx.machine("m", node="n", phase="Pending"), True),  # node registered: conditions now known
         (fx.machine("m", node="n", phase="Running", conditions=READY), False),  # already copied
         (fx.machine("m", node="n", phase="CrashLoopBackOff"), False),
         (fx.machine("m", node="n", phase="Terminating", deleting=True), False),
@@ -49,6 +48,38 @@ def test_node_added_wakes_the_node_task_and_the_machine_when_conditions_differ(
     r = with_node(machine=machine).then(N, ADDED, fx.node("n"))
     assert r.items()[0] == ("node", "n")
     assert any(key == k("m") for _, key in r.items()) is wakes_machine
+
+
+NEW_NODE = fx.node("n", finalizers=[])
+
+
+def test_a_joining_node_wakes_only_its_machine_whose_pass_adds_the_node_finalizer() -> None:
+    """The usual join: the Pending machine's pass writes Running and syncs the node (finalizer and
+    machine-name label in one patch), so the node task would only repeat it (one task and one write
+    per machine)."""
+    r = with_node(machine=fx.machine("m", node="n", phase="Pending")).then(N, ADDED, NEW_NODE)
+    assert r.items() == [("machine", k("m"))]
+
+
+@pytest.mark.parametrize(
+    ("machine", "node"),
+    [
+        (
+            fx.machine("m", phase="Pending", labels={"x": "y"}),
+            fx.node("n", labels={NODE_MACHINE_NAME_LABEL_KEY: "m"}, finalizers=[]),
+        ),
+        (fx.machine("m", node="n", phase="Pending"), fx.node("n", deleting=True, finalizers=[])),
+        (
+            fx.machine("m", node="n", phase="Pending"),
+            fx.node("n", annotations={TRIGGER_DELETION_BY_MCM_ANNOTATION: "true"}, finalizers=[]),
+        ),
+    ],
+)
+def test_a_node_whose_machine_pass_would_not_sync_it_still_gets_the_node_task(
+    machine: dict[str, object], node: dict[str, object]
+) -> None:
+    r = with_node(machine=machine).then(N, ADDED, node)
+    assert ("node", "n") in r.items()
 
 
 def test_unmanaged_node_routes_nothing() -> None:

@@ -6,7 +6,9 @@
 4. validate the Machine; 5. validate its MachineClass (exists, carries the MCM finalizer, valid node
    template) and merge its secrets;
 6. with a node and a phase: health check (not while an in-place update owns the phase), node sync,
-   the in-place update step (``inplace.reconcile_in_place``);
+   the in-place update step (``inplace.reconcile_in_place``); a pass that does not sync its node
+   (stopped at 3–5, or no phase yet) hands a node still without its finalizer to the node task
+   (``hand_node_over``), which the informer leaves out for a node joining such a machine;
 7. machine preservation (upstream ``manageMachinePreservation``, ``preserve.manage_preservation``);
 8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
 
@@ -32,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState
-from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
+from mcm_tasks.api.constants import MCM_FINALIZER, NODE_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.api.validation import validate_machine, validate_machine_class
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable
@@ -147,13 +149,9 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
     return None
 
 
-def _reconcile(scope: MachineScope) -> Requeue | None:
-    meta = scope.machine.metadata
-    if meta.is_deleting:
-        enqueue(Queue.MACHINE_TERMINATION, scope.machine.key)
-        return None
-    if MCM_FINALIZER not in meta.finalizers:
-        _add_finalizer(scope)
+def _ready(scope: MachineScope) -> Requeue | None:
+    """Steps 3 to 5: None when the pass can go on with ``scope.class_context``, else when to come
+    back (the problem said on the machine's status)."""
     if is_frozen():
         log.info("machine %s: machine controller frozen, not reconciling", scope.machine.key)
         return Requeue.long()
@@ -161,8 +159,35 @@ def _reconcile(scope: MachineScope) -> Requeue | None:
     if problem:
         write_problem(scope.machine, problem)
         return Requeue.long()
-    stop = _class_phase(scope)
+    return _class_phase(scope)
+
+
+def hand_node_over(machine: Machine) -> None:
+    """A pass that does not sync its node leaves the node finalizer to the node task: the informer
+    does not enqueue that task for a joining node whose machine pass adds the finalizer
+    (``informers.routing_target.machine_pass_syncs_node``), so a pass that stopped early, or found
+    the machine still without a phase, enqueues it when the node lacks the finalizer (upstream's
+    node controller adds it whatever the machine's state). No read for a machine without a node.
+
+    Upstream: ``addNodeFinalizers`` in ``reconcileClusterNode``."""
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    if not node_name:
+        return
+    node = context.get_node(node_name)
+    if node is not None and NODE_FINALIZER not in ((node.get("metadata") or {}).get("finalizers") or ()):
+        enqueue(Queue.NODE, node_name)
+
+
+def _reconcile(scope: MachineScope) -> Requeue | None:
+    meta = scope.machine.metadata
+    if meta.is_deleting:
+        enqueue(Queue.MACHINE_TERMINATION, scope.machine.key)
+        return None
+    if MCM_FINALIZER not in meta.finalizers:
+        _add_finalizer(scope)
+    stop = _ready(scope)
     if stop is not None:
+        hand_node_over(scope.machine)
         return stop
     cc = scope.class_context
     assert cc is not None
@@ -176,6 +201,8 @@ def _reconcile(scope: MachineScope) -> Requeue | None:
         requeues.append(health_io.sync_node(machine, cc))
         machine, updating = inplace.reconcile_in_place(machine)
         requeues.append(updating)
+    else:
+        hand_node_over(machine)
     machine, preserved = preserve.manage_preservation(machine)
     requeues.append(preserved)
     if needs_creation(machine):
