@@ -103,6 +103,31 @@ class World:
         items = ops.list_(self.control, kinds.EVENT.resource, NS)["items"]
         return {str(e.get("reason")) for e in items if (e.get("involvedObject") or {}).get("name") == name}
 
+    @staticmethod
+    def list_rv(api: ApiClient, res: Any) -> str:
+        return str(ops.list_(api, res, NS if res.namespaced else None)["metadata"]["resourceVersion"])
+
+    @staticmethod
+    def metadata_updates(api: ApiClient, res: Any, name: str, since: str, *, status: bool = False) -> int:
+        """How many updates of one object the server recorded since ``since`` that changed its labels,
+        annotations, finalizers or spec (and status, when asked): a watch replays them."""
+        parts = ("metadata", "spec", "status") if status else ("metadata", "spec")
+        count, last = 0, None
+        for kind, obj in ops.watch(
+            api, res, NS if res.namespaced else None, resource_version=since, timeout_seconds=1
+        ):
+            if obj.get("metadata", {}).get("name") != name or kind not in ("ADDED", "MODIFIED"):
+                continue
+            meta = obj["metadata"]
+            seen = (
+                meta.get("labels"), meta.get("annotations"), meta.get("finalizers"), obj.get("spec"),
+                obj.get("status") if "status" in parts else None,
+            )  # fmt: skip
+            if kind == "MODIFIED" and last is not None and seen != last:
+                count += 1
+            last = seen
+        return count
+
     def wait(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
         wait_until(predicate, timeout, interval=0.2, what=what)
 
@@ -144,7 +169,49 @@ def test_machine_becomes_running_with_node_labels_provider_id_and_priority(world
         ),
         "node finalizer",
     )
-    assert {"MachinePending", "MachineRunning"} <= world.reasons("run-1")
+    reasons = world.reasons("run-1")
+    assert "MachineRunning" in reasons and "MachinePending" not in reasons  # the first Pending is quiet
+
+
+def test_a_machine_reaching_running_writes_its_node_once_and_records_one_event(world: World) -> None:
+    """The joining node's finalizer and machine-name label go in one patch by the machine's pass (no
+    node task), and of the phase Events only the join's is recorded: counted on the API server."""
+    machines_rv, nodes_rv = (
+        world.list_rv(world.control, kinds.MACHINE.resource),
+        world.list_rv(world.target, kinds.NODE.resource),
+    )
+    world.machine_class("counted")
+    world.machine("cnt-1", "counted")
+    world.wait_phase("cnt-1", "Running")
+    world.wait(
+        lambda: (
+            "node.machine.sapcloud.io/machine-join-duration"
+            in ((world.get("cnt-1") or Machine()).metadata.annotations)
+        ),
+        "join duration annotation",
+    )
+    world.wait(
+        lambda: (
+            {"node.machine.sapcloud.io/machine-controller"}
+            <= set((world.node("cnt-1") or {}).get("metadata", {}).get("finalizers") or [])
+            and "node.gardener.cloud/machine-name"
+            in ((world.node("cnt-1") or {})["metadata"].get("labels") or {})
+        ),
+        "node synced",
+    )
+    node_writes = world.metadata_updates(world.target, kinds.NODE.resource, "cnt-1", nodes_rv)
+    assert node_writes == 1
+    # the finalizer, the providerID with the node label and priority, the join duration; Pending, Running
+    machine_writes = world.metadata_updates(
+        world.control, kinds.MACHINE.resource, "cnt-1", machines_rv, status=True
+    )
+    assert machine_writes <= 5
+    events = [
+        e
+        for e in ops.list_(world.control, kinds.EVENT.resource, NS)["items"]
+        if e["involvedObject"]["name"] == "cnt-1"
+    ]
+    assert [(e["reason"], e.get("count", 1)) for e in events] == [("MachineRunning", 1)]
 
 
 def test_resource_exhausted_twice_then_running(world: World) -> None:

@@ -82,11 +82,21 @@ def test_heartbeat_only_condition_changes_are_similar() -> None:
 
 
 def test_phase_change_event() -> None:
-    old = status(phase="")
+    old = status(phase="CrashLoopBackOff")
     new = status(desc="Creating machine on cloud provider", state="Processing", phase="Pending", code="")
     [ev] = status_events(old, new)
     assert (ev.type, ev.reason) == ("Normal", "MachinePending")
-    assert "<none> -> Pending" in ev.message and "Creating machine" in ev.message
+    assert "CrashLoopBackOff -> Pending" in ev.message and "Creating machine" in ev.message
+    joined = status(desc="Machine m successfully joined the cluster", state="Successful", phase="Running")
+    [ev] = status_events(new, joined)
+    assert (ev.type, ev.reason) == ("Normal", "MachineRunning")
+
+
+def test_a_new_machines_first_pending_records_no_event() -> None:
+    """Its VM was created: the status, the set's SuccessfulCreate and the join's MachineRunning Event
+    say it; an Event of its own would cost one API write per machine."""
+    new = status(desc="Creating machine on cloud provider", state="Processing", phase="Pending", code="")
+    assert status_events(status(phase=""), new) == []
 
 
 @pytest.mark.parametrize("phase", ["Failed", "CrashLoopBackOff", "Unknown"])

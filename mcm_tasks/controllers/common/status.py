@@ -9,8 +9,9 @@ everywhere:
   This keeps a machine stuck in a retry loop from writing on every reconcile.
 - **Optimistic concurrency**: the write carries the machine's resourceVersion; a Conflict propagates
   (the reconcile shell turns it into a ConflictRetry requeue).
-- **Events**: each phase change is a Normal Event (Warning for Failed, CrashLoopBackOff, Unknown), and
-  each newly failed operation a Warning Event. Only written statuses produce events, so a repeated
+- **Events**: each phase change is a Normal Event (Warning for Failed, CrashLoopBackOff, Unknown), but
+  a new machine's first Pending (``QUIET_TRANSITIONS``), and each newly failed operation a Warning
+  Event. Only written statuses produce events, so a repeated
   error produces neither a write nor an event.
 
 Descriptions and event messages carry driver messages (scrubbed by the drivers) and our own text,
@@ -54,6 +55,11 @@ FORCE_REWRITE_AFTER: Final = timedelta(minutes=30)
 WARNING_PHASES: Final = frozenset(
     {MachinePhase.FAILED, MachinePhase.CRASH_LOOP_BACK_OFF, MachinePhase.UNKNOWN}
 )
+
+#: phase changes without an Event of their own: a new machine's first Pending (its VM was created)
+#: says nothing that its status, its set's ``SuccessfulCreate`` and the ``MachineRunning`` Event of its
+#: join do not say, and it cost one API write per machine (upstream records no phase Events at all)
+QUIET_TRANSITIONS: Final = frozenset({("", MachinePhase.PENDING.value)})
 
 #: lastOperation.errorCode of problems with the machine's own configuration (not the cloud's)
 CONFIGURATION_ERROR_CODE: Final = "ConfigurationError"
@@ -164,6 +170,8 @@ def status_events(old: MachineStatus, new: MachineStatus) -> list[EventSpec]:
     operation (a phase change into a failure already carries the description)."""
     old_phase, new_phase = str(old.current_status.phase), str(new.current_status.phase)
     op = new.last_operation
+    if (old_phase, new_phase) in QUIET_TRANSITIONS:
+        return []
     if new_phase != old_phase and new_phase:
         type_: EventType = WARNING if new_phase in WARNING_PHASES else NORMAL
         message = f"phase {old_phase or '<none>'} -> {new_phase}"
