@@ -130,7 +130,9 @@ def machine_pass_syncs_node(machine: Obj, node_name: str, node: Obj) -> bool:
     pass that does not (stopped early, or the machine has no phase yet) hands the node to the node
     task itself (``reconcile.hand_node_over``). So the node task is left out: one task and one node
     write fewer per machine. A node being deleted or asking for its machine's deletion always gets
-    the node task."""
+    the node task.
+
+    Upstream: ``addNode`` enqueues every new Node."""
     return (
         not is_deleting(machine)
         and labels_of(machine).get(NODE_LABEL_KEY) == node_name
