@@ -1,7 +1,8 @@
 """What the clusters show, from watches: the ``Tracker`` follows every event of both sandbox API
 servers from the start of a benchmark. Waiting then needs no polling LISTs (which would load the
 servers being measured), the largest machine count is seen at every instant, and each write is
-attributed to a resource and to the part of the object it changed (``updates_by_part``).
+attributed to a resource and to the part of the object it changed (``updates_by_part``; Events by
+reason).
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class Tracker:
         with self.cond:
             store = self.objects.setdefault(key, {})
             self.events[f"{key} {kind}"] += 1
+            if key.endswith("/events") and kind != "DELETED":
+                # which Events: created (ADDED) or folded into a repeat (MODIFIED), by reason
+                self.parts[f"{key} {kind} {obj.get('reason') or ''}"] += 1
             if kind == "DELETED":
                 store.pop(name, None)
             else:
