@@ -18,8 +18,10 @@ Machine
 - A machine's MachineSet is always woken ``batched``, and so are its class and the orphan sweep when
   it is deleted: they may wait ``--machine-updates-batch-period`` so that a burst of machine events
   joins one pass (the set's expectations are lowered at once).
-- DELETE: itself on ``machine-termination``; its MachineSet (deletion observed); its class;
-  ``orphan-vms``; its MachineDeployment if that uses Recreate and has no machine left.
+- DELETE: itself on ``machine-termination`` (unless its deletion flow released it and cleaned up
+  after itself: ``cleaned_up_after_itself``); its MachineSet (deletion observed); its class when no
+  machine of the class is left; ``orphan-vms``; its MachineDeployment if that uses Recreate and has no
+  machine left.
 - What wakes the machine itself, its MachineSet, a Recreate MachineDeployment and the safety jobs is
   declared beside each controller (``mcm_tasks.controllers.*.watches``); this module composes them.
 MachineSet: itself; its controlling MachineDeployment (or those selecting an orphan).
@@ -54,7 +56,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout
-from mcm_tasks.controllers.machine.watches import wakes_machine
+from mcm_tasks.controllers.machine.watches import cleaned_up_after_itself, wakes_machine
 from mcm_tasks.controllers.machinedeployment.watches import waits_for_machines_gone
 from mcm_tasks.controllers.machineset.watches import seen_by_set
 from mcm_tasks.controllers.safety.watches import (
@@ -170,14 +172,27 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
             out.add(Queue.SAFETY, job)
     else:
         assert old is not None
-        out.add(Queue.MACHINE_TERMINATION, key)
+        if not cleaned_up_after_itself(old):
+            out.add(Queue.MACHINE_TERMINATION, key)
         # a scale-down deletes hundreds at once: the class's finalizer check and the orphan sweep
-        # need one pass after the burst, not one per machine
-        out.add(Queue.MACHINE_CLASS, _class_key(old), batched=True)
+        # need one pass after the burst, not one per machine; and the class only when this was the
+        # last machine using it (the others keep its finalizer: its pass would change nothing)
+        if _last_of_its_class(view, old):
+            out.add(Queue.MACHINE_CLASS, _class_key(old), batched=True)
         for job in jobs_on_machine_deleted(old):
             out.add(Queue.SAFETY, job, batched=True)
         _recreate_deployment_emptied(view, old, out)
     _machine_to_machine_sets(ev, view, out)
+
+
+def _last_of_its_class(view: View, machine: Obj) -> bool:
+    """No machine of the deleted one's class is left in its namespace (the view holds the outcome)."""
+    key = _class_key(machine)
+    if key is None:
+        return False
+    namespace, name = layout.split_key(key)
+    prefix = f"{namespace}/" if namespace else ""
+    return not any(k.startswith(prefix) for k in view.index_keys(kinds.MACHINE.mirror, layout.BY_CLASS, name))
 
 
 def _class_key(machine: Obj | None) -> str | None:

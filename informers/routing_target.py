@@ -15,7 +15,10 @@ Node (ignored altogether while annotated ``not-managed-by-mcm``), its Machine be
   status (not CrashLoopBackOff/Terminating), or the preserve annotation changed. A machine being
   deleted instead gets ``machine-termination`` when the node's attached volumes change (the drain
   waits for detaches).
-- DELETE: the node on ``node`` (its task deletes the machine) and the machine itself.
+- DELETE: the node on ``node`` (its task deletes the machine) and the machine itself. Not when no
+  machine claims it (upstream's handler then returns too), nor the node task when the machine is
+  already being deleted (the task would find nothing to do); and a deleting machine's flow is not
+  woken when it deletes the Node itself (``deletes_its_node_itself``).
 Pod: deleted, or newly being deleted, on a node whose machine is being deleted → that machine on
 ``machine-termination``: the drain moves on as soon as the pod is gone, instead of at its next poll.
 VolumeAttachment: deleted on such a node → the same (the "Delete Volume Attachments" step).
@@ -51,6 +54,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.api.enums import MachinePhase
 from mcm_tasks.cache import layout
+from mcm_tasks.controllers.machine.watches import deletes_its_node_itself
 from mcm_tasks.kinds import Queue
 
 #: taints whose arrival or removal changes a machine's lifecycle (MCM's ``EssentialTaints``)
@@ -156,9 +160,14 @@ def route_node(ev: Event, view: View, out: Routing) -> None:
         out.add(Queue.NODE, name)
         return
     if ev.type == DELETED:
+        if machine is None:
+            return
+        if is_deleting(machine):
+            if not deletes_its_node_itself(machine):
+                out.add(Queue.MACHINE_TERMINATION, key_of(machine))
+            return
         out.add(Queue.NODE, name)
-        if machine is not None:
-            out.add(machine_queue(machine), key_of(machine))
+        out.add(machine_queue(machine), key_of(machine))
         return
     old, new = ev.old or {}, node
     if machine is None:

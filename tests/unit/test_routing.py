@@ -212,6 +212,26 @@ def test_machine_deleted_goes_to_termination_its_set_its_class_and_the_orphan_sw
     assert list(r.deletions_observed) == [(k("s"), "m")]
 
 
+def test_machine_deleted_wakes_its_class_only_as_the_last_of_the_class() -> None:
+    first, second = fx.machine("m", machine_set="s"), fx.machine("m2", machine_set="s")
+    other_namespace = fx.machine("m3", namespace="elsewhere")
+    w = world().given(M, first, second, other_namespace)
+    assert ("machineclass", k("cls")) not in w.then(M, DELETED, first).items()  # m2 still uses it
+    assert ("machineclass", k("cls")) in w.then(M, DELETED, second).items()  # m3 is another namespace's
+
+
+def test_machine_released_by_its_own_flow_wakes_no_termination() -> None:
+    released = fx.machine(
+        "m", machine_set="s", phase="Terminating", deleting=True,
+        description='Deletion of Node Object "n" is successful. Initiate machine object finalizer removal',
+    )  # fmt: skip
+    routed = world().given(M, released).then(M, DELETED, released).items()
+    assert ("machine-termination", k("m")) not in routed
+    assert ("machineset", k("s")) in routed  # the rest as before
+    cut_short = fx.machine("m", phase="Terminating", deleting=True, description="Initiate node drain")
+    assert ("machine-termination", k("m")) in world().given(M, cut_short).then(M, DELETED, cut_short).items()
+
+
 @pytest.mark.parametrize(
     ("strategy", "others_left", "wakes"), [("Recreate", 0, True), ("Recreate", 1, False)]
 )

@@ -155,6 +155,26 @@ def test_node_deleted_wakes_the_node_task_and_the_machine() -> None:
     assert w.then(N, DELETED, fx.node("n")).items() == [("node", "n"), ("machine", k("m"))]
 
 
+def test_node_deleted_without_a_machine_routes_nothing() -> None:
+    assert not World().given(N, fx.node("n")).then(N, DELETED, fx.node("n"))
+
+
+@pytest.mark.parametrize(
+    ("description", "wakes_flow"),
+    [
+        ("Initiate node drain", True),  # deleted by someone else mid-drain: the drain moves on at once
+        ("VM deletion was successful. Initiate node object deletion", False),  # the flow's own delete
+        ('Deletion of Node Object "n" is successful. Initiate machine object finalizer removal', False),
+    ],
+)
+def test_node_deleted_under_a_deleting_machine_wakes_no_node_task_and_the_flow_only_if_not_its_own(
+    description: str, wakes_flow: bool
+) -> None:
+    draining = fx.machine("m", node="n", phase="Terminating", deleting=True, description=description)
+    routed = with_node(fx.node("n"), draining).then(N, DELETED, fx.node("n")).items()
+    assert routed == ([("machine-termination", k("m"))] if wakes_flow else [])
+
+
 # --- pods, volume attachments, mirror-only kinds -----------------------------------------------------------
 
 

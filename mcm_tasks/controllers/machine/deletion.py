@@ -49,6 +49,14 @@ from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machine import metrics
+from mcm_tasks.controllers.machine.descriptions import (
+    DELETE_VOLUME_ATTACHMENTS,
+    GET_VM_STATUS,
+    INITIATE_DRAIN,
+    INITIATE_FINALIZER_REMOVAL,
+    INITIATE_NODE_DELETION,
+    INITIATE_VM_DELETION,
+)
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import step_io as drain_mod
 from mcm_tasks.controllers.machine.drain.state_io import DrainStore
@@ -65,14 +73,6 @@ from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusReque
 from providers.errors import TRANSIENT_CODES, Code, code_of
 
 log = logging.getLogger(__name__)
-
-# MCM's machineutils descriptions
-GET_VM_STATUS: Final = "Set machine status to termination. Now, getting VM Status"
-INITIATE_DRAIN: Final = "Initiate node drain"
-DELETE_VOLUME_ATTACHMENTS: Final = "Delete Volume Attachments"
-INITIATE_VM_DELETION: Final = "Initiate VM deletion"
-INITIATE_NODE_DELETION: Final = "Initiate node object deletion"
-INITIATE_FINALIZER_REMOVAL: Final = "Initiate machine object finalizer removal"
 
 
 NO_TARGET_SKIP: Final = (

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcm_tasks.api.constants import PRESERVE_ANNOTATION
+from mcm_tasks.controllers.machine.descriptions import INITIATE_FINALIZER_REMOVAL, INITIATE_NODE_DELETION
 
 Obj = Mapping[str, Any]
 
@@ -30,3 +31,24 @@ def wakes_machine(old: Obj | None, new: Obj | None) -> bool:
         != (after.get("annotations") or {}).get(PRESERVE_ANNOTATION)
         or bool(before.get("deletionTimestamp")) != bool(after.get("deletionTimestamp"))
     )
+
+
+def _description(machine: Obj | None) -> str:
+    return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
+
+
+def deletes_its_node_itself(machine: Obj | None) -> bool:
+    """The machine's deletion flow is at its own Node deletion or past it ("Initiate node object
+    deletion", "Initiate machine object finalizer removal"): the Node going away is the flow's doing,
+    in a pass that goes on (or comes back on its own requeue), so the Node's DELETE need not wake the
+    flow, nor the node task, whose only business with a deleting machine is none."""
+    text = _description(machine)
+    return INITIATE_NODE_DELETION in text or INITIATE_FINALIZER_REMOVAL in text
+
+
+def cleaned_up_after_itself(machine: Obj | None) -> bool:
+    """A Machine that disappeared after its deletion flow reached "Initiate machine object finalizer
+    removal" was released by the flow, which forgot the drain's progress then: its DELETE leaves the
+    termination reconcile nothing to do. Any other disappearance (a finalizer removed by hand) still
+    wakes it, to forget a drain cut short."""
+    return INITIATE_FINALIZER_REMOVAL in _description(machine)
