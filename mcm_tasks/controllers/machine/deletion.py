@@ -41,7 +41,6 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState, now_utc
 from mcm_tasks.api.constants import (
     MCM_FINALIZER,
-    NODE_FINALIZER,
     NODE_LABEL_KEY,
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
@@ -427,12 +426,12 @@ def _delete_node(machine: Machine) -> StepResult:
         )
         return _write(machine, _moving_on(text))
     try:
-        node = ops.get(api, kinds.NODE.resource, node_name, missing_ok=True)
-        if node is not None and NODE_FINALIZER in (node["metadata"].get("finalizers") or []):
-            rest = with_finalizer(node["metadata"]["finalizers"], NODE_FINALIZER, False)
-            body = {"metadata": {"finalizers": rest, "resourceVersion": node["metadata"]["resourceVersion"]}}
-            ops.patch(api, kinds.NODE.resource, node_name, body)
-        gone = node is None or ops.delete(api, kinds.NODE.resource, node_name, missing_ok=True) is None
+        if io.has_node_finalizer(context.get_node(node_name)):
+            io.remove_node_finalizer(api, node_name)
+        answer = ops.delete(api, kinds.NODE.resource, node_name, missing_ok=True)
+        if io.has_node_finalizer(answer):  # the mirror had not seen the finalizer: the Node waits on it
+            io.remove_node_finalizer(api, node_name)
+        gone = answer is None
     except ApiException as err:
         if is_conflict(err):
             raise

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks import kinds
 from mcm_tasks.api import format_time
 from mcm_tasks.api.constants import (
+    NODE_FINALIZER,
     NODE_MACHINE_NAME_LABEL_KEY,
     NODE_TERMINATING_CONDITION,
     NODE_TERMINATING_REASON_SCALE_DOWN,
@@ -37,6 +38,9 @@ from providers.errors import MachineError
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+#: the strategic merge patch directive that removes entries from a list of scalars
+DELETE_FROM_PRIMITIVE_LIST: Final = "$deleteFromPrimitiveList"
 
 TERMINATION_MESSAGES: Final = {
     NODE_TERMINATING_REASON_UNHEALTHY: "Machine Controller is terminating failed machine",
@@ -217,6 +221,22 @@ def cordon(api: ApiClient, node: Mapping[str, Any]) -> bool:
             return False
         raise
     return True
+
+
+def has_node_finalizer(node: Mapping[str, Any] | None) -> bool:
+    return NODE_FINALIZER in (((node or {}).get("metadata") or {}).get("finalizers") or ())
+
+
+def remove_node_finalizer(api: ApiClient, name: str) -> None:
+    """Take the MCM finalizer off the Node by name: a strategic merge patch that deletes just that
+    entry of ``metadata.finalizers`` needs neither a fresh read nor a resourceVersion, and leaves any
+    other finalizer where it is. A Node that is gone is no error."""
+    body = {"metadata": {f"{DELETE_FROM_PRIMITIVE_LIST}/finalizers": [NODE_FINALIZER]}}
+    try:
+        ops.patch(api, kinds.NODE.resource, name, body, patch_type=ops.PatchType.STRATEGIC)
+    except ApiException as err:
+        if not is_not_found(err):
+            raise
 
 
 def remove_pod(api: ApiClient, pod: Mapping[str, Any], removal: Removal) -> Reply:
