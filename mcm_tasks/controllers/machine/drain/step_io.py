@@ -9,7 +9,8 @@ What a call does, in MCM's order: decide the drain's parameters and whether it i
 plus the returned ``wake_in``.
 
 The outcome goes back to the deletion flow, which owns ``lastOperation`` (MCM's descriptions); the
-Events about the drain itself (started, succeeded, failed, warnings) are recorded here.
+Events about the drain itself (started, succeeded, failed, warnings) are recorded here. A drain with
+nothing to evict that succeeds in the pass that started it records DrainSucceeded alone (``_announce``).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def drain_step(
     node = context.get_node(node_name)
     params = drain_params(machine, node, now_dt, settings)
     progress = store.load(machine.key, machine.metadata.uid or "")
+    #: a drain that starts here announces itself (DrainStarted) once it has more to tell than success
+    starting: DrainParams | None = None
     if progress is None or progress.node != node_name or (params.force and not progress.force_reason):
         progress = DrainProgress(
             machine_uid=machine.metadata.uid or "",
@@ -114,7 +117,7 @@ def drain_step(
             started_at=now,
             force_reason=params.force_reason,
         )
-        _started(machine, node_name, params)
+        starting = params
     before = progress.fingerprint()
 
     if node is not None:
@@ -141,7 +144,7 @@ def drain_step(
             result = DrainResult(
                 Outcome.FAILED, params.force, [f"cordoning node {node_name}: {describe(err)}"]
             )
-            return _finish(machine, machine_class, store, progress, result, now)
+            return _finish(machine, machine_class, store, progress, result, now, starting)
 
     pods = io.pods_on_node(api, node_name)
     selected = ds.pods_for_deletion(pods, node_name)
@@ -157,6 +160,9 @@ def drain_step(
     conclusion = plan.conclude(
         progress, node, vas, pvs_in_use, params, timing(settings), poll_interval(settings), now
     )
+    if conclusion.warnings or not conclusion.done or conclusion.errors or progress.pods:
+        _announce(machine, node_name, starting)
+        starting = None
     for warning in conclusion.warnings:
         status.record_event(machine, WARNING, "DrainWarning", warning)
     if not conclusion.done:
@@ -169,9 +175,8 @@ def drain_step(
             wake = min(wake, due + 0.001)
         return DrainResult(Outcome.WAITING, params.force, wake_in=wake)
     outcome = Outcome.FAILED if conclusion.errors else Outcome.SUCCEEDED
-    return _finish(
-        machine, machine_class, store, progress, DrainResult(outcome, params.force, conclusion.errors), now
-    )
+    result = DrainResult(outcome, params.force, conclusion.errors)
+    return _finish(machine, machine_class, store, progress, result, now, starting)
 
 
 def _termination_reason(node: dict[str, Any]) -> str:
@@ -239,6 +244,15 @@ def _issue_removals(
     return budget
 
 
+def _announce(machine: Machine, node_name: str, starting: DrainParams | None) -> None:
+    """DrainStarted, for a drain that started in this pass (``starting``) and has more to tell than
+    its success. One that found nothing to evict and concluded in the pass that started it records
+    DrainSucceeded alone: "started" would tell nothing the success does not, and it would cost an
+    Event write per machine of a scale-down."""
+    if starting is not None:
+        _started(machine, node_name, starting)
+
+
 def _started(machine: Machine, node_name: str, params: DrainParams) -> None:
     if params.force:
         message = f"Force-draining node {node_name}: {params.force_reason}"
@@ -257,9 +271,12 @@ def _finish(
     progress: DrainProgress,
     result: DrainResult,
     now: float,
+    starting: DrainParams | None = None,
 ) -> DrainResult:
     store.clear(machine.key)
     node = progress.node
+    if result.outcome is not Outcome.SUCCEEDED:
+        _announce(machine, node, starting)
     if result.outcome is Outcome.SUCCEEDED:
         what = "Force drain" if result.forced else "Drain"
         status.record_event(machine, NORMAL, "DrainSucceeded", f"{what} of node {node} successful")

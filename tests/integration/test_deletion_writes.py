@@ -1,0 +1,90 @@
+"""What one machine's deletion costs the API servers, request by request: the flow's writes are MCM's
+(five status writes, the Node's condition, cordon, finalizer and deletion, the Machine's finalizer), its
+Events two, and the Node is read from the mirror, never again from the API server.
+
+The requests are those the controller's own clients send to the sandbox API server (recorded on their
+way out, all of them answered by the real server)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+
+from mcm_sandbox.procs import wait_until
+from mcm_tasks.api.constants import NODE_FINALIZER
+from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.machine.deletion import reconcile_termination
+from tests.integration import test_deletion_env as sandbox
+from tests.integration.test_deletion_env import Env, assert_all_gone, reconfigure, unique
+
+pytestmark = pytest.mark.integration
+
+server = sandbox.server
+env = sandbox.env
+mirror = sandbox.mirror
+
+
+def _resource(url: str) -> str:
+    """``…/namespaces/default/machines/m/status`` → ``machines/status``; ``…/nodes/n`` → ``nodes``."""
+    parts = url.split("?")[0].split("/")
+    kinds = ("machines", "nodes", "events", "machinesets", "pods", "volumeattachments")
+    for i, part in enumerate(parts):
+        if part in kinds:
+            rest = parts[i + 2 :] if len(parts) > i + 2 else []
+            return "/".join([part, *rest])
+    return "/".join(parts[-2:])
+
+
+@contextmanager
+def requests_sent() -> Iterator[list[tuple[str, str]]]:
+    """(method, resource) of every request the controller's clients send meanwhile."""
+    sent: list[tuple[str, str]] = []
+    clients: list[ApiClient] = []
+    for api in (context.control_api(), context.target_api()):
+        if api is not None and all(api is not c for c in clients):
+            clients.append(api)
+    originals = [c.call_api for c in clients]
+
+    def recording(original: Any) -> Any:
+        def call_api(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            sent.append((method, _resource(url)))
+            return original(method, url, *args, **kwargs)
+
+        return call_api
+
+    for c, original in zip(clients, originals, strict=True):
+        c.call_api = recording(original)  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        for c, original in zip(clients, originals, strict=True):
+            c.call_api = original  # type: ignore[method-assign]
+
+
+def test_a_machine_with_nothing_to_drain_costs_mcms_writes_and_two_events(env: Env, mirror: Any) -> None:
+    reconfigure(env, deletion_steps_per_pass=7)
+    name = unique("writes")
+    env.launch(name)
+    env.core.patch_node(name, {"metadata": {"finalizers": [NODE_FINALIZER]}})  # as the node task adds it
+    env.delete_machine(name)
+    wait_until(lambda: NODE_FINALIZER in str(context.get_node(name)), 10, what="the mirror sees the node")
+    with requests_sent() as sent:
+        assert reconcile_termination(f"default/{name}") is None  # one pass, nothing to wait for
+    assert_all_gone(env, name)
+
+    writes = Counter(call for call in sent if call[0] != "GET")
+    assert writes == {
+        ("PUT", "machines/status"): 5,  # each of MCM's descriptions, as MCM writes them
+        ("PATCH", "nodes/status"): 1,  # the Terminating condition
+        ("PATCH", "nodes"): 2,  # cordon; the node finalizer
+        ("DELETE", "nodes"): 1,
+        ("PATCH", "machines"): 1,  # the machine finalizer
+        ("POST", "events"): 2,
+    }
+    assert ("GET", "nodes") not in sent  # read from the mirror, the finalizer removed by name
+    assert sorted(reason for reason, _ in env.events(name)) == ["DrainSucceeded", "MachineTerminating"]
