@@ -18,10 +18,10 @@ Machine
 - A machine's MachineSet is always woken ``batched``, and so are its class and the orphan sweep when
   it is deleted: they may wait ``--machine-updates-batch-period`` so that a burst of machine events
   joins one pass (the set's expectations are lowered at once).
-- DELETE: itself on ``machine-termination`` (unless its deletion flow released it and cleaned up
-  after itself: ``cleaned_up_after_itself``); its MachineSet (deletion observed); its class when no
-  machine of the class is left; ``orphan-vms``; its MachineDeployment if that uses Recreate and has no
-  machine left.
+- DELETE: itself on ``machine-termination`` and ``orphan-vms`` (neither when its deletion flow released
+  it, its VM deleted and its drain forgotten: ``cleaned_up_after_itself``); its MachineSet (deletion
+  observed); its class when no machine of the class is left; its MachineDeployment if that uses
+  Recreate and has no machine left.
 - What wakes the machine itself, its MachineSet, a Recreate MachineDeployment and the safety jobs is
   declared beside each controller (``mcm_tasks.controllers.*.watches``); this module composes them.
 MachineSet: itself; its controlling MachineDeployment (or those selecting an orphan).
@@ -172,14 +172,15 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
             out.add(Queue.SAFETY, job)
     else:
         assert old is not None
-        if not cleaned_up_after_itself(old):
+        released = cleaned_up_after_itself(old)
+        if not released:
             out.add(Queue.MACHINE_TERMINATION, key)
         # a scale-down deletes hundreds at once: the class's finalizer check and the orphan sweep
         # need one pass after the burst, not one per machine; and the class only when this was the
         # last machine using it (the others keep its finalizer: its pass would change nothing)
         if _last_of_its_class(view, old):
             out.add(Queue.MACHINE_CLASS, _class_key(old), batched=True)
-        for job in jobs_on_machine_deleted(old):
+        for job in () if released else jobs_on_machine_deleted(old):
             out.add(Queue.SAFETY, job, batched=True)
         _recreate_deployment_emptied(view, old, out)
     _machine_to_machine_sets(ev, view, out)

@@ -220,16 +220,18 @@ def test_machine_deleted_wakes_its_class_only_as_the_last_of_the_class() -> None
     assert ("machineclass", k("cls")) in w.then(M, DELETED, second).items()  # m3 is another namespace's
 
 
-def test_machine_released_by_its_own_flow_wakes_no_termination() -> None:
+def test_machine_released_by_its_own_flow_wakes_no_termination_nor_the_orphan_sweep() -> None:
     released = fx.machine(
         "m", machine_set="s", phase="Terminating", deleting=True,
         description='Deletion of Node Object "n" is successful. Initiate machine object finalizer removal',
     )  # fmt: skip
     routed = world().given(M, released).then(M, DELETED, released).items()
     assert ("machine-termination", k("m")) not in routed
+    assert ("safety", "orphan-vms") not in routed  # its VM was deleted before its finalizer went
     assert ("machineset", k("s")) in routed  # the rest as before
     cut_short = fx.machine("m", phase="Terminating", deleting=True, description="Initiate node drain")
-    assert ("machine-termination", k("m")) in world().given(M, cut_short).then(M, DELETED, cut_short).items()
+    routed = world().given(M, cut_short).then(M, DELETED, cut_short).items()
+    assert ("machine-termination", k("m")) in routed and ("safety", "orphan-vms") in routed
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,8 @@ def deletes_its_node_itself(machine: Obj | None) -> bool:
 
 def cleaned_up_after_itself(machine: Obj | None) -> bool:
     """A Machine that disappeared after its deletion flow reached "Initiate machine object finalizer
-    removal" was released by the flow, which forgot the drain's progress then: its DELETE leaves the
-    termination reconcile nothing to do. Any other disappearance (a finalizer removed by hand) still
-    wakes it, to forget a drain cut short."""
+    removal" was released by the flow, which had deleted its VM (or found none) and forgot the drain's
+    progress on the way: its DELETE leaves nothing to the termination reconcile, nor to the orphan-VM
+    sweep upstream runs on every Machine DELETE for a VM left behind. Any other disappearance (a
+    finalizer removed by hand) still wakes both."""
     return INITIATE_FINALIZER_REMOVAL in _description(machine)
