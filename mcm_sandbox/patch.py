@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonpatch
 import jsonpointer
+import orjson
 
 #: kube-apiserver refuses JSON patches with more operations than this (413).
 MAX_JSON_PATCH_OPERATIONS = 10000
@@ -62,11 +63,18 @@ def _internal(message: str) -> PatchError:
 # ---------------------------------------------------------------------------------------------
 
 
+def _copy(doc: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON object (an orjson round trip: several times faster than deepcopy, and
+    every write of the API server patches a whole object, managedFields included)."""
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(doc))
+    return copied
+
+
 def merge_patch(target: dict[str, Any], patch: Any) -> dict[str, Any]:
     """RFC 7386 on a copy of ``target``; a non-object patch is a 400 as for kube's typed objects."""
     if not isinstance(patch, dict):
         raise _bad_request("Invalid JSON Patch")
-    return _merge_object(copy.deepcopy(target) if isinstance(target, dict) else {}, patch)
+    return _merge_object(_copy(target) if isinstance(target, dict) else {}, patch)
 
 
 def _merge_object(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +158,7 @@ def strategic_merge_patch(
     if not isinstance(patch, dict):
         raise _bad_request("invalid JSON document")
     merger = _StrategicMerger(merge_keys_for(kind, api_version or str(target.get("apiVersion") or "")))
-    return merger.merge_map(copy.deepcopy(target), copy.deepcopy(patch), "")
+    return merger.merge_map(_copy(target), copy.deepcopy(patch), "")
 
 
 class _StrategicMerger:

@@ -200,9 +200,14 @@ class Admission:
             return
         from mcm_sandbox import schema as oapi
 
+        # managedFields follow ObjectMeta, not the CRD schema: kept out of the (copying) prune
+        meta = body.get("metadata")
+        managed = meta.pop("managedFields", None) if isinstance(meta, dict) else None
         checked = oapi.apply_defaults(oapi.prune(body, rt.schema), rt.schema)
         body.clear()
         body.update(checked)
+        if managed is not None:
+            body["metadata"]["managedFields"] = managed
         found = oapi.validate(body, rt.schema)
         if found:
             causes = [errors.cause(c.field, c.message, c.reason) for c in found]

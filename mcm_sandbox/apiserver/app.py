@@ -123,11 +123,11 @@ class Server:
         ns_rt = self.registry.get("", "v1", "namespaces")
         assert ns_rt is not None
         for name in BOOT_NAMESPACES:
-            self.api.create(ns_rt, None, {"metadata": {"name": name}})
+            self.api.create(ns_rt, None, {"metadata": {"name": name}}, manager="kube-apiserver")
         for plural, body in rbac.bootstrap_objects():
             rt = self.registry.get(rbac.RBAC_GROUP, "v1", plural)
             assert rt is not None
-            self.api.create(rt, None, body)
+            self.api.create(rt, None, body, manager="kube-apiserver")
         self.ready = True
 
     def publish_kubernetes_service(self, host: str, port: int) -> None:
@@ -385,7 +385,12 @@ class Server:
                 return _json(*self.disruption.evict(rt, t.namespace or "", t.name or "", body, dry_run))
             validation_mode = query.get("fieldValidation", "")
             entry = self.api.create(
-                rt, t.namespace, await self._object_body(request), dry_run, validation_mode
+                rt,
+                t.namespace,
+                await self._object_body(request),
+                dry_run,
+                validation_mode,
+                _manager(request, query),
             )
             return _warned(views.raw(rt.view, entry), 201, self.api.warnings)
         if verb == "update":

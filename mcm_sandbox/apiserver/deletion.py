@@ -185,7 +185,7 @@ class Deleter:
             return  # shortened meanwhile: a later timer handles it
         new = entry.clone()
         new["metadata"]["deletionGracePeriodSeconds"] = 0
-        self.api.system_update(rt, entry, new)
+        self.api.system_update(rt, entry, new, manager=None)  # the kubelet's DELETE: no field manager
 
     def delete_collection(
         self,

@@ -20,6 +20,8 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+#: The field manager of the emulated kube-controller-manager's writes (its user agent's product).
+CONTROLLER_MANAGER = "kube-controller-manager"
 
 
 @dataclass
@@ -120,7 +122,9 @@ class Api:
         body: Any,
         dry_run: bool = False,
         field_validation: str = "",
+        manager: str | None = None,
     ) -> Entry:
+        """Store a new object; ``manager`` (None: managedFields already made, by an apply) owns its fields."""
         body = views.from_view(rt.view, objects.check_body(rt, body))
         self.warnings = validation.decode_check(rt, body, field_validation)
         if rt.namespaced:
@@ -141,6 +145,8 @@ class Api:
         self.admission.default(rt, body, None)
         self.admission.guard_escalation(rt, body)
         self.admission.on_create(rt, body)
+        if manager is not None:
+            _record(rt, None, body, manager, None)
         if dry_run:
             return Entry(body, dumps(body))
         entry = self.store.commit(rt.storage, ADDED, body, None)
@@ -214,11 +220,15 @@ class Api:
         force = query.get("force", "").lower() == "true"
         old = self.store.get(rt.storage, namespace or "", name)
         if old is None:
-            created = apply.apply(None, applied, schema, manager, rt.api_version, force)
+            created = apply.apply(
+                None, applied, schema, manager, rt.api_version, force, sub, rt.status, rt.crd
+            )
             return self.create(rt, namespace, created, dry_run), True
-        result = apply.apply(old.clone(), applied, schema, manager, rt.api_version, force)
+        result = apply.apply(
+            old.clone(), applied, schema, manager, rt.api_version, force, sub, rt.status, rt.crd
+        )
         self._check_rv(rt, old, applied)
-        return self.write_update(rt, old, result, sub, dry_run), False
+        return self.write_update(rt, old, result, sub, dry_run, manager=None), False
 
     def patch(
         self,
@@ -282,9 +292,13 @@ class Api:
         sub: str | None,
         dry_run: bool = False,
         system: bool = False,
-        manager: str = "",
+        manager: str | None = None,
+        subresource: str | None = None,
     ) -> Entry:
-        """Commit an update computed from ``old``; a no-op writes nothing, emptied finalizers delete."""
+        """Commit an update computed from ``old``; a no-op writes nothing, emptied finalizers delete.
+
+        ``manager`` (None: the caller made managedFields, or a write no field manager sees) owns
+        the fields the update changed (its entry names ``subresource``, else ``sub``)."""
         if not system:  # emulated controllers write exactly what they computed from ``old``
             if sub is None:
                 self.admission.default(rt, new, old.obj)
@@ -295,11 +309,11 @@ class Api:
             if causes:
                 raise errors.invalid(rt.kind, rt.group, old.meta["name"], causes)
             self.admission.guard_escalation(rt, new)
-            if manager and old.meta.get("managedFields"):
-                from mcm_sandbox.apiserver import apply
-
-                apply.record_update(old.obj, new, apply.schema_for(rt), manager, rt.api_version, sub)
         self.admission.on_update(rt, new, old.obj, sub)
+        if manager is not None:
+            _record(rt, old.obj, new, manager, subresource or sub)
+        elif "managedFields" not in new["metadata"] and "managedFields" in old.meta:
+            new["metadata"]["managedFields"] = old.meta["managedFields"]
         if objects.same_content(new, old.obj):
             return old
         if dry_run:
@@ -312,10 +326,24 @@ class Api:
     # --- helpers for other parts of the server -----------------------------------------------
 
     def system_update(
-        self, rt: ResourceType, old: Entry, new: dict[str, Any], sub: str | None = None
+        self,
+        rt: ResourceType,
+        old: Entry,
+        new: dict[str, Any],
+        sub: str | None = None,
+        manager: str | None = CONTROLLER_MANAGER,
     ) -> Entry:
         """A write made by an emulated controller (GC, disruption, namespace): no precondition."""
-        return self.write_update(rt, old, new, sub, system=True)
+        return self.write_update(rt, old, new, sub, system=True, manager=manager)
+
+
+def _record(
+    rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], manager: str, sub: str | None
+) -> None:
+    from mcm_sandbox.apiserver import apply, managed_fields
+
+    schema = apply.schema_for(rt)
+    managed_fields.record_update(old, new, schema, manager, rt.api_version, sub, rt.status, rt.crd)
 
 
 #: Deepest nesting a body may have. The sandbox keeps objects as JSON (orjson encodes at most 255

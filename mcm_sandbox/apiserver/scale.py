@@ -66,4 +66,4 @@ def write_scale(
         )
     new = old.clone()
     objects.set_path(new, rt.scale.spec_replicas, replicas)
-    return scale_of(rt, api.write_update(rt, old, new, None, dry_run, manager=manager))
+    return scale_of(rt, api.write_update(rt, old, new, None, dry_run, manager=manager, subresource="scale"))

@@ -26,7 +26,9 @@ def dumps(obj: Any) -> bytes:
     """orjson stops at 255 levels of nesting; the real API server stores deeper objects, so those go
     through the standard library."""
     try:
-        return orjson.dumps(obj)
+        # orjson hands back its whole working buffer (4 KiB and up, whatever the output's size): a
+        # copy of exactly the output keeps stored objects and events at their serialized size
+        return bytes(memoryview(orjson.dumps(obj)))
     except TypeError:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 

@@ -148,7 +148,7 @@ def test_server_side_apply_through_the_dynamic_client(session_api: client.ApiCli
     status = json.loads(info.value.body)
     assert info.value.status == 409 and status["reason"] == "Conflict"
     assert status["details"]["causes"] == [
-        {"reason": "FieldManagerConflict", "message": 'conflict with "one" using v1', "field": ".data.a"}
+        {"reason": "FieldManagerConflict", "message": 'conflict with "one"', "field": ".data.a"}
     ]
     forced = cms.server_side_apply(body, field_manager="two", namespace=ns, force_conflicts=True)
     assert forced.to_dict()["data"] == {"a": "9", "b": "2"}  # "b" stays: "one" still applies it
