@@ -19,6 +19,7 @@ directly, and shares equal trees and entries between stored objects.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from mcm_sandbox.apiserver import fieldsets as fs
@@ -128,6 +129,7 @@ def starting_entries(given: Any, live: list[fs.Node], sub: str | None) -> list[f
         return []
     if given == live:
         return live  # the stored entries themselves: shared, not copied
+    out = []
     for entry in given:
         if (
             not isinstance(entry, dict)
@@ -137,7 +139,20 @@ def starting_entries(given: Any, live: list[fs.Node], sub: str | None) -> list[f
             or not isinstance(entry.get("fieldsV1", {}), dict)
         ):
             return live
-    return [dict(e) for e in given]
+        stamp = entry.get("time")
+        out.append({**entry, "time": _rfc3339(stamp)} if isinstance(stamp, str) else dict(entry))
+    return live if out == live else out
+
+
+def _rfc3339(stamp: str) -> str:
+    """A time as ``metav1.Time`` re-encodes it (clients send ``+00:00`` and fractions)."""
+    if len(stamp) == 20 and stamp.endswith("Z"):
+        return stamp
+    try:
+        parsed = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- the Update operation ---------------------------------------------------------------------

@@ -219,7 +219,8 @@ def test_server_side_apply_owns_fields_and_reports_conflicts(kubectl: Kubectl, n
     kubectl("scale", "deployment", "web", "-n", ns, "--replicas=5")
     conflict = kubectl("apply", "--server-side", "--field-manager=ci", "-n", ns, "-f", "-",
                        stdin=yaml.safe_dump(DEPLOYMENT), check=False)  # fmt: skip
-    assert 'Apply failed with 1 conflict: conflict with "kubectl" using apps/v1: .spec.replicas' in conflict
+    scaler = '"kubectl" with subresource "scale" using apps/v1'  # kubectl scale's manager
+    assert f"Apply failed with 1 conflict: conflict with {scaler}: .spec.replicas" in conflict
     _apply(kubectl, ns, [DEPLOYMENT], "--server-side", "--field-manager=ci", "--force-conflicts")
     got = json.loads(kubectl("get", "deployment", "web", "-n", ns, "-o", "json", "--show-managed-fields"))
     assert got["spec"]["replicas"] == 2

@@ -324,3 +324,11 @@ def test_pruning_a_map_keeps_what_other_managers_own_under_it() -> None:
     del config["metadata"]["annotations"]  # "one" stops applying annotations
     result = apply.apply(live, config, DEP_SCHEMA, "one", "apps/v1", False, None, True)
     assert result["metadata"]["annotations"] == {"b": "2"}
+
+
+def test_times_a_client_sends_back_are_read_as_metav1_time() -> None:
+    old = update(None, deployment(), "creator")
+    echoed = json.loads(json.dumps(old))
+    stamp = echoed["metadata"]["managedFields"][0]["time"]
+    echoed["metadata"]["managedFields"][0]["time"] = stamp.replace("Z", "+00:00")  # the Python client
+    assert update(old, echoed, "x")["metadata"]["managedFields"] == old["metadata"]["managedFields"]
