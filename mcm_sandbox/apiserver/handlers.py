@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from mcm_sandbox.apiserver import errors, objects, validation, views
+from mcm_sandbox.apiserver import errors, objects, spec_rules, validation, views
 from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.resources import Registry, ResourceType
 from mcm_sandbox.apiserver.store import ADDED, DELETED, MODIFIED, Entry, Store, dumps, loads
@@ -143,6 +143,9 @@ class Api:
         else:
             raise errors.already_exists(rt.plural, rt.group, meta["name"])
         self.admission.default(rt, body, None)
+        causes = spec_rules.causes(rt, body)
+        if causes:
+            raise errors.invalid(rt.kind, rt.group, meta["name"], causes)
         self.admission.guard_escalation(rt, body)
         self.admission.on_create(rt, body)
         if manager is not None:
@@ -306,6 +309,8 @@ class Api:
             causes = validation.metadata_causes(new["metadata"]) + validation.immutability_causes(
                 rt, old.obj, new
             )
+            if sub is None:
+                causes += spec_rules.causes(rt, new)
             if causes:
                 raise errors.invalid(rt.kind, rt.group, old.meta["name"], causes)
             self.admission.guard_escalation(rt, new)
