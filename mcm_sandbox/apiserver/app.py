@@ -150,13 +150,16 @@ class Server:
             "ports": [{**https, "port": 443, "targetPort": port}],
         }
         self.api.create(
-            svc_rt, "default", {"metadata": {"name": "kubernetes", "labels": labels}, "spec": svc_spec}
+            svc_rt,
+            "default",
+            {"metadata": {"name": "kubernetes", "labels": labels}, "spec": svc_spec},
+            manager="kube-apiserver",
         )
         endpoints = {
             "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
             "subsets": [{"addresses": [{"ip": ip}], "ports": [{**https, "port": port}]}],
         }
-        self.api.create(ep_rt, "default", endpoints)
+        self.api.create(ep_rt, "default", endpoints, manager="kube-apiserver")
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY + 1)

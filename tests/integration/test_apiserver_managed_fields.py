@@ -270,3 +270,9 @@ def test_kubectl_apply_conflicts_with_kubectl_scale_until_forced(kubectl: Any, n
     )
     got = json.loads(kubectl("get", "deployment", "web", "-n", ns, "-o", "json", "--show-managed-fields"))
     assert got["spec"]["replicas"] == 2 and not [k for k in _entries(got) if k[2] == "scale"]
+
+
+def test_what_the_server_makes_for_itself_is_kube_apiservers(session_api: client.ApiClient) -> None:
+    core = client.CoreV1Api(session_api)
+    for obj in (core.read_namespace("default"), core.read_namespaced_service("kubernetes", "default")):
+        assert [e.manager for e in obj.metadata.managed_fields] == ["kube-apiserver"]
