@@ -91,8 +91,20 @@ def _warned(body: bytes, status: int, warnings: list[str]) -> web.Response:
 
 
 def _manager(request: web.Request, query: dict[str, str]) -> str:
-    """The field manager of a write: ``fieldManager``, else the user agent's product (as upstream)."""
-    return query.get("fieldManager") or request.headers.get("User-Agent", "").split("/")[0]
+    """The field manager of a write: ``fieldManager``, else the user agent's product, printable
+    characters only and at most 128 bytes (``managerOrUserAgent``, ``prefixFromUserAgent``)."""
+    given = query.get("fieldManager")
+    if given:
+        return given
+    out, size = "", 0
+    for char in request.headers.get("User-Agent", "").split("/")[0]:
+        if not char.isprintable():
+            continue
+        size += len(char.encode())
+        if size > 128:
+            break
+        out += char
+    return out
 
 
 def _query(request: web.Request) -> dict[str, str]:

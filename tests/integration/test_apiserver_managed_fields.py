@@ -133,6 +133,12 @@ def test_raw_http_field_manager_and_clearing(session_api: client.ApiClient, ns: 
     code, got = raw_request(session_api, "GET", f"{path}/raw")
     owned = {e["manager"]: e["fieldsV1"] for e in got["metadata"]["managedFields"]}
     assert owned == {"raw-writer": {"f:data": {}}, "my-operator": {"f:data": {"f:k": {}}}}  # the map stays
+    long_agent = {"User-Agent": "x" * 200 + "/v1"}
+    code, _ = raw_request(
+        session_api, "PATCH", f"{path}/raw", b'{"data":{"k":"z"}}', merge, headers=long_agent
+    )
+    code, got = raw_request(session_api, "GET", f"{path}/raw")
+    assert {e["manager"] for e in got["metadata"]["managedFields"]} >= {"x" * 128}  # prefixFromUserAgent
     clear = json.dumps({"metadata": {"managedFields": [{}]}}).encode()
     code, cleared = raw_request(session_api, "PATCH", f"{path}/raw", clear, merge)
     assert code == 200 and "managedFields" not in cleared["metadata"]
