@@ -24,8 +24,11 @@ Machine
   Recreate and has no machine left.
 - What wakes the machine itself, its MachineSet, a Recreate MachineDeployment and the safety jobs is
   declared beside each controller (``mcm_tasks.controllers.*.watches``); this module composes them.
-MachineSet: itself; its controlling MachineDeployment (or those selecting an orphan).
-MachineDeployment: itself.
+MachineSet: itself, on an UPDATE only when more than its status changed (``wakes_machine_set``: the
+  echoes of its own status writes reconcile nothing); its controlling MachineDeployment (or those
+  selecting an orphan) on every event.
+MachineDeployment: itself, on an UPDATE only when more than its status changed
+  (``wakes_machine_deployment``).
 MachineClass: itself; the secrets it references (old and new); its machines on ADD and when its
   content or finalizers change (machines wait for the class finalizer).
 Secret: itself on ADD/DELETE and when finalizers or deletion change; the classes that reference it
@@ -57,8 +60,8 @@ from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout
 from mcm_tasks.controllers.machine.watches import cleaned_up_after_itself, wakes_machine
-from mcm_tasks.controllers.machinedeployment.watches import waits_for_machines_gone
-from mcm_tasks.controllers.machineset.watches import seen_by_set
+from mcm_tasks.controllers.machinedeployment.watches import waits_for_machines_gone, wakes_machine_deployment
+from mcm_tasks.controllers.machineset.watches import seen_by_set, wakes_machine_set
 from mcm_tasks.controllers.safety.watches import (
     jobs_on_machine_added,
     jobs_on_machine_deleted,
@@ -300,8 +303,9 @@ def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None
 def _machine_set(ev: Event, view: View, out: Routing) -> None:
     """Upstream: ``addMachineSetToDeployment``, ``updateMachineSetToDeployment``,
     ``deleteMachineSetToDeployment``."""
-    out.add(Queue.MACHINE_SET, key_of(ev.obj))
     old, new = ev.old, ev.new
+    if ev.type != MODIFIED or wakes_machine_set(old, new):
+        out.add(Queue.MACHINE_SET, key_of(ev.obj))
     if ev.type == DELETED or (ev.type == ADDED and is_deleting(new)):
         _enqueue_owner(view, kinds.MACHINE_DEPLOYMENT.mirror, ev.obj, Queue.MACHINE_DEPLOYMENT, out)
     elif ev.type == ADDED:
@@ -316,7 +320,8 @@ def _machine_set(ev: Event, view: View, out: Routing) -> None:
 
 
 def _machine_deployment(ev: Event, view: View, out: Routing) -> None:
-    out.add(Queue.MACHINE_DEPLOYMENT, key_of(ev.obj))
+    if ev.type != MODIFIED or wakes_machine_deployment(ev.old, ev.new):
+        out.add(Queue.MACHINE_DEPLOYMENT, key_of(ev.obj))
 
 
 # --- classes and secrets -----------------------------------------------------------------------------------

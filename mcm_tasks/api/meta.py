@@ -202,3 +202,14 @@ def new_controller_ref(owner: K8sObject) -> OwnerReference:
 def now_utc() -> datetime:
     """Timestamps for status fields, second precision like ``metav1.Now()`` serialises them."""
     return datetime.now(UTC).replace(microsecond=0)
+
+
+def beyond_status(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """An object (as the API server sends it) less its ``status`` and its resourceVersion, which every
+    write advances: two versions with equal projections differ only in their status. What the watch
+    declarations of controllers that compute their object's status afresh on each pass compare."""
+    if not obj:
+        return ()
+    meta = obj.get("metadata") or {}
+    kept = {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")}
+    return (kept, {k: v for k, v in obj.items() if k not in ("metadata", "status")})

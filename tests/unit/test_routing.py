@@ -264,8 +264,31 @@ def test_machine_set_events_wake_the_set_and_its_deployment(type_: str) -> None:
     ms = fx.machine_set("s", deployment="d")
     if type_ != ADDED:
         w.given(MS, ms)
-        ms = fx.bump(ms, "2") if type_ == MODIFIED else ms
+        ms = {**fx.bump(ms, "2", generation=2), "spec": {"replicas": 3}} if type_ == MODIFIED else ms
     assert w.then(MS, type_, ms).items() == [("machineset", k("s")), ("machinedeployment", k("d"))]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"labels": {"freeze": "True"}},
+        {"annotations": {"deployment.machine.sapcloud.io/prefer-no-schedule": "True"}},
+        {"finalizers": []},
+        {"deletionTimestamp": "2024-01-01T00:00:00Z"},
+    ],
+)
+def test_machine_set_metadata_update_wakes_the_set(change: dict[str, object]) -> None:
+    ms = fx.machine_set("s", deployment="d")
+    w = World().given(MCD, fx.machine_deployment("d")).given(MS, ms)
+    assert ("machineset", k("s")) in w.then(MS, MODIFIED, fx.bump(ms, "2", **change)).items()
+
+
+def test_machine_set_status_update_wakes_its_deployment_but_not_the_set() -> None:
+    """The echo of the set's own status write: its pass computed that status; the deployment sums it."""
+    ms = fx.machine_set("s", deployment="d")
+    w = World().given(MCD, fx.machine_deployment("d")).given(MS, ms)
+    echo = {**fx.bump(ms, "2"), "status": {"replicas": 1, "readyReplicas": 1}}
+    assert w.then(MS, MODIFIED, echo).items() == [("machinedeployment", k("d"))]
 
 
 def test_orphan_machine_set_wakes_deployments_that_select_it() -> None:
@@ -278,8 +301,30 @@ def test_orphan_machine_set_wakes_deployments_that_select_it() -> None:
     assert r.items() == [("machineset", k("s")), ("machinedeployment", k("d"))]
 
 
-def test_machine_deployment_events_wake_only_itself() -> None:
-    assert World().then(MCD, ADDED, fx.machine_deployment("d")).items() == [("machinedeployment", k("d"))]
+@pytest.mark.parametrize("type_", [ADDED, MODIFIED, DELETED])
+def test_machine_deployment_events_wake_only_itself(type_: str) -> None:
+    w, mcd = World(), fx.machine_deployment("d")
+    if type_ != ADDED:
+        w.given(MCD, mcd)
+        if type_ == MODIFIED:
+            mcd = {**fx.bump(mcd, "2", generation=2), "spec": {**mcd["spec"], "replicas": 5}}
+    assert w.then(MCD, type_, mcd).items() == [("machinedeployment", k("d"))]
+
+
+def test_machine_deployment_annotation_update_wakes_it() -> None:
+    """The autoscaler asks for machines to go through an annotation (trigger-deletion)."""
+    mcd = fx.machine_deployment("d")
+    w = World().given(MCD, mcd)
+    changed = fx.bump(mcd, "2", annotations={"cluster-autoscaler.kubernetes.io/trigger": "m-1"})
+    assert w.then(MCD, MODIFIED, changed).items() == [("machinedeployment", k("d"))]
+
+
+def test_machine_deployment_status_update_wakes_nothing() -> None:
+    """The echo of the deployment's own status write."""
+    mcd = fx.machine_deployment("d")
+    w = World().given(MCD, mcd)
+    echo = {**fx.bump(mcd, "2"), "status": {"replicas": 1, "updatedReplicas": 1}}
+    assert not w.then(MCD, MODIFIED, echo).items()
 
 
 # --- classes and secrets -----------------------------------------------------------------------------------

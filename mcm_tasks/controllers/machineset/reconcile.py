@@ -195,7 +195,16 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
             log.warning("MachineSet %s: deleting its machines: %s", key, describe(error))
 
     now = now_utc()
-    status.write_status(api, machine_set, lambda ms: status.calculate_status(ms, machines, failure, now))
+
+    def compute(ms: MachineSet) -> status.MachineSetStatus:
+        return status.calculate_status(ms, machines, failure, now)
+
+    written = status.write_status(api, machine_set, compute)
+    if written is not None and written is not machine_set and written.status.failed_machines:
+        # failedMachines is kept until the set is back to all-ready *as its status last said*: settled
+        # here against the status just written, since that write's echo does not wake the set
+        # (``watches.wakes_machine_set``)
+        status.write_status(api, written, compute)
     if failure is not None:
         raise ManageReplicasError(f"MachineSet {key}: {failure.reason}: {failure.message}")
     return requeue

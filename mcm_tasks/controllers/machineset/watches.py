@@ -1,10 +1,13 @@
 """What the MachineSet controller watches, declared beside it: the informer's routing wakes a set on a
-change of one of its machines only when the change touches what the set's pass reads."""
+change of one of its machines only when the change touches what the set's pass reads, and on a change
+of the set itself only when more than its status changed."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from mcm_tasks.api.meta import beyond_status
 
 
 def seen_by_set(machine: Mapping[str, Any] | None) -> tuple[Any, ...]:
@@ -33,3 +36,18 @@ def seen_by_set(machine: Mapping[str, Any] | None) -> tuple[Any, ...]:
         current,
         operation if failed else (operation.get("state"), operation.get("type")),
     )
+
+
+def wakes_machine_set(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """An update of a MachineSet that its own reconcile must see: anything but its status changed
+    (spec, labels, annotations, finalizers, owners, a deletion).
+
+    Deliberate difference: MCM reconciles a set on every update, the echoes of its own status writes
+    included. Such an echo changes nothing the pass reads but ``status``, which the pass computes
+    afresh from the machines (``calculate_status``); at a thousand machines each echo cost a pass over
+    all of them and defeated the batching of machine events (the echo woke the set at once). The
+    one input it takes from the status as written (``failedMachines`` kept until the set is back to
+    all-ready) is settled in the pass that writes it (``machine_set_pass``). The set's deployment is
+    still woken by every update of it (its status sums the sets' statuses).
+    """
+    return beyond_status(old) != beyond_status(new)
