@@ -65,7 +65,10 @@ class ObjectMeta(K8sModel):
 
     def controller_ref(self) -> OwnerReference | None:
         """The owner reference with ``controller: true`` (at most one by Kubernetes' rules)."""
-        return next((ref for ref in self.owner_references if ref.controller), None)
+        for ref in self.owner_references:  # a loop, not next(genexpr): it runs per machine per pass
+            if ref.controller:
+                return ref
+        return None
 
 
 class ListMeta(K8sModel):

@@ -66,11 +66,15 @@ SKIP_IN_TRANSFER: Final = "machine in transfer"
 
 
 def phase_of(machine: Machine) -> str:
-    return str(machine.status.current_status.phase)
+    """The phase as a string (a ``MachinePhase`` member is one: no conversion on this hot path)."""
+    return machine.status.current_status.phase
 
 
 def is_terminating(machine: Machine) -> bool:
-    return machine.metadata.is_deleting or phase_of(machine) == MachinePhase.TERMINATING
+    return (
+        machine.metadata.deletion_timestamp is not None
+        or machine.status.current_status.phase == MachinePhase.TERMINATING
+    )
 
 
 def is_failed(machine: Machine) -> bool:
@@ -167,9 +171,9 @@ def plan_replicas(machine_set: MachineSet, machines: Sequence[Machine], now: dat
     """manageReplicas' decision over the set's claimed machines. A machine an in-place update is
     moving between sets (labelled ``update-result``) holds the set still: its deployment counts it
     into the new set's replicas next, and until then neither creating nor deleting would be right."""
-    if any(UPDATE_RESULT_LABEL_KEY in m.metadata.labels for m in machines if not is_terminating(m)):
-        return ReplicaPlan(skipped=SKIP_IN_TRANSFER)
     active = [m for m in machines if not is_terminating(m)]
+    if any(UPDATE_RESULT_LABEL_KEY in m.metadata.labels for m in active):
+        return ReplicaPlan(skipped=SKIP_IN_TRANSFER)
     diff = len(active) - machine_set.spec.replicas
     if diff < 0:
         if is_frozen(machine_set):

@@ -77,7 +77,7 @@ def calculate_status(
     """The status the set should have (MCM's calculateMachineSetStatus)."""
     old = machine_set.status
     template_labels = machine_set.spec.template.metadata.labels
-    phases = [str(m.status.current_status.phase) for m in machines]
+    phases = [m.status.current_status.phase for m in machines]
     ready = phases.count(MachinePhase.RUNNING)
     available = ready + phases.count(MachinePhase.AVAILABLE)
     update: dict[str, Any] = {

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: name of ``carried_of`` in the parsed-object cache
 CARRIED = "machineset.carried"
+#: prefix of the name of a machine's ``propagation_patch`` for one ``Desired`` in the parsed-object cache
+PATCH = "machineset.patch:"
 
 
 def _node_template(spec: MachineSpec) -> dict[str, Any] | None:
@@ -43,6 +45,11 @@ class Desired:
     #: (attribute, wire name, value, pruned value) per configuration field
     configuration: tuple[tuple[str, str, Any, Any], ...]
     class_kind: str
+
+    @property
+    def identity(self) -> str:
+        """Equal for equal templates (what a machine's cached ``propagation_patch`` is keyed by)."""
+        return repr((self.node_template, tuple(c[2] for c in self.configuration), self.class_kind))
 
 
 def desired_of(machine_set: MachineSet) -> Desired:
@@ -106,8 +113,15 @@ def propagate(api: ApiClient, machine_set: MachineSet, machines: Sequence[Machin
     out: list[Machine] = []
     desired = desired_of(machine_set)
     cache = get_parsed_cache()
+    name = PATCH + desired.identity
+
+    def decide(machine: Machine) -> dict[str, Any] | None:
+        return propagation_patch(machine, desired, cache.derived(machine, CARRIED, carried_of))
+
     for machine in machines:
-        body = propagation_patch(machine, desired, cache.derived(machine, CARRIED, carried_of))
+        # a function of the machine and the template: an unchanged machine shared through the
+        # parsed-object cache is decided once per template, not on every pass
+        body = cache.derived(machine, name, decide)
         if body is None:
             out.append(machine)
             continue
