@@ -123,6 +123,7 @@ class Processor:
         stored = res.stored(raw)
         new = res.remember(stored)
         old = self.store.get(kind, key)
+        old_index = self.store.index_values(kind, key)
         unchanged = old is not None and resource_version(old) == resource_version(new)
         if unchanged and not announce_added:
             return
@@ -135,10 +136,12 @@ class Processor:
                 message = f"cannot be mirrored: {type(err).__name__}: {err}"[:MAX_PROBLEM_LENGTH]
                 out.problems.append(Problem(kind, key, identity_of(raw), UNMIRRORABLE, message))
                 return
-        self.store.put(kind, key, new)
-        if not unchanged:
+        if unchanged:
+            self.store.put(kind, key, new, old_index)
+        else:
             new_index, index_problems = res.indexed(new)
-            out.commit.changes.append(Change(kind, key, encoded, res.index_values(old), new_index))
+            self.store.put(kind, key, new, new_index)
+            out.commit.changes.append(Change(kind, key, encoded, old_index, new_index))
             self._check(res, key, raw, index_problems, out)
         if announce_added:
             routed = self._route(Event(kind, ADDED, None, new), key, raw, Routing(), out)
@@ -177,10 +180,11 @@ class Processor:
             return into
 
     def _delete(self, res: WatchedResource, key: str, final: Obj | None, out: Outcome) -> None:
+        filed = self.store.index_values(res.kind, key)
         old = self.store.delete(res.kind, key)
         if old is None and final is None:
             return
-        out.commit.changes.append(Change(res.kind, key, None, res.index_values(old), {}))
+        out.commit.changes.append(Change(res.kind, key, None, filed, {}))
         gone = final if final is not None else old
         self._route(Event(res.kind, DELETED, gone, None), key, gone, out.routing, out)
 

@@ -21,6 +21,9 @@ class Store:
         self._indexes: dict[str, dict[str, dict[str, set[str]]]] = {
             kind: {name: {} for name in res.indexes} for kind, res in BY_KIND.items()
         }
+        # kind → key → the index values the object is filed under (computed once per version: the
+        # processor needs them for the mirror's index entries too)
+        self._filed: dict[str, dict[str, dict[str, list[str]]]] = {kind: {} for kind in BY_KIND}
 
     def get(self, kind: str, key: str) -> Obj | None:
         return self._objects[kind].get(key)
@@ -47,28 +50,36 @@ class Store:
     def index_keys(self, kind: str, index: str, value: str) -> set[str]:
         return set(self._indexes[kind][index].get(value, ()))
 
-    def put(self, kind: str, key: str, obj: Obj) -> Obj | None:
-        """Insert or replace; returns the previous object."""
+    def index_values(self, kind: str, key: str) -> dict[str, list[str]]:
+        """The index values the stored object of ``key`` is filed under ({} for none)."""
+        return self._filed[kind].get(key) or {}
+
+    def put(self, kind: str, key: str, obj: Obj, values: dict[str, list[str]] | None = None) -> Obj | None:
+        """Insert or replace; returns the previous object. ``values``: the object's index values
+        (``WatchedResource.index_values``), when the caller has them already."""
         old = self._objects[kind].get(key)
-        self._reindex(kind, key, old, obj)
+        after = values if values is not None else BY_KIND[kind].index_values(obj)
+        self._reindex(kind, key, self.index_values(kind, key), after)
+        self._filed[kind][key] = after
         self._objects[kind][key] = obj
         return old
 
     def delete(self, kind: str, key: str) -> Obj | None:
         old = self._objects[kind].pop(key, None)
         if old is not None:
-            self._reindex(kind, key, old, None)
+            self._reindex(kind, key, self._filed[kind].pop(key, {}), {})
         return old
 
     def clear(self) -> None:
         for kind in self._objects:
             self._objects[kind].clear()
+            self._filed[kind].clear()
             for index in self._indexes[kind].values():
                 index.clear()
 
-    def _reindex(self, kind: str, key: str, old: Obj | None, new: Obj | None) -> None:
-        res = BY_KIND[kind]
-        before, after = res.index_values(old), res.index_values(new)
+    def _reindex(
+        self, kind: str, key: str, before: dict[str, list[str]], after: dict[str, list[str]]
+    ) -> None:
         for name, index in self._indexes[kind].items():
             old_values, new_values = before.get(name, []), after.get(name, [])
             if old_values == new_values:
