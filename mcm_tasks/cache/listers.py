@@ -51,6 +51,12 @@ class Lister(Generic[T]):
         found = self.reader.get(self.kind, key)
         return None if found is None else self.parse(found)
 
+    def get_many(self, keys: Iterable[str]) -> builtins.list[T]:
+        """The readable objects that exist among ``keys``, in the order asked (one round trip)."""
+        if self.parsed is not None:
+            return self.parsed.some(self.kind, self.parse, self.reader.get_many_stored(self.kind, keys))
+        return self._readable(self.reader.get_many(self.kind, keys))
+
     def list(self) -> builtins.list[T]:
         if self.parsed is not None:
             return self.parsed.every(self.kind, self.parse, self.reader.list_stored(self.kind))
@@ -99,6 +105,12 @@ class Lister(Generic[T]):
         """The same lister returning objects shared through the process's parsed-object cache: an
         unchanged object is not decoded or parsed again. The caller must not change them."""
         return replace(self, parsed=get_parsed_cache())
+
+    @property
+    def raw_shared(self) -> Any:
+        """``raw`` through the parsed-object cache: stored dicts decoded once per version and shared
+        (read-only, as ``shared``'s models)."""
+        return replace(self, parse=_identity, parsed=get_parsed_cache())  # type: ignore[arg-type]
 
 
 def _identity(obj: Obj) -> Obj:

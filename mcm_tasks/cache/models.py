@@ -98,11 +98,19 @@ def parser(model: type[BaseModel]) -> Parse:
     return found
 
 
+#: a table drops the entries not read during its last this-many reads: a full list (``every``) drops
+#: the objects no longer stored, but reads of some objects (``some``: by index, by keys) cannot tell
+#: a deleted object from one not asked for, so without this a worker would keep every node it ever read
+SWEEP_EVERY = 20_000
+
+
 class ParsedCache:
     """(kind, parser) → object key → (stored bytes, parsed object)."""
 
     def __init__(self) -> None:
         self._tables: dict[tuple[str, Parse], dict[str, tuple[bytes, Any]]] = {}
+        #: per table: the keys read since its last sweep, and how many reads that was
+        self._read: dict[tuple[str, Parse], tuple[set[str], list[int]]] = {}
         #: id of a cached object → (the object, name → value derived from it); see ``derived``
         self._derived: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -117,6 +125,7 @@ class ParsedCache:
     def one(self, kind: str, parse: Parse, key: str, raw: bytes) -> Any:
         """The parsed object stored as ``raw`` under ``key``; parsed only when the bytes changed."""
         table = self._table(kind, parse)
+        self._note_read(kind, parse, key)
         hit = table.get(key)
         if hit is not None and hit[0] == raw:
             return hit[1]
@@ -143,6 +152,19 @@ class ParsedCache:
         for key in [k for k in list(table) if k not in items]:
             self.forget(kind, parse, key)
         return out
+
+    def _note_read(self, kind: str, parse: Parse, key: str) -> None:
+        read = self._read.get((kind, parse))
+        if read is None:
+            read = self._read.setdefault((kind, parse), (set(), [0]))
+        keys, count = read
+        keys.add(key)
+        count[0] += 1
+        if count[0] >= SWEEP_EVERY:
+            for stale in [k for k in list(self._table(kind, parse)) if k not in keys]:
+                self.forget(kind, parse, stale)
+            keys.clear()
+            count[0] = 0
 
     def forget(self, kind: str, parse: Parse, key: str) -> None:
         hit = self._table(kind, parse).pop(key, None)

@@ -80,6 +80,14 @@ class CacheReader:
         raws = cast(list[bytes | None], self.redis.hmget(layout.objects_key(kind), wanted))
         return [orjson.loads(raw) for raw in raws if raw]
 
+    def get_many_stored(self, kind: str, keys: Iterable[str]) -> builtins.list[tuple[str, bytes]]:
+        """``get_many`` as (key, stored JSON), undecoded."""
+        wanted = list(keys)
+        if not wanted:
+            return []
+        raws = cast(list[bytes | None], self.redis.hmget(layout.objects_key(kind), wanted))
+        return [(key, raw) for key, raw in zip(wanted, raws, strict=True) if raw]
+
     def list(self, kind: str) -> builtins.list[Obj]:
         raws = cast(list[bytes], self.redis.hvals(layout.objects_key(kind)))
         return [orjson.loads(raw) for raw in raws]

@@ -10,7 +10,7 @@ import orjson
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine
-from mcm_tasks.cache import layout
+from mcm_tasks.cache import layout, models
 from mcm_tasks.cache.models import ParsedCache
 
 
@@ -46,6 +46,20 @@ def test_a_full_list_drops_objects_no_longer_stored() -> None:
     a, b = stored("a"), stored("b")
     assert len(cache.every(kinds.MACHINE.mirror, parse, dict([a, b]))) == 2
     assert [m.metadata.name for m in cache.every(kinds.MACHINE.mirror, parse, dict([b]))] == ["b"]
+    assert cache.size(kinds.MACHINE.mirror, parse) == 1
+    assert parse.calls == 2
+
+
+def test_partial_reads_drop_objects_not_read_for_a_sweep_period(monkeypatch: Any) -> None:
+    """Reads by index or by keys (``some``) cannot tell a deleted object from one not asked for: what
+    a sweep period did not read goes, so a worker does not keep every node it ever read."""
+    monkeypatch.setattr(models, "SWEEP_EVERY", 4)
+    cache, parse = ParsedCache(), CountingParse()
+    a, b = stored("a"), stored("b")
+    cache.some(kinds.MACHINE.mirror, parse, [a, b])  # 2 reads
+    cache.some(kinds.MACHINE.mirror, parse, [b, b])  # 4: a sweep; both read since the last one
+    assert cache.size(kinds.MACHINE.mirror, parse) == 2
+    cache.some(kinds.MACHINE.mirror, parse, [b, b, b, b])  # 4 more: a was not read, b was
     assert cache.size(kinds.MACHINE.mirror, parse) == 1
     assert parse.calls == 2
 

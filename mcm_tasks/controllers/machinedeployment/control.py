@@ -103,7 +103,9 @@ class Context(PassScope[MachineDeployment]):
         return out
 
     def machines_of(self, machine_set: MachineSet) -> list[Obj]:
-        """The machines a set controls, as API dicts (only names, labels, phases are read from them)."""
+        """The machines a set controls, as API dicts (only names, labels, phases are read from them).
+        From the mirror they are shared through the parsed-object cache (read-only): a rollout's
+        passes read every machine of the deployment, and most have not changed since the last."""
         if self._machines is None:
             self._machines = self._load_machines()
         return self._machines.get(machine_set.metadata.uid or "", [])
@@ -114,7 +116,8 @@ class Context(PassScope[MachineDeployment]):
         grouped: dict[str, list[Obj]] = {uid: [] for uid in uids}
 
         def owned_in_mirror() -> list[Obj]:
-            return [m for uid in uids for m in lister.raw.owned_by(uid) if _namespace(m) == self.namespace]
+            shared = lister.raw_shared
+            return [m for uid in uids for m in shared.owned_by(uid) if _namespace(m) == self.namespace]
 
         for machine in list_objects(
             lister, self.api, kinds.MACHINE.resource, self.namespace, mirror=owned_in_mirror, live=self.live
@@ -125,14 +128,16 @@ class Context(PassScope[MachineDeployment]):
         return grouped
 
     def get_nodes(self, names: Sequence[str]) -> dict[str, Obj]:
-        """The named Nodes that exist (one round trip: a batched cache read, or one LIST)."""
+        """The named Nodes that exist (one round trip: a batched cache read, or one LIST). From the
+        mirror they are shared through the parsed-object cache (read-only): the autoscaler
+        protection reads every node of the deployment on each pass of a rollout."""
         if self.target is None or not names:
             return {}
         lister = get_listers().nodes
         wanted = set(names)
 
         def in_mirror() -> list[Obj]:
-            return list(lister.reader.get_many(lister.kind, names))  # one batched read
+            return list(lister.raw_shared.get_many(names))  # one batched read
 
         found = list_objects(lister, self.target, kinds.NODE.resource, mirror=in_mirror, live=self.live)
         return {str(_meta(n).get("name")): n for n in found if _meta(n).get("name") in wanted}
