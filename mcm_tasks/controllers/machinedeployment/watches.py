@@ -30,10 +30,11 @@ def wakes_machine_deployment(old: Mapping[str, Any] | None, new: Mapping[str, An
     changed (spec and scale, labels, annotations such as the autoscaler's trigger-deletion, finalizers,
     a deletion).
 
-    Deliberate difference: MCM reconciles a deployment on every update, the echoes of its own status
-    writes included. A pass computes the status from the sets and writes it once at the end; the
-    echo's pass found the same figures and wrote nothing, so at scale every set status write cost two
-    deployment passes instead of one. What moves a rollout on (its sets' updates, its requeue after
-    ShortRetry or at the progress deadline) is unchanged.
+    Deliberate difference: MCM reconciles a deployment on every update (``addMachineDeployment``,
+    ``updateMachineDeployment`` enqueue it), the echoes of its own status writes included. A pass computes
+    the status from the sets and writes it once at the end; the echo's pass found the same figures and
+    wrote nothing, so at scale every set status write cost two deployment passes instead of one. What
+    moves a rollout on (its sets' updates, its requeue after ShortRetry or at the progress deadline) is
+    unchanged.
     """
     return beyond_status(old) != beyond_status(new)

@@ -42,12 +42,12 @@ def wakes_machine_set(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
     """An update of a MachineSet that its own reconcile must see: anything but its status changed
     (spec, labels, annotations, finalizers, owners, a deletion).
 
-    Deliberate difference: MCM reconciles a set on every update, the echoes of its own status writes
-    included. Such an echo changes nothing the pass reads but ``status``, which the pass computes
-    afresh from the machines (``calculate_status``); at a thousand machines each echo cost a pass over
-    all of them and defeated the batching of machine events (the echo woke the set at once). The
-    one input it takes from the status as written (``failedMachines`` kept until the set is back to
-    all-ready) is settled in the pass that writes it (``machine_set_pass``). The set's deployment is
-    still woken by every update of it (its status sums the sets' statuses).
+    Deliberate difference: MCM reconciles a set on every update (``addMachineSet``, ``updateMachineSet``
+    enqueue it), the echoes of its own status writes included. Such an echo changes nothing the pass reads
+    but ``status``, which the pass computes afresh from the machines (``calculate_status``); at a thousand
+    machines each echo cost a pass over all of them and defeated the batching of machine events (the echo
+    woke the set at once). The one input it takes from the status as written (``failedMachines`` kept
+    until the set is back to all-ready) is settled in the pass that writes it (``machine_set_pass``). The
+    set's deployment is still woken by every update of it (its status sums the sets' statuses).
     """
     return beyond_status(old) != beyond_status(new)
