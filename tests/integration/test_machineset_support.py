@@ -273,6 +273,29 @@ def test_status_follows_the_machines(harness: Harness) -> None:
     assert harness.get_set("st")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
 
 
+def test_failed_machines_are_settled_in_the_pass_that_writes_the_status(harness: Harness) -> None:
+    """failedMachines is kept until the set is back to all-ready *as its status last said*; the echo of
+    a status write does not wake the set (``wakes_machine_set``), so the pass that wrote the new
+    replica count settles the list against it instead of leaving a recovered machine listed."""
+    harness.create_set("fs", 2)
+    harness.settle("fs")
+    names = [m["metadata"]["name"] for m in harness.machines("fs")]
+    harness.set_phase(names[0], "Running")
+    harness.set_phase(names[1], "Pending", state="Failed", type="Create", description="quota")
+    harness.settle("fs")
+    assert [f["name"] for f in harness.get_set("fs")["status"]["failedMachines"]] == [names[1]]  # type: ignore[index]
+    harness.scale("fs", 3)
+    harness.sync()
+    harness.reconcile("fs")  # creates the third machine; the list stays (not all ready)
+    for machine in harness.machines("fs"):
+        harness.set_phase(machine["metadata"]["name"], "Running", state="Successful", type="Create")
+    harness.sync()
+    harness.reconcile("fs")  # one pass: replicas 2 -> 3, all ready
+    status = harness.get_set("fs")["status"]  # type: ignore[index]
+    assert (status["replicas"], status["readyReplicas"]) == (3, 3)
+    assert not status.get("failedMachines")
+
+
 def test_failed_creation_sets_replica_failure_and_stops_the_slow_start(harness: Harness) -> None:
     harness.create_set("fc", 0)
     harness.settle("fc")
