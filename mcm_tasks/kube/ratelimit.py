@@ -5,6 +5,9 @@ client-go gives each process its own limiter, so N worker pods would send N time
 rate. Here every request made through a cluster's ``ApiClient`` first takes a token from one
 ``SharedTokenBucket`` per cluster in Redis. The hook sits in the REST layer, under every generated
 API method, so nothing can bypass it: a watch takes one token when it opens, however long it streams.
+Each process draws its tokens through ``LeasedTokens``: a busy process takes a few at a time (only
+what the bucket holds now, sized to its own recent use), so it pays one Redis round trip per batch
+instead of one per request, and the fleet-wide budget still holds token for token.
 
 When Redis cannot be reached the request goes ahead without a token (and a warning is logged at
 most once a minute): Redis is a rebuildable cache here, the API server stays the source of truth
@@ -23,7 +26,7 @@ import redis
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import RESTClientObject
 
-from mcm_tasks.ratelimit import SharedTokenBucket
+from mcm_tasks.ratelimit import LeasedTokens, SharedTokenBucket
 from mcm_tasks.redisdb import get_redis, rkey
 
 log = logging.getLogger(__name__)
@@ -32,15 +35,18 @@ _WARN_EVERY = 60.0
 
 
 class TokenSource(Protocol):
-    """What the hook needs of a limiter (``SharedTokenBucket`` is the one used)."""
+    """What the hook needs of a limiter (``LeasedTokens`` over a ``SharedTokenBucket`` is the one used)."""
 
     def take(self, tokens: int = 1) -> float: ...
 
 
-def cluster_bucket(cluster: str, qps: float, burst: int, redis_url: str | None = None) -> SharedTokenBucket:
-    """The one bucket of a cluster; every process that names the same cluster draws from it."""
-    return SharedTokenBucket(
-        get_redis(redis_url, decode=True), rkey("ratelimit", "kube", cluster), rate=qps, burst=burst
+def cluster_bucket(cluster: str, qps: float, burst: int, redis_url: str | None = None) -> LeasedTokens:
+    """This process's draw on the one bucket of a cluster; every process that names the same cluster
+    draws from that bucket."""
+    return LeasedTokens(
+        SharedTokenBucket(
+            get_redis(redis_url, decode=True), rkey("ratelimit", "kube", cluster), rate=qps, burst=burst
+        )
     )
 
 
