@@ -50,6 +50,8 @@ class QueueKeys:
     deaths: str  # hash key → worker deaths in a row during the key's reconcile (poison detection)
     metrics: str  # hash of counters and histogram buckets
     broker_list: str  # the Celery queue (a Redis list)
+    history: str  # + key: list of the key's last runs (history.py)
+    slots: str  # sorted set of the deliveries holding a --concurrent-syncs slot (concurrency.py)
 
     def as_list(self) -> list[str]:
         return [self.pending, self.locks, self.dirty, self.delayed, self.failures, self.failing,
@@ -87,6 +89,8 @@ def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
         deaths=base + "deaths",
         metrics=base + "metrics",
         broker_list=broker_prefix(s) + s.queue_name(kind),
+        history=base + "history:",
+        slots=f"{s.key_prefix}:syncs:{kind}",
     )
     _keys_cache[(s.key_prefix, kind)] = keys
     return keys

@@ -1,7 +1,7 @@
 """One delivery of a reconcile message: begin (lock or mark dirty), reconcile, end (unlock, requeue,
-re-add if dirty). Two script calls around the reconciler (the key's history rides in the same
-round trips); a failure adds one read of the key's failing entry, and the Warning Events go through
-the kind's failure reporter."""
+re-add if dirty). Two script calls around the reconciler, one round trip each (the key's history
+and the --concurrent-syncs slot are steps of the same scripts); a failure adds one read of the
+key's failing entry, and the Warning Events go through the kind's failure reporter."""
 
 from __future__ import annotations
 
@@ -78,17 +78,10 @@ def deliver(
     kind_scripts = scripts_for(kind, settings)
     started = time.time()
     runner = history.worker_name(worker)
-    # the run's start goes into the key's history in the same round trip, if BEGIN lets it run
-    # so does taking a --concurrent-syncs slot (the last call: its reply is the last)
-    replies = scripts.run_pipeline(
-        client,
-        [
-            (kind_scripts.begin, [key, message_id, started]),
-            *history.start_calls(kind, key, message_id, started, runner),
-            concurrency.acquire_call(kind, key, message_id, settings),
-        ],
-    )
-    status, failures_text, recovered, previous_error = (_text(v) for v in replies[0])
+    # BEGIN also takes a --concurrent-syncs slot and adds the run's start to the key's history
+    start = history.entry(message_id, started, runner) if settings.history_length else ""
+    reply = kind_scripts.begin(client, (), [key, message_id, started, start])
+    status, failures_text, recovered, previous_error, slot = (_text(v) for v in reply)
     failures_before = int(failures_text)
     if recovered == "1":
         _recovered(kind, key, status, failures_before, previous_error)
@@ -97,12 +90,7 @@ def deliver(
         return Delivery(status)
 
     entry = ""
-    taken = int(replies[-1])
-    if taken < 0:
-        # the slot's script ran before BEGIN: BEGIN was refused NOSCRIPT (new settings, a restarted
-        # Redis) and ran again after it, so the slot is taken now, in a round trip of its own
-        taken = int(concurrency.acquire(client, kind, message_id, settings))
-    if taken == 0:
+    if slot == "0":
         # every --concurrent-syncs slot of this kind is busy across the fleet: hand the key back
         # (unlocked, no failure counted) to come back shortly
         outcome = Outcome(Action.REQUEUE, after=concurrency.SLOT_RETRY)
@@ -127,8 +115,8 @@ def deliver(
                 _recovered_from_failures(client, kind, key)
     done = history.entry(
         message_id, started, runner, time.time(), describe("run", outcome), ": ".join(error) if error else ""
-    )
-    _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done, True)
+    ) if settings.history_length else ""  # fmt: skip
+    _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done)
     return Delivery("run", outcome, error)
 
 
@@ -228,10 +216,9 @@ def _finish(
     outcome: Outcome,
     entry: str,
     run: str,
-    release: bool = False,
 ) -> None:
-    """END, the key's history (``run``: the finished run's entry; "" drops its start) and, with
-    ``release``, giving back its --concurrent-syncs slot, in the same round trip."""
+    """END, which also completes the key's history (``run``: the finished run's entry; "" drops its
+    start) and gives back the delivery's --concurrent-syncs slot."""
     queue = get_settings().queue_name(kind)
     now = time.time()
     # the message for a re-add at once (dirty key, or requeue after 0) is always ready, so that the
@@ -242,11 +229,4 @@ def _finish(
     if outcome.action in (Action.REQUEUE, Action.RETRY) and outcome.after > 0:
         due = repr(now + outcome.after)
     fields = "|".join((repr(now), repr(started), outcome.action.value, due, now_id, str(failures_before)))
-    scripts.run_pipeline(
-        client,
-        [
-            (kind_scripts.end, [key, message_id, fields, entry, now_message]),
-            *history.finish_calls(kind, key, message_id, run),
-            *([concurrency.release_call(kind, message_id, get_settings())] if release else []),
-        ],
-    )
+    kind_scripts.end(client, (), [key, message_id, fields, entry, now_message, run])

@@ -10,6 +10,7 @@ import redis
 
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue import scripts
+from mcm_tasks.queue.history import HISTORY_TTL
 from mcm_tasks.queue.messages import build_message, new_id, queue_keys
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import Settings, get_settings
@@ -54,7 +55,10 @@ def scripts_for(kind: str, settings: Settings | None = None) -> scripts.KindScri
     cached = _by_settings.get(kind)
     if cached is not None and cached[0] is s:
         return cached[1]
-    limits = scripts.Limits(stale_after(s), s.reconcile_lock_ttl, s.poison_after, s.long_retry)
+    limits = scripts.Limits(
+        stale_after(s), s.reconcile_lock_ttl, s.poison_after, s.long_retry,
+        history_length=s.history_length, history_ttl=HISTORY_TTL, concurrent_syncs=s.concurrent_syncs,
+    )  # fmt: skip
     found = scripts.kind_scripts(queue_keys(kind, s), limits)
     _by_settings[kind] = (s, found)
     return found

@@ -23,11 +23,24 @@ from mcm_tasks.queue.messages import QUARANTINE, QueueKeys
 #: client-go's workqueue histogram buckets: 10 ns … 10 s, ×10
 BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 
+#: a ``--concurrent-syncs`` slot (concurrency.py): drop the holders older than ``ttl`` (killed
+#: mid-reconcile), then take one if fewer than ``cap`` hold one. 1 taken, 0 every slot busy.
+TAKE_SLOT = """
+local function take_slot(slots, holder, now, ttl, cap)
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now - ttl)
+  if redis.call('ZCARD', slots) >= cap then return 0 end
+  redis.call('ZADD', slots, now, holder)
+  return 1
+end
+"""
+
 _PRELUDE = """
 local PENDING, LOCKS, DIRTY, DELAYED = @PENDING@, @LOCKS@, @DIRTY@, @DELAYED@
 local FAILURES, FAILING, DEATHS, METRICS, LIST = @FAILURES@, @FAILING@, @DEATHS@, @METRICS@, @LIST@
 local KIND, QUARANTINE = @KIND@, @QUARANTINE@
 local STALE, TTL, POISON_AFTER, LONG_RETRY = @STALE@, @TTL@, @POISON_AFTER@, @LONG_RETRY@
+local HISTORY, HISTORY_LENGTH, HISTORY_TTL = @HISTORY@, @HISTORY_LENGTH@, @HISTORY_TTL@
+local SLOTS, CAP = @SLOTS@, @CAP@
 local BUCKETS = {@BUCKETS@}
 local function split2(v)
   local p = string.find(v, '|', 1, true)
@@ -74,6 +87,31 @@ local function schedule(key, due)
   if cur and tonumber(cur) <= due then return 0 end
   redis.call('ZADD', DELAYED, due, key)
   return 1
+end
+-- a key's history (history.py): a run is added at the head when it starts, bounded, with a TTL
+local function history_start(key, entry)
+  if HISTORY_LENGTH == 0 then return end
+  local list = HISTORY .. key
+  redis.call('LPUSH', list, entry)
+  redis.call('LTRIM', list, 0, HISTORY_LENGTH - 1)
+  redis.call('EXPIRE', list, HISTORY_TTL)
+end
+-- complete the run at the head if it is this message's, else add it (its start was lost, e.g. the
+-- history expired meanwhile); an empty entry drops it instead (a delivery that handed its key back
+-- without running). Entries begin {"id":"<message id>" (history.entry writes the id first).
+local function history_finish(key, id, entry)
+  if HISTORY_LENGTH == 0 then return end
+  local list = HISTORY .. key
+  local head = redis.call('LINDEX', list, 0)
+  local prefix = '{"id":"' .. id .. '"'
+  local mine = head and string.sub(head, 1, #prefix) == prefix
+  if entry == '' then
+    if mine then redis.call('LPOP', list) end
+  elseif mine then
+    redis.call('LSET', list, 0, entry)  -- the start set the list's expiry
+  else
+    history_start(key, entry)
+  end
 end
 -- the start of the key's failure streak (kept across entries) or now, and its last error or ''
 local function streak(key, now)
@@ -184,9 +222,10 @@ end
 return published
 """
 
-# A message arrives at a worker. ARGV: key, id, now. Returns {status, consecutive failures,
-# recovered (1: this message's earlier delivery died mid-reconcile), the streak's error before};
-# status is run | busy | duplicate | quarantined.
+# A message arrives at a worker. ARGV: key, id, now, the run's history entry. Returns {status,
+# consecutive failures, recovered (1: this message's earlier delivery died mid-reconcile), the
+# streak's error before, slot (1: a --concurrent-syncs slot taken, 0: every slot busy)}; status is
+# run | busy | duplicate | quarantined. A run that got its slot is added to the key's history.
 _BEGIN = """
 local key, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queued_at = nil
@@ -196,7 +235,7 @@ if p then
   if pid == id then
     queued_at = tonumber(t)
   elseif tonumber(t) > now - STALE then
-    return {'duplicate', '0', '0', ''}
+    return {'duplicate', '0', '0', '', '0'}
   end
   redis.call('HDEL', PENDING, key)
 end
@@ -221,21 +260,24 @@ if holder == id then
     -- a poison message: hold the key (adds mark it dirty) until its retry at LongRetry
     redis.call('HSET', LOCKS, key, retry_at .. '|' .. now .. '|' .. QUARANTINE)
     schedule(key, retry_at)
-    return {'quarantined', tostring(failures), recovered, prev_error}
+    return {'quarantined', tostring(failures), recovered, prev_error, '0'}
   end
 elseif exp and exp > now then
   redis.call('SADD', DIRTY, key)
-  return {'busy', '0', '0', ''}
+  return {'busy', '0', '0', '', '0'}
 end
 redis.call('HSET', LOCKS, key, (now + TTL) .. '|' .. now .. '|' .. id)
 redis.call('SREM', DIRTY, key)
 if queued_at then observe('queue', now - queued_at) end
-return {'run', tostring(failures), recovered, prev_error}
+local slot = take_slot(SLOTS, id, now, TTL, CAP)
+if slot == 1 then history_start(key, ARGV[4]) end
+return {'run', tostring(failures), recovered, prev_error, tostring(slot)}
 """
 
 # A reconcile ended. ARGV: key, id, "now|started|action|due|immediate id|failures before"
-# (action: done|requeue|retry; due '' = at once), failing entry (retry), immediate message.
-# Returns the number of messages published.
+# (action: done|requeue|retry; due '' = at once), failing entry (retry), immediate message, the
+# finished run's history entry ('' drops its start). Gives back the delivery's --concurrent-syncs
+# slot. Returns the number of messages published.
 _END = """
 local key, id = ARGV[1], ARGV[2]
 local f = {}
@@ -244,6 +286,8 @@ local now, started, action, due, now_id = tonumber(f[1]), tonumber(f[2]), f[3], 
 local _, holder = lock_of(key)
 local mine = holder == id
 if mine then redis.call('HDEL', LOCKS, key) end
+redis.call('ZREM', SLOTS, id)
+history_finish(key, id, ARGV[6])
 observe('work', now - started)
 if action == 'retry' then
   redis.call('HINCRBY', FAILURES, key, 1)
@@ -316,6 +360,9 @@ class Limits:
     lock_ttl: float
     poison_after: int
     long_retry: float
+    history_length: int = 0
+    history_ttl: int = 0
+    concurrent_syncs: int = 1
 
 
 _compiled: dict[tuple[QueueKeys, Limits], KindScripts] = {}
@@ -343,9 +390,14 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         "TTL": repr(float(limits.lock_ttl)),
         "POISON_AFTER": str(int(limits.poison_after)),
         "LONG_RETRY": repr(float(limits.long_retry)),
+        "HISTORY": lua_string(keys.history),
+        "HISTORY_LENGTH": str(int(limits.history_length)),
+        "HISTORY_TTL": str(int(limits.history_ttl)),
+        "SLOTS": lua_string(keys.slots),
+        "CAP": str(int(limits.concurrent_syncs)),
         "BUCKETS": ", ".join(repr(b) for b in BUCKETS),
     }
-    prelude = _PRELUDE
+    prelude = TAKE_SLOT + _PRELUDE
     for name, value in constants.items():
         prelude = prelude.replace(f"@{name}@", value)
     found = KindScripts(
