@@ -63,13 +63,24 @@ class CacheReader:
         self._synced_seen: set[str] = set()
         self._scopes = 0
         self._scope_listed = False
+        #: single objects read inside the current scope: (kind, key) → stored JSON (None: absent)
+        self._read: dict[tuple[str, str], bytes | None] = {}
 
     def get(self, kind: str, key: str) -> Obj | None:
-        raw = self.redis.hget(layout.objects_key(kind), key)
-        return orjson.loads(cast(bytes, raw)) if raw else None
+        raw = self.get_stored(kind, key)
+        return orjson.loads(raw) if raw else None
 
     def get_stored(self, kind: str, key: str) -> bytes | None:
-        """The stored JSON, undecoded."""
+        """The stored JSON, undecoded. Inside ``remembering_synced`` an object is read from Redis once
+        per scope: the pass's later reads of it get the same bytes (a machine's pass reads its Node
+        and its class's secrets from several steps)."""
+        if self._scopes:
+            ident = (kind, key)
+            if ident in self._read:
+                return self._read[ident]
+            found = cast(bytes | None, self.redis.hget(layout.objects_key(kind), key)) or None
+            self._read[ident] = found
+            return found
         return cast(bytes | None, self.redis.hget(layout.objects_key(kind), key)) or None
 
     def get_many(self, kind: str, keys: Iterable[str]) -> builtins.list[Obj]:
@@ -149,10 +160,13 @@ class CacheReader:
     def remembering_synced(self) -> Iterator[None]:
         """One synced check per kind for the duration of the scope (one reconcile), instead of one
         Redis round trip before every read: asked that often, it was a noticeable share of task time.
+        Likewise one read per single object (``get``, ``get_stored``): the pass sees one version of
+        each object it reads, whichever step reads it (lists and index reads are read afresh).
 
         Not longer than one pass: a remembered yes would outlive Redis losing its data, and reading
         an emptied mirror as complete would have a set create every machine again. Within one pass a
-        lagging read is already tolerated (expectations, resourceVersion-guarded writes).
+        lagging read is already tolerated (expectations, resourceVersion-guarded writes); a task
+        never waits for the mirror within a pass, it requeues.
         """
         self._scopes += 1
         try:
@@ -162,6 +176,7 @@ class CacheReader:
             if not self._scopes:
                 self._synced_seen.clear()
                 self._scope_listed = False
+                self._read.clear()
 
 
 def _check_index(kind: str, index: str) -> None:

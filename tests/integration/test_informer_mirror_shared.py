@@ -110,3 +110,27 @@ def test_one_read_answers_every_kind_s_synced_question_in_a_scope(client: redis.
     # question about the unsynced one
     assert _calls(client, "hkeys") - before["hkeys"] == 1
     assert _calls(client, "hexists") - before["hexists"] == 1
+
+
+def test_an_object_is_read_from_redis_once_per_scope(client: redis.Redis) -> None:
+    """A pass's later reads of one object (its Node from several steps, a secret checked then read)
+    get the bytes of its first read, including an absent answer; the next pass reads afresh."""
+    writer = Writer(client)
+    writer.apply(Relisted(kinds.NODE.mirror, [fx.node("n1")], "3", initial=True))
+    listers = new_listers(NS, CacheReader(client))
+    before = _calls(client, "hget")
+    with listers.nodes.reader.remembering_synced():
+        first = listers.nodes.get("n1")
+        writer.apply(
+            WatchEvent(kinds.NODE.mirror, MODIFIED, fx.node("n1", rv="4", labels={"changed": "yes"}))
+        )
+        again = listers.nodes.get("n1")
+        assert listers.nodes.get("n2") is None
+        writer.apply(WatchEvent(kinds.NODE.mirror, ADDED, fx.node("n2")))
+        assert listers.nodes.get("n2") is None, "absent stays absent within the pass"
+        assert listers.nodes.shared.get("n1") is not None
+    assert first == again
+    assert _calls(client, "hget") - before == 2  # n1 and n2, once each
+    node = listers.nodes.get("n1")
+    assert node is not None and node["metadata"]["labels"].get("changed") == "yes", "a new pass reads afresh"
+    assert listers.nodes.get("n2") is not None
