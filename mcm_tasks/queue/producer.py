@@ -124,27 +124,47 @@ def enqueue_after(kind: str, key: str, seconds: float, client: redis.Redis | Non
     enqueue_many_after([(kind, key)], seconds, client)
 
 
+#: every kind's due keys (at most CHUNK) and its next due time after now ('' when none waits), in
+#: QUEUES order: {next, key, key, …} per kind. ARGV: now. The delayed sets are constants (@SETS@).
+_DUE = f"""
+local out = {{}}
+for i, set in ipairs({{@SETS@}}) do
+  local found = redis.call('ZRANGEBYSCORE', set, '-inf', ARGV[1], 'LIMIT', 0, {CHUNK})
+  local after = redis.call('ZRANGEBYSCORE', set, '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  table.insert(found, 1, after[2] or '')
+  out[i] = found
+end
+return out
+"""
+
+_due_scripts: dict[str, scripts.LuaScript] = {}
+
+
+def _due_script(settings: Settings) -> scripts.LuaScript:
+    found = _due_scripts.get(settings.key_prefix)
+    if found is None:
+        sets = ", ".join(scripts.lua_string(queue_keys(kind, settings).delayed) for kind in QUEUES)
+        found = _due_scripts[settings.key_prefix] = scripts.LuaScript(_DUE.replace("@SETS@", sets))
+    return found
+
+
 def publish_due(client: redis.Redis | None = None, now: float | None = None) -> tuple[int, float | None]:
     """Publish the keys of every kind's delayed set that are due (client-go's ``waitingLoop``).
     Any number of processes may call it at once: a key is moved by exactly one of them. Returns the
-    messages published and the next due time still waiting (None if no key waits)."""
+    messages published and the next due time still waiting (None if no key waits). One script call
+    finds what is due in every kind (every worker's keeper runs this several times a second), and
+    one more round trip publishes it when something is."""
     settings = get_settings()
     client = client or get_redis()
     now = time.time() if now is None else now
-    pipe = client.pipeline(transaction=False)
-    for kind in QUEUES:
-        delayed = queue_keys(kind, settings).delayed
-        pipe.zrangebyscore(delayed, "-inf", now, start=0, num=CHUNK)
-        pipe.zrangebyscore(delayed, f"({now!r}", "+inf", start=0, num=1, withscores=True)  # the next one
-    replies = pipe.execute()
+    replies = _due_script(settings)(client, (), [repr(now)])
     calls: list[tuple[scripts.LuaScript, list[object]]] = []
     next_due: float | None = None
-    for i, kind in enumerate(QUEUES):
-        due_keys, first = replies[2 * i], replies[2 * i + 1]
+    for kind, (first, *due_keys) in zip(QUEUES, replies, strict=True):
         if len(due_keys) >= CHUNK:
             next_due = now  # more are due than one call takes: come back at once
-        elif first and float(first[0][1]) > now:
-            at = float(first[0][1])
+        elif first and float(first) > now:
+            at = float(first)
             next_due = at if next_due is None else min(next_due, at)
         if not due_keys:
             continue

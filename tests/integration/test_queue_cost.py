@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from mcm_tasks.queue import Requeue, concurrency, enqueue, register_reconciler, registry
+from mcm_tasks.queue import Requeue, concurrency, enqueue, enqueue_after, register_reconciler, registry
 from mcm_tasks.queue.history import read_history
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.processing import process
+from mcm_tasks.queue.producer import publish_due
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, get_settings, reset_settings
 
@@ -36,13 +38,22 @@ def script_calls(client: redis.Redis) -> int:
 
 
 class CountingConnection(redis.Connection):
-    """Counts what a client sends: one send per command, or per pipeline (a round trip)."""
+    """Counts what a client sends: round trips (one send per command, or per pipeline) and commands."""
 
     sent = 0
+    commands = 0
 
     def send_packed_command(self, command: object, check_health: bool = True) -> None:
         CountingConnection.sent += 1
         super().send_packed_command(command, check_health)  # type: ignore[arg-type]
+
+    def send_command(self, *args: object, **kwargs: object) -> None:
+        CountingConnection.commands += 1
+        super().send_command(*args, **kwargs)
+
+    def pack_commands(self, commands: list[tuple[object, ...]]) -> list[bytes]:
+        CountingConnection.commands += len(commands)
+        return super().pack_commands(commands)  # type: ignore[no-any-return]
 
 
 def counting_client(url: str) -> redis.Redis:
@@ -50,14 +61,20 @@ def counting_client(url: str) -> redis.Redis:
     return redis.Redis(connection_pool=pool)
 
 
-def deliver_counted(client: redis.Redis, url: str, kind: str) -> tuple[str, int, int]:
-    """Deliver the next message with a client of its own: (status, script calls, round trips)."""
+def deliver_counted(client: redis.Redis, url: str, kind: str) -> tuple[str, int, int, int]:
+    """Deliver the next message with a client of its own: (status, script calls, round trips,
+    commands sent)."""
     key, message_id = take(client, kind)
     counted = counting_client(url)
     counted.ping()
-    before_scripts, before_sent = script_calls(client), CountingConnection.sent
+    before = script_calls(client), CountingConnection.sent, CountingConnection.commands
     status = process(kind, key, message_id, counted)
-    return status, script_calls(client) - before_scripts, CountingConnection.sent - before_sent
+    spent = (
+        script_calls(client) - before[0],
+        CountingConnection.sent - before[1],
+        CountingConnection.commands - before[2],
+    )
+    return (status, *spent)
 
 
 def take(client: redis.Redis, kind: str) -> tuple[str, str]:
@@ -77,9 +94,9 @@ def test_a_delivery_costs_two_script_calls(
     register_reconciler("machine", lambda key: result)
     for key in ("ns/warm", "ns/a"):  # the first delivery loads the scripts
         enqueue("machine", key)
-        status, scripts, round_trips = deliver_counted(client, redis_url, "machine")
+        status, *spent = deliver_counted(client, redis_url, "machine")
         assert status == "run"
-    assert (scripts, round_trips) == (2, 2)
+    assert spent == [2, 2, 2]  # script calls, round trips, commands
     # and both steps happened: the run is in the history, complete, and its slot was given back
     (run,) = read_history("machine", "ns/a", client)
     assert run.end is not None and run.outcome
@@ -94,6 +111,26 @@ def test_a_delivery_that_finds_no_slot_leaves_no_history(client: redis.Redis, re
     assert concurrency.acquire(client, "node", "other-1", settings)
     assert concurrency.acquire(client, "node", "other-2", settings)
     enqueue("node", "n1")
-    assert deliver_counted(client, redis_url, "node") == ("busy", 2, 2)
+    assert deliver_counted(client, redis_url, "node") == ("busy", 2, 2, 2)
     assert read_history("node", "n1", client) == []
     assert concurrency.holders(client, "node", settings) == 2
+
+
+def test_the_publisher_asks_every_kind_in_one_script_call(client: redis.Redis, redis_url: str) -> None:
+    """A keeper's pass over the eight delayed sets is one round trip when nothing is due, two when
+    something is (find, then publish), whatever the number of kinds."""
+    counted = counting_client(redis_url)
+    enqueue_after("machine", "ns/warm", 0.5)
+    assert publish_due(counted, time.time() + 1)[0] == 1  # loads the scripts
+    client.delete(queue_keys("machine").broker_list)
+    enqueue_after("machine", "ns/later", 30)
+    enqueue_after("node", "n-later", 60)
+    sent, commands = CountingConnection.sent, CountingConnection.commands
+    published, next_due = publish_due(counted)
+    assert (published, CountingConnection.sent - sent, CountingConnection.commands - commands) == (0, 1, 1)
+    assert next_due == pytest.approx(time.time() + 30, abs=5)
+    sent, commands = CountingConnection.sent, CountingConnection.commands
+    published, next_due = publish_due(counted, time.time() + 45)
+    assert (published, CountingConnection.sent - sent, CountingConnection.commands - commands) == (1, 2, 2)
+    assert next_due == pytest.approx(time.time() + 60, abs=5)
+    assert client.llen(queue_keys("machine").broker_list) == 1
