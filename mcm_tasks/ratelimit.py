@@ -20,54 +20,53 @@ from dataclasses import dataclass
 
 import redis
 
-# KEYS[1] bucket hash; ARGV: rate/s, burst, now (s, float), requested tokens.
-# Returns the seconds to wait before the tokens are available (0 = granted now). A caller that
-# must wait has its tokens reserved already (the bucket may go negative), so waiters are served
-# in arrival order and nobody starves.
-_TAKE = """
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local now = tonumber(ARGV[3])
-local want = tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil then tokens = burst; ts = now end
-if now > ts then
-  tokens = math.min(burst, tokens + (now - ts) * rate)
-  ts = now
+#: The bucket's arithmetic, shared by its scripts (and the event recorder's spam filter): a hash
+#: ``tokens``, ``ts``; full (``burst``) when new, refilled at ``rate`` per second since ``ts``, up to
+#: ``burst``. Tokens may go negative: a caller that must wait has reserved its tokens already, so
+#: waiters are served in arrival order and nobody starves.
+BUCKET = """
+local function bucket_refill(key, rate, burst, now)
+  local state = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens, ts = tonumber(state[1]), tonumber(state[2])
+  if tokens == nil then return burst, now end
+  if now > ts then return math.min(burst, tokens + (now - ts) * rate), now end
+  return tokens, ts
 end
-tokens = tokens - want
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', ts)
-redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+local function bucket_store(key, tokens, ts, rate, burst)
+  redis.call('HSET', key, 'tokens', tokens, 'ts', ts)
+  redis.call('EXPIRE', key, math.ceil(burst / rate) + 60)
+end
+"""
+
+# KEYS[1] bucket hash; ARGV: rate/s, burst, now (s, float), requested tokens.
+# Returns the seconds to wait before the tokens are available (0 = granted now).
+_TAKE = (
+    BUCKET
+    + """
+local rate, burst, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tokens, ts = bucket_refill(KEYS[1], rate, burst, now)
+tokens = tokens - tonumber(ARGV[4])
+bucket_store(KEYS[1], tokens, ts, rate, burst)
 if tokens >= 0 then return '0' end
 return tostring(-tokens / rate)
 """
-
+)
 
 # The same bucket, taking up to ARGV[4] tokens but only those available now (at least 1: when none
 # is, one is reserved as _TAKE does). Returns {tokens taken, seconds to wait} as strings.
-_TAKE_UP_TO = """
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local now = tonumber(ARGV[3])
-local most = tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil then tokens = burst; ts = now end
-if now > ts then
-  tokens = math.min(burst, tokens + (now - ts) * rate)
-  ts = now
-end
+_TAKE_UP_TO = (
+    BUCKET
+    + """
+local rate, burst, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tokens, ts = bucket_refill(KEYS[1], rate, burst, now)
 local got = 1
-if tokens >= 1 then got = math.max(1, math.min(most, math.floor(tokens))) end
+if tokens >= 1 then got = math.max(1, math.min(tonumber(ARGV[4]), math.floor(tokens))) end
 tokens = tokens - got
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', ts)
-redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+bucket_store(KEYS[1], tokens, ts, rate, burst)
 if tokens >= 0 then return {tostring(got), '0'} end
 return {tostring(got), tostring(-tokens / rate)}
 """
+)
 
 
 @dataclass

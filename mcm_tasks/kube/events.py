@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks import kinds
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_already_exists, is_not_found
-from mcm_tasks.ratelimit import SharedTokenBucket
+from mcm_tasks.ratelimit import BUCKET
 from mcm_tasks.redisdb import get_redis, rkey
 
 log = logging.getLogger(__name__)
@@ -48,11 +48,15 @@ DEFAULT_COMPONENT = "machine-controller-manager"
 SPAM_BURST = 25
 SPAM_QPS = 1.0 / 300.0
 
-# The correlator's two round trips per event (each was three apart). KEYS: the event key's lock, its
-# state hash. BEGIN (ARGV token, lock ttl ms): take the lock and read the state → {1, field, value…},
-# or {0} while another recorder holds it. END (ARGV token or "", state ttl s, field, value…): write
-# the state, then release the lock if it is still ours. RELEASE: only the release, after a failure.
-_BEGIN = """
+# The correlator's two round trips per event, the spam filter's token included. KEYS: the event key's
+# lock, its state hash. BEGIN (ARGV token, lock ttl ms): take the lock and read the state → {1,
+# field, value…}, or {0} while another recorder holds it. SPAM_BEGIN (KEYS[3] the object's spam
+# bucket; ARGV[3…5] now, rate, burst): the first try, which first takes a token of the spam filter
+# (client-go's, a bucket as ratelimit.py keeps them) → {2} when there is none (the event is dropped),
+# else BEGIN (a retry while the lock is held takes no second token). END (ARGV token or "", state
+# ttl s, field, value…): write the state, then release the lock if it is still ours. RELEASE: only
+# the release, after a failure.
+_LOCK_AND_READ = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local out = redis.call('HGETALL', KEYS[2])
   table.insert(out, 1, 1)
@@ -60,6 +64,17 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return {0}
 """
+_BEGIN = _LOCK_AND_READ
+_SPAM_BEGIN = (
+    BUCKET
+    + """
+local now, rate, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local tokens, ts = bucket_refill(KEYS[3], rate, burst, now)
+if tokens < 1 then return {2} end
+bucket_store(KEYS[3], tokens - 1, ts, rate, burst)
+"""
+    + _LOCK_AND_READ
+)
 _END = """
 redis.call('HSET', KEYS[2], unpack(ARGV, 3))
 redis.call('EXPIRE', KEYS[2], ARGV[2])
@@ -217,6 +232,7 @@ class EventRecorder:
         self._redis = redis_client if redis_client is not None else (get_redis() if aggregate else None)
         if self._redis is not None:
             self._begin_script = self._redis.register_script(_BEGIN)
+            self._spam_begin = self._redis.register_script(_SPAM_BEGIN)
             self._end = self._redis.register_script(_END)
 
     # --- public ----------------------------------------------------------------------------------
@@ -229,9 +245,6 @@ class EventRecorder:
             raise ValueError(f"event type must be Normal or Warning, got {type_!r}")
         ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
         try:
-            if not self._allowed(ref):
-                log.debug("event %s on %s/%s dropped by the spam filter", reason, ref.kind, ref.name)
-                return None
             return self._record(ref, type_, reason, message)
         except (ApiException, redis.RedisError, OSError) as err:
             log.warning("could not record event %s on %s %s/%s: %s",
@@ -240,21 +253,24 @@ class EventRecorder:
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _allowed(self, ref: ObjectRef) -> bool:
-        if not self.spam_filter or self._redis is None:
-            return True
-        key = rkey("events", "spam", digest(spam_key(ref, self.component, self.host)))
-        return SharedTokenBucket(self._redis, key, rate=SPAM_QPS, burst=SPAM_BURST).try_take()
+    def _spam_key(self, ref: ObjectRef) -> str | None:
+        if not self.spam_filter:
+            return None
+        return rkey("events", "spam", digest(spam_key(ref, self.component, self.host)))
 
-    def _record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> dict[str, Any]:
+    def _record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> dict[str, Any] | None:
         now = self.clock()
-        if self._redis is None:
+        if self._redis is None:  # no Redis: neither spam filter nor correlation
             return self._create(
                 ref, type_, reason, message, event_name(ref, time.time_ns()), 1, rfc3339(now), now
             )
         state_key = rkey("events", digest(event_key(ref, type_, reason, message, self.component, self.host)))
         lock_key = state_key + ":lock"
-        token, state = self._begin(lock_key, state_key)
+        began = self._begin(lock_key, state_key, self._spam_key(ref))
+        if began is None:
+            log.debug("event %s on %s/%s dropped by the spam filter", reason, ref.kind, ref.name)
+            return None
+        token, state = began
         try:
             if state.get("name"):
                 written = self._bump(ref, type_, reason, message, state, now)
@@ -318,15 +334,25 @@ class EventRecorder:
             body = {"count": int(current.get("count") or 0) + 1, "lastTimestamp": rfc3339(now)}
             return ops.patch(self.api, kinds.EVENT.resource, name, body, ref.event_namespace)
 
-    def _begin(self, lock_key: str, state_key: str) -> tuple[str | None, dict[str, str]]:
-        """The per-key write lock (bounded wait) and the state read under it; no token (write anyway,
-        state read without the lock) when it stays taken."""
+    def _begin(
+        self, lock_key: str, state_key: str, spam: str | None
+    ) -> tuple[str | None, dict[str, str]] | None:
+        """The object's spam-filter token (``spam``: its bucket), then the per-key write lock (bounded
+        wait) and the state read under it, the first try in one round trip; no token (write anyway,
+        state read without the lock) when it stays taken; None when the spam filter drops the event."""
         assert self._redis is not None
         token = token_source.token_hex(8)
         ttl_ms = max(1000, int(self.lock_wait * 2000))
         deadline = time.monotonic() + self.lock_wait
         while True:
-            answer = cast(list[Any], self._begin_script(keys=[lock_key, state_key], args=[token, ttl_ms]))
+            if spam is not None:
+                args: list[str | int | float] = [token, ttl_ms, time.time(), SPAM_QPS, SPAM_BURST]
+                answer = cast(list[Any], self._spam_begin(keys=[lock_key, state_key, spam], args=args))
+                spam = None
+            else:
+                answer = cast(list[Any], self._begin_script(keys=[lock_key, state_key], args=[token, ttl_ms]))
+            if int(answer[0]) == 2:
+                return None
             if int(answer[0]) == 1:
                 return token, _as_text(dict(zip(answer[1::2], answer[2::2], strict=True)))
             if time.monotonic() >= deadline:
