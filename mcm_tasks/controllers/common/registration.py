@@ -3,8 +3,9 @@ contract and, once per process, the pass scope every reconcile runs in, so no re
 remember it; ``scoped`` builds a controller's key reconciler from the read of its object and its
 phases, handing the phases one ``PassScope`` (``controllers.common.scope``) per pass.
 
-The pass scope is the mirror's one read of its sync state per pass
-(``CacheReader.remembering_synced``): asked before every read, it was a noticeable share of task time.
+The pass scope is the mirror's one read of its sync state per pass, and one read of each object the
+pass gets (``CacheReader.remembering_synced``): asked before every read, the sync state was a
+noticeable share of task time, and a machine's pass read its Node about three times.
 """
 
 from __future__ import annotations
