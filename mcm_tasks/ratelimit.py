@@ -144,8 +144,8 @@ class LeasedTokens:
     def __init__(
         self,
         bucket: SharedTokenBucket,
-        window: float = 0.1,
-        hold: float = 0.5,
+        window: float = 0.25,
+        hold: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bucket = bucket
