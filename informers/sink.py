@@ -30,7 +30,11 @@ class Sink(Protocol):
 
 def deliver(sink: Sink, routing: Routing) -> int:
     """Expectations first, then the keys: a MachineSet reconcile woken by this batch must already
-    find its expectations lowered."""
+    find its expectations lowered. A sink that takes the whole routing at once (``QueueSink``: one
+    Redis round trip per batch of events) does it in that order itself."""
+    whole = getattr(sink, "deliver_routing", None)
+    if whole is not None:
+        return int(whole(routing))
     for owner, count in Counter(routing.creations_observed).items():
         sink.creation_observed(owner, count)
     for owner, name in routing.deletions_observed:
@@ -49,6 +53,19 @@ class QueueSink:
         from mcm_tasks.queue.producer import enqueue_many
 
         return enqueue_many(items, self.client)
+
+    def deliver_routing(self, routing: Routing) -> int:
+        """The expectations, the keys at once and the batched ones, in that order, in one round trip;
+        the messages published and the keys batched, as ``deliver`` counts them."""
+        from mcm_tasks.queue.expectations import observed_calls
+        from mcm_tasks.queue.producer import enqueue_together
+        from mcm_tasks.settings import get_settings
+
+        now, batched = routing.split()
+        first = observed_calls(Counter(routing.creations_observed).items(), routing.deletions_observed)
+        seconds = get_settings().machine_updates_batch_period
+        published = enqueue_together(now, batched, seconds, first, self.client)
+        return published + (len(batched) if seconds > 0 else 0)
 
     def enqueue_batched(self, items: list[tuple[str, str]]) -> int:
         from mcm_tasks.queue.producer import enqueue_many_after

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import redis
 
-from mcm_tasks.queue.scripts import LuaScript
+from mcm_tasks.queue.scripts import Call, LuaScript
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import get_settings
 
@@ -60,6 +60,15 @@ def _ttl_ms() -> int:
 
 def _client(client: redis.Redis | None) -> redis.Redis:
     return client or get_redis()
+
+
+def observed_calls(creations: Iterable[tuple[str, int]], deletions: Iterable[tuple[str, str]]) -> list[Call]:
+    """``creation_observed`` and ``deletion_observed`` as script calls, for the informer to pipeline
+    with the keys it enqueues (they run first: a MachineSet woken by the batch finds its
+    expectations lowered)."""
+    calls: list[Call] = [(_CREATED, [count], [_key(owner)]) for owner, count in creations]
+    calls += [(_DELETED, [name], [_key(owner)]) for owner, name in deletions]
+    return calls
 
 
 def expect_creations(owner_key: str, n: int, client: redis.Redis | None = None) -> None:

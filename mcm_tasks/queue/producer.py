@@ -64,15 +64,9 @@ def scripts_for(kind: str, settings: Settings | None = None) -> scripts.KindScri
     return found
 
 
-def enqueue_many(items: Iterable[tuple[str, str]], client: redis.Redis | None = None) -> int:
-    """Add many (kind, key) at once, one round trip per batch; the number of messages published."""
-    settings = get_settings()
-    groups = _group(items)
-    if not groups:
-        return 0
-    client = client or get_redis()
+def _enqueue_calls(groups: dict[str, dict[str, None]], settings: Settings) -> list[scripts.Call]:
     now = time.time()
-    calls: list[tuple[scripts.LuaScript, list[object]]] = []
+    calls: list[scripts.Call] = []
     for kind, keys in groups.items():
         script = scripts_for(kind, settings).enqueue
         queue = settings.queue_name(kind)
@@ -83,7 +77,60 @@ def enqueue_many(items: Iterable[tuple[str, str]], client: redis.Redis | None = 
                 mid = new_id()
                 args += (key, mid, build_message(kind, key, mid, queue))
             calls.append((script, args))
-    return sum(int(n) for n in scripts.run_pipeline(client, calls))
+    return calls
+
+
+def _schedule_calls(
+    groups: dict[str, dict[str, None]], settings: Settings, seconds: float
+) -> list[scripts.Call]:
+    due = repr(time.time() + float(seconds))
+    calls: list[scripts.Call] = []
+    for kind, keys in groups.items():
+        script = scripts_for(kind, settings).schedule
+        ordered = list(keys)
+        for start in range(0, len(ordered), CHUNK):
+            args: list[object] = []
+            for key in ordered[start : start + CHUNK]:
+                args += (key, due)
+            calls.append((script, args))
+    return calls
+
+
+def enqueue_many(items: Iterable[tuple[str, str]], client: redis.Redis | None = None) -> int:
+    """Add many (kind, key) at once, one round trip per batch; the number of messages published."""
+    return enqueue_together(items, (), 0.0, client=client)
+
+
+def enqueue_together(
+    now: Iterable[tuple[str, str]],
+    later: Iterable[tuple[str, str]],
+    seconds: float,
+    first: Iterable[scripts.Call] = (),
+    client: redis.Redis | None = None,
+) -> int:
+    """``first`` (other script calls, e.g. expectations), then ``enqueue_many(now)`` and
+    ``enqueue_many_after(later, seconds)``, in that order and in one round trip: what the informer
+    does with each batch of events. The number of messages published. A key refused (``ValueError``)
+    refuses every key, after ``first`` ran on its own."""
+    settings = get_settings()
+    client = client or get_redis()
+    before = list(first)
+    try:
+        groups, delayed = _group(now), _group(later)
+    except ValueError:
+        if before:
+            scripts.run_pipeline(client, before)
+        raise
+    if seconds <= 0:  # nothing to wait for: at once, as enqueue_many_after does
+        for kind, keys in delayed.items():
+            groups.setdefault(kind, {}).update(keys)
+        delayed = {}
+    adds = _enqueue_calls(groups, settings)
+    calls = before + adds + (_schedule_calls(delayed, settings, seconds) if delayed else [])
+    if not calls:
+        return 0
+    replies = scripts.run_pipeline(client, calls)
+    return sum(int(n) for n in replies[len(before) : len(before) + len(adds)])
 
 
 def enqueue(kind: str, key: str, client: redis.Redis | None = None) -> bool:
@@ -97,23 +144,7 @@ def enqueue_many_after(
 ) -> None:
     """``enqueue_after`` for many (kind, key) at once, one round trip; a key with an earlier due
     time keeps it (a batch never delays what is already due)."""
-    settings = get_settings()
-    groups = _group(items)
-    if seconds <= 0:
-        enqueue_many([(kind, key) for kind, keys in groups.items() for key in keys], client)
-        return
-    due = repr(time.time() + float(seconds))
-    calls: list[tuple[scripts.LuaScript, list[object]]] = []
-    for kind, keys in groups.items():
-        script = scripts_for(kind, settings).schedule
-        ordered = list(keys)
-        for start in range(0, len(ordered), CHUNK):
-            args: list[object] = []
-            for key in ordered[start : start + CHUNK]:
-                args += (key, due)
-            calls.append((script, args))
-    if calls:
-        scripts.run_pipeline(client or get_redis(), calls)
+    enqueue_together((), items, seconds, client=client)
 
 
 def enqueue_after(kind: str, key: str, seconds: float, client: redis.Redis | None = None) -> None:

@@ -410,17 +410,21 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
     return found
 
 
-def run_pipeline(client: redis.Redis, calls: Sequence[tuple[LuaScript, Sequence[Any]]]) -> list[Any]:
-    """Run script calls in one non-transactional pipeline. Calls refused with NOSCRIPT (a script
-    not yet loaded, or a restarted Redis) are loaded and run again; only those, so nothing runs
-    twice."""
+#: a script call to pipeline: (script, ARGV) or (script, ARGV, KEYS)
+Call = tuple[LuaScript, Sequence[Any]] | tuple[LuaScript, Sequence[Any], Sequence[str]]
+
+
+def run_pipeline(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Run script calls in one non-transactional pipeline, in order. Calls refused with NOSCRIPT (a
+    script not yet loaded, or a restarted Redis) are loaded and run again; only those, so nothing
+    runs twice."""
     pending = list(range(len(calls)))
     results: list[Any] = [None] * len(calls)
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         for i in pending:
-            script, args = calls[i]
-            script.queue(pipe, (), args)
+            script, args, *keys = calls[i]
+            script.queue(pipe, keys[0] if keys else (), args)
         replies = pipe.execute(raise_on_error=False)
         missing = []
         for i, reply in zip(pending, replies, strict=True):

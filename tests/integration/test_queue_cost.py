@@ -11,7 +11,17 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from mcm_tasks.queue import Requeue, concurrency, enqueue, enqueue_after, register_reconciler, registry
+from informers.events import Routing
+from informers.sink import QueueSink, deliver
+from mcm_tasks.queue import (
+    Requeue,
+    concurrency,
+    enqueue,
+    enqueue_after,
+    expectations,
+    register_reconciler,
+    registry,
+)
 from mcm_tasks.queue.history import read_history
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.processing import process
@@ -134,3 +144,26 @@ def test_the_publisher_asks_every_kind_in_one_script_call(client: redis.Redis, r
     assert (published, CountingConnection.sent - sent, CountingConnection.commands - commands) == (1, 2, 2)
     assert next_due == pytest.approx(time.time() + 60, abs=5)
     assert client.llen(queue_keys("machine").broker_list) == 1
+
+
+def test_an_informer_batch_is_one_round_trip(client: redis.Redis, redis_url: str) -> None:
+    """What one batch of events asks for, expectations lowered first, then the keys at once and the
+    keys that wait for the batch period: one round trip for all of it."""
+    sink = QueueSink(counting_client(redis_url))
+
+    def routing(n: int) -> Routing:
+        r = Routing()
+        r.add("machine", f"ns/m{n}")
+        r.add("machineset", "ns/s", batched=True)
+        r.creations_observed.append("ns/s")
+        r.deletions_observed[("ns/s", f"old-{n}")] = None
+        return r
+
+    expectations.expect_creations("ns/s", 2)
+    deliver(sink, routing(0))  # loads the scripts
+    sent = CountingConnection.sent
+    assert deliver(sink, routing(1)) == 2  # one message published, one key batched
+    assert CountingConnection.sent - sent == 1
+    assert expectations.satisfied("ns/s", client), "both creations were observed"
+    assert client.zscore(queue_keys("machineset").delayed, "ns/s") is not None
+    assert client.llen(queue_keys("machine").broker_list) == 2
