@@ -181,7 +181,7 @@ class Settings(BaseSettings):
         7,
         ge=1,
         description="deletion-flow steps one pass runs back to back while each moves the flow on; "
-        "every step's status is still written (1 = a pass per step, as MCM)",
+        "the status is written once, where the pass stops (1 = a pass and a write per step, as MCM)",
     )
     health_recheck_period: Duration = Field(
         60.0, description="re-check of Pending/Unknown machines that have not timed out yet"

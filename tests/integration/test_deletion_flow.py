@@ -14,6 +14,7 @@ from kubernetes import watch
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.common.context import creation_in_flight
+from mcm_tasks.controllers.machine import deletion
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from providers.driver import DeleteMachineRequest
 from tests.integration import test_deletion_env as sandbox
@@ -78,13 +79,7 @@ def test_vm_already_gone_at_deletion(env: Env) -> None:
 
 def test_machine_without_node_or_vm_skips_the_drain(env: Env) -> None:
     name = unique("bare")
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Machine",
-        "metadata": {"name": name, "namespace": "default", "finalizers": [MCM_FINALIZER]},
-        "spec": {"class": {"kind": "MachineClass", "name": CLASS}},
-    }
-    env.custom.create_namespaced_custom_object(GROUP, VERSION, "default", "machines", body)
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, "default", "machines", _bare(name))
     env.delete_machine(name)
     trace = drive(env, name)
     assert trace.descriptions == [
@@ -124,30 +119,96 @@ def watched_descriptions(env: Env, name: str) -> Iterator[list[str]]:
     thread.join(5)
 
 
-def test_one_pass_runs_every_step_that_moves_on_and_writes_each(env: Env) -> None:
-    """The default chains the steps: one reconcile takes a machine with nothing to wait for from its
-    deletion to gone, and an observer still sees each of MCM's descriptions, in MCM's order."""
-    reconfigure(env, deletion_steps_per_pass=7)
-    name = unique("chain")
-    body = {
+def _bare(name: str) -> dict[str, object]:
+    """A Machine with neither a VM nor a Node: its deletion has nothing to wait for."""
+    return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Machine",
         "metadata": {"name": name, "namespace": "default", "finalizers": [MCM_FINALIZER]},
         "spec": {"class": {"kind": "MachineClass", "name": CLASS}},
     }
-    env.custom.create_namespaced_custom_object(GROUP, VERSION, "default", "machines", body)
+
+
+def test_one_pass_runs_every_step_that_moves_on_and_writes_only_where_it_stops(env: Env) -> None:
+    """The default chains the steps: one reconcile takes a machine with nothing to wait for from its
+    deletion to gone. A deliberate difference from MCM (it used to write each step's description):
+    an observer sees the phase Terminating with step 1's description, its own write, and nothing
+    else, since the pass ends by removing the finalizer and the Machine is gone with it."""
+    reconfigure(env, deletion_steps_per_pass=7)
+    name = unique("chain")
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, "default", "machines", _bare(name))
     with watched_descriptions(env, name) as seen:
         env.delete_machine(name)
         assert reconcile_termination(f"default/{name}") is None
         assert env.machine(name) is None
+    assert seen == ["Set machine status to termination. Now, getting VM Status"]
+
+
+def test_a_pass_that_waits_at_the_drain_writes_the_drain_description_there(env: Env) -> None:
+    """A pod the budget will not let go: the pass moves through getVMStatus to the drain and waits
+    there, writing the description it waits at (MCM's) once, after the Terminating phase."""
+    reconfigure(env, deletion_steps_per_pass=7)
+    name = unique("waits")
+    env.launch(name)
+    env.run_pod("held", name, labels={"app": "held"})
+    env.run_pod("peer", "elsewhere", labels={"app": "held"})
+    env.budget("hold", {"app": "held"}, minAvailable=1)  # 2 expected, 1 healthy, 1 must stay
+    wait_until(lambda: env.running("held"), 15, what="pod running")
+    wait_until(lambda: env.budget_status("hold").get("currentHealthy") == 1, 10, what="budget status")
+    with watched_descriptions(env, name) as seen:
+        env.delete_machine(name)
+        result = reconcile_termination(f"default/{name}")
+        assert result is not None and result.after is not None
+        machine = env.machine(name)
+        assert machine is not None
+        assert machine.status.current_status.phase == "Terminating"
+        assert machine.status.last_operation.description == "Initiate node drain"
+        assert machine.status.last_operation.state == "Processing"
+        env.policy.delete_namespaced_pod_disruption_budget("hold", env.namespace)
+        drive(env, name)  # then, with the budget gone, the drain ends and the rest flows through
     assert seen == [
+        "Machine is running",  # the watch's first sight of it
         "Set machine status to termination. Now, getting VM Status",
         "Initiate node drain",
-        "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
-        "VM deletion was successful. Initiate node object deletion",
-        f'Label "node" not present on machine "{name}" or no associated node object found, continuing '
-        "deletion flow. Initiate machine object finalizer removal",
     ]
+    assert_all_gone(env, name)
+
+
+class Killed(BaseException):
+    """What SIGKILL does to a pass: nothing after it runs, no handler sees it."""
+
+
+def test_a_worker_killed_after_the_vm_is_deleted_leaves_a_flow_the_next_pass_completes(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass deletes the VM, its description not yet written, and dies: the Machine still shows
+    the last written description, and the next pass repeats the steps after it (the drain of a
+    drained node succeeds, deleting a VM that is gone moves on) to the end."""
+    reconfigure(env, deletion_steps_per_pass=7)
+    name = unique("killed")
+    env.launch(name)
+    env.delete_machine(name)
+
+    def killed(_machine: object) -> None:
+        raise Killed
+
+    monkeypatch.setattr(deletion, "_delete_node", killed)
+    with pytest.raises(Killed):
+        reconcile_termination(f"default/{name}")
+    monkeypatch.undo()
+    assert not env.live_vms(name)  # the VM went
+    machine = env.machine(name)
+    assert machine is not None and env.node(name) is not None
+    assert (
+        machine.status.last_operation.description
+        == "Set machine status to termination. Now, getting VM Status"
+    )
+
+    reconfigure(env, deletion_steps_per_pass=1)  # a pass per step: the driver sees each description
+    trace = drive(env, name)
+    assert "Drain successful. Initiate VM deletion" in trace.descriptions
+    assert index(trace, "Initiate node drain") < index(trace, "Initiate node object deletion")
+    assert_all_gone(env, name)
 
 
 def test_a_chained_pass_stops_at_its_step_limit_and_comes_back(env: Env) -> None:
@@ -159,7 +220,9 @@ def test_a_chained_pass_stops_at_its_step_limit_and_comes_back(env: Env) -> None
     assert result is not None and result.after == 0.05  # ConflictRetry, compressed
     machine = env.machine(name)
     assert machine is not None
-    assert machine.status.last_operation.description == "Initiate node drain"  # two steps written
+    assert (
+        machine.status.last_operation.description == "Initiate node drain"
+    )  # two steps, one write at the limit
     trace = drive(env, name)
     assert trace.rounds < 7, "the rest of the flow also ran several steps per pass"
     assert_all_gone(env, name)

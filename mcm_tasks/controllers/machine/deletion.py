@@ -16,14 +16,23 @@ Steps, matched by the constants MCM's descriptions contain, in MCM's order:
 6. remove the node finalizer and delete the Node → "… Initiate machine object finalizer removal";
 7. remove the Machine's finalizer: the API server then deletes it.
 
-A step that moves on writes its description and the next step runs at once, in the same pass, on
-the Machine the API server returned (up to ``deletion_steps_per_pass`` steps). Upstream returns an
-error to be requeued at once and runs the next step in the next pass; the writes and their order are
-the same, but a pass per step cost a queue round trip, a countdown and a fresh read each, most of a
-thousand-machine scale-down. A pass that stops after a step that moved on comes back after
-ConflictRetry. Status writes that move to another step are never de-duplicated, since the
-description is the flow's state, and a worker that dies between steps leaves the flow at the last
-written one.
+A step that moves on runs the next one at once, in the same pass, on the Machine as it left it (up
+to ``deletion_steps_per_pass`` steps), and the pass writes the status once, where it stops: at the
+step it waits at, a failure (its description and state), a requeue, or the end of its step budget.
+Upstream returns an error to be requeued at once, runs the next step in the next pass and writes
+every step's description; a pass per step cost a queue round trip, a countdown and a fresh read
+each, most of a thousand-machine scale-down, and descriptions written milliseconds apart are seen
+by no poller but the last. A deliberate difference from MCM, so: a machine whose deletion flows
+straight through shows its phase Terminating and "… getting VM Status" (step 1 is always its own
+write, so the phase says Terminating while the node drains), then the description it waits or fails
+at; every waiting and failure description and every Event is MCM's. A pass that ends by removing
+the finalizer writes no pending status at all (the Machine is gone). A metadata write within the
+pass (the ``node`` label) carries its resourceVersion on to the later writes.
+
+Crash safety holds because every step is idempotent (VM not found moves on, a Node gone moves on,
+the drain of a drained node succeeds): a worker that dies mid-pass leaves the flow at the last
+written description, and the next pass repeats the steps after it. A pass that stops after a step
+that moved on comes back after ConflictRetry.
 """
 
 from __future__ import annotations
@@ -38,7 +47,15 @@ from typing import Final
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineClass, MachineOperationType, MachinePhase, MachineState, now_utc
+from mcm_tasks.api import (
+    Machine,
+    MachineClass,
+    MachineOperationType,
+    MachinePhase,
+    MachineState,
+    MachineStatus,
+    now_utc,
+)
 from mcm_tasks.api.constants import (
     MCM_FINALIZER,
     NODE_LABEL_KEY,
@@ -198,12 +215,23 @@ def drain_transition(result: drain_mod.DrainResult) -> Transition | None:
 
 @dataclass(frozen=True)
 class Continue:
-    """A step moved the flow on: the next one may run now, on the Machine as written."""
+    """A step moved the flow on: the next one may run now, on the Machine as the step left it, its
+    status ``unwritten`` (the pass writes it where it stops) or as the API server returned it."""
 
     machine: Machine
+    unwritten: bool = True
 
 
-StepResult = Requeue | Continue | None
+@dataclass(frozen=True)
+class Stop:
+    """A step stopped the pass at a status to write (a failure, or one that stays at its step)."""
+
+    status: MachineStatus
+    requeue: Requeue
+    moves: bool
+
+
+StepResult = Requeue | Continue | Stop | None
 
 
 def requeue(retry: Retry) -> Requeue:
@@ -247,11 +275,20 @@ def terminate(machine: Machine) -> Requeue | None:
     """
     if context.creation_in_progress(machine.key):
         return Requeue.medium()
+    unwritten = False
     for _ in range(get_settings().deletion_steps_per_pass):
         result = step(machine)
-        if not isinstance(result, Continue):
-            return result
-        machine = result.machine
+        if isinstance(result, Continue):
+            machine, unwritten = result.machine, unwritten or result.unwritten
+            continue
+        if isinstance(result, Stop):  # a status where the previous one was written: never de-duplicated
+            status.write_status(machine, result.status, dedup=not (result.moves or unwritten))
+            return result.requeue
+        if result is not None and unwritten:  # waits, or requeues, at the step it moved on to
+            status.write_status(machine, machine.status, dedup=False)
+        return result  # None: the finalizer is gone, and the Machine with it: nothing left to write
+    if unwritten:
+        status.write_status(machine, machine.status, dedup=False)
     return Requeue.conflict()
 
 
@@ -278,13 +315,14 @@ def step(machine: Machine) -> StepResult:
 
 
 def _write(machine: Machine, transition: Transition, *, last_known_state: str | None = None) -> StepResult:
+    """A step's transition: one that moves on to the next step leaves its status for the pass to
+    write where it stops (``terminate``); any other stops the pass with its status."""
     moves = step_of_description(transition.description) != step_of(machine)
     op = status.last_operation(transition.description, transition.state, MachineOperationType.DELETE)
     new = status.updated_status(machine, last_op=op, last_known_state=last_known_state)
-    written = status.write_status(machine, new, dedup=not moves)
-    if moves and written is not None and transition.retry is Retry.NEXT_STEP:
-        return Continue(written)
-    return requeue(transition.retry)
+    if moves and transition.retry is Retry.NEXT_STEP:
+        return Continue(machine.model_copy(update={"status": new}))
+    return Stop(new, requeue(transition.retry), moves)
 
 
 def _driver(machine: Machine) -> tuple[context.ClassContext, Driver] | None:
@@ -319,8 +357,9 @@ def _set_terminating(machine: Machine) -> StepResult:
     new = status.updated_status(
         machine, last_op=op, current=status.current_status(MachinePhase.TERMINATING, now=now)
     )
-    written = status.write_status(machine, new, dedup=False)  # a restart is written even when alike
-    return Requeue.conflict() if written is None else Continue(written)
+    # its own write, even when alike (a restart): the phase says Terminating while the node drains
+    written = status.write_status(machine, new, dedup=False)
+    return Requeue.conflict() if written is None else Continue(written, unwritten=False)
 
 
 def _get_vm_status(machine: Machine) -> StepResult:
@@ -350,7 +389,8 @@ def _get_vm_status(machine: Machine) -> StepResult:
             patch,
             machine.metadata.namespace,
         )
-        machine = Machine.model_validate(labelled)
+        # later writes carry the label's resourceVersion; the status stays the pass's own
+        machine = Machine.model_validate(labelled).model_copy(update={"status": machine.status})
     return _write(machine, transition)
 
 
