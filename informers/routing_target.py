@@ -163,7 +163,7 @@ def route_node(ev: Event, view: View, out: Routing) -> None:
         if machine is None:
             return
         if is_deleting(machine):
-            if not deletes_its_node_itself(machine):
+            if not deletes_its_node_itself(machine, node):
                 out.add(Queue.MACHINE_TERMINATION, key_of(machine))
             return
         out.add(Queue.NODE, name)

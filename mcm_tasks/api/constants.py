@@ -79,6 +79,10 @@ CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION: Final = (
     "cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm"
 )
 CA_SCALE_DOWN_DISABLED_VALUE: Final = "true"
+#: Machine and Node (mcm-tasks's own): set by the deletion flow in the same PATCH that takes its
+#: finalizer off, so the object's DELETE says the flow itself let it go (its status may be a step
+#: behind, the pass writing its status only where it stops): value the flow's step
+DELETED_BY_FLOW_ANNOTATION: Final = "mcm-tasks.machine.sapcloud.io/deleted-by-deletion-flow"
 #: Node taint (read): while present a Pending machine does not become Running
 CRITICAL_COMPONENTS_NOT_READY_TAINT: Final = "node.gardener.cloud/critical-components-not-ready"
 #: Node taint (NoSchedule) applied before draining a preserved Failed machine

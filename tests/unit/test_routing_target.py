@@ -10,6 +10,7 @@ from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks import kinds
 from mcm_tasks.api.constants import (
     CRITICAL_COMPONENTS_NOT_READY_TAINT,
+    DELETED_BY_FLOW_ANNOTATION,
     NODE_MACHINE_NAME_LABEL_KEY,
     NOT_MANAGED_BY_MCM_ANNOTATION,
     PRESERVE_ANNOTATION,
@@ -173,6 +174,17 @@ def test_node_deleted_under_a_deleting_machine_wakes_no_node_task_and_the_flow_o
     draining = fx.machine("m", node="n", phase="Terminating", deleting=True, description=description)
     routed = with_node(fx.node("n"), draining).then(N, DELETED, fx.node("n")).items()
     assert routed == ([("machine-termination", k("m"))] if wakes_flow else [])
+
+
+def test_node_the_flow_marked_as_it_deleted_it_wakes_no_flow() -> None:
+    """A pass that runs on to the Node's deletion writes no status on the way: the Machine's last
+    description is a step behind, the mark in the Node's finalizer patch says whose DELETE it is."""
+    draining = fx.machine(
+        "m", node="n", phase="Terminating", deleting=True, description="Initiate node drain"
+    )
+    marked = fx.node("n")
+    marked["metadata"]["annotations"] = {DELETED_BY_FLOW_ANNOTATION: "delete-node"}
+    assert not with_node(fx.node("n"), draining).then(N, DELETED, marked).items()
 
 
 # --- pods, volume attachments, mirror-only kinds -----------------------------------------------------------

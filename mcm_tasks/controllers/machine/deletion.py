@@ -57,6 +57,7 @@ from mcm_tasks.api import (
     now_utc,
 )
 from mcm_tasks.api.constants import (
+    DELETED_BY_FLOW_ANNOTATION,
     MCM_FINALIZER,
     NODE_LABEL_KEY,
     NODE_TERMINATING_REASON_UNHEALTHY,
@@ -466,11 +467,13 @@ def _delete_node(machine: Machine) -> StepResult:
         )
         return _write(machine, _moving_on(text))
     try:
+        # the mark tells the Node's DELETE apart from someone else's (the status may be a step behind)
+        mark = {DELETED_BY_FLOW_ANNOTATION: Step.DELETE_NODE.value}
         if io.has_node_finalizer(context.get_node(node_name)):
-            io.remove_node_finalizer(api, node_name)
+            io.remove_node_finalizer(api, node_name, mark)
         answer = ops.delete(api, kinds.NODE.resource, node_name, missing_ok=True)
         if io.has_node_finalizer(answer):  # the mirror had not seen the finalizer: the Node waits on it
-            io.remove_node_finalizer(api, node_name)
+            io.remove_node_finalizer(api, node_name, mark)
         gone = answer is None
     except ApiException as err:
         if is_conflict(err):
@@ -493,7 +496,13 @@ def _delete_node(machine: Machine) -> StepResult:
 def _remove_finalizer(machine: Machine) -> Requeue | None:
     """Upstream: ``deleteMachineFinalizers``."""
     rest = with_finalizer(machine.metadata.finalizers, MCM_FINALIZER, False)
-    body = {"metadata": {"finalizers": rest, "resourceVersion": machine.metadata.resource_version}}
+    meta = {
+        "finalizers": rest,
+        "resourceVersion": machine.metadata.resource_version,
+        # the Machine's DELETE then says the flow released it: its last status may be a step behind
+        "annotations": {DELETED_BY_FLOW_ANNOTATION: Step.REMOVE_FINALIZER.value},
+    }
+    body = {"metadata": meta}
     ops.patch(
         context.control_api(),
         kinds.MACHINE.resource,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcm_tasks.api.constants import PRESERVE_ANNOTATION
+from mcm_tasks.api.constants import DELETED_BY_FLOW_ANNOTATION, PRESERVE_ANNOTATION
 from mcm_tasks.controllers.machine.descriptions import INITIATE_FINALIZER_REMOVAL, INITIATE_NODE_DELETION
 
 Obj = Mapping[str, Any]
@@ -37,13 +37,18 @@ def _description(machine: Obj | None) -> str:
     return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
 
 
-def deletes_its_node_itself(machine: Obj | None) -> bool:
+def _deleted_by_flow(obj: Obj | None) -> bool:
+    return DELETED_BY_FLOW_ANNOTATION in (_meta(obj).get("annotations") or {})
+
+
+def deletes_its_node_itself(machine: Obj | None, node: Obj | None = None) -> bool:
     """The machine's deletion flow is at its own Node deletion or past it ("Initiate node object
-    deletion", "Initiate machine object finalizer removal"): the Node going away is the flow's doing,
-    in a pass that goes on (or comes back on its own requeue), so the Node's DELETE need not wake the
-    flow, nor the node task, whose only business with a deleting machine is none."""
+    deletion", "Initiate machine object finalizer removal"), or marked the Node as it took its
+    finalizer off (a pass that runs on writes its status only where it stops): the Node going away is
+    the flow's doing, in a pass that goes on (or comes back on its own requeue), so the Node's DELETE
+    need not wake the flow, nor the node task, whose only business with a deleting machine is none."""
     text = _description(machine)
-    return INITIATE_NODE_DELETION in text or INITIATE_FINALIZER_REMOVAL in text
+    return INITIATE_NODE_DELETION in text or INITIATE_FINALIZER_REMOVAL in text or _deleted_by_flow(node)
 
 
 def cleaned_up_after_itself(machine: Obj | None) -> bool:
@@ -51,5 +56,6 @@ def cleaned_up_after_itself(machine: Obj | None) -> bool:
     removal" was released by the flow, which had deleted its VM (or found none) and forgot the drain's
     progress on the way: its DELETE leaves nothing to the termination reconcile, nor to the orphan-VM
     sweep upstream runs on every Machine DELETE for a VM left behind. Any other disappearance (a
-    finalizer removed by hand) still wakes both."""
-    return INITIATE_FINALIZER_REMOVAL in _description(machine)
+    finalizer removed by hand) still wakes both. The flow marks the Machine in the patch that takes
+    its finalizer off, since a pass that runs on to it writes no status on the way."""
+    return INITIATE_FINALIZER_REMOVAL in _description(machine) or _deleted_by_flow(machine)

@@ -227,11 +227,15 @@ def has_node_finalizer(node: Mapping[str, Any] | None) -> bool:
     return NODE_FINALIZER in (((node or {}).get("metadata") or {}).get("finalizers") or ())
 
 
-def remove_node_finalizer(api: ApiClient, name: str) -> None:
+def remove_node_finalizer(api: ApiClient, name: str, annotations: Mapping[str, str] | None = None) -> None:
     """Take the MCM finalizer off the Node by name: a strategic merge patch that deletes just that
     entry of ``metadata.finalizers`` needs neither a fresh read nor a resourceVersion, and leaves any
-    other finalizer where it is. A Node that is gone is no error."""
-    body = {"metadata": {f"{DELETE_FROM_PRIMITIVE_LIST}/finalizers": [NODE_FINALIZER]}}
+    other finalizer where it is (``annotations`` go in the same patch). A Node that is gone is no
+    error."""
+    meta: dict[str, Any] = {f"{DELETE_FROM_PRIMITIVE_LIST}/finalizers": [NODE_FINALIZER]}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    body = {"metadata": meta}
     try:
         ops.patch(api, kinds.NODE.resource, name, body, patch_type=ops.PatchType.STRATEGIC)
     except ApiException as err:
