@@ -40,7 +40,7 @@ import redis
 from mcm_tasks.broker import held_delivery_tags
 from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, workers_key
 from mcm_tasks.queue.producer import publish_due, scripts_for
-from mcm_tasks.queue.scripts import LuaScript
+from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, Settings, get_settings
 
@@ -116,11 +116,11 @@ def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
     unacked = broker_prefix(settings) + "unacked"
     deadline = now - settings.worker_lost_timeout
     published = 0
-    for kind in QUEUES:
-        kind_scripts = scripts_for(kind, settings)
-        found = kind_scripts.ghosts(client, (), [now, deadline, unacked])
+    calls = [(scripts_for(kind, settings).ghosts, [now, deadline, unacked]) for kind in QUEUES]
+    for kind, found in zip(QUEUES, run_pipeline(client, calls), strict=True):  # one round trip
         if not found:
             continue
+        kind_scripts = scripts_for(kind, settings)
         queue = settings.queue_name(kind)
         args: list[object] = [now]
         for i in range(0, len(found), 2):
