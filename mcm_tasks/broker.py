@@ -1,4 +1,5 @@
-"""kombu's Redis transport with two changes: a channel whose connection was already released fails
+"""kombu's Redis transport with three changes (the third: one reused client per channel, see
+``_create_client``): a channel whose connection was already released fails
 with a connection error instead of ``AttributeError``, and the process can list the delivery tags
 its channels hold unacknowledged (``held_delivery_tags``), so that the keeper
 (mcm_tasks/queue/keeper.py) renews them and a dead worker's messages are told from a live one's.
@@ -71,6 +72,20 @@ class _Changes:
             raise redis.exceptions.ConnectionError("the broker connection of this channel was released")
         params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
         return params
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        """kombu builds a new ``redis.Redis`` for every ack, publish and event batch (its
+        ``conn_or_acquire``), and redis-py's constructor is dear (its response-callback table):
+        about 2 % of a busy worker's CPU. A client is thread-safe and takes a connection from the
+        pool per command, so the channel keeps one per pool. (The asynchronous client, which holds
+        the BRPOP connection, stays kombu's.)"""
+        if asynchronous:
+            return super()._create_client(asynchronous=True)  # type: ignore[misc]
+        pool = self.pool  # type: ignore[attr-defined]
+        cached = self.__dict__.get("_mcm_client")
+        if cached is None or cached[0] is not pool:
+            cached = self.__dict__["_mcm_client"] = (pool, super()._create_client())  # type: ignore[misc]
+        return cached[1]
 
 
 class Channel(_Changes, kombu_redis.Channel):  # type: ignore[misc]
