@@ -21,7 +21,10 @@ Choices that carry the queue contract (see mcm_tasks/queue/README.md):
   rather than behind a busy one. A warm shutdown (SIGTERM) finishes running reconciles and hands
   prefetched messages back at once (kombu restores a closing channel's unacked messages).
 - no result backend: nothing reads results; replay works from the failing list (kind, key).
-- task events on for Flower; kombu's keys live under ``<key_prefix>:broker:``.
+- task events on for Flower, published in batches every half second (mcm_tasks/task_events.py);
+  kombu's keys live under ``<key_prefix>:broker:``.
+- the pool is ``--worker-pool`` (prefork by default); on ``threads`` and ``solo``, where Celery
+  enforces no time limit, a watchdog does (mcm_tasks/timelimits.py).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.messages import TASK_PREFIX, broker_prefix, task_name
 from mcm_tasks.redisdb import broker_options
 from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.task_events import BatchedTaskEvents
+from mcm_tasks.timelimits import ENFORCED_BY_CELERY, Watchdog
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -82,6 +87,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": f"{settings.key_prefix}.default",
         "task_routes": {task_name(kind): {"queue": settings.queue_name(kind)} for kind in QUEUES},
         "worker_prefetch_multiplier": 1,
+        "worker_pool": settings.worker_pool,
         "worker_concurrency": settings.worker_concurrency,
         "worker_send_task_events": True,
         "task_send_sent_event": True,
@@ -95,6 +101,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 register_transport()
 app = Celery("mcm_tasks", include=["mcm_tasks.tasks"])
 app.conf.update(celery_config(get_settings()))
+app.steps["consumer"].add(BatchedTaskEvents)
 
 
 def apply_settings(settings: Settings) -> None:
@@ -122,24 +129,32 @@ def _log_kind_and_key(logger: Any, **_: Any) -> None:
 
 
 _keeper: Any = None
+_watchdog: Watchdog | None = None
 
 
 @worker_ready.connect
 def _start_keeper(sender: Any = None, **_: Any) -> None:
     """The keeper runs in the main process (it renews the messages the consumer holds); started
-    once the pool has forked, so no pool process inherits the thread."""
-    global _keeper
+    once the pool has forked, so no pool process inherits the thread. On a pool whose time limits
+    Celery does not enforce (threads, solo), the watchdog (mcm_tasks/timelimits.py) does."""
+    global _keeper, _watchdog
     from mcm_tasks.queue.keeper import Keeper
 
     name = str(getattr(sender, "hostname", "") or f"worker-{os.getpid()}")
     _keeper = Keeper(name, get_settings())
     _keeper.start()
+    pool = type(getattr(sender, "pool", None)).__module__.rsplit(".", 1)[-1]
+    if pool not in ENFORCED_BY_CELERY and _watchdog is None:
+        _watchdog = Watchdog(app.conf.task_soft_time_limit, app.conf.task_time_limit)
+        _watchdog.start()
 
 
 @worker_shutdown.connect
 def _stop_keeper(**_: Any) -> None:
     if _keeper is not None:
         _keeper.stop()
+    if _watchdog is not None:
+        _watchdog.stop()
 
 
 @heartbeat_sent.connect
@@ -151,9 +166,12 @@ def _consumer_progress(**_: Any) -> None:
 
 
 @task_prerun.connect
-def _enter_log_context(task: Any = None, args: Any = None, **_: Any) -> None:
-    """Every line of a reconcile task, Celery's own included, names its kind and key."""
+def _task_started(task: Any = None, args: Any = None, task_id: Any = None, **_: Any) -> None:
+    """Every line of a reconcile task, Celery's own included, names its kind and key; the watchdog
+    (if any) times the run. Called in the thread that runs the task."""
     name = str(getattr(task, "name", ""))
+    if _watchdog is not None:
+        _watchdog.started(name, str(task_id))
     if name.startswith(TASK_PREFIX) and isinstance(args, list | tuple) and len(args) == 1:
         from mcm_tasks.logs import enter
 
@@ -161,7 +179,9 @@ def _enter_log_context(task: Any = None, args: Any = None, **_: Any) -> None:
 
 
 @task_postrun.connect
-def _leave_log_context(**_: Any) -> None:
+def _task_finished(**_: Any) -> None:
     from mcm_tasks.logs import leave
 
     leave()
+    if _watchdog is not None:
+        _watchdog.finished()

@@ -252,7 +252,14 @@ class Settings(BaseSettings):
         "mcm",
         description="prefix of every Redis key and queue name (several installations can share one Redis)",
     )
-    worker_concurrency: int = Field(2, description="processes per `mcm-tasks worker`")
+    worker_concurrency: int = Field(
+        2, description="reconciles one `mcm-tasks worker` runs at once (threads, or pool processes)"
+    )
+    worker_pool: Literal["prefork", "threads", "solo"] = Field(
+        "prefork",
+        description="Celery execution pool of `mcm-tasks worker`: `prefork` (a process per slot), `threads` "
+        "(one process: less memory and no process hop per task, one core per pod), `solo` (one at a time)",
+    )
     reconcile_lock_ttl: Duration = Field(
         60.0, description="per-key reconcile lock lifetime; exceeds any reconcile's run time"
     )

@@ -33,7 +33,12 @@ def queue_names(spec: str) -> list[str]:
 
 
 def worker_argv(
-    queues: list[str], concurrency: int, hostname: str, loglevel: str, log_format: str = "text"
+    queues: list[str],
+    concurrency: int,
+    hostname: str,
+    loglevel: str,
+    log_format: str = "text",
+    pool: str = "prefork",
 ) -> list[str]:
     """Celery's command line; with JSON logs, without the start-up banner (plain text on stdout)."""
     quiet = ["--quiet"] if log_format == "json" else []  # a global option: before the sub-command
@@ -42,6 +47,8 @@ def worker_argv(
         "worker",
         "--queues",
         ",".join(queues),
+        "--pool",
+        pool,
         "--concurrency",
         str(concurrency),
         "--hostname",
@@ -110,6 +117,7 @@ def worker(
             name,
             loglevel,
             settings.log_format,
+            settings.worker_pool,
         )
     )
 

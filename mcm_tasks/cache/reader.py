@@ -184,18 +184,21 @@ def _check_index(kind: str, index: str) -> None:
         raise KeyError(f"{kind} has no index {index!r} (known: {layout.INDEXES.get(kind, ())})")
 
 
-_readers: dict[tuple[int, str], CacheReader] = {}
+_readers: dict[tuple[int, int, str], CacheReader] = {}
 
 
 def get_reader() -> CacheReader:
-    """The process's reader over the settings' Redis (per pid, so forked workers get their own, and
-    per URL, so a reader never outlives a change of settings, as in tests that configure afresh)."""
+    """The thread's reader over the settings' Redis: per thread, because a reader's
+    ``remembering_synced`` scope is one reconcile pass and a threads-pool worker runs several at
+    once; per pid, so forked workers get their own; per URL, so a reader never outlives a change of
+    settings, as in tests that configure afresh. Readers share the process's Redis client."""
     import os
+    import threading
 
     from mcm_tasks.settings import get_settings
 
-    ident = (os.getpid(), get_settings().redis_url)
+    ident = (os.getpid(), threading.get_ident(), get_settings().redis_url)
     reader = _readers.get(ident)
     if reader is None:
-        reader = _readers[ident] = CacheReader(get_redis(ident[1], decode=False))
+        reader = _readers[ident] = CacheReader(get_redis(ident[2], decode=False))
     return reader

@@ -86,3 +86,32 @@ def test_every_controller_reconciler_is_built_by_registration_on_its_scope() -> 
         while reconciler is not phases and hasattr(reconciler, "__wrapped__"):
             reconciler = reconciler.__wrapped__
         assert reconciler is phases
+
+
+def test_each_thread_has_its_own_pass_scope() -> None:
+    """A threads-pool worker runs several passes at once: one pass's remembered sync state must
+    end with that pass, not live on while another thread's pass keeps the scope open."""
+    import threading
+
+    mine = get_reader()
+    assert get_reader() is mine
+    seen: list[object] = []
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def other_pass() -> None:
+        with registry.pass_scope(), get_reader().remembering_synced():
+            seen.append(get_reader())
+            inside.set()
+            leave.wait(5)
+
+    register(Queue.MACHINE, lambda key: None)
+    thread = threading.Thread(target=other_pass)
+    thread.start()
+    try:
+        assert inside.wait(5)
+        assert seen[0] is not mine
+        assert mine._scopes == 0, "another thread's pass is not this thread's"
+    finally:
+        leave.set()
+        thread.join(5)

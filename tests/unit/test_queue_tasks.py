@@ -48,6 +48,8 @@ def test_worker_argv() -> None:
     assert argv[:3] == ["worker", "--queues", "mcm.machine"]
     assert "--task-events" in argv and "--without-mingle" in argv and "--quiet" not in argv
     assert worker_argv(["mcm.machine"], 1, "w1@h", "info", "json")[:2] == ["--quiet", "worker"], "no banner"
+    threads = worker_argv(["mcm.machine"], 2, "w1@h", "info", pool="threads")
+    assert threads[threads.index("--pool") + 1] == "threads", "--worker-pool reaches Celery"
 
 
 def test_histogram_is_cumulative_with_inf() -> None:
