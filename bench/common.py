@@ -98,7 +98,8 @@ def parse_args(
 def calibration(skip: bool = False) -> dict[str, Any]:
     """The host calibration saved beside every CPU figure: the CPU (workers + Redis) of an empty
     Celery task on 2 fresh workers, from ``bench/queue.py --calibration`` (its own Redis and
-    workers, run before the sandbox starts). CPU per machine divided by it compares across hosts."""
+    workers, run before the sandbox starts, on the same ``--worker-pool`` as the sandbox's: both
+    inherit ``MCM_WORKER_POOL``). CPU per machine divided by it compares across hosts."""
     if skip:
         return {}
     with tempfile.TemporaryDirectory(prefix="mcm-calibration-") as tmp:
@@ -386,8 +387,9 @@ def context(args: argparse.Namespace) -> dict[str, Any]:
     from mcm_tasks.settings import get_settings
 
     s = get_settings()
-    knobs = ("kube_api_qps", "kube_api_burst", "worker_concurrency", "short_retry", "medium_retry",
-             "health_recheck_period", "machine_drain_timeout", "pod_eviction_retry_interval")  # fmt: skip
+    knobs = ("kube_api_qps", "kube_api_burst", "worker_pool", "worker_concurrency", "short_retry",
+             "medium_retry", "health_recheck_period", "machine_drain_timeout",
+             "pod_eviction_retry_interval")  # fmt: skip
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": source_version(),

@@ -67,7 +67,7 @@ from mcm_tasks.queue import enqueue_many  # noqa: E402
 from mcm_tasks.queue.messages import queue_keys  # noqa: E402
 from mcm_tasks.queue.producer import enqueue_many_after  # noqa: E402
 from mcm_tasks.redisdb import get_redis  # noqa: E402
-from mcm_tasks.settings import configure  # noqa: E402
+from mcm_tasks.settings import configure, get_settings  # noqa: E402
 
 BENCH_QUEUE = "mcm.bench"
 Publisher = Callable[[list[tuple[str, str]]], object]
@@ -314,6 +314,7 @@ def calibrate(args: argparse.Namespace, rounds: int = 2, tasks: int = 1000) -> N
         "rounds": [[round(r, 1), round(c, 3)] for r, c in runs],
         "workers": args.workers,
         "concurrency": args.concurrency,
+        "pool": get_settings().worker_pool,  # the workers' (they inherit MCM_WORKER_POOL): the sandbox's
         "load_avg": os.getloadavg(),
     }
     print(json.dumps(result))
@@ -390,7 +391,7 @@ def main() -> None:
         "rounds": {"empty_task": [[round(r, 1), round(c, 3)] for r, c in empty_runs],
                    "noop_reconcile": [[round(r, 1), round(c, 3)] for r, c in noop_runs]},
         "config": {"workers": args.workers, "concurrency": args.concurrency, "tasks": args.tasks,
-                   "cpus": os.cpu_count(), "informer_path": use_informer,
+                   "cpus": os.cpu_count(), "informer_path": use_informer, "pool": get_settings().worker_pool,
                    "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
     }  # fmt: skip
     print(json.dumps(results, indent=2))
