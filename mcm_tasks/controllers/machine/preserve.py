@@ -92,13 +92,14 @@ def _condition(node: Obj) -> Obj | None:
 
 
 def _marked(node: Obj | None) -> bool:
-    """Whether the Node still carries something a preservation put there."""
+    """Whether the Node still carries a mark only a preservation puts there: the preserved taint or
+    ``Preserved=True``. Not the autoscaler's ``…-by-mcm`` annotation: a rollout puts the same one on
+    every node of a deployment (``annotateNodesBackingMachineSets``), and reading it as a leftover
+    preservation made each machine pass take the rollout's protection off again."""
     if node is None:
         return False
-    return (
-        CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION in _annotations(node)
-        or any(t.get("key") == PRESERVED_TAINT for t in _taints(node))
-        or (_condition(node) or {}).get("status") == "True"
+    return any(t.get("key") == PRESERVED_TAINT for t in _taints(node)) or (
+        (_condition(node) or {}).get("status") == "True"
     )
 
 
@@ -208,10 +209,14 @@ def _preserve(
 
 
 def _stop(machine: Machine, node: Obj | None, api: ApiClient | None) -> Machine:
-    if node is not None and api is not None:
+    """Upstream ``stopMachinePreservationIfPreserved``: only a preserved machine (an expiry, which is
+    cleared last, or a preservation's own mark left on the Node) has anything to undo; a machine
+    that is not preserved leaves its Node alone, so a rollout's scale-down protection stays."""
+    current = machine.status.current_status
+    preserved = current.preserve_expiry_time is not None or _marked(node)
+    if preserved and node is not None and api is not None:
         _set_marks(api, node, protect=False, taint=False)
         _set_condition(api, node, False, "Machine preservation stopped", now_utc())
-    current = machine.status.current_status
     if current.preserve_expiry_time is None:
         return machine
     new = machine.status.model_copy(

@@ -1,0 +1,113 @@
+"""The cluster-autoscaler's scale-down protection of a rollout against the machine controller, end to
+end against the sandbox API server and a real Redis: machine passes during a rollout must leave the
+protection the deployment put on its nodes (the preservation step shares the ``…-by-mcm`` marker
+and once took it for a leftover of its own), so each node is annotated once and cleared once, and
+no node keeps it after the rollout (issue 19: 2–3× the node annotation writes, protection flapping).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcm_tasks import kinds
+from mcm_tasks.api.constants import CA_SCALE_DOWN_DISABLED_ANNOTATION, PRESERVE_ANNOTATION
+from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.kube import ops
+from tests.integration.test_machinedeployment_support import World, deployment_body, template, world
+from tests.integration.test_machinedeployment_taints import (
+    _annotations,
+    _joined,
+    _local_class,
+    _mcm_protected,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["world"]
+
+Obj = dict[str, Any]
+
+
+class Flips:
+    """Each node's protection as last seen, and how often it changed (seen between passes)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, bool] = {}
+        self.changes: dict[str, int] = {}
+
+    def look(self, world: World) -> None:
+        for machine in world.machines():
+            name = machine["metadata"]["name"]
+            node = world.node(name)
+            if node is None:
+                continue
+            now = _mcm_protected(node)
+            if self.last.get(name, False) != now:
+                self.changes[name] = self.changes.get(name, 0) + 1
+            self.last[name] = now
+
+
+def _machine_passes(world: World, joined: set[str]) -> None:
+    """The machine controller's pass over every machine with a node (joined first: past creation,
+    Ready, so the pass runs the health check, the node sync and the preservation step)."""
+    for machine in world.machines():
+        name = machine["metadata"]["name"]
+        if machine["metadata"].get("deletionTimestamp"):
+            # the termination flow is not under test here: let the machine and its node go
+            ops.patch(
+                world.api, kinds.MACHINE.resource, name, {"metadata": {"finalizers": None}}, world.namespace
+            )
+            ops.delete(world.api, kinds.NODE.resource, name, missing_ok=True)
+            continue
+        if world.node(name) is None:
+            continue
+        if name not in joined:
+            _joined(world, name)
+            joined.add(name)
+        reconcile_machine(f"{world.namespace}/{name}")
+
+
+def test_machine_passes_leave_a_rollouts_scale_down_protection_alone(world: World) -> None:
+    world.reconfigure(autoscaler_scaledown_annotation_during_rollout=True)
+    _local_class(world, "class-v1")
+    _local_class(world, "class-v2")
+    world.create(deployment_body("pool", 4, surge=1, unavailable=0))
+    world.settle()
+    joined: set[str] = set()
+    _machine_passes(world, joined)
+    # a Running machine asked to be preserved only when it fails: not preserved, nothing to stop
+    when_failed = sorted(joined)[0]
+    ops.patch(
+        world.api,
+        kinds.MACHINE.resource,
+        when_failed,
+        {"metadata": {"annotations": {PRESERVE_ANNOTATION: "when-failed"}}},
+        world.namespace,
+    )
+
+    world.patch({"spec": {"template": template("class-v2")}})
+    flips = Flips()
+
+    def rolled_out() -> bool:
+        flips.look(world)
+        protected = {name for name, on in flips.last.items() if on}
+        _machine_passes(world, joined)
+        flips.look(world)
+        # the machine passes took no protection the deployment put on (the rollout still runs)
+        for name in protected:
+            node = world.node(name)
+            assert node is None or _mcm_protected(node), (name, _annotations(node))
+        return world.complete()
+
+    world.settle(until=rolled_out)
+    world.reconcile()  # the pass that sees the rollout complete ends the protection
+    _machine_passes(world, joined)
+    flips.look(world)
+
+    assert when_failed in flips.changes
+    # protected once and, for the nodes that outlive the rollout, cleared once: never flapping
+    assert flips.changes and all(n <= 2 for n in flips.changes.values()), flips.changes
+    for machine in world.machines():
+        notes = _annotations(world.node(machine["metadata"]["name"]))
+        assert CA_SCALE_DOWN_DISABLED_ANNOTATION not in notes, (machine["metadata"]["name"], notes)
