@@ -201,11 +201,14 @@ def untaint_set(ctx: Context, machine_set: MachineSet) -> None:
 
 
 def protect_from_scale_down(ctx: Context, machine_sets: Sequence[MachineSet]) -> None:
+    """Upstream ``annotateNodesBackingMachineSets``: once per node (a protected node is not written
+    again; the machine controller's preservation step leaves this protection alone)."""
     if ctx.settings.autoscaler_scaledown_annotation_during_rollout:
         apply(ctx, node_names(ctx, machine_sets), add_scale_down_protection)
 
 
 def end_scale_down_protection(ctx: Context, machine_sets: Sequence[MachineSet]) -> None:
+    """Upstream ``removeAutoscalerAnnotationsIfRequired``: only where the ``…-by-mcm`` marker is."""
     if ctx.settings.autoscaler_scaledown_annotation_during_rollout:
         apply(ctx, node_names(ctx, machine_sets), remove_scale_down_protection)
 
