@@ -12,6 +12,7 @@ import pytest
 
 from mcm_tasks.api import Machine, MachineState
 from mcm_tasks.controllers.machine import deletion as d
+from mcm_tasks.controllers.machine import deletion_steps as steps
 from mcm_tasks.controllers.machine.drain.step_io import DrainResult, Outcome
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, reset_settings
@@ -37,38 +38,38 @@ def machine(phase: str, description: str) -> Machine:
 @pytest.mark.parametrize(
     ("phase", "description", "step"),
     [
-        ("Running", d.INITIATE_DRAIN, d.Step.SET_TERMINATING),  # not Terminating yet: step 1 whatever it says
-        ("", "", d.Step.SET_TERMINATING),
-        ("Failed", "Drain successful. Initiate VM deletion", d.Step.SET_TERMINATING),
-        ("Terminating", d.GET_VM_STATUS, d.Step.GET_VM_STATUS),
-        ("Terminating", "Error occurred while getting VM status - x. " + d.GET_VM_STATUS, d.Step.GET_VM_STATUS),
-        ("Terminating", d.INITIATE_DRAIN, d.Step.DRAIN),
-        ("Terminating", "Drain failed due to - x. Will retry in next sync. Initiate node drain", d.Step.DRAIN),
-        ("Terminating", "Force Drain successful. Delete Volume Attachments", d.Step.DELETE_VOLUME_ATTACHMENTS),
+        ("Running", d.INITIATE_DRAIN, steps.Step.SET_TERMINATING),  # not Terminating yet: step 1 whatever it says
+        ("", "", steps.Step.SET_TERMINATING),
+        ("Failed", "Drain successful. Initiate VM deletion", steps.Step.SET_TERMINATING),
+        ("Terminating", d.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
+        ("Terminating", "Error occurred while getting VM status - x. " + d.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
+        ("Terminating", d.INITIATE_DRAIN, steps.Step.DRAIN),
+        ("Terminating", "Drain failed due to - x. Will retry in next sync. Initiate node drain", steps.Step.DRAIN),
+        ("Terminating", "Force Drain successful. Delete Volume Attachments", steps.Step.DELETE_VOLUME_ATTACHMENTS),
         ("Terminating", "Drain failed due to - x. However, since it's a force deletion shall continue deletion of "
-         "VM. Delete Volume Attachments", d.Step.DELETE_VOLUME_ATTACHMENTS),
-        ("Terminating", "Drain successful. Initiate VM deletion", d.Step.DELETE_VM),
+         "VM. Delete Volume Attachments", steps.Step.DELETE_VOLUME_ATTACHMENTS),
+        ("Terminating", "Drain successful. Initiate VM deletion", steps.Step.DELETE_VM),
         ("Terminating", "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
-         d.Step.DELETE_VM),
+         steps.Step.DELETE_VM),
         ("Terminating", "No Live VolumeAttachments for node: n. Moving to VM Deletion. Initiate VM deletion",
-         d.Step.DELETE_VM),
-        ("Terminating", "VM deletion was successful. Initiate node object deletion", d.Step.DELETE_NODE),
-        ("Terminating", "VM not found. Continuing deletion flow. Initiate node object deletion", d.Step.DELETE_NODE),
+         steps.Step.DELETE_VM),
+        ("Terminating", "VM deletion was successful. Initiate node object deletion", steps.Step.DELETE_NODE),
+        ("Terminating", "VM not found. Continuing deletion flow. Initiate node object deletion", steps.Step.DELETE_NODE),
         ("Terminating", 'Deletion of Node Object "n" is successful. Initiate machine object finalizer removal',
-         d.Step.REMOVE_FINALIZER),
-        ("Terminating", "something nobody wrote", d.Step.SET_TERMINATING),  # unrecognised: start over
-        ("Terminating", "", d.Step.SET_TERMINATING),
-        ("Terminating", "initiate node drain", d.Step.SET_TERMINATING),  # case matters, as upstream
+         steps.Step.REMOVE_FINALIZER),
+        ("Terminating", "something nobody wrote", steps.Step.SET_TERMINATING),  # unrecognised: start over
+        ("Terminating", "", steps.Step.SET_TERMINATING),
+        ("Terminating", "initiate node drain", steps.Step.SET_TERMINATING),  # case matters, as upstream
     ],
 )  # fmt: skip
-def test_step_of(phase: str, description: str, step: d.Step) -> None:
-    assert d.step_of(machine(phase, description)) is step
+def test_step_of(phase: str, description: str, step: steps.Step) -> None:
+    assert steps.step_of(machine(phase, description)) is step
 
 
 def test_earlier_steps_win_when_a_description_names_two() -> None:
     # MCM checks by substring in a fixed order; a driver message quoting a later step does not skip ahead
     text = f"Error occurred while getting VM status - {d.INITIATE_VM_DELETION}. {d.GET_VM_STATUS}"
-    assert d.step_of_description(text) is d.Step.GET_VM_STATUS
+    assert steps.step_of_description(text) is steps.Step.GET_VM_STATUS
 
 
 def err(code: Code) -> MachineError:
@@ -78,55 +79,55 @@ def err(code: Code) -> MachineError:
 @pytest.mark.parametrize(
     ("error", "step", "state", "retry"),
     [
-        (None, d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
-        (err(Code.NotFound), d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
-        (err(Code.Unimplemented), d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
-        (err(Code.Uninitialized), d.Step.DRAIN, MachineState.PROCESSING, d.Retry.NEXT_STEP),
-        (err(Code.Unknown), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
-        (err(Code.DeadlineExceeded), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
-        (err(Code.Aborted), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
-        (err(Code.Unavailable), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.SHORT),
-        (err(Code.Internal), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),
-        (err(Code.OutOfRange), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),
-        (err(Code.PermissionDenied), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),
-        (RuntimeError("boom"), d.Step.GET_VM_STATUS, MachineState.FAILED, d.Retry.MEDIUM),  # Internal
+        (None, steps.Step.DRAIN, MachineState.PROCESSING, steps.Retry.NEXT_STEP),
+        (err(Code.NotFound), steps.Step.DRAIN, MachineState.PROCESSING, steps.Retry.NEXT_STEP),
+        (err(Code.Unimplemented), steps.Step.DRAIN, MachineState.PROCESSING, steps.Retry.NEXT_STEP),
+        (err(Code.Uninitialized), steps.Step.DRAIN, MachineState.PROCESSING, steps.Retry.NEXT_STEP),
+        (err(Code.Unknown), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.SHORT),
+        (err(Code.DeadlineExceeded), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.SHORT),
+        (err(Code.Aborted), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.SHORT),
+        (err(Code.Unavailable), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.SHORT),
+        (err(Code.Internal), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.MEDIUM),
+        (err(Code.OutOfRange), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.MEDIUM),
+        (err(Code.PermissionDenied), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.MEDIUM),
+        (RuntimeError("boom"), steps.Step.GET_VM_STATUS, MachineState.FAILED, steps.Retry.MEDIUM),  # Internal
     ],
 )
 def test_vm_status_transition(
-    error: Exception | None, step: d.Step, state: MachineState, retry: d.Retry
+    error: Exception | None, step: steps.Step, state: MachineState, retry: steps.Retry
 ) -> None:
-    found = d.vm_status_transition(error)
-    assert d.step_of_description(found.description) is step
+    found = steps.vm_status_transition(error)
+    assert steps.step_of_description(found.description) is step
     assert (found.state, found.retry) == (state, retry)
-    if error is not None and step is d.Step.GET_VM_STATUS:
+    if error is not None and step is steps.Step.GET_VM_STATUS:
         assert str(error) in found.description
 
 
 @pytest.mark.parametrize(
     ("error", "step", "state", "retry", "text"),
     [
-        (None, d.Step.DELETE_NODE, MachineState.PROCESSING, d.Retry.NEXT_STEP,
+        (None, steps.Step.DELETE_NODE, MachineState.PROCESSING, steps.Retry.NEXT_STEP,
          "VM deletion was successful. Initiate node object deletion"),
-        (err(Code.NotFound), d.Step.DELETE_NODE, MachineState.PROCESSING, d.Retry.NEXT_STEP,
+        (err(Code.NotFound), steps.Step.DELETE_NODE, MachineState.PROCESSING, steps.Retry.NEXT_STEP,
          "VM not found. Continuing deletion flow. Initiate node object deletion"),
-        (err(Code.Unavailable), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT,
+        (err(Code.Unavailable), steps.Step.DELETE_VM, MachineState.FAILED, steps.Retry.SHORT,
          "VM deletion failed due to - machine codes error: code = [Unavailable] message = [cloud said no]. "
          "However, will re-try in the next resync. Initiate VM deletion"),
-        (err(Code.Unknown), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT, None),
-        (err(Code.DeadlineExceeded), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT, None),
-        (err(Code.Aborted), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.SHORT, None),
-        (err(Code.InvalidArgument), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.LONG,
+        (err(Code.Unknown), steps.Step.DELETE_VM, MachineState.FAILED, steps.Retry.SHORT, None),
+        (err(Code.DeadlineExceeded), steps.Step.DELETE_VM, MachineState.FAILED, steps.Retry.SHORT, None),
+        (err(Code.Aborted), steps.Step.DELETE_VM, MachineState.FAILED, steps.Retry.SHORT, None),
+        (err(Code.InvalidArgument), steps.Step.DELETE_VM, MachineState.FAILED, steps.Retry.LONG,
          "VM deletion failed due to - machine codes error: code = [InvalidArgument] message = [cloud said no]. "
          "Aborting operation. Initiate VM deletion"),
-        (err(Code.Internal), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.LONG, None),
-        (ValueError("bug"), d.Step.DELETE_VM, MachineState.FAILED, d.Retry.LONG, None),
+        (err(Code.Internal), steps.Step.DELETE_VM, MachineState.FAILED, steps.Retry.LONG, None),
+        (ValueError("bug"), steps.Step.DELETE_VM, MachineState.FAILED, steps.Retry.LONG, None),
     ],
 )  # fmt: skip
 def test_delete_vm_transition(
-    error: Exception | None, step: d.Step, state: MachineState, retry: d.Retry, text: str | None
+    error: Exception | None, step: steps.Step, state: MachineState, retry: steps.Retry, text: str | None
 ) -> None:
-    found = d.delete_vm_transition(error)
-    assert d.step_of_description(found.description) is step
+    found = steps.delete_vm_transition(error)
+    assert steps.step_of_description(found.description) is step
     assert (found.state, found.retry) == (state, retry)
     if text is not None:
         assert found.description == text
@@ -136,24 +137,24 @@ def test_delete_vm_transition(
     ("result", "text", "state", "retry"),
     [
         (DrainResult(Outcome.SUCCEEDED), "Drain successful. Initiate VM deletion", MachineState.PROCESSING,
-         d.Retry.NEXT_STEP),
+         steps.Retry.NEXT_STEP),
         (DrainResult(Outcome.SUCCEEDED, forced=True), "Force Drain successful. Delete Volume Attachments",
-         MachineState.PROCESSING, d.Retry.NEXT_STEP),
+         MachineState.PROCESSING, steps.Retry.NEXT_STEP),
         (DrainResult(Outcome.FAILED, forced=True, errors=["e1", "e2"]),
          "Drain failed due to - e1; e2. However, since it's a force deletion shall continue deletion of VM. "
-         "Delete Volume Attachments", MachineState.PROCESSING, d.Retry.NEXT_STEP),
+         "Delete Volume Attachments", MachineState.PROCESSING, steps.Retry.NEXT_STEP),
         (DrainResult(Outcome.FAILED, errors=["pdb misconfigured"]),
          "Drain failed due to - pdb misconfigured. Will retry in next sync. Initiate node drain",
-         MachineState.FAILED, d.Retry.SHORT),
+         MachineState.FAILED, steps.Retry.SHORT),
         (DrainResult(Outcome.CONDITION_FAILED, errors=["500"]),
          "Drain failed due to failure in update of node conditions - 500. Will retry in next sync. "
-         "Initiate node drain", MachineState.FAILED, d.Retry.SHORT),
+         "Initiate node drain", MachineState.FAILED, steps.Retry.SHORT),
         (DrainResult(Outcome.SKIPPED),
          "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
-         MachineState.PROCESSING, d.Retry.NEXT_STEP),
+         MachineState.PROCESSING, steps.Retry.NEXT_STEP),
     ],
 )  # fmt: skip
-def test_drain_transition(result: DrainResult, text: str, state: MachineState, retry: d.Retry) -> None:
+def test_drain_transition(result: DrainResult, text: str, state: MachineState, retry: steps.Retry) -> None:
     found = d.drain_transition(result)
     assert found is not None
     assert (found.description, found.state, found.retry) == (text, state, retry)
@@ -165,23 +166,28 @@ def test_a_waiting_drain_writes_nothing() -> None:
 
 @pytest.mark.parametrize(
     ("retry", "after"),
-    [(d.Retry.NEXT_STEP, 0.2), (d.Retry.SHORT, 5.0), (d.Retry.MEDIUM, 180.0), (d.Retry.LONG, 600.0)],
+    [
+        (steps.Retry.NEXT_STEP, 0.2),
+        (steps.Retry.SHORT, 5.0),
+        (steps.Retry.MEDIUM, 180.0),
+        (steps.Retry.LONG, 600.0),
+    ],
 )
-def test_requeue(retry: d.Retry, after: float) -> None:
+def test_requeue(retry: steps.Retry, after: float) -> None:
     assert d.requeue(retry) == Requeue(after=after)
 
 
 def test_every_step_description_leads_where_mcm_says() -> None:
     chain: list[tuple[str, Any]] = [
-        (d.GET_VM_STATUS, d.Step.GET_VM_STATUS),
-        (d.INITIATE_DRAIN, d.Step.DRAIN),
-        (d.DELETE_VOLUME_ATTACHMENTS, d.Step.DELETE_VOLUME_ATTACHMENTS),
-        (d.INITIATE_VM_DELETION, d.Step.DELETE_VM),
-        (d.INITIATE_NODE_DELETION, d.Step.DELETE_NODE),
-        (d.INITIATE_FINALIZER_REMOVAL, d.Step.REMOVE_FINALIZER),
+        (d.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
+        (d.INITIATE_DRAIN, steps.Step.DRAIN),
+        (d.DELETE_VOLUME_ATTACHMENTS, steps.Step.DELETE_VOLUME_ATTACHMENTS),
+        (d.INITIATE_VM_DELETION, steps.Step.DELETE_VM),
+        (d.INITIATE_NODE_DELETION, steps.Step.DELETE_NODE),
+        (d.INITIATE_FINALIZER_REMOVAL, steps.Step.REMOVE_FINALIZER),
     ]
     for text, step in chain:
-        assert d.step_of_description(text) is step
+        assert steps.step_of_description(text) is step
 
 
 @pytest.mark.parametrize("error", [None, err(Code.NotFound), err(Code.Unimplemented)])
@@ -189,15 +195,15 @@ def test_without_target_cluster_the_vm_status_step_goes_straight_to_vm_deletion(
     error: Exception | None,
 ) -> None:
     """Upstream's no-target mode: no "Initiate node drain" and no separate skip step."""
-    found = d.vm_status_transition(error, target_mode=False)
+    found = steps.vm_status_transition(error, target_mode=False)
     assert found.description == (
         "Running without target cluster, skipping node drain and volume attachment deletion. "
         "Initiate VM deletion"
     )
-    assert d.step_of_description(found.description) is d.Step.DELETE_VM
-    assert found.retry is d.Retry.NEXT_STEP
+    assert steps.step_of_description(found.description) is steps.Step.DELETE_VM
+    assert found.retry is steps.Retry.NEXT_STEP
 
 
 def test_names_are_quoted_as_go_quotes_them() -> None:
-    assert d.go_q("n-1") == '"n-1"'
-    assert d.go_q('a"b') == '"a\\"b"'
+    assert steps.go_q("n-1") == '"n-1"'
+    assert steps.go_q('a"b') == '"a\\"b"'

@@ -37,12 +37,9 @@ that moved on comes back after ConflictRetry.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import Final
 
 from kubernetes.client.exceptions import ApiException
 
@@ -66,6 +63,18 @@ from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machine import metrics
+from mcm_tasks.controllers.machine.deletion_steps import (
+    NO_TARGET_SKIP,
+    Retry,
+    Step,
+    Transition,
+    delete_vm_transition,
+    go_q,
+    moving_on,
+    step_of,
+    step_of_description,
+    vm_status_transition,
+)
 from mcm_tasks.controllers.machine.descriptions import (
     DELETE_VOLUME_ATTACHMENTS,
     GET_VM_STATUS,
@@ -87,103 +96,8 @@ from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 from providers import UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
-from providers.errors import TRANSIENT_CODES, Code, code_of
 
 log = logging.getLogger(__name__)
-
-
-NO_TARGET_SKIP: Final = (
-    "Running without target cluster, skipping node drain and volume attachment deletion. "
-    + INITIATE_VM_DELETION
-)
-
-
-def go_q(text: str) -> str:
-    """A name quoted as Go's ``%q`` quotes it ("…"), so MCM's descriptions match word for word."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-class Step(StrEnum):
-    SET_TERMINATING = "set-terminating"
-    GET_VM_STATUS = "get-vm-status"
-    DRAIN = "drain"
-    DELETE_VOLUME_ATTACHMENTS = "delete-volume-attachments"
-    DELETE_VM = "delete-vm"
-    DELETE_NODE = "delete-node"
-    REMOVE_FINALIZER = "remove-finalizer"
-
-
-#: checked in this order, by substring, as MCM's ``triggerDeletionFlow`` does
-_STEPS_BY_DESCRIPTION: Final = (
-    (GET_VM_STATUS, Step.GET_VM_STATUS),
-    (INITIATE_DRAIN, Step.DRAIN),
-    (DELETE_VOLUME_ATTACHMENTS, Step.DELETE_VOLUME_ATTACHMENTS),
-    (INITIATE_VM_DELETION, Step.DELETE_VM),
-    (INITIATE_NODE_DELETION, Step.DELETE_NODE),
-    (INITIATE_FINALIZER_REMOVAL, Step.REMOVE_FINALIZER),
-)
-
-
-def step_of_description(description: str) -> Step:
-    """The step a description asks for; an unrecognised one restarts the flow at step 1."""
-    return next((step for text, step in _STEPS_BY_DESCRIPTION if text in description), Step.SET_TERMINATING)
-
-
-def step_of(machine: Machine) -> Step:
-    if machine.status.current_status.phase != MachinePhase.TERMINATING:
-        return Step.SET_TERMINATING
-    return step_of_description(machine.status.last_operation.description)
-
-
-class Retry(StrEnum):
-    NEXT_STEP = "next-step"
-    SHORT = "short"
-    MEDIUM = "medium"
-    LONG = "long"
-
-
-@dataclass(frozen=True)
-class Transition:
-    description: str
-    state: MachineState
-    retry: Retry
-
-
-def _moving_on(description: str) -> Transition:
-    return Transition(description, MachineState.PROCESSING, Retry.NEXT_STEP)
-
-
-def vm_status_transition(error: Exception | None, target_mode: bool = True) -> Transition:
-    """After GetMachineStatus in step 2 (None: it answered). Without a target cluster there is no
-    node to drain and no VolumeAttachment to delete: upstream goes straight to VM deletion."""
-    moving_on = _moving_on(INITIATE_DRAIN if target_mode else NO_TARGET_SKIP)
-    if error is None:
-        return moving_on
-    code = code_of(error)
-    if code in (Code.Unimplemented, Code.NotFound, Code.Uninitialized):
-        return moving_on
-    if code in TRANSIENT_CODES:
-        text = f"Error occurred while getting VM status, will retry - {error}. {GET_VM_STATUS}"
-        return Transition(text, MachineState.FAILED, Retry.SHORT)
-    text = f"Error occurred while getting VM status - {error}. {GET_VM_STATUS}"
-    return Transition(text, MachineState.FAILED, Retry.MEDIUM)
-
-
-def delete_vm_transition(error: Exception | None) -> Transition:
-    """After DeleteMachine in step 5 (None: it succeeded)."""
-    if error is None:
-        return _moving_on(f"VM deletion was successful. {INITIATE_NODE_DELETION}")
-    code = code_of(error)
-    if code is Code.NotFound:
-        return _moving_on(f"VM not found. Continuing deletion flow. {INITIATE_NODE_DELETION}")
-    if code in TRANSIENT_CODES:
-        text = (
-            f"VM deletion failed due to - {error}. However, will re-try in the next resync. "
-            f"{INITIATE_VM_DELETION}"
-        )
-        return Transition(text, MachineState.FAILED, Retry.SHORT)
-    text = f"VM deletion failed due to - {error}. Aborting operation. {INITIATE_VM_DELETION}"
-    return Transition(text, MachineState.FAILED, Retry.LONG)
 
 
 def drain_transition(result: drain_mod.DrainResult) -> Transition | None:
@@ -192,15 +106,13 @@ def drain_transition(result: drain_mod.DrainResult) -> Transition | None:
     if outcome is drain_mod.Outcome.WAITING:
         return None
     if outcome is drain_mod.Outcome.SKIPPED:
-        return _moving_on(
-            f"Skipping drain as nodeName is not a valid one for machine. {INITIATE_VM_DELETION}"
-        )
+        return moving_on(f"Skipping drain as nodeName is not a valid one for machine. {INITIATE_VM_DELETION}")
     if outcome is drain_mod.Outcome.SUCCEEDED:
         if result.forced:
-            return _moving_on(f"Force Drain successful. {DELETE_VOLUME_ATTACHMENTS}")
-        return _moving_on(f"Drain successful. {INITIATE_VM_DELETION}")
+            return moving_on(f"Force Drain successful. {DELETE_VOLUME_ATTACHMENTS}")
+        return moving_on(f"Drain successful. {INITIATE_VM_DELETION}")
     if result.forced:
-        return _moving_on(
+        return moving_on(
             f"Drain failed due to - {result.message}. However, since it's a force deletion shall continue "
             f"deletion of VM. {DELETE_VOLUME_ATTACHMENTS}"
         )
@@ -367,7 +279,7 @@ def _get_vm_status(machine: Machine) -> StepResult:
     """Upstream: ``getVMStatus``."""
     api = context.target_api()
     if machine.metadata.labels.get(NODE_LABEL_KEY):
-        return _write(machine, _moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
+        return _write(machine, moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
     node_name = io.node_for_machine(api, machine.metadata.name or "") if api is not None else ""
     error: Exception | None = None
     if not node_name:
@@ -426,14 +338,14 @@ def _delete_volume_attachments(machine: Machine) -> StepResult:
             f"Skipping deleteNodeVolAttachments due to - node {go_q(node_name)} not found. "
             "Moving to VM Deletion."
         )
-        return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
+        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
     if not (node.get("status") or {}).get("volumesAttached"):
         text = f"Node Volumes for node: {node_name} are already detached. Moving to VM Deletion."
-        return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
+        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
     live = live_attachments_on(node_name, io.volume_attachments(api, node_name, ()))
     if not live:
         text = f"No Live VolumeAttachments for node: {node_name}. Moving to VM Deletion."
-        return _write(machine, _moving_on(f"{text} {INITIATE_VM_DELETION}"))
+        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
     for va in live:
         ops.delete(api, kinds.VOLUME_ATTACHMENT.resource, str(va["metadata"]["name"]), missing_ok=True)
     log.info("machine %s: deleted %d VolumeAttachments of node %s", machine.key, len(live), node_name)
@@ -465,7 +377,7 @@ def _delete_node(machine: Machine) -> StepResult:
             f"Label {go_q(NODE_LABEL_KEY)} not present on machine {go_q(machine.metadata.name or '')} "
             f"or no associated node object found, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
         )
-        return _write(machine, _moving_on(text))
+        return _write(machine, moving_on(text))
     try:
         # the mark tells the Node's DELETE apart from someone else's (the status may be a step behind)
         mark = {DELETED_BY_FLOW_ANNOTATION: Step.DELETE_NODE.value}
@@ -490,7 +402,7 @@ def _delete_node(machine: Machine) -> StepResult:
         )
     else:
         text = f"Deletion of Node Object {go_q(node_name)} is successful. {INITIATE_FINALIZER_REMOVAL}"
-    return _write(machine, _moving_on(text))
+    return _write(machine, moving_on(text))
 
 
 def _remove_finalizer(machine: Machine) -> Requeue | None:
