@@ -1,8 +1,9 @@
 """Harness for the MachineDeployment integration tests (no tests here): the sandbox API server as
 control and target cluster, a real Redis, the MachineDeployment and MachineSet reconcilers called
 in-process, and a stand-in for the machine controller that boots machines (phase Running, a Node
-labelled with the machine) when a test says so. Without informers every read goes to the API
-server; expectations expire at once so the MachineSet acts on every pass."""
+labelled with the machine) when a test says so and removes the MCM finalizer of deleted machines.
+Without informers every read goes to the API server; expectations expire at once so the MachineSet
+acts on every pass."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer
+from mcm_sandbox.testing.standins import finish_deletions
 from mcm_tasks import kinds
 from mcm_tasks.api import MachineDeployment, MachineSet
 from mcm_tasks.api.constants import NODE_LABEL_KEY
@@ -138,8 +140,11 @@ class World:
         return reconcile_machine_deployment(self.key)
 
     def reconcile_sets(self) -> None:
+        """The MachineSet reconciles, and the machine controller's last deletion step on the machines
+        they deleted (their MCM finalizer), as its deletion flow would do."""
         for ms in self.sets():
             reconcile_machine_set(f"{self.namespace}/{ms.metadata.name}")
+        finish_deletions(self.api, self.namespace)
 
     def boot(self, count: int | None = None, machine_set: MachineSet | None = None) -> int:
         """The machine controller's part: new machines become Running with a Node of their name."""

@@ -44,7 +44,7 @@ def test_replicas_0_1_6_2(harness: Harness) -> None:
     meta = first["metadata"]
     assert meta["name"].startswith("web-") and meta.get("generateName") == "web-"
     assert meta["labels"] == {"app": "web", "tier": "t"}
-    assert meta["finalizers"] == [HOLD]
+    assert meta["finalizers"] == [HOLD, MCM_FINALIZER]  # the machine finalizer from the start
     [ref] = meta["ownerReferences"]
     assert (ref["kind"], ref["name"], ref["uid"], ref["controller"], ref["blockOwnerDeletion"]) == (
         "MachineSet", "web", ms["metadata"]["uid"], True, True,

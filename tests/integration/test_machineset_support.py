@@ -26,6 +26,7 @@ from informers.sink import deliver
 from informers.store import Store
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer
+from mcm_sandbox.testing.standins import finish_deletions
 from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.controllers.machineset.metrics import register_machine_set_metrics
@@ -77,7 +78,9 @@ class Harness:
     # --- the informer's part ---
 
     def sync(self) -> None:
-        """List MachineSets and Machines and apply them as the informer's re-list does."""
+        """List MachineSets and Machines and apply them as the informer's re-list does (after the
+        machine controller's part, ``finish_deletions``)."""
+        finish_deletions(self.api, self.ns)
         items = []
         for kind, res in (
             (kinds.MACHINE_SET.mirror, kinds.MACHINE_SET.resource),

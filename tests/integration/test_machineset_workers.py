@@ -1,6 +1,7 @@
 """The MachineSet controller served by real Celery worker processes, woken by the real informer.
 
-Two workers (``machineset`` queue only, so machines stay bare objects), the informer in a thread of
+Two workers (``machineset`` queue only, so machines stay bare objects; a thread of the test
+removes the MCM finalizer of deleted machines in the machine controller's stead), the informer in a thread of
 the test with its real queue sink (expectations included), the sandbox API server and a real Redis.
 A watcher samples the machine count throughout: scaling 0 → 1 → 6 → 2 never overshoots, although
 several reconciles race with a cache that lags behind their own creations.
@@ -8,6 +9,7 @@ several reconciles race with a cache that lags behind their own creations.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -17,10 +19,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from informers.sink import QueueSink
 from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
+from mcm_sandbox.testing.standins import finish_deletions
 from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
@@ -89,6 +93,27 @@ def informer(crds: ApiServer, redis_url: str, namespace: str) -> Iterator[Inform
         reset_settings()
 
 
+@pytest.fixture()
+def finisher(kube_api: ApiClient, namespace: str) -> Iterator[None]:
+    """The machine controller's last deletion step (``finish_deletions``), which these workers do not
+    serve: machines are created with the MCM finalizer, so a deleted one waits for it."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(ApiException):
+                finish_deletions(kube_api, namespace)
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
 class Watcher:
     """Samples the number of (non-deleting) machines of a set until stopped; keeps the maximum."""
 
@@ -122,6 +147,7 @@ def count(api: ApiClient, namespace: str) -> int:
     return len(ops.list_(api, kinds.MACHINE.resource, namespace)["items"])
 
 
+@pytest.mark.usefixtures("finisher")
 def test_workers_scale_0_1_6_2_without_overshooting(
     kube_api: ApiClient, namespace: str, workers: list[ManagedProcess], informer: InformerThread
 ) -> None:

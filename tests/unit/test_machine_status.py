@@ -87,16 +87,39 @@ def test_phase_change_event() -> None:
     [ev] = status_events(old, new)
     assert (ev.type, ev.reason) == ("Normal", "MachinePending")
     assert "CrashLoopBackOff -> Pending" in ev.message and "Creating machine" in ev.message
-    joined = status(desc="Machine m successfully joined the cluster", state="Successful", phase="Running")
-    [ev] = status_events(new, joined)
+    rejoined = status(desc="Machine m successfully re-joined the cluster", state="Successful",
+                      type_="HealthCheck", phase="Running", code="")  # fmt: skip
+    [ev] = status_events(status(phase="Unknown", state="Processing", type_="HealthCheck"), rejoined)
     assert (ev.type, ev.reason) == ("Normal", "MachineRunning")
+    assert "Unknown -> Running" in ev.message and "re-joined" in ev.message
 
 
-def test_a_new_machines_first_pending_records_no_event() -> None:
-    """Its VM was created: the status, the set's SuccessfulCreate and the join's MachineRunning Event
-    say it; an Event of its own would cost one API write per machine."""
-    new = status(desc="Creating machine on cloud provider", state="Processing", phase="Pending", code="")
-    assert status_events(status(phase=""), new) == []
+def test_a_new_machines_first_pending_and_its_join_record_no_event() -> None:
+    """Its VM was created, its node joined: the status, the join-duration annotation, the metrics and
+    the set's SuccessfulCreate say it; an Event of each would cost one API write per machine.
+    (A behaviour change: before, the join recorded MachineRunning; upstream records no phase Events.)"""
+    pending = status(desc="Creating machine on cloud provider", state="Processing", phase="Pending", code="")
+    assert status_events(status(phase=""), pending) == []
+    joined = status(desc="Machine m successfully joined the cluster", state="Successful", phase="Running",
+                    code="")  # fmt: skip
+    assert status_events(pending, joined) == []
+
+
+@pytest.mark.parametrize(
+    ("old_phase", "type_"),
+    [
+        ("Unknown", "HealthCheck"),  # recovery: a re-join
+        ("CrashLoopBackOff", "Create"),  # Running straight after a failed create
+        ("Failed", "HealthCheck"),
+        ("InPlaceUpdateSuccessful", "HealthCheck"),  # Running again after an in-place update
+        ("Pending", "HealthCheck"),  # a re-join, not the creation's join
+    ],
+)
+def test_every_other_arrival_in_running_keeps_its_event(old_phase: str, type_: str) -> None:
+    new = status(desc="Machine m successfully re-joined the cluster", state="Successful", type_=type_,
+                 phase="Running", code="")  # fmt: skip
+    [ev] = status_events(status(phase=old_phase, state="Processing"), new)
+    assert (ev.type, ev.reason) == ("Normal", "MachineRunning")
 
 
 @pytest.mark.parametrize("phase", ["Failed", "CrashLoopBackOff", "Unknown"])

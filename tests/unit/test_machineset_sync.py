@@ -9,7 +9,7 @@ import pytest
 
 from mcm_sandbox.patch import merge_patch
 from mcm_tasks.api import Machine, MachineSet
-from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION
+from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION, MCM_FINALIZER
 from mcm_tasks.controllers.common.template import merge_diff, pruned
 from mcm_tasks.controllers.machineset.control import new_machine
 from mcm_tasks.controllers.machineset.sync import desired_of, propagation_patch
@@ -125,7 +125,7 @@ def test_new_machine_from_template() -> None:
     assert meta["namespace"] == "ns"
     assert meta["labels"] == {"app": "a"}
     assert meta["annotations"] == {"t": "1", EFFECTIVE_CREATION_TIMEOUT_ANNOTATION: "7m"}
-    assert meta["finalizers"] == ["example.com/f"]
+    assert meta["finalizers"] == ["example.com/f", MCM_FINALIZER]
     assert meta["ownerReferences"] == [
         {"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet", "name": "ms", "uid": "uid-ms",
          "controller": True, "blockOwnerDeletion": True}
@@ -133,3 +133,12 @@ def test_new_machine_from_template() -> None:
     assert body["spec"]["nodeTemplate"] == NODE_TEMPLATE
     assert body["spec"]["creationTimeout"] == "3m"
     assert body["spec"]["class"] == {"kind": "MachineClass", "name": "c"}
+
+
+def test_a_new_machine_carries_the_mcm_finalizer_from_its_creation() -> None:
+    """No finalizer patch by the machine controller's first pass: one API write less per machine
+    (a behaviour change: upstream's machine controller adds it, ``addMachineFinalizers``)."""
+    assert new_machine(machine_set({}))["metadata"]["finalizers"] == [MCM_FINALIZER]
+    ms = machine_set({})
+    ms.spec.template.metadata.finalizers = [MCM_FINALIZER, "example.com/f"]
+    assert new_machine(ms)["metadata"]["finalizers"] == [MCM_FINALIZER, "example.com/f"]

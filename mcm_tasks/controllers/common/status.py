@@ -10,9 +10,9 @@ everywhere:
 - **Optimistic concurrency**: the write carries the machine's resourceVersion; a Conflict propagates
   (the reconcile shell turns it into a ConflictRetry requeue).
 - **Events**: each phase change is a Normal Event (Warning for Failed, CrashLoopBackOff, Unknown), but
-  a new machine's first Pending (``QUIET_TRANSITIONS``), and each newly failed operation a Warning
-  Event. Only written statuses produce events, so a repeated
-  error produces neither a write nor an event.
+  a creation's own steps, its first Pending and its join (``QUIET_TRANSITIONS``), and each newly failed
+  operation a Warning Event. Only written statuses produce events, so a repeated error produces
+  neither a write nor an event.
 
 Descriptions and event messages carry driver messages (scrubbed by the drivers) and our own text,
 never secret material.
@@ -56,10 +56,19 @@ WARNING_PHASES: Final = frozenset(
     {MachinePhase.FAILED, MachinePhase.CRASH_LOOP_BACK_OFF, MachinePhase.UNKNOWN}
 )
 
-#: phase changes without an Event of their own: a new machine's first Pending (its VM was created)
-#: says nothing that its status, its set's ``SuccessfulCreate`` and the ``MachineRunning`` Event of its
-#: join do not say, and it cost one API write per machine (upstream records no phase Events at all)
-QUIET_TRANSITIONS: Final = frozenset({("", MachinePhase.PENDING.value)})
+#: phase changes without an Event of their own, as (old phase, new phase, lastOperation type): the
+#: steps of a creation that goes well, a new machine's first Pending (its VM was created) and its join
+#: (``Pending → Running`` by the create operation, "successfully joined"). Upstream records no phase
+#: Events at all; these two said nothing that the status, the join-duration annotation, the metrics
+#: and the set's ``SuccessfulCreate`` do not, and cost one API write per machine each. Every other
+#: arrival in Running (a re-join after Unknown, Running again after CrashLoopBackOff or an in-place
+#: update) and every failure keeps its Event.
+QUIET_TRANSITIONS: Final = frozenset(
+    {
+        ("", MachinePhase.PENDING.value, MachineOperationType.CREATE.value),
+        (MachinePhase.PENDING.value, MachinePhase.RUNNING.value, MachineOperationType.CREATE.value),
+    }
+)
 
 #: lastOperation.errorCode of problems with the machine's own configuration (not the cloud's)
 CONFIGURATION_ERROR_CODE: Final = "ConfigurationError"
@@ -170,7 +179,7 @@ def status_events(old: MachineStatus, new: MachineStatus) -> list[EventSpec]:
     operation (a phase change into a failure already carries the description)."""
     old_phase, new_phase = str(old.current_status.phase), str(new.current_status.phase)
     op = new.last_operation
-    if (old_phase, new_phase) in QUIET_TRANSITIONS:
+    if (old_phase, new_phase, str(op.type)) in QUIET_TRANSITIONS:
         return []
     if new_phase != old_phase and new_phase:
         type_: EventType = WARNING if new_phase in WARNING_PHASES else NORMAL

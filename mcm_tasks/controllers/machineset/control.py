@@ -29,8 +29,9 @@ from mcm_tasks.api import (
     dump,
     new_controller_ref,
 )
-from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION
+from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION, MCM_FINALIZER
 from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.machineset import metrics
 from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
@@ -86,7 +87,13 @@ def _each_concurrently(items: Sequence[Any], fn: Callable[[Any], None]) -> list[
 
 def new_machine(machine_set: MachineSet) -> dict[str, Any]:
     """A machine stamped from the set's template: generateName ``<set>-``, the template's labels,
-    annotations and finalizers, its spec, and the set as controller (blocking its foreground deletion)."""
+    annotations and finalizers, its spec, and the set as controller (blocking its foreground deletion).
+
+    The MCM machine finalizer is in it from the start (after the template's): upstream's
+    ``CreateMachinesWithControllerRef`` leaves it to the machine controller's first pass
+    (``addMachineFinalizers``), one API write per machine that no observer needs, since that pass
+    adds it before anything else anyway. A machine deleted before any machine pass goes through
+    the deletion flow like any other (no VM found, no node: straight to the finalizer removal)."""
     template = machine_set.spec.template
     annotations = dict(template.metadata.annotations)
     timeout = machine_set.metadata.annotations.get(EFFECTIVE_CREATION_TIMEOUT_ANNOTATION)
@@ -100,8 +107,7 @@ def new_machine(machine_set: MachineSet) -> dict[str, Any]:
     }
     if annotations:
         metadata["annotations"] = annotations
-    if template.metadata.finalizers:
-        metadata["finalizers"] = list(template.metadata.finalizers)
+    metadata["finalizers"] = with_finalizer(template.metadata.finalizers, MCM_FINALIZER, True)
     return {"apiVersion": API_VERSION, "kind": "Machine", "metadata": metadata, "spec": dump(template.spec)}
 
 
