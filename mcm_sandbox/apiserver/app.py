@@ -10,9 +10,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from aiohttp import web
-from multidict import CIMultiDict
 
 from mcm_sandbox.apiserver import (
     discovery,
@@ -25,6 +23,7 @@ from mcm_sandbox.apiserver import (
     scale,
     table,
     views,
+    wire,
 )
 from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.authn import ANONYMOUS, CURRENT_USER, Authenticator, InvalidToken, UserInfo
@@ -34,18 +33,16 @@ from mcm_sandbox.apiserver.defaults import SERVICE_CIDR
 from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
 from mcm_sandbox.apiserver.disruption import Disruption
 from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
-from mcm_sandbox.apiserver.handlers import APPLY_PATCH, Api, check_depth, parse_json
+from mcm_sandbox.apiserver.handlers import APPLY_PATCH, Api, parse_json
 from mcm_sandbox.apiserver.impersonation import impersonate
 from mcm_sandbox.apiserver.resources import Registry
 from mcm_sandbox.apiserver.routing import Discovery, Target, resolve, sub_allowed, sub_exists
-from mcm_sandbox.apiserver.store import DEFAULT_HISTORY_WINDOW, Store, dumps
+from mcm_sandbox.apiserver.store import DEFAULT_HISTORY_WINDOW, Store
 from mcm_sandbox.apiserver.watch import Watcher, serve_watch
 
 log = logging.getLogger("mcm_sandbox.apiserver")
 
-MAX_BODY = 3 * 1024 * 1024
 PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version")
-JSON = "application/json"
 BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -64,51 +61,6 @@ class ServerOptions:
 
 # The verbs whose answer the Accept header can convert (Table, PartialObjectMetadata[List]).
 READS = ("get", "list", "watch")
-
-
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    """An API object or Status as kube-apiserver's JSON serializer writes it: compact, then a newline
-    (``json.Encoder.Encode``; clients that print the body, as ``FailToCreateError`` does, show it)."""
-    return _document(_lined(body if isinstance(body, bytes) else dumps(body)), status, headers)
-
-
-def _document(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    """A document served as is (OpenAPI, /version): no trailing newline, as upstream's raw writers."""
-    raw = body if isinstance(body, bytes) else dumps(body)
-    return web.Response(body=raw, status=status, content_type=JSON, headers=headers)
-
-
-def _lined(raw: bytes) -> bytes:
-    return raw if raw.endswith(b"\n") else raw + b"\n"
-
-
-def _warned(body: bytes, status: int, warnings: list[str]) -> web.Response:
-    """A response with one ``Warning: 299`` header per warning, as kube-apiserver sends them."""
-    headers = CIMultiDict[str]()
-    for text in warnings:
-        headers.add("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return web.Response(body=_lined(body), status=status, content_type=JSON, headers=headers)
-
-
-def _manager(request: web.Request, query: dict[str, str]) -> str:
-    """The field manager of a write: ``fieldManager``, else the user agent's product, printable
-    characters only and at most 128 bytes (``managerOrUserAgent``, ``prefixFromUserAgent``)."""
-    given = query.get("fieldManager")
-    if given:
-        return given
-    out, size = "", 0
-    for char in request.headers.get("User-Agent", "").split("/")[0]:
-        if not char.isprintable():
-            continue
-        size += len(char.encode())
-        if size > 128:
-            break
-        out += char
-    return out
-
-
-def _query(request: web.Request) -> dict[str, str]:
-    return {k: v for k, v in request.query.items()}
 
 
 class Server:
@@ -174,7 +126,7 @@ class Server:
         self.api.create(ep_rt, "default", endpoints, manager="kube-apiserver")
 
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY + 1)
+        app = web.Application(client_max_size=wire.MAX_BODY + 1)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
 
         async def on_startup(_: web.Application) -> None:
@@ -194,18 +146,18 @@ class Server:
         try:
             return await self._dispatch(request)
         except errors.ApiError as exc:
-            return _json(exc.status(), exc.code, exc.headers)
+            return wire.json_response(exc.status(), exc.code, exc.headers)
         except DropConnection:
             if request.transport is not None:
                 request.transport.close()
             return web.Response(status=503)
         except web.HTTPRequestEntityTooLarge:
             too_large = errors.too_large()
-            return _json(too_large.status(), too_large.code)
+            return wire.json_response(too_large.status(), too_large.code)
         except Exception as exc:  # a bug must answer 500, never take the server down
             log.error("internal error on %s %s:\n%s", request.method, request.path, traceback.format_exc())
             err = errors.internal(f"{type(exc).__name__}: {exc}")
-            return _json(err.status(), err.code)
+            return wire.json_response(err.status(), err.code)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
@@ -220,7 +172,7 @@ class Server:
                 found = resolve(self.registry, path)
             except errors.ApiError as exc:  # authorized as a path first, as upstream does
                 missing = exc
-        query = _query(request)
+        query = wire.query_of(request)
         verb = (
             self._verb(request.method, found, query) if isinstance(found, Target) else request.method.lower()
         )
@@ -230,19 +182,19 @@ class Server:
         if path.startswith("/sandbox/faults"):
             return await self.faults.admin(request)
         if path.rstrip("/") == "/openapi/v3":
-            return _document(openapi.index(self.registry))
+            return wire.document(openapi.index(self.registry))
         if path.startswith("/openapi/v3/"):
             doc = openapi.group_version_bytes(self.registry, path[len("/openapi/v3/") :])
             if doc is None:
                 raise errors.not_found_path()
-            return _document(doc)
+            return wire.document(doc)
         if path.rstrip("/") == "/openapi/v2":
             # kubectl asks for protobuf only (and copes without it); JSON clients get the document
             if "json" not in request.headers.get(
                 "Accept", "application/json"
             ) and "*/*" not in request.headers.get("Accept", ""):
                 raise errors.not_acceptable(request.headers.get("Accept", ""))
-            return _document(openapi.swagger_v2(self.registry))
+            return wire.document(openapi.swagger_v2(self.registry))
         if path.startswith("/openapi/") or found is None:
             raise errors.not_found_path()
         if isinstance(found, Discovery):
@@ -252,7 +204,7 @@ class Server:
 
     def _health(self, path: str) -> web.Response:
         if path == "/version":
-            return _document(discovery.VERSION_INFO)
+            return wire.document(discovery.VERSION_INFO)
         if not self.ready:
             return web.Response(status=503, text="not ready")
         return web.Response(text="ok", content_type="text/plain")
@@ -297,7 +249,7 @@ class Server:
             body = discovery.api_resource_list(self.registry, found.group, found.version)
         if body is None:
             raise errors.not_found_path()
-        return _json(body)
+        return wire.json_response(body)
 
     @staticmethod
     def _verb(method: str, t: Target, query: dict[str, str]) -> str:
@@ -313,32 +265,6 @@ class Server:
             return "deletecollection"
         return verb
 
-    async def _read_body(self, request: web.Request, required: bool) -> bytes:
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            raise errors.too_large()
-        raw = await request.read()
-        if len(raw) > MAX_BODY:
-            raise errors.too_large()
-        if required and not raw:
-            raise errors.bad_request("the body of the request is empty")
-        return raw
-
-    async def _object_body(self, request: web.Request) -> Any:
-        raw = await self._read_body(request, True)
-        media = request.content_type.lower()
-        if media in ("application/yaml", "application/x-yaml"):
-            try:
-                return check_depth(yaml.safe_load(raw))
-            except RecursionError:
-                raise errors.bad_request("error decoding YAML request body: exceeded max depth") from None
-            except yaml.YAMLError as exc:
-                raise errors.bad_request(f"error decoding YAML request body: {exc}") from exc
-        if media == protobuf.PROTOBUF:
-            return protobuf.decode(raw)
-        if media not in (JSON, "application/octet-stream"):
-            raise errors.unsupported_media(request.content_type)
-        return parse_json(raw)
-
     # --- verbs -------------------------------------------------------------------------------
 
     async def _serve(
@@ -349,9 +275,9 @@ class Server:
         if verb not in rt.served_verbs:
             raise errors.method_not_allowed()
         if review_kind(rt):
-            body = await self._object_body(request)
+            body = await wire.object_body(request)
             out = reviews.review(rt, body, user, t.namespace, self.authorizer, self.authenticator)
-            return _json(out, 201)
+            return wire.json_response(out, 201)
         if rt.namespaced and t.namespace is None and verb not in ("list", "watch"):
             raise errors.method_not_allowed()
         if t.name is None and verb in ("update", "patch"):
@@ -373,56 +299,64 @@ class Server:
         if verb == "list":
             page, raw, meta = self.api.list(rt, t.namespace, query)
             if conv is not None and conv.kind == negotiation.TABLE:  # the same ListMeta: continue too
-                return _json(
+                return wire.json_response(
                     table.table(rt, [e.obj for e in page], meta, query.get("includeObject", "Metadata"))
                 )
             if conv is not None:
-                return _json(negotiation.partial_list([e.obj for e in page], meta, conv, rt.kind))
-            return _json(raw)
+                return wire.json_response(
+                    negotiation.partial_list([e.obj for e in page], meta, conv, rt.kind)
+                )
+            return wire.json_response(raw)
         assert t.name is not None or verb in ("create", "deletecollection")
         if verb == "get":
             entry = self.api.must_get(rt, t.namespace, t.name or "")
             if sub == "scale":
-                return _json(scale.scale_of(rt, entry))
+                return wire.json_response(scale.scale_of(rt, entry))
             if conv is not None and conv.kind == negotiation.TABLE:
                 meta = {"resourceVersion": entry.meta["resourceVersion"]}
-                return _json(table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata")))
+                return wire.json_response(
+                    table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata"))
+                )
             if conv is not None:
-                return _json(negotiation.partial_object(entry.obj, conv, rt.kind))
-            return _json(views.raw(rt.view, entry))
+                return wire.json_response(negotiation.partial_object(entry.obj, conv, rt.kind))
+            return wire.json_response(views.raw(rt.view, entry))
         if verb == "create":
             if sub == "token":
                 sa = self.api.must_get(rt, t.namespace, t.name or "")
-                body = await self._object_body(request)
-                return _json(reviews.token_request(self.authenticator, sa.obj, body, self.store.get), 201)
+                body = await wire.object_body(request)
+                return wire.json_response(
+                    reviews.token_request(self.authenticator, sa.obj, body, self.store.get), 201
+                )
             if sub == "eviction":
-                body = await self._object_body(request)
-                return _json(*self.disruption.evict(rt, t.namespace or "", t.name or "", body, dry_run))
+                body = await wire.object_body(request)
+                return wire.json_response(
+                    *self.disruption.evict(rt, t.namespace or "", t.name or "", body, dry_run)
+                )
             validation_mode = query.get("fieldValidation", "")
             entry = self.api.create(
                 rt,
                 t.namespace,
-                await self._object_body(request),
+                await wire.object_body(request),
                 dry_run,
                 validation_mode,
-                _manager(request, query),
+                wire.field_manager(request, query),
             )
-            return _warned(views.raw(rt.view, entry), 201, self.api.warnings)
+            return wire.warned(views.raw(rt.view, entry), 201, self.api.warnings)
         if verb == "update":
-            body = await self._object_body(request)
+            body = await wire.object_body(request)
             if sub == "scale":
-                return _json(
+                return wire.json_response(
                     scale.write_scale(
                         self.api,
                         rt,
                         self.api.must_get(rt, t.namespace, t.name or ""),
                         body,
                         dry_run,
-                        _manager(request, query),
+                        wire.field_manager(request, query),
                     )
                 )
             if sub == "finalize":
-                return _json(self._finalize(t, body, dry_run).raw)
+                return wire.json_response(self._finalize(t, body, dry_run).raw)
             updated = self.api.update(
                 rt,
                 t.namespace,
@@ -430,23 +364,25 @@ class Server:
                 body,
                 sub,
                 dry_run,
-                _manager(request, query),
+                wire.field_manager(request, query),
                 query.get("fieldValidation", ""),
             )
-            return _warned(views.raw(rt.view, updated), 200, self.api.warnings)
+            return wire.warned(views.raw(rt.view, updated), 200, self.api.warnings)
         if verb == "patch":
-            raw = await self._read_body(request, True)
+            raw = await wire.read_body(request, True)
             ctype = request.headers.get("Content-Type", "")
             if sub == "scale":
                 old = self.api.must_get(rt, t.namespace, t.name or "")
                 wanted = self.api.apply_patch(rt, scale.scale_of(rt, old), raw, ctype)
-                return _json(scale.write_scale(self.api, rt, old, wanted, dry_run, _manager(request, query)))
+                return wire.json_response(
+                    scale.write_scale(self.api, rt, old, wanted, dry_run, wire.field_manager(request, query))
+                )
             if ctype.split(";")[0].strip().lower() == APPLY_PATCH:
                 entry, created = self.api.server_side_apply(
                     rt, t.namespace, t.name or "", raw, query, sub, dry_run
                 )
-                return _json(views.raw(rt.view, entry), 201 if created else 200)
-            manager = _manager(request, query)
+                return wire.json_response(views.raw(rt.view, entry), 201 if created else 200)
+            manager = wire.field_manager(request, query)
             patched = self.api.patch(
                 rt,
                 t.namespace,
@@ -458,8 +394,8 @@ class Server:
                 manager,
                 query.get("fieldValidation", ""),
             )
-            return _warned(views.raw(rt.view, patched), 200, self.api.warnings)
-        raw_opts = await self._read_body(request, False)
+            return wire.warned(views.raw(rt.view, patched), 200, self.api.warnings)
+        raw_opts = await wire.read_body(request, False)
         if not raw_opts.strip():
             given = None
         elif request.content_type.lower() == protobuf.PROTOBUF:
@@ -468,9 +404,9 @@ class Server:
             given = parse_json(raw_opts)
         opts = delete_options(given, query)
         if verb == "deletecollection":
-            return _json(self.deleter.delete_collection(rt, t.namespace, query, opts, dry_run))
+            return wire.json_response(self.deleter.delete_collection(rt, t.namespace, query, opts, dry_run))
         code, body = self.deleter.delete(rt, t.namespace, t.name or "", opts, dry_run)
-        return _json(body, code)
+        return wire.json_response(body, code)
 
     def _finalize(self, t: Target, body: Any, dry_run: bool) -> Any:
         """namespaces/{name}/finalize: the only way to change spec.finalizers (the namespace controller's)."""
