@@ -18,11 +18,24 @@ import pytest
 from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import wait_until
-from mcm_tasks.api.constants import NODE_FINALIZER
+from mcm_tasks.api import Machine
+from mcm_tasks.api.constants import (
+    NODE_FINALIZER,
+    NODE_TERMINATING_CONDITION,
+    NODE_TERMINATING_REASON_UNHEALTHY,
+)
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.registration import mirror_pass
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from tests.integration import test_deletion_env as sandbox
-from tests.integration.test_deletion_env import Env, assert_all_gone, reconfigure, unique
+from tests.integration.test_deletion_env import (
+    GROUP,
+    VERSION,
+    Env,
+    assert_all_gone,
+    reconfigure,
+    unique,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +112,34 @@ def test_a_machine_with_nothing_to_drain_costs_one_status_write_and_two_events(e
     }
     assert ("GET", "nodes") not in sent  # read from the mirror, the finalizer removed by name
     assert sorted(reason for reason, _ in env.events(name)) == ["DrainSucceeded", "MachineTerminating"]
+
+
+def test_a_failed_machine_s_node_keeps_the_unhealthy_reason_the_flow_gave_it(env: Env, mirror: Any) -> None:
+    """MCM marks a Failed machine's Node Terminating with reason Unhealthy when the flow starts, and the
+    drain's own condition keeps a reason already there. In one pass, as a worker runs it (the mirror
+    read once per pass), the drain must see the Node as the pass's own write left it: not take the
+    condition for absent, write it again and turn the reason into ScaleDown."""
+    reconfigure(env, deletion_steps_per_pass=3)  # set Terminating, get the VM status, drain: then stop
+    name = unique("failed")
+    env.launch(name)
+    body = {"status": {"currentStatus": {"phase": "Failed"}}}
+    env.custom.patch_namespaced_custom_object_status(GROUP, VERSION, "default", "machines", name, body)
+    env.delete_machine(name)
+
+    def seen_failed_and_deleting() -> bool:
+        machine = context.get_machine(f"default/{name}")
+        return (
+            machine is not None
+            and machine.metadata.is_deleting
+            and machine.status.current_status.phase == "Failed"
+        )
+
+    wait_until(seen_failed_and_deleting, 10, what="the mirror sees the failed machine deleting")
+    with requests_sent() as sent, mirror_pass():  # as the worker's pass scope
+        reconcile_termination(f"default/{name}")
+
+    assert sent.count(("PATCH", "nodes/status")) == 1, "the condition is written once"
+    conditions = (env.node(name) or {})["status"]["conditions"]
+    terminating = next(c for c in conditions if c["type"] == NODE_TERMINATING_CONDITION)
+    assert (terminating["status"], terminating["reason"]) == ("True", NODE_TERMINATING_REASON_UNHEALTHY)
+    assert "Drain successful" in (env.machine(name) or Machine()).status.last_operation.description

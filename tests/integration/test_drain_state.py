@@ -68,3 +68,33 @@ def test_expiry_is_armed_on_every_save(store: DrainStore, redis_client: redis.Re
     store.save(KEY, progress(), 5000)
     assert redis_client.ttl(drain_key(KEY)) > 100
     assert state_ttl(60) > 60
+
+
+def _calls(client: redis.Redis, *commands: str) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands}
+
+
+def test_a_store_asks_redis_nothing_it_already_knows(store: DrainStore, redis_client: redis.Redis) -> None:
+    """A store that cleared a key, or found it empty, loads it as None and clears it as nothing without
+    a round trip until it saves it again: the deletion flow keeps one store per pass, and only its
+    machine's passes write the key. A machine with nothing to drain costs one DEL, not 3 DELs and a
+    HGETALL."""
+    store.save(KEY, progress(), 60)
+    before = _calls(redis_client, "del", "hgetall")
+    store.clear(KEY)
+    assert store.load(KEY, "uid-1") is None
+    store.clear(KEY)
+    assert _calls(redis_client, "del", "hgetall") == {"del": before["del"] + 1, "hgetall": before["hgetall"]}
+
+    store.save(KEY, progress(), 60)
+    assert store.load(KEY, "uid-1") is not None, "after its own save, the store reads again"
+    assert redis_client.exists(drain_key(KEY))
+
+    other = "default/m2"
+    assert store.load(other, "uid-1") is None
+    before = _calls(redis_client, "del", "hgetall")
+    assert store.load(other, "uid-1") is None
+    store.clear(other)
+    assert _calls(redis_client, "del", "hgetall") == before, "found empty: nothing to ask or delete"
+    assert DrainStore(redis_client).load(KEY, "uid-1") is not None, "another store knows nothing"

@@ -46,7 +46,6 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks import kinds
 from mcm_tasks.api import (
     Machine,
-    MachineClass,
     MachineOperationType,
     MachinePhase,
     MachineState,
@@ -162,7 +161,7 @@ def termination_pass(scope: MachineScope) -> Requeue | None:
     if not scope.machine.metadata.is_deleting:
         return None
     try:
-        return terminate(scope.machine)
+        return terminate(scope)
     except ApiException as err:
         if is_conflict(err):
             return Requeue.conflict()
@@ -180,19 +179,21 @@ reconcile_termination = answers_unreadable(
 )
 
 
-def terminate(machine: Machine) -> Requeue | None:
-    """The deletion flow for a machine being deleted, step after step while each moves it on.
+def terminate(scope: MachineScope) -> Requeue | None:
+    """The deletion flow for the scope's machine, step after step while each moves it on; the steps
+    share what the pass read (``MachineScope``: the class, the Node) and one drain store.
 
     A creation still running (MCM's pendingMachineCreationMap) holds the flow back. It is asked once
     per pass: none can start once the machine is seen deleting, which is how this pass began.
     """
-    if context.creation_in_progress(machine.key):
+    if context.creation_in_progress(scope.machine.key):
         return Requeue.medium()
     unwritten = False
     for _ in range(get_settings().deletion_steps_per_pass):
-        result = step(machine)
+        result = step(scope)
+        machine = scope.machine
         if isinstance(result, Continue):
-            machine, unwritten = result.machine, unwritten or result.unwritten
+            scope.machine, unwritten = result.machine, unwritten or result.unwritten
             continue
         if isinstance(result, Stop):  # a status where the previous one was written: never de-duplicated
             status.write_status(machine, result.status, dedup=not (result.moves or unwritten))
@@ -201,30 +202,37 @@ def terminate(machine: Machine) -> Requeue | None:
             status.write_status(machine, machine.status, dedup=False)
         return result  # None: the finalizer is gone, and the Machine with it: nothing left to write
     if unwritten:
-        status.write_status(machine, machine.status, dedup=False)
+        status.write_status(scope.machine, scope.machine.status, dedup=False)
     return Requeue.conflict()
 
 
-def step(machine: Machine) -> StepResult:
+def step(scope: MachineScope) -> StepResult:
     """One step of the deletion flow."""
+    machine = scope.machine
     if not machine.metadata.has_finalizer(MCM_FINALIZER):
         log.warning("machine %s is missing finalizers, deletion cannot proceed", machine.key)
         return Requeue.long()
     current = step_of(machine)
     log.debug("machine %s: deletion step %s", machine.key, current)
     if current is Step.SET_TERMINATING:
-        return _set_terminating(machine)
+        return _set_terminating(scope)
     if current is Step.GET_VM_STATUS:
-        return _get_vm_status(machine)
+        return _get_vm_status(scope)
     if current is Step.DRAIN:
-        return _drain(machine)
+        return _drain(scope)
     if current is Step.DELETE_VOLUME_ATTACHMENTS:
-        return _delete_volume_attachments(machine)
+        return _delete_volume_attachments(scope)
     if current is Step.DELETE_VM:
-        return _delete_vm(machine)
+        return _delete_vm(scope)
     if current is Step.DELETE_NODE:
-        return _delete_node(machine)
-    return _remove_finalizer(machine)
+        return _delete_node(scope)
+    return _remove_finalizer(scope)
+
+
+def _drain_store(scope: MachineScope) -> DrainStore:
+    """The pass's one drain store: it knows what it cleared (``DrainStore``), so the drain of a
+    flow that started in this pass reads no progress, and its end clears none."""
+    return scope.remember("drain-store", DrainStore)
 
 
 def _write(machine: Machine, transition: Transition, *, last_known_state: str | None = None) -> StepResult:
@@ -238,31 +246,35 @@ def _write(machine: Machine, transition: Transition, *, last_known_state: str | 
     return Stop(new, requeue(transition.retry), moves)
 
 
-def _driver(machine: Machine) -> tuple[context.ClassContext, Driver] | None:
+def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
     """The class context and Driver, or None (with a Warning Event) when they cannot be had."""
-    found = context.get_class_context(machine)
-    if found is None:
+    machine, machine_class = scope.machine, scope.machine_class()
+    if machine_class is None:
         status.record_event(
             machine, WARNING, "DeleteBlocked", f"MachineClass {machine.spec.class_.name} not found"
         )
         return None
+    if scope.class_context is None or scope.class_context.machine_class is not machine_class:
+        scope.class_context = context.load_class_context(machine_class)
+    found = scope.class_context
     try:
-        return found, get_driver(found.machine_class.provider)
+        return found, get_driver(machine_class.provider)
     except UnknownProviderError as err:
         status.record_event(machine, WARNING, "DeleteBlocked", str(err))
         return None
 
 
-def _set_terminating(machine: Machine) -> StepResult:
+def _set_terminating(scope: MachineScope) -> StepResult:
     """Upstream: ``setMachineTerminationStatus``."""
-    DrainStore().clear(machine.key)
-    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    machine = scope.machine
+    _drain_store(scope).clear(machine.key)
     api = context.target_api()
-    if machine.status.current_status.phase == MachinePhase.FAILED and node_name and api is not None:
-        node = context.get_node(node_name)
+    if machine.status.current_status.phase == MachinePhase.FAILED and api is not None:
+        node = scope.node()
         if node is not None:
             try:  # remember that a failed machine goes, before its phase no longer says so
-                io.set_terminating(api, node, NODE_TERMINATING_REASON_UNHEALTHY, datetime.now(UTC))
+                now = datetime.now(UTC)
+                scope.node_written(io.set_terminating(api, node, NODE_TERMINATING_REASON_UNHEALTHY, now))
             except ApiException as err:
                 log.warning("machine %s: Terminating condition not set: %s", machine.key, describe(err))
     now = now_utc()
@@ -275,15 +287,16 @@ def _set_terminating(machine: Machine) -> StepResult:
     return Requeue.conflict() if written is None else Continue(written, unwritten=False)
 
 
-def _get_vm_status(machine: Machine) -> StepResult:
+def _get_vm_status(scope: MachineScope) -> StepResult:
     """Upstream: ``getVMStatus``."""
+    machine = scope.machine
     api = context.target_api()
     if machine.metadata.labels.get(NODE_LABEL_KEY):
         return _write(machine, moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
     node_name = io.node_for_machine(api, machine.metadata.name or "") if api is not None else ""
     error: Exception | None = None
     if not node_name:
-        found = _driver(machine)
+        found = _driver(scope)
         if found is None:
             return Requeue.long()
         ctx, driver = found
@@ -307,32 +320,26 @@ def _get_vm_status(machine: Machine) -> StepResult:
     return _write(machine, transition)
 
 
-def _class_of(machine: Machine) -> MachineClass | None:
-    """The machine's class without its secrets: what the drain (volume IDs) and metrics need."""
-    name = machine.spec.class_.name
-    return context.get_machine_class(name, context.namespace_of(machine.key)[0]) if name else None
-
-
-def _drain(machine: Machine) -> StepResult:
-    machine_class = _class_of(machine)
+def _drain(scope: MachineScope) -> StepResult:
+    machine_class = scope.machine_class()  # without its secrets: the volume IDs and metrics need it
     driver = None
     if machine_class is not None:
         try:
             driver = get_driver(machine_class.provider)
         except UnknownProviderError:
             driver = None  # volumes then go untracked; the detach barrier still holds the drain
-    result = drain_mod.drain_step(machine, machine_class, driver)
+    result = drain_mod.drain_step(scope, machine_class, driver, _drain_store(scope))
     transition = drain_transition(result)
     if transition is None:
         return Requeue(after=result.wake_in)
-    return _write(machine, transition)
+    return _write(scope.machine, transition)
 
 
-def _delete_volume_attachments(machine: Machine) -> StepResult:
+def _delete_volume_attachments(scope: MachineScope) -> StepResult:
     """Upstream: ``getLiveVAForNode``, ``deleteVAForNode``."""
-    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    machine, node_name = scope.machine, scope.node_name()
     api = context.target_api()
-    node = context.get_node(node_name) if node_name and api is not None else None
+    node = scope.node() if api is not None else None
     if node is None or api is None:
         text = (
             f"Skipping deleteNodeVolAttachments due to - node {go_q(node_name)} not found. "
@@ -352,9 +359,10 @@ def _delete_volume_attachments(machine: Machine) -> StepResult:
     return Requeue.short()
 
 
-def _delete_vm(machine: Machine) -> StepResult:
+def _delete_vm(scope: MachineScope) -> StepResult:
     """Upstream: ``deleteVM``."""
-    found = _driver(machine)
+    machine = scope.machine
+    found = _driver(scope)
     if found is None:
         return Requeue.long()
     ctx, driver = found
@@ -368,9 +376,9 @@ def _delete_vm(machine: Machine) -> StepResult:
     return _write(machine, delete_vm_transition(error), last_known_state=last_known_state)
 
 
-def _delete_node(machine: Machine) -> StepResult:
+def _delete_node(scope: MachineScope) -> StepResult:
     """Upstream: ``deleteNodeObject``."""
-    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    machine, node_name = scope.machine, scope.node_name()
     api = context.target_api()
     if not node_name or api is None:
         text = (
@@ -381,7 +389,7 @@ def _delete_node(machine: Machine) -> StepResult:
     try:
         # the mark tells the Node's DELETE apart from someone else's (the status may be a step behind)
         mark = {DELETED_BY_FLOW_ANNOTATION: Step.DELETE_NODE.value}
-        if io.has_node_finalizer(context.get_node(node_name)):
+        if io.has_node_finalizer(scope.node()):
             io.remove_node_finalizer(api, node_name, mark)
         answer = ops.delete(api, kinds.NODE.resource, node_name, missing_ok=True)
         if io.has_node_finalizer(answer):  # the mirror had not seen the finalizer: the Node waits on it
@@ -405,8 +413,9 @@ def _delete_node(machine: Machine) -> StepResult:
     return _write(machine, moving_on(text))
 
 
-def _remove_finalizer(machine: Machine) -> Requeue | None:
+def _remove_finalizer(scope: MachineScope) -> Requeue | None:
     """Upstream: ``deleteMachineFinalizers``."""
+    machine = scope.machine
     rest = with_finalizer(machine.metadata.finalizers, MCM_FINALIZER, False)
     meta = {
         "finalizers": rest,
@@ -422,10 +431,10 @@ def _remove_finalizer(machine: Machine) -> Requeue | None:
         body,
         machine.metadata.namespace,
     )
-    DrainStore().clear(machine.key)
+    _drain_store(scope).clear(machine.key)
     deleted = machine.metadata.deletion_timestamp
     if deleted is not None:
         seconds = (now_utc() - deleted).total_seconds()
-        metrics.observe_duration("delete", machine, seconds, _class_of(machine))
+        metrics.observe_duration("delete", machine, seconds, scope.machine_class())
     log.info("machine %s: finalizer removed, deletion complete", machine.key)
     return None

@@ -1,15 +1,26 @@
 """The scope of one machine pass (``common.scope.PassScope``): the Machine read at the start of the
 pass (upstream's ``machine`` argument of ``reconcileClusterMachine`` and ``triggerDeletionFlow``), its
 class context once the class phase has read it, and the controller's clients, listers, recorder and
-settings. The machine and the deletion reconcilers are built on it by ``registration.scoped``."""
+settings. The machine and the deletion reconcilers are built on it by ``registration.scoped``.
+
+What several steps of a pass read again (the machine's class, its Node) is read once and held here,
+decoded: the mirror's per-pass read memo (``CacheReader.remembering_synced``) already spares the
+Redis round trips, but each read still decoded and parsed the object afresh. A Node the pass writes is
+held as the API server answered the write, so a later step sees the pass's own change (a Failed
+machine's ``Terminating`` condition, set before the drain, is not taken for absent by the drain)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from mcm_tasks.api import Machine
+from mcm_tasks.api import Machine, MachineClass
+from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
+
+Obj = dict[str, Any]
 
 
 @dataclass(kw_only=True)
@@ -20,3 +31,32 @@ class MachineScope(PassScope[Machine]):
     class_context: ClassContext | None = None
 
     machine = ObjectName[Machine]()
+
+    def machine_class(self) -> MachineClass | None:
+        """The machine's class without its secrets (None when it names none or it does not exist),
+        read once per pass."""
+        name = self.machine.spec.class_.name
+        if not name:
+            return None
+        namespace = self.machine.metadata.namespace or self.settings.namespace
+        return self.remember(f"class:{namespace}/{name}", lambda: context.get_machine_class(name, namespace))
+
+    def node_name(self) -> str:
+        """The Node the machine's ``node`` label names ("" when it has none)."""
+        return self.machine.metadata.labels.get(NODE_LABEL_KEY, "")
+
+    def node(self) -> Obj | None:
+        """The Node the ``node`` label names (an API dict; None when absent, unnamed or in no-target
+        mode): read once per pass, then as the pass's own writes to it left it (``node_written``).
+        Shared within the pass: read-only."""
+        name = self.node_name()
+        if not name:
+            return None
+        found: Obj | None = self.remember(f"node:{name}", lambda: context.get_node(name))
+        return found
+
+    def node_written(self, answer: Obj | None) -> None:
+        """Hold the API server's answer to a write of a Node as the pass's view of it (None: nothing
+        was written, the view stays)."""
+        if answer is not None:
+            self.memo[f"node:{(answer.get('metadata') or {}).get('name') or ''}"] = answer

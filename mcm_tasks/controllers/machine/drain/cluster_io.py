@@ -178,12 +178,13 @@ def terminating_condition(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def set_terminating(api: ApiClient, node: Mapping[str, Any], reason: str, now: datetime) -> bool:
+def set_terminating(api: ApiClient, node: Mapping[str, Any], reason: str, now: datetime) -> Obj | None:
     """MCM's ``UpdateNodeTerminationCondition``: Terminating=True on the node, keeping the reason of one
-    already there. Returns whether it wrote; a Node that is gone is not an error."""
+    already there. Returns the Node as the API server answered the write, None when it wrote nothing;
+    a Node that is gone is not an error."""
     found = terminating_condition(node)
     if found is not None and found.get("status") == "True":
-        return False
+        return None
     stamp = format_time(now)
     condition = {
         "type": NODE_TERMINATING_CONDITION,
@@ -195,7 +196,7 @@ def set_terminating(api: ApiClient, node: Mapping[str, Any], reason: str, now: d
     }
     name = str(node["metadata"]["name"])
     try:
-        ops.patch(
+        return ops.patch(
             api,
             kinds.NODE.resource,
             name,
@@ -205,22 +206,23 @@ def set_terminating(api: ApiClient, node: Mapping[str, Any], reason: str, now: d
         )
     except ApiException as err:
         if is_not_found(err):
-            return False
+            return None
         raise
-    return True
 
 
-def cordon(api: ApiClient, node: Mapping[str, Any]) -> bool:
-    """``spec.unschedulable=true``; returns whether it wrote (a Node that is gone is no error)."""
+def cordon(api: ApiClient, node: Mapping[str, Any]) -> Obj | None:
+    """``spec.unschedulable=true``; returns the Node as the API server answered the write, None when it
+    wrote nothing (a Node that is gone is no error)."""
     if (node.get("spec") or {}).get("unschedulable") is True:
-        return False
+        return None
     try:
-        ops.patch(api, kinds.NODE.resource, str(node["metadata"]["name"]), {"spec": {"unschedulable": True}})
+        return ops.patch(
+            api, kinds.NODE.resource, str(node["metadata"]["name"]), {"spec": {"unschedulable": True}}
+        )
     except ApiException as err:
         if is_not_found(err):
-            return False
+            return None
         raise
-    return True
 
 
 def has_node_finalizer(node: Mapping[str, Any] | None) -> bool:

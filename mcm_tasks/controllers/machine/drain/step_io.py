@@ -26,10 +26,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineClass
-from mcm_tasks.api.constants import (
-    NODE_LABEL_KEY,
-    NODE_TERMINATING_REASON_SCALE_DOWN,
-)
+from mcm_tasks.api.constants import NODE_TERMINATING_REASON_SCALE_DOWN
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain import cluster_io as io
@@ -38,6 +35,7 @@ from mcm_tasks.controllers.machine.drain import pods as dp
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.force import DrainParams, drain_params, force_due_in
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainStore, state_ttl
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube.errors import describe
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.settings import Settings, get_settings
@@ -90,22 +88,24 @@ def poll_interval(settings: Settings) -> float:
 
 
 def drain_step(
-    machine: Machine,
+    scope: MachineScope,
     machine_class: MachineClass | None,
     driver: Driver | None,
     store: DrainStore | None = None,
 ) -> DrainResult:
-    """One reconcile's worth of draining the machine's node."""
+    """One reconcile's worth of draining the machine's node: the scope's machine, its Node as the pass
+    holds it (and holds it after the condition and the cordon, as the API server answered them)."""
+    machine = scope.machine
     settings = get_settings()
     store = store or DrainStore()
     api = context.target_api()
-    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    node_name = scope.node_name()
     if not node_name or api is None:
         store.clear(machine.key)
         return DrainResult(Outcome.SKIPPED)
     now_dt = datetime.now(UTC)
     now = now_dt.timestamp()
-    node = context.get_node(node_name)
+    node = scope.node()
     params = drain_params(machine, node, now_dt, settings)
     progress = store.load(machine.key, machine.metadata.uid or "")
     #: a drain that starts here announces itself (DrainStarted) once it has more to tell than success
@@ -122,7 +122,7 @@ def drain_step(
 
     if node is not None:
         try:
-            io.set_terminating(api, node, _termination_reason(node), now_dt)
+            node = _kept(scope, node, io.set_terminating(api, node, _termination_reason(node), now_dt))
         except ApiException as err:
             if not params.force:
                 return _finish(
@@ -139,7 +139,7 @@ def drain_step(
                 describe(err),
             )
         try:
-            io.cordon(api, node)
+            node = _kept(scope, node, io.cordon(api, node))
         except ApiException as err:
             result = DrainResult(
                 Outcome.FAILED, params.force, [f"cordoning node {node_name}: {describe(err)}"]
@@ -177,6 +177,14 @@ def drain_step(
     outcome = Outcome.FAILED if conclusion.errors else Outcome.SUCCEEDED
     result = DrainResult(outcome, params.force, conclusion.errors)
     return _finish(machine, machine_class, store, progress, result, now, starting)
+
+
+def _kept(scope: MachineScope, node: Obj, answer: Obj | None) -> Obj:
+    """The Node after a write that answered ``answer`` (None: nothing written), held by the pass."""
+    if answer is None:
+        return node
+    scope.node_written(answer)
+    return answer
 
 
 def _termination_reason(node: dict[str, Any]) -> str:
