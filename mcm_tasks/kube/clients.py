@@ -133,6 +133,8 @@ def new_cluster(name: str, kubeconfig: str, settings: Settings) -> Cluster:
     if settings.redis_url:
         bucket = cluster_bucket(name, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
         install_rate_limit(api, bucket)
+    else:
+        rest.install_edge(api)
     return Cluster(name, api)
 
 

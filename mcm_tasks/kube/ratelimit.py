@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 import redis
 from kubernetes.client import ApiClient
-from kubernetes.client.rest import RESTClientObject
 
+from mcm_tasks.kube.rest import EdgeRESTClient
 from mcm_tasks.ratelimit import LeasedTokens, SharedTokenBucket
 from mcm_tasks.redisdb import get_redis, rkey
 
@@ -50,8 +50,9 @@ def cluster_bucket(cluster: str, qps: float, burst: int, redis_url: str | None =
     )
 
 
-class RateLimitedRESTClient(RESTClientObject):
-    """The client's REST layer with a token taken before each request leaves the process."""
+class RateLimitedRESTClient(EdgeRESTClient):
+    """The client's REST layer (our edge's, ``rest.EdgeRESTClient``) with a token taken before each
+    request leaves the process."""
 
     def __init__(self, configuration: Any, limiter: TokenSource) -> None:
         super().__init__(configuration)

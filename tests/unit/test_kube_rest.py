@@ -1,0 +1,115 @@
+"""The request edge's pure parts: body encoding and decoding, timeouts, which requests take the
+short way to the pool (the wire behaviour is in tests/integration/test_kube_rest.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from kubernetes.client import ApiClient, Configuration, V1ObjectMeta
+from kubernetes.client.rest import RESTClientObject
+
+from mcm_tasks.kube import rest
+from mcm_tasks.kube.ratelimit import RateLimitedRESTClient, install_rate_limit
+
+
+def api(host: str = "http://127.0.0.1:1", **settings: object) -> ApiClient:
+    cfg = Configuration(host=host)
+    for key, value in settings.items():
+        setattr(cfg, key, value)
+    return ApiClient(cfg)
+
+
+def test_bytes_are_sent_as_given() -> None:
+    raw = b'{ "b": 1,  "a": [ ] }'
+    assert rest.encode(api(), raw) is raw
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"metadata": {"name": "m", "labels": {"a": "b"}}, "spec": {"n": 1, "f": 0.5, "t": True, "z": None}},
+        [{"op": "replace", "path": "/spec/n", "value": 2}],
+        {"message": "ünïcode ✓", "nested": [[1, 2], {"k": []}]},
+    ],
+)
+def test_plain_bodies_encode_to_the_json_the_official_client_sends(body: object) -> None:
+    client = api()
+    official = json.loads(json.dumps(client.sanitize_for_serialization(body)))
+    assert json.loads(rest.encode(client, body)) == official
+
+
+def test_what_orjson_cannot_encode_is_encoded_as_the_official_client_does() -> None:
+    client = api()
+    body = {"metadata": V1ObjectMeta(name="m", labels={"a": "b"}), 3: "int key", "at": dt.date(2024, 1, 2)}
+    official = json.dumps(client.sanitize_for_serialization(body))
+    assert (
+        json.loads(rest.encode(client, body))
+        == json.loads(official)
+        == {
+            "metadata": {"name": "m", "labels": {"a": "b"}},
+            "3": "int key",
+            "at": "2024-01-02",
+        }
+    )
+    big = {"spec": {"providerSpec": {"n": 123456789012345678901234567890}}}
+    assert rest.encode(client, big) == json.dumps(big).encode()
+
+
+def test_answers_decode_losslessly_even_beyond_64_bits() -> None:
+    assert rest.decode(b'{"a": [1, "x", null, 2.5]}') == {"a": [1, "x", None, 2.5]}
+    assert rest.decode(b'{"big": 123456789012345678901234567890}') == {"big": 123456789012345678901234567890}
+    with pytest.raises(ValueError):
+        rest.decode(b"not json")
+
+
+@pytest.mark.parametrize(
+    ("given", "total", "connect", "read"),
+    [(None, None, None, None), (5, 5, None, None), (2.5, 2.5, None, None), ((1.0, 30.0), None, 1.0, 30.0)],
+)
+def test_timeouts_read_as_the_official_rest_layer_reads_them(
+    given: rest.Timeout, total: float | None, connect: float | None, read: float | None
+) -> None:
+    timeout = rest._timeout(given)
+    if given is None:
+        assert timeout is None
+        return
+    assert timeout is not None
+    assert (timeout.total, timeout._connect, timeout._read) == (
+        total,
+        connect if connect is not None else timeout.DEFAULT_TIMEOUT,
+        read if read is not None else timeout.DEFAULT_TIMEOUT,
+    )
+
+
+def test_the_edge_rest_client_is_installed_once_and_the_rate_limited_one_is_an_edge() -> None:
+    client = api()
+    assert type(client.rest_client) is RESTClientObject
+    edge = rest.install_edge(client).rest_client
+    assert isinstance(edge, rest.EdgeRESTClient)
+    assert rest.install_edge(client).rest_client is edge
+    install_rate_limit(client, limiter=type("Free", (), {"take": lambda self, tokens=1: 0.0})())
+    assert isinstance(client.rest_client, RateLimitedRESTClient)
+    assert isinstance(client.rest_client, rest.EdgeRESTClient)
+
+
+@pytest.mark.parametrize(
+    ("host", "origin", "direct"),
+    [
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080", True),
+        ("https://api.example:6443/k8s/clusters/c-1", "https://api.example:6443", True),
+        ("https://api.example", "https://api.example", True),
+    ],
+)
+def test_the_origin_whose_pool_is_used_directly(host: str, origin: str, direct: bool) -> None:
+    edge = rest.EdgeRESTClient(Configuration(host=host))
+    assert (edge.origin, edge.direct) == (origin, direct)
+
+
+def test_a_proxy_keeps_the_official_way_through_its_manager() -> None:
+    edge = rest.EdgeRESTClient(Configuration(host="https://api.example:6443"))
+    cfg = Configuration(host="https://api.example:6443")
+    cfg.proxy = "http://proxy.example:3128"
+    proxied = rest.EdgeRESTClient(cfg)
+    assert edge.direct and not proxied.direct
