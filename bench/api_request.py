@@ -11,7 +11,10 @@ time, sequentially, as a reconcile does. For every verb:
 - ``cpu_us``: this process's CPU (user + system, ``time.process_time``) per request, in µs;
 - ``wall_us``: wall time per request (the API server's time included; meaningless on a loaded host);
 
-under two set-ups: ``direct`` (an ``ApiClient`` from the sandbox's kubeconfig, no rate limit) and
+The sandbox's kubeconfig carries a bearer token (``--no-token``: none), as a real cluster's
+credentials do: a token makes the client run its refresh hook before every request, and the
+process's environment size (``environ_size``) weighs on that hook's cost in the official client.
+Two set-ups: ``direct`` (an ``ApiClient`` from the sandbox's kubeconfig, no rate limit) and
 ``limited`` (the clients the controller builds, ``clients.new_cluster``: the shared token bucket in
 Redis drawn through ``LeasedTokens``, at the benchmarks' QPS); ``limited_redis_draws_per_call`` says
 how often a call paid a Redis round trip for its token. ``floor.get`` is a bare urllib3 GET over a
@@ -41,6 +44,7 @@ import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import pstats  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
@@ -160,13 +164,14 @@ def _named(body: dict[str, Any], suffix: str) -> dict[str, Any]:
     return body
 
 
-def floor(url: str) -> Callable[[int], Any]:
+def floor(url: str, token: str | None) -> Callable[[int], Any]:
     """A bare keep-alive urllib3 GET of the same Machine, body read and decoded."""
     pool = urllib3.PoolManager()
     path = f"{url}{kinds.MACHINE.resource.path(NS, 'bench-target')}"
+    headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
 
     def get(i: int) -> Any:
-        return json.loads(pool.request("GET", path, headers={"Accept": "application/json"}).data)
+        return json.loads(pool.request("GET", path, headers=headers).data)
 
     return get
 
@@ -233,8 +238,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = max(50, round(args.requests * args.scale))
     work = scratch_dir("mcm-bench-api-request-")
     redis_server = RedisServer(work / "redis").start()
-    server = ApiServer(work / "apiserver").start()
-    figures: dict[str, Any] = {"requests_per_verb": n}
+    # credentials, as every real cluster has: a kubeconfig token installs the client's refresh hook
+    server = ApiServer(work / "apiserver", extra_args=[] if args.no_token else ["--token", "bench"]).start()
+    figures: dict[str, Any] = {"requests_per_verb": n, "token": not args.no_token}
+    figures["environ_size"] = len(os.environ)
     profile: dict[str, Any] = {}
     try:
         direct = config.new_client_from_config(config_file=str(server.kubeconfig))
@@ -254,7 +261,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             recorder = EventRecorder(api, "bench", redis_client=rc, spam_filter=False)
             for verb, fn in verbs(api, recorder, setup).items():
                 cases[f"{setup}/{verb}"] = fn
-        cases["floor/get"] = floor(server.url)
+        cases["floor/get"] = floor(server.url, None if args.no_token else "bench")
         cases["floor/compute"] = compute
         rate_limited = limiter_of(limited.api)
         assert rate_limited is not None and isinstance(rate_limited.limiter, LeasedTokens)
@@ -287,6 +294,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the request count")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: see bench.common.save)")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile each verb into DIR")
+    parser.add_argument("--no-token", action="store_true", help="a sandbox without a bearer token")
     args = parser.parse_args()
     args.workers = 0
     ctx = context(args)
