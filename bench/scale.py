@@ -43,6 +43,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 
 import argparse  # noqa: E402
 import math  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -120,11 +121,16 @@ def options(parser: argparse.ArgumentParser) -> None:
     from bench import fleet_cost
 
     parser.add_argument("--fleet-cost", action="store_true", help="also run bench/fleet_cost.py's measures")
+    parser.add_argument(
+        "--rolling-only", action="store_true", help="skip the 0 → 1000 → 0 cycle: only the rollout (quicker)"
+    )
     fleet_cost.options(parser)
 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], options)
+    if args.rolling_only and args.out is None:  # no scale-up/down figures: never replaces scale.json
+        args.out = Path(tempfile.gettempdir()) / "mcm-bench-results" / f"scale-rolling-{args.scale:g}.json"
     big, rolled = scaled(1000, args.scale), scaled(300, args.scale)
     surge = math.ceil(rolled * SURGE_PERCENT / 100)
     host = calibration(args.no_calibration)
@@ -134,16 +140,20 @@ def main() -> None:
         bench.secret_and_classes("class-a", "class-b")
         bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("big", "class-a")])
 
-        print(f"scaling up 0 → {big}", flush=True)
-        with phase("scale_up"):
-            up_s, a, b = d.timed(
-                lambda: d.scale("big", big), lambda: d.wait(lambda: d.running(big, "class-a"), "up")
-            )
-        print(f"  all Running in {up_s:.1f}s", flush=True)
-        print(f"scaling down {big} → 0", flush=True)
-        with phase("scale_down"):
-            down_s, _, c = d.timed(lambda: d.scale("big", 0), d.all_gone)
-        print(f"  all gone in {down_s:.1f}s", flush=True)
+        if args.rolling_only:
+            up_s = down_s = 0.0
+            a = b = c = bench.snapshot()
+        else:
+            print(f"scaling up 0 → {big}", flush=True)
+            with phase("scale_up"):
+                up_s, a, b = d.timed(
+                    lambda: d.scale("big", big), lambda: d.wait(lambda: d.running(big, "class-a"), "up")
+                )
+            print(f"  all Running in {up_s:.1f}s", flush=True)
+            print(f"scaling down {big} → 0", flush=True)
+            with phase("scale_down"):
+                down_s, _, c = d.timed(lambda: d.scale("big", 0), d.all_gone)
+            print(f"  all gone in {down_s:.1f}s", flush=True)
 
         print(f"rollout of {rolled} (maxSurge {SURGE_PERCENT}% = {surge}, maxUnavailable 0)", flush=True)
         bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("roll", "class-a")])
