@@ -92,6 +92,10 @@ class Lister(Generic[T]):
     def keys(self) -> builtins.list[str]:
         return self.reader.keys(self.kind)
 
+    def keys_by_index(self, index: str, value: str) -> builtins.list[str]:
+        """The keys of the objects under an index value (the objects are not read)."""
+        return self.reader.index_members(self.kind, index, value)
+
     def synced(self) -> bool:
         return self.reader.synced(self.kind)
 
@@ -121,6 +125,10 @@ class MachineLister(Lister[T]):
     def owned_by(self, owner_uid: str) -> builtins.list[T]:
         """Machines whose controller ownerReference has this uid (a MachineSet's machines)."""
         return self.by_index(layout.BY_OWNER, owner_uid)
+
+    def keys_owned_by(self, owner_uid: str) -> builtins.list[str]:
+        """The keys of ``owned_by``'s machines, without reading them."""
+        return self.keys_by_index(layout.BY_OWNER, owner_uid)
 
     def of_class(self, class_name: str) -> builtins.list[T]:
         return self.by_index(layout.BY_CLASS, class_name)

@@ -131,6 +131,12 @@ class CacheReader:
         raws = self._by_index(keys=[layout.index_key(kind, index, value), layout.objects_key(kind)])
         return [orjson.loads(raw) for raw in cast(list[bytes], raws)]
 
+    def index_members(self, kind: str, index: str, value: str) -> builtins.list[str]:
+        """The keys of the objects under an index value, without the objects (one SMEMBERS)."""
+        _check_index(kind, index)
+        members = cast(set[bytes], self.redis.smembers(layout.index_key(kind, index, value)))
+        return [k.decode() for k in members]
+
     def by_index_stored(self, kind: str, index: str, value: str) -> builtins.list[tuple[str, bytes]]:
         """The objects under an index value as (key, stored JSON), undecoded."""
         _check_index(kind, index)

@@ -11,9 +11,18 @@ from typing import Any
 
 import pytest
 
+from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks import kinds
-from mcm_tasks.api.constants import CA_SCALE_DOWN_DISABLED_ANNOTATION, PRESERVE_ANNOTATION
+from mcm_tasks.api.constants import (
+    CA_SCALE_DOWN_DISABLED_ANNOTATION,
+    CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
+    PRESERVE_ANNOTATION,
+)
+from mcm_tasks.cache.reader import CacheReader
+from mcm_tasks.controllers.common import context as common_context
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once
 from mcm_tasks.kube import ops
 from tests.integration.test_machinedeployment_support import World, deployment_body, template, world
 from tests.integration.test_machinedeployment_taints import (
@@ -21,6 +30,7 @@ from tests.integration.test_machinedeployment_taints import (
     _joined,
     _local_class,
     _mcm_protected,
+    _node_names,
 )
 
 pytestmark = pytest.mark.integration
@@ -111,3 +121,61 @@ def test_machine_passes_leave_a_rollouts_scale_down_protection_alone(world: Worl
     for machine in world.machines():
         notes = _annotations(world.node(machine["metadata"]["name"]))
         assert CA_SCALE_DOWN_DISABLED_ANNOTATION not in notes, (machine["metadata"]["name"], notes)
+
+
+def test_a_protection_taken_off_by_hand_comes_back_within_short_retry(world: World) -> None:
+    """Deliberate difference: a process re-reads a node it found protected during the rollout only
+    once ShortRetry has passed (``machinedeployment.seen``), not on every pass as upstream: a pass
+    reads the nodes that joined since, not every node of the deployment."""
+    world.reconfigure(autoscaler_scaledown_annotation_during_rollout=True, short_retry=3.0)
+    world.create(deployment_body("pool", 3, surge=1, unavailable=0))
+    world.settle()
+    (v1,) = world.sets()
+    world.patch({"spec": {"template": template("class-v2")}})
+    world.reconcile()  # the rollout starts: the old set's nodes are protected
+    node = _node_names(world, v1)[0]
+    assert _mcm_protected(world.node(node))
+    unprotect = {CA_SCALE_DOWN_DISABLED_ANNOTATION: None, CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION: None}
+    ops.patch(world.api, kinds.NODE.resource, node, {"metadata": {"annotations": unprotect}})
+
+    world.reconcile()
+    assert not _mcm_protected(world.node(node))  # found protected less than ShortRetry ago: not read
+
+    def protected_again() -> bool:
+        world.reconcile()
+        return _mcm_protected(world.node(node))
+
+    wait_until(protected_again, 10.0, interval=0.2, what="the protection back")
+
+
+def test_a_live_pass_takes_the_rollouts_node_marks_from_the_mirror(
+    world: World, apiserver: ApiServer, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second attempt of a pass after a Conflict decides the sizes on live MachineSets, but the
+    taints and the scale-down protection (idempotent marks) take machines and nodes from the mirror:
+    a LIST of every machine and node of a rollout of 300 was most of that attempt's time."""
+    world.reconfigure(autoscaler_scaledown_annotation_during_rollout=True)
+    world.create(deployment_body("pool", 3, surge=1, unavailable=0))
+    world.settle()
+    (v1,) = world.sets()
+    with InformerThread(sandbox_settings(apiserver.kubeconfig, redis_url, world.namespace)) as informer:
+        wait_until(informer.synced, 30.0, what="the mirror")
+        names = _node_names(world, v1)
+        reader = CacheReader()
+        wait_until(
+            lambda: len(reader.get_many(kinds.NODE.mirror, names)) == len(names), 10.0, what="nodes mirrored"
+        )
+        listed: list[str] = []
+        real_list = common_context.ops.list_
+
+        def list_(api: Any, resource: Any, *args: Any, **kwargs: Any) -> Any:
+            listed.append(resource.plural)
+            return real_list(api, resource, *args, **kwargs)
+
+        monkeypatch.setattr(common_context.ops, "list_", list_)
+        world.patch({"spec": {"template": template("class-v2")}})
+        reconcile_once(world.namespace, world.name, live=True)
+
+    assert "machinesets" in listed, listed  # the sizes are decided on live sets
+    assert "machines" not in listed and "nodes" not in listed, listed
+    assert all(_mcm_protected(world.node(n)) for n in names)

@@ -3,7 +3,11 @@
 Reads: the deployment itself from the API server (as MCM reads it: every decision starts from its
 latest spec); MachineSets, Machines and Nodes from the informers' mirror once it holds a complete
 list of the kind, else from the API server. A pass may also run with ``live=True``: everything from
-the API server (the reconcile's second attempt after a write met a Conflict).
+the API server (the reconcile's second attempt after a write met a Conflict), except what the
+rollout's node bookkeeping reads (``lag_ok``): the taints and the autoscaler protection are idempotent
+marks, re-decided on each pass and written with the node's resourceVersion, so a lagging mirror costs
+at most a mark one pass late, while a live LIST of every machine and node of a deployment of
+hundreds cost the second attempt most of its time (issue 19).
 
 Writes carry the resourceVersion they were decided on, so a decision made on a stale read fails
 with a Conflict instead of overwriting a newer object; the reconcile then decides again on fresh
@@ -23,14 +27,16 @@ from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
 from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump
-from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.cache import get_listers
+from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common.context import list_objects, mirror_has
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
 from mcm_tasks.controllers.common.template import merge_diff
+from mcm_tasks.controllers.machinedeployment.seen import MACHINE_NODES
 from mcm_tasks.controllers.machinedeployment.status import status_key
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
@@ -57,7 +63,8 @@ class Context(PassScope[MachineDeployment]):
     observed: MachineDeploymentStatus = field(init=False)
     #: the sets the deployment controls (after claiming), as last read or written
     sets: list[MachineSet] = field(default_factory=list)
-    _machines: dict[str, list[Obj]] | None = None
+    #: the machines of ``sets`` by set uid, as read live (or per the pass) and from the mirror
+    _machines: dict[bool, dict[str, list[Obj]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.observed = self.deployment.status.model_copy(deep=True)
@@ -102,15 +109,18 @@ class Context(PassScope[MachineDeployment]):
                     continue
         return out
 
-    def machines_of(self, machine_set: MachineSet) -> list[Obj]:
+    def machines_of(self, machine_set: MachineSet, *, lag_ok: bool = False) -> list[Obj]:
         """The machines a set controls, as API dicts (only names, labels, phases are read from them).
         From the mirror they are shared through the parsed-object cache (read-only): a rollout's
-        passes read every machine of the deployment, and most have not changed since the last."""
-        if self._machines is None:
-            self._machines = self._load_machines()
-        return self._machines.get(machine_set.metadata.uid or "", [])
+        passes read every machine of the deployment, and most have not changed since the last.
+        ``lag_ok``: from the mirror even in a live pass (see the module)."""
+        live = self.live and not lag_ok
+        grouped = self._machines.get(live)
+        if grouped is None:
+            grouped = self._machines[live] = self._load_machines(live)
+        return grouped.get(machine_set.metadata.uid or "", [])
 
-    def _load_machines(self) -> dict[str, list[Obj]]:
+    def _load_machines(self, live: bool) -> dict[str, list[Obj]]:
         uids = {ms.metadata.uid or "" for ms in self.sets}
         lister = get_listers().machines
         grouped: dict[str, list[Obj]] = {uid: [] for uid in uids}
@@ -120,17 +130,18 @@ class Context(PassScope[MachineDeployment]):
             return [m for uid in uids for m in shared.owned_by(uid) if _namespace(m) == self.namespace]
 
         for machine in list_objects(
-            lister, self.api, kinds.MACHINE.resource, self.namespace, mirror=owned_in_mirror, live=self.live
+            lister, self.api, kinds.MACHINE.resource, self.namespace, mirror=owned_in_mirror, live=live
         ):
             ref = next((r for r in _meta(machine).get("ownerReferences") or () if r.get("controller")), None)
             if ref is not None and ref.get("uid") in grouped:
                 grouped[ref["uid"]].append(machine)
         return grouped
 
-    def get_nodes(self, names: Sequence[str]) -> dict[str, Obj]:
+    def get_nodes(self, names: Sequence[str], *, lag_ok: bool = False) -> dict[str, Obj]:
         """The named Nodes that exist (one round trip: a batched cache read, or one LIST). From the
         mirror they are shared through the parsed-object cache (read-only): the autoscaler
-        protection reads every node of the deployment on each pass of a rollout."""
+        protection reads every node of the deployment on each pass of a rollout. ``lag_ok``: from
+        the mirror even in a live pass (see the module)."""
         if self.target is None or not names:
             return {}
         lister = get_listers().nodes
@@ -139,8 +150,33 @@ class Context(PassScope[MachineDeployment]):
         def in_mirror() -> list[Obj]:
             return list(lister.raw_shared.get_many(names))  # one batched read
 
-        found = list_objects(lister, self.target, kinds.NODE.resource, mirror=in_mirror, live=self.live)
+        live = self.live and not lag_ok
+        found = list_objects(lister, self.target, kinds.NODE.resource, mirror=in_mirror, live=live)
         return {str(_meta(n).get("name")): n for n in found if _meta(n).get("name") in wanted}
+
+    def nodes_of(self, machine_sets: Sequence[MachineSet], max_age: float) -> list[str]:
+        """The nodes of the sets' machines (their ``node`` label), each once, for the rollout's node
+        bookkeeping: from the mirror even in a live pass (``lag_ok``), and only the machines this
+        process does not remember the node of (``seen.MACHINE_NODES``, learnt within ``max_age``)
+        are read; the others are only listed (one index read per set)."""
+        lister = get_listers().machines
+        if not mirror_has(lister):
+            machines = (m for ms in machine_sets for m in self.machines_of(ms, lag_ok=True))
+            labels = (_meta(m).get("labels") or {} for m in machines)
+            return list(dict.fromkeys(n for n in (lb.get(NODE_LABEL_KEY) for lb in labels) if n))
+        # a machine's key with its set's uid: a namesake in another set (or a set re-created) is another
+        uids = [ms.metadata.uid or "" for ms in machine_sets]
+        keys = [(uid, k) for uid in uids for k in lister.keys_owned_by(uid)]
+        known = MACHINE_NODES.fresh(keys, max_age)
+        learnt: dict[tuple[str, str], str] = {}
+        owners = {k: uid for uid, k in keys if (uid, k) not in known}
+        for machine in lister.raw_shared.get_many(list(owners)):
+            key = object_key(_namespace(machine), str(_meta(machine).get("name")))
+            node = (_meta(machine).get("labels") or {}).get(NODE_LABEL_KEY)
+            if node and key in owners:
+                learnt[owners[key], key] = node
+        MACHINE_NODES.remember(learnt, max_age)
+        return list(dict.fromkeys(n for n in (known.get(k) or learnt.get(k) for k in keys) if n))
 
     def get_machine(self, name: str) -> Obj | None:
         lister = get_listers().machines

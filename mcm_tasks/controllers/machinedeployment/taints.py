@@ -16,6 +16,13 @@ cluster-autoscaler's scale-down protection while the rollout runs.
 Decisions are pure functions over a Node dict returning the merge patch to send (None: nothing to
 do); ``apply`` writes them to the target cluster. Node failures are logged and do not fail the
 rollout, as in MCM (tainting is a scheduling preference, not a safety property).
+
+A rollout's passes re-check the protection of every node of the deployment, as upstream does; a
+process remembers (``seen``) which node each machine joined as and which nodes it found protected,
+per deployment generation, and reads again only the others, and all of them once that is older than
+ShortRetry: a pass reads the machines and nodes that joined since, not all of them. A mark taken off
+by hand comes back within ShortRetry (upstream: at the deployment's next pass, which a node's update
+does not trigger).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from mcm_tasks.api.constants import (
     TAINT_EFFECT_PREFER_NO_SCHEDULE,
 )
 from mcm_tasks.controllers.machinedeployment.control import Context
+from mcm_tasks.controllers.machinedeployment.seen import PROTECTED_NODES
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 
@@ -120,7 +128,7 @@ def node_names(ctx: Context, machine_sets: Iterable[MachineSet]) -> list[str]:
     """Nodes of the sets' machines (the machines' ``node`` label), each once."""
     names: dict[str, None] = {}
     for ms in machine_sets:
-        for machine in ctx.machines_of(ms):
+        for machine in ctx.machines_of(ms, lag_ok=True):
             node = (_meta(machine).get("labels") or {}).get(NODE_LABEL_KEY)
             if node:
                 names[node] = None
@@ -130,17 +138,25 @@ def node_names(ctx: Context, machine_sets: Iterable[MachineSet]) -> list[str]:
 def apply(ctx: Context, nodes: Sequence[str], change: NodeChange) -> int:
     """Apply a decision to each node (re-deciding on a fresh read after a Conflict); the nodes
     changed. Errors are logged, not raised."""
+    return _apply(ctx, nodes, change)[0]
+
+
+def _apply(ctx: Context, nodes: Sequence[str], change: NodeChange) -> tuple[int, list[str]]:
+    """``apply``, and the nodes that now need no change (none failed to take it)."""
     if ctx.target is None:
-        return 0
-    changed = 0
-    for name, node in ctx.get_nodes(nodes).items():
+        return 0, []
+    changed, settled = 0, []
+    for name, node in ctx.get_nodes(nodes, lag_ok=True).items():
         if change(node) is None:
+            settled.append(name)
             continue
         try:
             changed += _apply_one(ctx.target, node, change)
         except Exception as err:
             log.warning("MachineDeployment %s: could not update node %s: %s", ctx.key, name, describe(err))
-    return changed
+            continue
+        settled.append(name)
+    return changed, settled
 
 
 def _apply_one(target: ApiClient, node: Obj, change: NodeChange) -> int:
@@ -200,16 +216,32 @@ def untaint_set(ctx: Context, machine_set: MachineSet) -> None:
     _set_annotation(ctx, machine_set, None)
 
 
+def _rollout(ctx: Context) -> tuple[str, int]:
+    meta = ctx.deployment.metadata
+    return meta.uid or ctx.key, meta.generation or 0
+
+
 def protect_from_scale_down(ctx: Context, machine_sets: Sequence[MachineSet]) -> None:
     """Upstream ``annotateNodesBackingMachineSets``: once per node (a protected node is not written
-    again; the machine controller's preservation step leaves this protection alone)."""
-    if ctx.settings.autoscaler_scaledown_annotation_during_rollout:
-        apply(ctx, node_names(ctx, machine_sets), add_scale_down_protection)
+    again; the machine controller's preservation step leaves this protection alone). Reads only the
+    machines and nodes this process has not seen within ShortRetry (see the module)."""
+    if not ctx.settings.autoscaler_scaledown_annotation_during_rollout or ctx.target is None:
+        return
+    uid, generation = _rollout(ctx)
+    max_age = ctx.settings.short_retry
+    names = ctx.nodes_of(machine_sets, max_age)
+    checked = PROTECTED_NODES.fresh(((uid, generation, n) for n in names), max_age)
+    unchecked = [n for n in names if (uid, generation, n) not in checked]
+    if unchecked:
+        settled = _apply(ctx, unchecked, add_scale_down_protection)[1]
+        PROTECTED_NODES.remember({(uid, generation, n): True for n in settled}, max_age)
 
 
 def end_scale_down_protection(ctx: Context, machine_sets: Sequence[MachineSet]) -> None:
     """Upstream ``removeAutoscalerAnnotationsIfRequired``: only where the ``…-by-mcm`` marker is."""
     if ctx.settings.autoscaler_scaledown_annotation_during_rollout:
+        uid = _rollout(ctx)[0]
+        PROTECTED_NODES.forget_where(lambda k: k[0] == uid)
         apply(ctx, node_names(ctx, machine_sets), remove_scale_down_protection)
 
 
