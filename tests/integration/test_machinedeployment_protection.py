@@ -17,11 +17,13 @@ from mcm_tasks import kinds
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
+    PREFER_NO_SCHEDULE_KEY,
     PRESERVE_ANNOTATION,
 )
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.controllers.common import context as common_context
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.controllers.machinedeployment import taints
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once
 from mcm_tasks.kube import ops
 from tests.integration.test_machinedeployment_support import World, deployment_body, template, world
@@ -179,3 +181,29 @@ def test_a_live_pass_takes_the_rollouts_node_marks_from_the_mirror(
     assert "machinesets" in listed, listed  # the sizes are decided on live sets
     assert "machines" not in listed and "nodes" not in listed, listed
     assert all(_mcm_protected(world.node(n)) for n in names)
+
+
+def test_an_old_node_is_tainted_and_protected_in_one_write(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.reconfigure(autoscaler_scaledown_annotation_during_rollout=True)
+    world.create(deployment_body("pool", 3, surge=1, unavailable=0))
+    world.settle()
+    (v1,) = world.sets()
+    names = _node_names(world, v1)
+    written: list[str] = []
+    real_patch = taints.ops.patch
+
+    def patch(api: Any, resource: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        if resource == kinds.NODE.resource:
+            written.append(name)
+        return real_patch(api, resource, name, *args, **kwargs)
+
+    monkeypatch.setattr(taints.ops, "patch", patch)
+    world.patch({"spec": {"template": template("class-v2")}})
+    world.reconcile()  # the rollout's first pass
+
+    assert sorted(written) == sorted(names)
+    for name in names:
+        node = world.node(name)
+        assert _mcm_protected(node) and PREFER_NO_SCHEDULE_KEY in str(node["spec"].get("taints")), node

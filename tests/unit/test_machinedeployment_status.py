@@ -22,6 +22,7 @@ from mcm_tasks.controllers.machinedeployment.status import calculate_status, sta
 from mcm_tasks.controllers.machinedeployment.taints import (
     add_prefer_no_schedule,
     add_scale_down_protection,
+    combined,
     remove_prefer_no_schedule,
     remove_scale_down_protection,
 )
@@ -277,6 +278,17 @@ def test_scale_down_protection_patches_respect_a_users_annotation() -> None:
     assert remove_scale_down_protection(node(annotations=both)) == {
         "metadata": {"annotations": dict.fromkeys(both)}
     }
+
+
+def test_an_old_nodes_taint_and_protection_go_in_one_write() -> None:
+    taint_and_protect = combined(add_prefer_no_schedule, add_scale_down_protection)
+    both = {CA_SCALE_DOWN_DISABLED_ANNOTATION: "true", CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION: "true"}
+    assert taint_and_protect(node([OTHER])) == {
+        "metadata": {"resourceVersion": "7", "annotations": both},
+        "spec": {"taints": [OTHER, OURS]},
+    }
+    assert taint_and_protect(node([OURS])) == {"metadata": {"annotations": both}}
+    assert taint_and_protect(node([OURS], annotations=both)) is None
 
 
 # --- metrics ---------------------------------------------------------------------------------------------

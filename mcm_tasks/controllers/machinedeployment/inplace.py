@@ -100,8 +100,9 @@ def rollout_in_place(ctx: Context) -> float | None:
     running = taints.rollout_running(old_sets)
     if running:
         _label_sets(ctx, old_sets, present=True)
+    taints.taint_old_sets(ctx, old_sets, protect=running)
+    if running:
         taints.protect_from_scale_down(ctx, [*old_sets, new_set])
-    taints.taint_old_sets(ctx, old_sets)
     old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
     new_set = machine_sets.current(ctx, new_set) or new_set
     _label_candidates(ctx, old_sets)

@@ -78,9 +78,10 @@ def rollout_rolling(ctx: Context) -> float | None:
     """
     new_set, old_sets = machine_sets.new_and_old(ctx, create=True)
     assert new_set is not None
-    if taints.rollout_running(old_sets):
+    running = taints.rollout_running(old_sets)
+    taints.taint_old_sets(ctx, old_sets, protect=running)
+    if running:
         taints.protect_from_scale_down(ctx, [*old_sets, new_set])
-    taints.taint_old_sets(ctx, old_sets)
     old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
     new_set = machine_sets.current(ctx, new_set) or new_set
 

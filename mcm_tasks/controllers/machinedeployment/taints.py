@@ -121,6 +121,27 @@ def remove_scale_down_protection(node: Obj) -> dict[str, Any] | None:
                                          CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION: None}}}  # fmt: skip
 
 
+def combined(*changes: NodeChange) -> NodeChange:
+    """The decisions as one merge patch of the node (one write instead of one each)."""
+
+    def change(node: Obj) -> dict[str, Any] | None:
+        out: dict[str, Any] | None = None
+        for patch in (c(node) for c in changes):
+            if patch is not None:
+                out = _merged(out or {}, patch)
+        return out
+
+    return change
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for key, value in b.items():
+        both = isinstance(out.get(key), dict) and isinstance(value, dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
 # --- I/O -------------------------------------------------------------------------------------------------
 
 
@@ -193,14 +214,24 @@ def _set_annotation(ctx: Context, machine_set: MachineSet, value: str | None) ->
     ctx.update_set(machine_set, desired)
 
 
-def taint_old_sets(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
-    """PreferNoSchedule on the nodes of old sets not tainted yet, then mark each such set."""
+def taint_old_sets(ctx: Context, old_sets: Sequence[MachineSet], *, protect: bool = False) -> None:
+    """PreferNoSchedule on the nodes of old sets not tainted yet, then mark each such set. With
+    ``protect`` (the rollout runs), the scale-down protection goes on in the same write of each of
+    those nodes (and ``protect_from_scale_down`` then finds them protected): at the start of a
+    rollout of 300, 300 node writes instead of 600."""
     if ctx.target is None:
         return
+    protect = protect and ctx.settings.autoscaler_scaledown_annotation_during_rollout
+    change: NodeChange = add_prefer_no_schedule
+    if protect:
+        change = combined(add_prefer_no_schedule, add_scale_down_protection)
+    uid, generation = _rollout(ctx)
     for ms in old_sets:
         if PREFER_NO_SCHEDULE_KEY in ms.metadata.annotations:
             continue
-        count = apply(ctx, node_names(ctx, [ms]), add_prefer_no_schedule)
+        count, settled = _apply(ctx, node_names(ctx, [ms]), change)
+        if protect:
+            PROTECTED_NODES.remember({(uid, generation, n): True for n in settled}, ctx.settings.short_retry)
         log.info("MachineDeployment %s: tainted %d nodes of old MachineSet %s with %s",
                  ctx.key, count, ms.metadata.name, PREFER_NO_SCHEDULE_KEY)  # fmt: skip
         _set_annotation(ctx, ms, PREFER_NO_SCHEDULE_TAINT_VALUE)
