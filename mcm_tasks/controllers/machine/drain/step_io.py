@@ -10,7 +10,7 @@ plus the returned ``wake_in``.
 
 The outcome goes back to the deletion flow, which owns ``lastOperation`` (MCM's descriptions); the
 Events about the drain itself (started, succeeded, failed, warnings) are recorded here. A drain with
-nothing to evict that succeeds in the pass that started it records DrainSucceeded alone (``_announce``).
+nothing to evict that succeeds in the pass that started it, unforced, records no Event (``went_unremarked``).
 """
 
 from __future__ import annotations
@@ -255,8 +255,8 @@ def _issue_removals(
 def _announce(machine: Machine, node_name: str, starting: DrainParams | None) -> None:
     """DrainStarted, for a drain that started in this pass (``starting``) and has more to tell than
     its success. One that found nothing to evict and concluded in the pass that started it records
-    DrainSucceeded alone: "started" would tell nothing the success does not, and it would cost an
-    Event write per machine of a scale-down."""
+    no DrainStarted ("started" would tell nothing the end does not) and, unforced, no DrainSucceeded
+    either (``went_unremarked``): two Event writes per machine of a scale-down that tell nothing."""
     if starting is not None:
         _started(machine, node_name, starting)
 
@@ -286,12 +286,21 @@ def _finish(
     if result.outcome is not Outcome.SUCCEEDED:
         _announce(machine, node, starting)
     if result.outcome is Outcome.SUCCEEDED:
-        what = "Force drain" if result.forced else "Drain"
-        status.record_event(machine, NORMAL, "DrainSucceeded", f"{what} of node {node} successful")
+        if not went_unremarked(result, progress, starting):
+            what = "Force drain" if result.forced else "Drain"
+            status.record_event(machine, NORMAL, "DrainSucceeded", f"{what} of node {node} successful")
         _observe_duration(machine, machine_class, now - progress.started_at)
     else:
         status.record_event(machine, WARNING, "DrainFailed", f"Drain of node {node} failed: {result.message}")
     return result
+
+
+def went_unremarked(result: DrainResult, progress: DrainProgress, starting: DrainParams | None) -> bool:
+    """A drain that found no pod to evict or delete, was not forced and ended in the pass that started
+    it did nothing worth an Event: it records none, as it records no DrainStarted. MCM records no drain
+    Event at all; ours tell of drains that moved, waited for or forced pods, and the drain-duration
+    metric counts every drain. Upstream ``drainNode`` on an empty node is a cordon and a pod list."""
+    return starting is not None and not result.forced and not progress.pods
 
 
 def _observe_duration(machine: Machine, machine_class: MachineClass | None, seconds: float) -> None:
