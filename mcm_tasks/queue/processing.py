@@ -81,7 +81,7 @@ def deliver(
     # BEGIN also takes a --concurrent-syncs slot and adds the run's start to the key's history
     start = history.entry(message_id, started, runner) if settings.history_length else ""
     reply = kind_scripts.begin(client, (), [key, message_id, started, start])
-    status, failures_text, recovered, previous_error, slot = (_text(v) for v in reply)
+    status, failures_text, recovered, previous_error, slot, seen_due = (_text(v) for v in reply)
     failures_before = int(failures_text)
     if recovered == "1":
         _recovered(kind, key, status, failures_before, previous_error)
@@ -116,7 +116,9 @@ def deliver(
     done = history.entry(
         message_id, started, runner, time.time(), describe("run", outcome), ": ".join(error) if error else ""
     ) if settings.history_length else ""  # fmt: skip
-    _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done)
+    _finish(
+        client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done, seen_due
+    )
     return Delivery("run", outcome, error)
 
 
@@ -216,9 +218,13 @@ def _finish(
     outcome: Outcome,
     entry: str,
     run: str,
+    seen_due: str = "",
 ) -> None:
     """END, which also completes the key's history (``run``: the finished run's entry; "" drops its
-    start) and gives back the delivery's --concurrent-syncs slot."""
+    start) and gives back the delivery's --concurrent-syncs slot. ``seen_due``: the key's due time
+    BEGIN saw; a requeue replaces it if it is still there (scheduled before the run began, e.g. a
+    Pending machine's ShortRetry health recheck outliving its join), where otherwise the earliest
+    due time wins. A delivery that did not run passes "" and replaces nothing."""
     queue = get_settings().queue_name(kind)
     now = time.time()
     # the message for a re-add at once (dirty key, or requeue after 0) is always ready, so that the
@@ -228,5 +234,7 @@ def _finish(
     due = ""
     if outcome.action in (Action.REQUEUE, Action.RETRY) and outcome.after > 0:
         due = repr(now + outcome.after)
-    fields = "|".join((repr(now), repr(started), outcome.action.value, due, now_id, str(failures_before)))
+    fields = "|".join(
+        (repr(now), repr(started), outcome.action.value, due, now_id, str(failures_before), seen_due)
+    )
     kind_scripts.end(client, (), [key, message_id, fields, entry, now_message, run])

@@ -82,9 +82,11 @@ local function push_now(key, id, msg, now)
   return 1
 end
 -- AddAfter: the delayed set keeps the earliest due time per key. Returns 1 if it moved earlier.
-local function schedule(key, due)
+-- ``stale``: the due time a run saw when it began ('' none); still the key's due time at its end,
+-- it was scheduled before the run began, which decided afresh: the run's own due time replaces it.
+local function schedule(key, due, stale)
   local cur = redis.call('ZSCORE', DELAYED, key)
-  if cur and tonumber(cur) <= due then return 0 end
+  if cur and tonumber(cur) <= due and cur ~= stale then return 0 end
   redis.call('ZADD', DELAYED, due, key)
   return 1
 end
@@ -142,7 +144,7 @@ return published
 # ARGV: (key, due) pairs. Returns how many keys got an earlier (or a first) due time.
 _SCHEDULE = """
 local moved = 0
-for i = 1, #ARGV, 2 do moved = moved + schedule(ARGV[i], tonumber(ARGV[i + 1])) end
+for i = 1, #ARGV, 2 do moved = moved + schedule(ARGV[i], tonumber(ARGV[i + 1]), false) end
 return moved
 """
 
@@ -224,7 +226,8 @@ return published
 
 # A message arrives at a worker. ARGV: key, id, now, the run's history entry. Returns {status,
 # consecutive failures, recovered (1: this message's earlier delivery died mid-reconcile), the
-# streak's error before, slot (1: a --concurrent-syncs slot taken, 0: every slot busy)}; status is
+# streak's error before, slot (1: a --concurrent-syncs slot taken, 0: every slot busy), the key's
+# due time in the delayed set as the run begins ('' none: END's ``stale``)}; status is
 # run | busy | duplicate | quarantined. A run that got its slot is added to the key's history.
 _BEGIN = """
 local key, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -235,7 +238,7 @@ if p then
   if pid == id then
     queued_at = tonumber(t)
   elseif tonumber(t) > now - STALE then
-    return {'duplicate', '0', '0', '', '0'}
+    return {'duplicate', '0', '0', '', '0', ''}
   end
   redis.call('HDEL', PENDING, key)
 end
@@ -259,30 +262,34 @@ if holder == id then
   if poison then
     -- a poison message: hold the key (adds mark it dirty) until its retry at LongRetry
     redis.call('HSET', LOCKS, key, retry_at .. '|' .. now .. '|' .. QUARANTINE)
-    schedule(key, retry_at)
-    return {'quarantined', tostring(failures), recovered, prev_error, '0'}
+    schedule(key, retry_at, false)
+    return {'quarantined', tostring(failures), recovered, prev_error, '0', ''}
   end
 elseif exp and exp > now then
   redis.call('SADD', DIRTY, key)
-  return {'busy', '0', '0', '', '0'}
+  return {'busy', '0', '0', '', '0', ''}
 end
 redis.call('HSET', LOCKS, key, (now + TTL) .. '|' .. now .. '|' .. id)
 redis.call('SREM', DIRTY, key)
 if queued_at then observe('queue', now - queued_at) end
 local slot = take_slot(SLOTS, id, now, TTL, CAP)
 if slot == 1 then history_start(key, ARGV[4]) end
-return {'run', tostring(failures), recovered, prev_error, tostring(slot)}
+return {'run', tostring(failures), recovered, prev_error, tostring(slot),
+  redis.call('ZSCORE', DELAYED, key) or ''}
 """
 
-# A reconcile ended. ARGV: key, id, "now|started|action|due|immediate id|failures before"
-# (action: done|requeue|retry; due '' = at once), failing entry (retry), immediate message, the
-# finished run's history entry ('' drops its start). Gives back the delivery's --concurrent-syncs
-# slot. Returns the number of messages published.
+# A reconcile ended. ARGV: key, id, "now|started|action|due|immediate id|failures before|stale"
+# (action: done|requeue|retry; due '' = at once; stale: the due time BEGIN saw, '' none), failing
+# entry (retry), immediate message, the finished run's history entry ('' drops its start). A requeue
+# or retry replaces a due time scheduled before the run began (still ``stale``: the run decided
+# afresh), else the earliest wins. Gives back the delivery's --concurrent-syncs slot. Returns the
+# number of messages published.
 _END = """
 local key, id = ARGV[1], ARGV[2]
 local f = {}
 for part in string.gmatch(ARGV[3] .. '|', '([^|]*)|') do f[#f + 1] = part end
 local now, started, action, due, now_id = tonumber(f[1]), tonumber(f[2]), f[3], f[4], f[5]
+local stale = f[7] or ''
 local _, holder = lock_of(key)
 local mine = holder == id
 if mine then redis.call('HDEL', LOCKS, key) end
@@ -302,11 +309,14 @@ end
 local published = 0
 if action == 'requeue' or action == 'retry' then
   if due == '' then
+    if stale ~= '' and redis.call('ZSCORE', DELAYED, key) == stale then
+      redis.call('ZREM', DELAYED, key)  -- the run's own requeue at once replaces it
+    end
     local r = push_now(key, now_id, ARGV[5], now)
     if r == 1 then published = 1 end
     if r > 0 then redis.call('HINCRBY', METRICS, 'adds', 1) end
   else
-    schedule(key, tonumber(due))
+    schedule(key, tonumber(due), stale)
   end
 end
 -- events that arrived during the run (already counted as adds): exactly one more reconcile

@@ -224,6 +224,32 @@ def test_countdowns_keep_only_the_earliest(client: redis.Redis) -> None:
     assert calls == ["s"]
 
 
+def test_a_requeue_replaces_a_countdown_scheduled_before_the_run_began(client: redis.Redis) -> None:
+    """A Pending machine's ShortRetry health recheck outlives its join when the earliest due time
+    wins: the run that saw the join asks for LongRetry, and its own decision replaces the stale timer
+    (a countdown set during the run, on an event the run may not have seen, still wins if earlier)."""
+    results = iter([Requeue(30), Requeue(30), Requeue(0)])
+    scheduled_during: list[bool] = [False, True, False]
+
+    def reconcile(key: str) -> Requeue | None:
+        if scheduled_during.pop(0):
+            enqueue_after("machine", key, 2)  # an event's wake-up while the run goes on
+        return next(results)
+
+    register_reconciler("machine", reconcile)
+    enqueue_after("machine", "m", 2)  # the recheck the Pending machine left
+    enqueue("machine", "m")
+    assert deliver(client, "machine") == "run"
+    assert due_in(client, "machine", "m") == pytest.approx(30, abs=1), "the stale recheck is replaced"
+    enqueue("machine", "m")
+    assert deliver(client, "machine") == "run"
+    assert due_in(client, "machine", "m") == pytest.approx(2, abs=1), "set during the run: the earliest wins"
+    enqueue_after("machine", "m", 1)
+    enqueue("machine", "m")
+    assert deliver(client, "machine") == "run"
+    assert due_in(client, "machine", "m") is None and messages(client, "machine") == 1, "at once replaces it"
+
+
 def test_publishers_racing_publish_each_due_key_once(client: redis.Redis) -> None:
     enqueue_many_after([("node", f"n{i}") for i in range(50)], 0.01)
     at = time.time() + 1
