@@ -274,7 +274,9 @@ class Settings(BaseSettings):
         "dead: any worker's sweep puts its messages back on their queues (not in MCM)",
     )
     delayed_publish_interval: Duration = Field(
-        0.2, description="how often every worker publishes the due keys of the delayed sets (not in MCM)"
+        0.2,
+        description="the longest a key due at once waits for a worker's publisher (a burst of wake-ups "
+        "costs one read of the delayed sets per interval; not in MCM)",
     )
     error_backoff_base: Duration = Field(
         0.005, description="per-key error backoff start (doubles per failure)"

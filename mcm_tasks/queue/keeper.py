@@ -4,9 +4,14 @@ Four duties, each leader-free and idempotent (any number of workers run them at 
 
 1. **Publish due keys** (client-go's delaying queue ``waitingLoop``): requeue-afters and error
    backoffs wait in Redis, in each kind's delayed sorted set, not as Celery ETA messages in some
-   worker's memory. Every ``delayed_publish_interval`` (sooner when the next key is due sooner)
-   the keeper moves due keys onto their queue (``producer.publish_due``, one Lua script per kind:
-   a key moved by another worker first is no longer due here).
+   worker's memory. The keeper sleeps until the first due time it knows of, as ``waitingLoop``
+   does; a script that schedules a key before every other of its set publishes the due time on
+   the wake channel (``messages.wake_channel``), which the keeper listens to, so an idle fleet
+   costs no polling. It then moves due keys onto their queue (``producer.publish_due``, one Lua
+   script per kind: a key moved by another worker first is no longer due here). A key due at once
+   is published within ``delayed_publish_interval`` (a burst of notifications costs one read per
+   interval); as a backstop (a notification missed while reconnecting) the keeper also reads the
+   delayed sets at every sweep.
 2. **Heartbeat and lease renewal**: kombu's Redis transport keeps each delivered, unacknowledged
    message in ``<prefix>:broker:unacked`` (tag → message) and ``…:unacked_index`` (tag → time of
    delivery) until its ack. The keeper sets the index time of every message this process holds
@@ -38,7 +43,7 @@ import time
 import redis
 
 from mcm_tasks.broker import held_delivery_tags
-from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, workers_key
+from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, wake_channel, workers_key
 from mcm_tasks.queue.producer import publish_due, scripts_for
 from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
@@ -147,8 +152,38 @@ def sweep(client: redis.Redis, now: float, settings: Settings) -> int:
             return total
 
 
+class Wake:
+    """The keeper's subscription to the wake channel: due times scheduled before every other of
+    their set (``scripts.schedule``). Its own connection; dropped and made anew after an error."""
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        self.pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.subscribe(channel)
+
+    def wait(self, timeout: float, stop: threading.Event) -> float | None:
+        """Block until a due time is published or ``timeout`` passes; the earliest due time heard
+        (every message waiting is read), None if none."""
+        deadline = time.monotonic() + timeout
+        earliest: float | None = None
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            message = self.pubsub.get_message(timeout=max(0.0, left) if earliest is None else 0.0)
+            if message is None:
+                if earliest is not None or left <= 0:
+                    return earliest
+                continue  # a subscribe confirmation, skipped
+            with contextlib.suppress(TypeError, ValueError):
+                due = float(message["data"])
+                earliest = due if earliest is None else min(earliest, due)
+        return earliest
+
+    def close(self) -> None:
+        with contextlib.suppress(redis.RedisError, OSError):
+            self.pubsub.close()
+
+
 class Keeper(threading.Thread):
-    """The three duties on one daemon thread; ``stop()`` ends it and clears the heartbeat."""
+    """The four duties on one daemon thread; ``stop()`` ends it and clears the heartbeat."""
 
     def __init__(self, worker: str, settings: Settings | None = None) -> None:
         super().__init__(name="mcm-keeper", daemon=True)
@@ -158,9 +193,13 @@ class Keeper(threading.Thread):
         self.published = 0
         self.restored = 0
         self.repaired = 0
+        #: times the keeper read the delayed sets (publish_due): what an idle fleet pays for
+        self.due_reads = 0
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
+        with contextlib.suppress(redis.RedisError):
+            get_redis().publish(wake_channel(self.settings), "stop")  # out of its wait at once
         if self.is_alive():
             self.join(timeout)
         with contextlib.suppress(redis.RedisError):
@@ -171,39 +210,54 @@ class Keeper(threading.Thread):
         beat_every = max(0.2, s.worker_lost_timeout / 5)
         sweep_every = max(0.2, min(s.worker_lost_timeout / 10, 2.0))
         repair_every = max(1.0, s.worker_lost_timeout / 2)
-        next_beat = next_sweep = 0.0
+        next_beat = next_sweep = next_due = 0.0
         next_repair = time.time() + repair_every
+        wake: Wake | None = None
         down = False
         while not self._stop_event.is_set():
-            wait = s.delayed_publish_interval
             try:
                 client = get_redis()
+                if wake is None:  # (re)subscribed: what was published meanwhile is unknown
+                    wake = Wake(client, wake_channel(s))
+                    next_due = 0.0
                 now = time.time()
                 if now >= next_beat:
                     renew(client, self.worker, held_delivery_tags(), now, s)
                     next_beat = now + beat_every
-                published, next_due = publish_due(client, now)
-                self.published += published
-                if next_due is not None:
-                    wait = max(0.0, min(wait, next_due - time.time()))
                 if now >= next_sweep:
                     restored = sweep(client, now, s)
                     if restored:
                         self.restored += restored
                         log.warning("restored %d messages of dead workers to their queues", restored)
                     next_sweep = now + sweep_every
+                    next_due = min(next_due, now)  # the backstop
+                if now >= next_due:
+                    published, first_due = publish_due(client, now)
+                    self.published += published
+                    self.due_reads += 1
+                    next_due = float("inf") if first_due is None else first_due
                 if now >= next_repair:
                     self.repaired += repair_lost(client, now, s)
                     next_repair = now + repair_every
                 if down:
                     log.info("keeper: Redis is back")
                     down = False
+                wait = min(next_beat, next_sweep, next_repair, next_due) - time.time()
+                heard = wake.wait(max(0.0, wait), self._stop_event)
+                if heard is not None:
+                    # no sooner than delayed_publish_interval after the last read: a burst of
+                    # schedules (a scale-up) costs a read per interval, not one per notification
+                    next_due = min(next_due, max(heard, time.time() + s.delayed_publish_interval))
             except (redis.RedisError, OSError) as err:
                 if not down:
                     log.warning("keeper: Redis unreachable, retrying: %s", err)
                     down = True
-                wait = 1.0
+                if wake is not None:
+                    wake.close()
+                    wake = None
+                self._stop_event.wait(1.0)
             except Exception:  # never die: the queues depend on this thread
                 log.exception("keeper: unexpected error")
-                wait = 1.0
-            self._stop_event.wait(wait)
+                self._stop_event.wait(1.0)
+        if wake is not None:
+            wake.close()

@@ -52,6 +52,7 @@ class QueueKeys:
     broker_list: str  # the Celery queue (a Redis list)
     history: str  # + key: list of the key's last runs (history.py)
     slots: str  # sorted set of the deliveries holding a --concurrent-syncs slot (concurrency.py)
+    wake: str  # pub/sub channel: a due time earlier than its set's first (wake_channel)
 
     def as_list(self) -> list[str]:
         return [self.pending, self.locks, self.dirty, self.delayed, self.failures, self.failing,
@@ -60,6 +61,13 @@ class QueueKeys:
 
 #: the lock holder that marks a quarantined key (a poison message): held until its retry is due
 QUARANTINE = "quarantine"
+
+
+def wake_channel(settings: Settings | None = None) -> str:
+    """Pub/sub channel (all kinds): a script that schedules a key earlier than every key already
+    waiting in its kind's delayed set publishes the due time here, so the keepers wake for it
+    instead of polling the delayed sets several times a second (keeper.py)."""
+    return f"{(settings or get_settings()).key_prefix}:q:wake"
 
 
 def workers_key(settings: Settings | None = None) -> str:
@@ -91,6 +99,7 @@ def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
         broker_list=broker_prefix(s) + s.queue_name(kind),
         history=base + "history:",
         slots=f"{s.key_prefix}:syncs:{kind}",
+        wake=wake_channel(s),
     )
     _keys_cache[(s.key_prefix, kind)] = keys
     return keys

@@ -40,7 +40,7 @@ local FAILURES, FAILING, DEATHS, METRICS, LIST = @FAILURES@, @FAILING@, @DEATHS@
 local KIND, QUARANTINE = @KIND@, @QUARANTINE@
 local STALE, TTL, POISON_AFTER, LONG_RETRY = @STALE@, @TTL@, @POISON_AFTER@, @LONG_RETRY@
 local HISTORY, HISTORY_LENGTH, HISTORY_TTL = @HISTORY@, @HISTORY_LENGTH@, @HISTORY_TTL@
-local SLOTS, CAP = @SLOTS@, @CAP@
+local SLOTS, CAP, WAKE = @SLOTS@, @CAP@, @WAKE@
 local BUCKETS = {@BUCKETS@}
 local function split2(v)
   local p = string.find(v, '|', 1, true)
@@ -81,13 +81,25 @@ local function push_now(key, id, msg, now)
   redis.call('LPUSH', LIST, msg)
   return 1
 end
+-- the set's first due time as this script found it (read once per call; false: none waits)
+local first_due = nil
 -- AddAfter: the delayed set keeps the earliest due time per key. Returns 1 if it moved earlier.
 -- ``stale``: the due time a run saw when it began ('' none); still the key's due time at its end,
 -- it was scheduled before the run began, which decided afresh: the run's own due time replaces it.
+-- A due time before every other in the set is published on WAKE: the keepers sleep until the first
+-- due time they know of (keeper.py), and learn of an earlier one only this way.
 local function schedule(key, due, stale)
   local cur = redis.call('ZSCORE', DELAYED, key)
   if cur and tonumber(cur) <= due and cur ~= stale then return 0 end
+  if first_due == nil then
+    local head = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
+    first_due = head[2] and tonumber(head[2]) or false
+  end
   redis.call('ZADD', DELAYED, due, key)
+  if first_due == false or due < first_due then
+    redis.call('PUBLISH', WAKE, string.format('%.6f', due))
+    first_due = due
+  end
   return 1
 end
 -- a key's history (history.py): a run is added at the head when it starts, bounded, with a TTL
@@ -405,6 +417,7 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         "HISTORY_TTL": str(int(limits.history_ttl)),
         "SLOTS": lua_string(keys.slots),
         "CAP": str(int(limits.concurrent_syncs)),
+        "WAKE": lua_string(keys.wake),
         "BUCKETS": ", ".join(repr(b) for b in BUCKETS),
     }
     prelude = TAKE_SLOT + _PRELUDE
