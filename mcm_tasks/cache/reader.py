@@ -8,7 +8,7 @@ an object under an index value it no longer has.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -82,6 +82,31 @@ class CacheReader:
             self._read[ident] = found
             return found
         return cast(bytes | None, self.redis.hget(layout.objects_key(kind), key)) or None
+
+    def prefetch(self, wanted: Iterable[tuple[str, str]], exists: Sequence[str] = ()) -> builtins.list[bool]:
+        """One round trip for what a pass is about to ask: inside ``remembering_synced``, the synced
+        kinds (once per scope) and the single objects ``wanted`` (kind, key) not read yet in the
+        scope, whose later ``get`` then costs nothing; and whether each Redis key of ``exists``
+        exists (returned in order). A healthy machine's recheck reads its machine, class, node and
+        secret and the freeze flag: three round trips instead of six."""
+        listing = bool(self._scopes) and not self._scope_listed
+        fetch = [i for i in dict.fromkeys(wanted) if i not in self._read] if self._scopes else []
+        if not listing and not fetch and not exists:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        if listing:
+            pipe.hkeys(layout.synced_key())
+        for kind, key in fetch:
+            pipe.hget(layout.objects_key(kind), key)
+        for key in exists:
+            pipe.exists(key)
+        replies = pipe.execute()
+        if listing:
+            self._scope_listed = True
+            self._synced_seen.update(k.decode() for k in cast(list[bytes], replies.pop(0)))
+        for ident, raw in zip(fetch, replies, strict=False):
+            self._read[ident] = cast(bytes | None, raw) or None
+        return [bool(found) for found in replies[len(fetch) :]]
 
     def get_many(self, kind: str, keys: Iterable[str]) -> builtins.list[Obj]:
         """The objects that exist among ``keys``, in the order asked."""

@@ -27,6 +27,7 @@ from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
+from mcm_tasks.cache.reader import get_reader
 from mcm_tasks.controllers.common import secretdata
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
@@ -67,6 +68,17 @@ def mirror_has(lister: Lister[Any]) -> bool:
         return lister.synced()
     except redis.RedisError:
         return False
+
+
+def prefetch(wanted: Iterable[tuple[str, str]], exists: Iterable[str] = ()) -> list[bool] | None:
+    """Read ahead, in one round trip, what the pass is about to get (``CacheReader.prefetch``): the
+    objects ``wanted`` as (mirror kind, ``object_key``), then read from the pass's memory by
+    ``get_raw``, ``get_object`` and the listers; and whether each Redis key of ``exists`` exists.
+    None when Redis could not say: the caller reads on its own, as it would have without this."""
+    try:
+        return get_reader().prefetch(list(wanted), list(exists))
+    except redis.RedisError:
+        return None
 
 
 def list_objects(

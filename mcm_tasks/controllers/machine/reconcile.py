@@ -40,7 +40,7 @@ from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import with_finalizer
-from mcm_tasks.controllers.common.frozen import is_frozen
+from mcm_tasks.controllers.common.frozen import frozen_key, is_frozen
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
 from mcm_tasks.controllers.machine import create, health_io, inplace, preserve
@@ -102,8 +102,15 @@ def machine_pass(scope: MachineScope) -> Requeue | None:
         raise
 
 
+def _read_machine(key: str) -> Machine | None:
+    """The machine, read with the mirror's synced kinds in one round trip."""
+    namespace, name = context.namespace_of(key)
+    context.prefetch([(kinds.MACHINE.mirror, object_key(namespace, name))])
+    return context.get_machine(key)
+
+
 #: the ``machine`` queue's reconciler: the machine's scope (``MachineScope``), then ``machine_pass``
-reconcile_machine = answers_unreadable(scoped(context.get_machine, machine_pass, MachineScope.begin))
+reconcile_machine = answers_unreadable(scoped(_read_machine, machine_pass, MachineScope.begin))
 
 
 def _add_finalizer(scope: MachineScope) -> Machine:
@@ -151,8 +158,16 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
 
 def _ready(scope: MachineScope) -> Requeue | None:
     """Steps 3 to 5: None when the pass can go on with ``scope.class_context``, else when to come
-    back (the problem said on the machine's status)."""
-    if is_frozen():
+    back (the problem said on the machine's status). The freeze flag, the class and the node the
+    pass reads later come in one round trip (a healthy machine's LongRetry recheck is mostly reads)."""
+    machine = scope.machine
+    namespace = machine.metadata.namespace or ""
+    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    wanted = [(kinds.MACHINE_CLASS.mirror, object_key(namespace, machine.spec.class_.name))]
+    if node_name:
+        wanted.append((kinds.NODE.mirror, object_key(None, node_name)))
+    flags = context.prefetch(wanted, exists=[frozen_key()])
+    if flags[0] if flags else is_frozen():
         log.info("machine %s: machine controller frozen, not reconciling", scope.machine.key)
         return Requeue.long()
     problem = machine_problem(scope.machine)
