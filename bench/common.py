@@ -68,8 +68,10 @@ BENCH_ENV = {
 TICK = re.compile(r"\btick: (\w+=\d+(?:, \w+=\d+)*)")
 #: the sandbox processes that are ours (what a user runs): Redis, the informer, the workers, beat.
 #: The API servers and the kubelet simulator stand in for Kubernetes and are not counted; the local
-#: cloud has no process of its own (its VMs live in this Redis, driven from the workers), so its
-#: Redis commands, and the kubelet simulator's reads of them, are inside Redis's figure.
+#: cloud has no process of its own (its VMs live in a Redis, driven from the workers): in our Redis,
+#: so its commands, and the kubelet simulator's reads of them, are inside Redis's figure, unless the
+#: bench gives it a Redis of its own (``running_sandbox(cloud_redis=True)``: role ``cloud-redis``,
+#: not counted, as a real cloud is no load on our Redis).
 OUR_ROLES = ("redis", "informer", "worker-", "beat")
 
 
@@ -202,7 +204,7 @@ class Bench:
         from mcm_tasks.redisdb import get_redis
         from providers.local.cloud import LocalCloud
 
-        return sum(1 for vm in LocalCloud(get_redis(self.sandbox.redis_url)).all() if vm.live())
+        return sum(1 for vm in LocalCloud(get_redis(self.sandbox.cloud_url)).all() if vm.live())
 
     def report(self, before: Snapshot, after: Snapshot, machines: int) -> dict[str, Any]:
         latency = self.tracker.latencies(before.at, after.at)
@@ -333,8 +335,11 @@ def pod_on(node: str, name: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def running_sandbox(args: argparse.Namespace, with_beat: bool = False) -> Iterator[Bench]:
-    """The sandbox with BENCH_ENV (caller's own MCM_* settings win), stopped and cleaned afterwards."""
+def running_sandbox(
+    args: argparse.Namespace, with_beat: bool = False, cloud_redis: bool = False
+) -> Iterator[Bench]:
+    """The sandbox with BENCH_ENV (caller's own MCM_* settings win), stopped and cleaned afterwards;
+    ``cloud_redis``: the local cloud in a Redis of its own (see OUR_ROLES)."""
     saved = {k: os.environ.get(k) for k in BENCH_ENV}
     for key, value in BENCH_ENV.items():
         os.environ.setdefault(key, value)
@@ -344,7 +349,10 @@ def running_sandbox(args: argparse.Namespace, with_beat: bool = False) -> Iterat
     directory = Path(tempfile.mkdtemp(prefix="mcm-bench-"))
     ok = False
     try:
-        sandbox = up(directory, workers=args.workers, with_beat=with_beat, timeout=120, echo=lambda _: None)
+        sandbox = up(
+            directory, workers=args.workers, with_beat=with_beat, timeout=120, echo=lambda _: None,
+            cloud_redis=cloud_redis,
+        )  # fmt: skip
         configure({"redis_url": sandbox.redis_url})
         apis = {
             "control": config.new_client_from_config(config_file=str(sandbox.kubeconfig)),

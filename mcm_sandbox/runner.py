@@ -43,6 +43,13 @@ class Sandbox:
     endpoints: dict[str, str] = field(default_factory=dict)
     #: the ``MCM_REDIS_*`` settings of an external Redis (a Sentinel group, TLS and an ACL user)
     redis_env: dict[str, str] = field(default_factory=dict)
+    #: the local cloud's own Redis (``up(cloud_redis=True)``); empty: its VMs live in ``redis_url``
+    cloud_redis_url: str = ""
+
+    @property
+    def cloud_url(self) -> str:
+        """The Redis holding the local cloud's VMs."""
+        return self.cloud_redis_url or self.redis_url
 
     @property
     def kubeconfig(self) -> Path:
@@ -54,12 +61,15 @@ class Sandbox:
 
     def env(self) -> dict[str, str]:
         """The settings a process needs to reach this sandbox."""
-        return {
+        env = {
             **self.redis_env,
             "MCM_REDIS_URL": self.redis_url,
             "MCM_CONTROL_KUBECONFIG": str(self.kubeconfig),
             "MCM_TARGET_KUBECONFIG": str(self.target_kubeconfig),
         }
+        if self.cloud_redis_url:
+            env["MCM_LOCAL_CLOUD_REDIS_URL"] = self.cloud_redis_url
+        return env
 
     def redis_settings(self) -> Settings:
         """This process's settings pointed at the sandbox's Redis (URL, Sentinel, TLS, ACL user)."""
@@ -76,6 +86,7 @@ class Sandbox:
             "pids": self.pids,
             "endpoints": self.endpoints,
             "redis_env": self.redis_env,
+            "cloud_redis_url": self.cloud_redis_url,
         }
         (self.dir / STATE_FILE).write_text(json.dumps(state, indent=2))
         # kubectl finds the control cluster (machine objects); nodes are in the target kubeconfig
@@ -118,13 +129,17 @@ def up(
     controller_args: Sequence[str] = (),
     force: bool = False,
     redis_env: Mapping[str, str] | None = None,
+    cloud_redis: bool = False,
 ) -> Sandbox:
     """Start everything, telling ``echo`` what starts and how long it took; on any failure stop
     what was started and re-raise. ``controller_args`` (flags, e.g. an upstream MCM command line)
     go to the informer, workers and beat; each still gets its own ``--port``. A sandbox still
     running in ``directory`` is an error (:class:`SandboxRunning`) unless ``force``, which stops
     it first. ``redis_env`` (``MCM_REDIS_URL`` and the other ``MCM_REDIS_*`` settings) points the
-    sandbox at a Redis started elsewhere (``mcm_sandbox.redis_ha``) instead of its own."""
+    sandbox at a Redis started elsewhere (``mcm_sandbox.redis_ha``) instead of its own. ``cloud_redis``
+    gives the local cloud (its VMs, read by the workers' driver and the kubelet simulator) a Redis of
+    its own (``cloud-redis``), so that the controller's Redis carries only the controller's load, as
+    with a real cloud (the benchmarks' accounting)."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     alive = running_pids(directory)
@@ -154,6 +169,11 @@ def up(
             sandbox.redis_url = redis.url
             sandbox.pids["redis"] = redis.process.pid if redis.process else 0
             done(f"redis-server on {redis.url}")
+        if cloud_redis:
+            cloud = RedisServer(directory / "cloud-redis").start(timeout)
+            sandbox.cloud_redis_url = cloud.url
+            sandbox.pids["cloud-redis"] = cloud.process.pid if cloud.process else 0
+            done(f"the local cloud's redis-server on {cloud.url}")
         for role, kubeconfig in (("control", sandbox.kubeconfig), ("target", sandbox.target_kubeconfig)):
             api = ApiServer(logs, name=f"apiserver-{role}", kubeconfig_path=kubeconfig)
             api.start(timeout)
@@ -171,7 +191,7 @@ def up(
         if aws_endpoint:  # the kubelet also plays the EC2 instances it finds there
             kubelet_args += ["--aws-endpoint", aws_endpoint]
         commands: dict[str, list[str]] = {
-            "kubelet": _python_cli(*kubelet_args, "--redis-url", sandbox.redis_url),
+            "kubelet": _python_cli(*kubelet_args, "--redis-url", sandbox.cloud_url),
             "informer": _python_cli("informer"),
         }
         for i in range(workers):
@@ -284,7 +304,9 @@ def down(directory: Path, echo: Callable[[str], None] = print, timeout: float = 
         return
     sandbox = Sandbox.load(directory)
     # workers and informer first, so they don't log a storm of connection errors
-    order = sorted(sandbox.pids.items(), key=lambda kv: kv[0].startswith(("redis", "apiserver")))
+    order = sorted(
+        sandbox.pids.items(), key=lambda kv: kv[0].startswith(("redis", "cloud-redis", "apiserver"))
+    )
     for _, pid in order:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)

@@ -208,6 +208,13 @@ class Settings(BaseSettings):
         "in its memory (never in Redis); 0 = read it on every driver call",
     )
 
+    # --- provider local (the sandbox's stand-in cloud) ---
+    local_cloud_redis_url: str = Field(
+        "",
+        description="Redis holding the local provider's VMs (the sandbox may give its stand-in cloud a "
+        "Redis of its own, as a real cloud is no load on ours); empty = redis_url",
+    )
+
     # --- provider AWS (environment MCM_AWS_*; the driver reads them through get_driver) ---
     aws_endpoint_url: str = Field(
         "", description="EC2/STS endpoint the AWS driver calls (a moto server in tests); empty = AWS's own"

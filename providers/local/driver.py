@@ -27,6 +27,7 @@ from typing import Any
 
 from mcm_tasks.api import Machine
 from mcm_tasks.redisdb import get_redis
+from mcm_tasks.settings import get_settings
 from providers.driver import (
     CreateMachineRequest,
     CreateMachineResponse,
@@ -89,9 +90,10 @@ class LocalDriver:
 
     @property
     def cloud(self) -> LocalCloud:
-        # built lazily: get_driver() runs at import time in some processes, before settings are final
+        # built lazily: get_driver() runs at import time in some processes, before settings are final;
+        # the cloud's Redis is the controller's unless the settings name one of its own
         if self._cloud is None:
-            client = get_redis(self._redis_url)
+            client = get_redis(self._redis_url or get_settings().local_cloud_redis_url or None)
             self._cloud = LocalCloud(client) if self._clock is None else LocalCloud(client, self._clock)
         return self._cloud
 

@@ -273,3 +273,21 @@ def test_volume_ids_of_the_local_csi_driver(driver: LocalDriver) -> None:
         {"csi": {"driver": "other", "volumeHandle": "v-2"}},
     ]
     assert driver.get_volume_ids(GetVolumeIDsRequest(pv_specs=specs)).volume_ids == ["v-1"]
+
+
+def test_the_cloud_may_live_in_a_redis_of_its_own(redis_url: str) -> None:
+    """``local_cloud_redis_url`` (the benchmarks' sandbox: the cloud is no load on our Redis)."""
+    from mcm_tasks.redisdb import get_redis
+    from mcm_tasks.settings import configure, reset_settings
+    from providers.local import LocalCloud
+
+    cloud_url = redis_url.rsplit("/", 1)[0] + "/3"
+    configure({"redis_url": redis_url, "local_cloud_redis_url": cloud_url})
+    try:
+        provider_id = create(LocalDriver(), "own-redis", make_class())
+        assert [vm.provider_id for vm in LocalCloud(get_redis(cloud_url)).by_machine("own-redis")] == [
+            provider_id
+        ]
+        assert LocalCloud(get_redis(redis_url)).by_machine("own-redis") == []
+    finally:
+        reset_settings()
