@@ -5,7 +5,8 @@ Upstream each controller process starts ``ConcurrentNodeSyncs`` workers per queu
 processes in any number of pods, so the cap is a Redis semaphore per kind: a sorted set of the
 deliveries holding a slot, scored by when they took it. A holder killed mid-reconcile cannot give
 its slot back; its entry ages out after ``--reconcile-lock-ttl`` (the same bound as the key's own
-lock), so a crash costs capacity for at most that long and never blocks a kind for good.
+lock; dropped by the first delivery that finds every slot taken, ``holders`` counts it until
+then), so a crash costs capacity for at most that long and never blocks a kind for good.
 
 A delivery takes its slot inside the contract's BEGIN script and gives it back inside END
 (scripts.py ``take_slot``), so the cap costs no round trip or script call of its own;

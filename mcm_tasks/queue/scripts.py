@@ -23,12 +23,16 @@ from mcm_tasks.queue.messages import QUARANTINE, QueueKeys
 #: client-go's workqueue histogram buckets: 10 ns … 10 s, ×10
 BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 
-#: a ``--concurrent-syncs`` slot (concurrency.py): drop the holders older than ``ttl`` (killed
-#: mid-reconcile), then take one if fewer than ``cap`` hold one. 1 taken, 0 every slot busy.
+#: a ``--concurrent-syncs`` slot (concurrency.py): take one if fewer than ``cap`` hold one, the
+#: holders older than ``ttl`` (killed mid-reconcile) not counted. 1 taken, 0 every slot busy. Those
+#: are dropped only when the count reaches the cap: below it they change nothing, and every BEGIN
+#: would pay a command for them.
 TAKE_SLOT = """
 local function take_slot(slots, holder, now, ttl, cap)
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now - ttl)
-  if redis.call('ZCARD', slots) >= cap then return 0 end
+  if redis.call('ZCARD', slots) >= cap then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', now - ttl)
+    if redis.call('ZCARD', slots) >= cap then return 0 end
+  end
   redis.call('ZADD', slots, now, holder)
   return 1
 end
@@ -106,8 +110,9 @@ end
 local function history_start(key, entry)
   if HISTORY_LENGTH == 0 then return end
   local list = HISTORY .. key
-  redis.call('LPUSH', list, entry)
-  redis.call('LTRIM', list, 0, HISTORY_LENGTH - 1)
+  if redis.call('LPUSH', list, entry) > HISTORY_LENGTH then
+    redis.call('LTRIM', list, 0, HISTORY_LENGTH - 1)
+  end
   redis.call('EXPIRE', list, HISTORY_TTL)
 end
 -- complete the run at the head if it is this message's, else add it (its start was lost, e.g. the

@@ -167,3 +167,33 @@ def test_an_informer_batch_is_one_round_trip(client: redis.Redis, redis_url: str
     assert expectations.satisfied("ns/s", client), "both creations were observed"
     assert client.zscore(queue_keys("machineset").delayed, "ns/s") is not None
     assert client.llen(queue_keys("machine").broker_list) == 2
+
+
+def commands_run(client: redis.Redis) -> int:
+    """Commands Redis ran so far, those inside scripts included (INFO commandstats), less the INFO
+    calls that read them."""
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def test_inside_redis_a_delivery_runs_few_commands(client: redis.Redis, redis_url: str) -> None:
+    """BEGIN and END of a plain successful run: 21 commands inside Redis. Not paid on every
+    delivery: dropping a dead --concurrent-syncs holder (only when every slot is taken) and trimming
+    the key's history (only once it is longer than --history-length)."""
+    register_reconciler("machine", lambda key: None)
+    for key in ("ns/warm", "ns/a"):  # the first delivery loads the scripts
+        enqueue("machine", key)
+        before = commands_run(client)
+        status, calls, _, _ = deliver_counted(client, redis_url, "machine")
+        spent = commands_run(client) - before
+    assert (status, calls) == ("run", 2)
+    assert spent - 2 - calls == 21  # less the RPOP and PING of deliver_counted, and the two EVALSHA
+
+
+def test_inside_redis_the_publisher_asks_one_command_of_a_kind_with_nothing_due(client: redis.Redis) -> None:
+    enqueue_after("machine", "ns/warm", 0.5)
+    assert publish_due(client, time.time() + 1)[0] == 1  # loads the scripts
+    enqueue_after("machine", "ns/later", 30)
+    before = commands_run(client)
+    assert publish_due(client)[0] == 0
+    assert commands_run(client) - before == 1 + 8  # the script call, one ZRANGE per kind
