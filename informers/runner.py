@@ -270,25 +270,25 @@ class Informer:
             log.debug("status not published", exc_info=True)
 
 
-def _take_batch(inbox: queue.Queue[Item], wait: float, linger: float = BATCH_LINGER) -> list[Item]:
-    """The first item within ``wait``, then whatever else arrives within ``linger`` of it."""
+def _take_batch(
+    inbox: queue.Queue[Item],
+    wait: float,
+    linger: float = BATCH_LINGER,
+    sleep: Callable[[float], Any] = time.sleep,
+) -> list[Item]:
+    """The first item within ``wait``, then whatever else arrives within ``linger`` of it. The writer
+    sleeps through the linger rather than waiting on the inbox: a wait would wake it for every
+    event put, and the thread switches would cost much of what batching saves."""
     try:
         first = inbox.get(timeout=wait)
     except queue.Empty:
         return []
+    if linger > 0 and inbox.qsize() < BATCH_MAX - 1:
+        sleep(linger)
     batch = [first]
-    deadline = time.monotonic() + linger
     while len(batch) < BATCH_MAX:
         try:
             batch.append(inbox.get_nowait())
-            continue
-        except queue.Empty:
-            pass
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            batch.append(inbox.get(timeout=left))
         except queue.Empty:
             break
     return batch

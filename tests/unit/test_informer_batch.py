@@ -8,45 +8,42 @@ from typing import Any
 from informers.runner import BATCH_MAX, _take_batch
 
 
-class Arrivals:
-    """An inbox whose items arrive one by one: each only to a blocking ``get`` (nothing is ever there
-    already for ``get_nowait``), as events trickling in from a watch faster than the writer."""
+class Arrivals(queue.Queue[Any]):
+    """An inbox where the events after the first arrive while the writer lingers."""
 
-    def __init__(self, items: list[Any]) -> None:
-        self.items = list(items)
-        self.waits: list[float | None] = []
+    def __init__(self, first: list[Any], later: list[Any]) -> None:
+        super().__init__()
+        for item in first:
+            self.put(item)
+        self.later = later
+        self.slept: list[float] = []
 
-    def get(self, timeout: float | None = None) -> Any:
-        self.waits.append(timeout)
-        if not self.items:
-            raise queue.Empty
-        return self.items.pop(0)
-
-    def get_nowait(self) -> Any:
-        raise queue.Empty
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        for item in self.later:
+            self.put(item)
 
 
 def test_events_arriving_within_the_linger_join_the_first_ones_batch() -> None:
-    inbox = Arrivals(["a", "b", "c"])
-    assert _take_batch(inbox, 0.5, linger=5.0) == ["a", "b", "c"]  # type: ignore[arg-type]
-    assert inbox.waits[0] == 0.5
-    assert all(w is not None and 0 < w <= 5.0 for w in inbox.waits[1:]), "bounded waits only"
+    inbox = Arrivals(["a"], ["b", "c"])
+    assert _take_batch(inbox, 0.5, linger=0.01, sleep=inbox.sleep) == ["a", "b", "c"]  # type: ignore[arg-type]
+    assert inbox.slept == [0.01], "one bounded pause, not a wait per event"
 
 
 def test_no_linger_takes_only_what_is_there_already() -> None:
-    inbox = Arrivals(["a", "b"])
-    assert _take_batch(inbox, 0.5, linger=0.0) == ["a"]  # type: ignore[arg-type]
+    inbox = Arrivals(["a"], ["b"])
+    assert _take_batch(inbox, 0.5, linger=0.0, sleep=inbox.sleep) == ["a"]  # type: ignore[arg-type]
+    assert inbox.slept == []
 
 
 def test_an_idle_inbox_gives_an_empty_batch_after_the_idle_wait() -> None:
-    inbox = Arrivals([])
-    assert _take_batch(inbox, 0.01) == []  # type: ignore[arg-type]
-    assert inbox.waits == [0.01]
+    inbox = Arrivals([], ["late"])
+    assert _take_batch(inbox, 0.01, sleep=inbox.sleep) == []  # type: ignore[arg-type]
+    assert inbox.slept == [], "nothing to linger for"
 
 
-def test_a_batch_stops_at_its_maximum_however_fast_events_come() -> None:
-    inbox: queue.Queue[int] = queue.Queue()
-    for i in range(BATCH_MAX + 3):
-        inbox.put(i)
-    assert _take_batch(inbox, 0.5, linger=5.0) == list(range(BATCH_MAX))  # type: ignore[arg-type]
+def test_a_full_inbox_is_taken_at_once_up_to_the_batch_maximum() -> None:
+    inbox = Arrivals(list(range(BATCH_MAX + 3)), [])
+    assert _take_batch(inbox, 0.5, linger=0.01, sleep=inbox.sleep) == list(range(BATCH_MAX))  # type: ignore[arg-type]
+    assert inbox.slept == [], "a full batch waits for nothing"
     assert inbox.qsize() == 3
