@@ -37,9 +37,25 @@ class Commit:
     changes: list[Change] = field(default_factory=list)
     synced: dict[str, str] = field(default_factory=dict)
     sentinel: str | None = None
+    #: (kind, key) → its change's place in ``changes`` (what ``add`` merged so far)
+    _at: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.changes or self.synced or self.sentinel)
+
+    def add(self, change: Change) -> None:
+        """A change of an object already changed in this commit replaces that one: the object's last
+        state, its index entries moved from before the first change to after the last. A batch
+        often holds two versions of one object (a pass's status write and the next pass's, within
+        the writer's linger), and the earlier one would be written only to be overwritten."""
+        ident = (change.kind, change.key)
+        at = self._at.get(ident)
+        if at is None:
+            self._at[ident] = len(self.changes)
+            self.changes.append(change)
+            return
+        first = self.changes[at]
+        self.changes[at] = Change(change.kind, change.key, change.stored, first.old_index, change.new_index)
 
 
 class Mirror:

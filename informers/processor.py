@@ -141,7 +141,7 @@ class Processor:
         else:
             new_index, index_problems = res.indexed(new)
             self.store.put(kind, key, new, new_index)
-            out.commit.changes.append(Change(kind, key, encoded, old_index, new_index))
+            out.commit.add(Change(kind, key, encoded, old_index, new_index))
             self._check(res, key, raw, index_problems, out)
         if announce_added:
             routed = self._route(Event(kind, ADDED, None, new), key, raw, Routing(), out)
@@ -184,7 +184,7 @@ class Processor:
         old = self.store.delete(res.kind, key)
         if old is None and final is None:
             return
-        out.commit.changes.append(Change(res.kind, key, None, filed, {}))
+        out.commit.add(Change(res.kind, key, None, filed, {}))
         gone = final if final is not None else old
         self._route(Event(res.kind, DELETED, gone, None), key, gone, out.routing, out)
 

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import orjson
 
-from informers.events import ADDED, MODIFIED
+from informers.events import ADDED, DELETED, MODIFIED
 from informers.mirror import Change
 from informers.processor import Outcome, Processor, Relisted, WatchEvent
 from informers.store import Store
@@ -59,6 +59,36 @@ def test_a_pod_moving_nodes_leaves_one_index_value_and_enters_the_other() -> Non
     assert change["default/p"].old_index == {layout.BY_NODE: ["a"]}
     assert change["default/p"].new_index == {layout.BY_NODE: ["b"]}
     assert proc.store.index_keys(kinds.POD.mirror, layout.BY_NODE, "a") == set()
+
+
+def test_an_object_changed_twice_in_one_batch_is_written_once_with_both_index_moves() -> None:
+    proc = Processor(Store(NS))
+    proc.process([WatchEvent(kinds.POD.mirror, ADDED, fx.pod("p", node_name="a"))])
+    out = proc.process(
+        [
+            WatchEvent(kinds.POD.mirror, MODIFIED, fx.pod("p", node_name="b", rv="2")),
+            WatchEvent(kinds.POD.mirror, ADDED, fx.pod("q", node_name="b")),
+            WatchEvent(kinds.POD.mirror, MODIFIED, fx.pod("p", node_name="c", rv="3")),
+        ]
+    )
+    assert [c.key for c in out.commit.changes] == ["default/p", "default/q"]
+    change = out.commit.changes[0]
+    assert stored(change)["metadata"]["resourceVersion"] == "3"
+    assert (change.old_index, change.new_index) == ({layout.BY_NODE: ["a"]}, {layout.BY_NODE: ["c"]})
+
+
+def test_an_object_added_and_deleted_in_one_batch_leaves_only_its_removal() -> None:
+    proc = Processor(Store(NS))
+    proc.process([WatchEvent(kinds.POD.mirror, ADDED, fx.pod("p", node_name="a"))])
+    out = proc.process(
+        [
+            WatchEvent(kinds.POD.mirror, MODIFIED, fx.pod("p", node_name="b", rv="2")),
+            WatchEvent(kinds.POD.mirror, DELETED, fx.pod("p", node_name="b", rv="3")),
+        ]
+    )
+    (change,) = out.commit.changes
+    assert change.stored is None
+    assert (change.old_index, change.new_index) == ({layout.BY_NODE: ["a"]}, {})
 
 
 def test_a_duplicate_event_writes_nothing() -> None:
