@@ -13,7 +13,9 @@ import pytest
 
 from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.hostile import nested
+from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers import problems
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.machine import secrets
@@ -43,6 +45,8 @@ class Machines:
     def __init__(self, synced: bool) -> None:
         self._synced = synced
         self.raw = self
+        #: keys of the machines parsed one by one
+        self.parsed: list[str] = []
 
     def synced(self) -> bool:
         return self._synced
@@ -52,6 +56,19 @@ class Machines:
 
     def on_node(self, node: str) -> list[Obj]:
         return [m for m in RAWS if m["metadata"]["labels"].get(NODE_LABEL_KEY) == node]
+
+    # the class's question (``class_in_use``): keys under the index, then machines one by one
+    @property
+    def shared(self) -> Machines:
+        return self
+
+    def keys_by_index(self, index: str, value: str) -> list[str]:
+        return [f"{m['metadata']['namespace']}/{m['metadata']['name']}" for m in self.of_class(value)]
+
+    def get_by_key(self, key: str) -> Any:
+        self.parsed.append(key)
+        raw = next(m for m in RAWS if f"{m['metadata']['namespace']}/{m['metadata']['name']}" == key)
+        return parse_object(Machine, raw)
 
 
 @pytest.fixture(params=[False, True], ids=["live", "mirror"])
@@ -64,10 +81,16 @@ def listed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> l
         selector = kw.get("label_selector")
         node = selector.partition("=")[2] if selector else None
         return {
-            "items": [m for m in RAWS if node is None or m["metadata"]["labels"].get(NODE_LABEL_KEY) == node]
+            "items": [
+                m
+                for m in RAWS
+                if (node is None or m["metadata"]["labels"].get(NODE_LABEL_KEY) == node)
+                and namespace in (None, m["metadata"]["namespace"])
+            ]
         }
 
-    monkeypatch.setattr(context, "_listers", lambda: SimpleNamespace(machines=Machines(request.param)))
+    machines = Machines(request.param)
+    monkeypatch.setattr(context, "_listers", lambda: SimpleNamespace(machines=machines))
     monkeypatch.setattr(context, "control_api", lambda: None)
     monkeypatch.setattr(context.ops, "list_", list_)
     return selectors
@@ -75,6 +98,27 @@ def listed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> l
 
 def test_an_unreadable_machine_is_left_out_of_the_machines_of_a_class(listed: list[str | None]) -> None:
     assert [m.metadata.name for m in context.machines_of_class("c", fx.NS)] == ["a", "b"]
+
+
+def test_a_class_is_in_use_only_by_a_machine_that_can_be_read(
+    listed: list[str | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``class_in_use`` answers as ``machines_of_class`` would, on either path."""
+    bad_only = [unreadable("bad", cls="e", node="n")]
+    assert context.class_in_use("c", fx.NS)
+    assert not context.class_in_use("unused", fx.NS)
+    assert not context.class_in_use("c", "elsewhere")
+    monkeypatch.setattr(__name__ + ".RAWS", [*RAWS, *bad_only])
+    assert not context.class_in_use("e", fx.NS)
+
+
+def test_the_class_question_reads_one_machine_not_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the mirror, the first readable machine answers: the others are not read, let alone parsed
+    (at a thousand machines of a class that was a thousand parses on every pass of the class)."""
+    machines = Machines(True)
+    monkeypatch.setattr(context, "_listers", lambda: SimpleNamespace(machines=machines))
+    assert context.class_in_use("c", fx.NS)
+    assert machines.parsed == [f"{fx.NS}/a"]
 
 
 def test_an_unreadable_machine_is_left_out_of_the_machines_on_a_node(listed: list[str | None]) -> None:

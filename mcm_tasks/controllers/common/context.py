@@ -24,7 +24,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import K8sObject, Machine, MachineClass, SecretReference
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
-from mcm_tasks.cache.layout import split_key
+from mcm_tasks.cache.layout import BY_CLASS, split_key
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.cache.reader import get_reader
@@ -186,6 +186,28 @@ def machines_of_class(name: str, namespace: str) -> list[Machine]:
 
     raws = list_objects(lister, control_api(), kinds.MACHINE.resource, namespace, mirror=of_class_in_mirror)
     return [m for m in readable(Machine, raws) if m.spec.class_.name == name]
+
+
+def class_in_use(name: str, namespace: str) -> bool:
+    """Whether a machine that can be read uses the class (the class reconcile's question for its
+    finalizer): from the mirror, the keys under the class index and, from the first one on, its
+    machines read (shared models, not parsed again while unchanged) until one is readable; at a
+    thousand machines of a class that is one machine read instead of a thousand parsed every pass.
+    Without the mirror, ``machines_of_class``. The same answer as ``bool(machines_of_class(...))``."""
+    lister = _listers().machines
+    if not mirror_has(lister):
+        return bool(machines_of_class(name, namespace))
+    shared = lister.shared
+    for key in lister.keys_by_index(BY_CLASS, name):
+        if split_key(key)[0] != namespace:
+            continue
+        try:
+            machine = shared.get_by_key(key)
+        except Unreadable:
+            continue
+        if machine is not None and machine.spec.class_.name == name:
+            return True
+    return False
 
 
 def machines_on_node(node_name: str) -> list[Machine]:

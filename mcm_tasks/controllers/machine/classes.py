@@ -71,15 +71,15 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
     if not meta.is_deleting:
         _report_problems(key, machine_class)
     namespace, name = context.namespace_of(key)
-    machines = context.machines_of_class(name, namespace)
-    if not meta.is_deleting and machines:
+    in_use = context.class_in_use(name, namespace)
+    if not meta.is_deleting and in_use:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
         if patch is not None:
             _patch(scope, patch)
-            enqueue_many(machine_queue_items(machines))
+            enqueue_many(machine_queue_items(context.machines_of_class(name, namespace)))
         return resync
-    if machines:
-        log.info("machine class %s: still used by %d machines, keeping its finalizer", key, len(machines))
+    if in_use:
+        log.info("machine class %s: still used by machines, keeping its finalizer", key)
         return Requeue.short()
     patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
     if patch is not None:
