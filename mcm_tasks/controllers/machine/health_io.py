@@ -9,7 +9,7 @@ and comes back after ShortRetry): the two write different objects, so nothing is
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import Any, Final
 
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus, now_utc
@@ -38,14 +38,18 @@ from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
+Obj = dict[str, Any]
+
 #: how long a health check waits for the deployment's permit (MCM's lockAcquireTimeout)
 PERMIT_TIMEOUT: Final = 1.0
 
 
-def reconcile_health(machine: Machine, cc: ClassContext | None) -> tuple[Machine, Requeue | None]:
-    """Run the health check; the machine as it is now and when to come back (None: no timer needed)."""
+def reconcile_health(
+    machine: Machine, cc: ClassContext | None, node: Obj | None
+) -> tuple[Machine, Requeue | None]:
+    """Run the health check on the machine's ``node`` (as the pass read it); the machine as it is
+    now and when to come back (None: no timer needed)."""
     settings = get_settings()
-    node = context.get_node(machine.metadata.labels.get(NODE_LABEL_KEY, ""))
     decision = decide_health(machine, node, now_utc(), settings)
     if decision.status is None:
         recheck = None if decision.recheck_after is None else Requeue(decision.recheck_after)
@@ -124,12 +128,11 @@ def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
         giver.release_permit(permit_key, token)
 
 
-def sync_node(machine: Machine, cc: ClassContext | None) -> Requeue | None:
+def sync_node(machine: Machine, cc: ClassContext | None, node: Obj | None) -> Requeue | None:
     """Machine-name label, node template (three-way), node finalizer, virtual capacity: one patch
-    of the node's metadata and, with virtual capacity, one of its status."""
+    of the machine's ``node`` metadata and, with virtual capacity, one of its status."""
     target = context.target_api()
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
-    node = context.get_node(node_name)
     if target is None or node is None:
         return None
     patch = node_sync_patch(node, machine, add_finalizer=not machine.metadata.is_deleting)

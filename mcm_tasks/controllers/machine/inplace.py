@@ -39,13 +39,13 @@ def in_place_owns(machine: Machine) -> bool:
     return current.current_status.phase in ip.IN_PLACE_PHASES
 
 
-def reconcile_in_place(machine: Machine) -> tuple[Machine, Requeue | None]:
-    """The in-place step of a machine reconcile: the machine as it is now, and when to come back."""
+def reconcile_in_place(machine: Machine, node: dict[str, Any] | None) -> tuple[Machine, Requeue | None]:
+    """The in-place step of a machine reconcile, on the machine's ``node`` as the pass read it: the
+    machine as it is now, and when to come back."""
     api = context.target_api()
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
     if api is None or not node_name:
         return machine, None
-    node = context.get_node(node_name)
     now = now_utc()
     decision = ip.decide(machine, node, now, update_timeout(machine), health_timeout(machine, get_settings()))
     step = decision.step

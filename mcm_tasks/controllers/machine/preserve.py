@@ -51,14 +51,14 @@ def preserve_timeout(machine: Machine) -> float:
     return own if own is not None else get_settings().machine_preserve_timeout
 
 
-def manage_preservation(machine: Machine) -> tuple[Machine, Requeue | None]:
-    """The preservation step of a machine reconcile: the machine as it is now, and when to come back
-    (None: nothing is preserved)."""
+def manage_preservation(machine: Machine, node: Obj | None) -> tuple[Machine, Requeue | None]:
+    """The preservation step of a machine reconcile, on the machine's ``node`` as the pass read it:
+    the machine as it is now, and when to come back (None: nothing is preserved)."""
     if machine.metadata.is_deleting or not machine.status.current_status.phase:
         return machine, None
     api = context.target_api()
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
-    node = context.get_node(node_name) if node_name and api is not None else None
+    node = node if node_name and api is not None else None
     node_annotations = _annotations(node) if node is not None else None
     has_expiry = machine.status.current_status.preserve_expiry_time is not None
     _, work = p.annotation_value(node_annotations, machine.metadata.annotations, has_expiry)

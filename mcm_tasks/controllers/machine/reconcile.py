@@ -177,7 +177,7 @@ def _ready(scope: MachineScope) -> Requeue | None:
     return _class_phase(scope)
 
 
-def hand_node_over(machine: Machine) -> None:
+def hand_node_over(scope: MachineScope) -> None:
     """A pass that does not sync its node leaves the node finalizer to the node task: the informer
     does not enqueue that task for a joining node whose machine pass adds the finalizer
     (``informers.routing_target.machine_pass_syncs_node``), so a pass that stopped early, or found
@@ -185,10 +185,10 @@ def hand_node_over(machine: Machine) -> None:
     node controller adds it whatever the machine's state). No read for a machine without a node.
 
     Upstream: ``addNodeFinalizers`` in ``reconcileClusterNode``."""
-    node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    node_name = scope.machine.metadata.labels.get(NODE_LABEL_KEY, "")
     if not node_name:
         return
-    node = context.get_node(node_name)
+    node = scope.node()
     if node is not None and NODE_FINALIZER not in ((node.get("metadata") or {}).get("finalizers") or ()):
         enqueue(Queue.NODE, node_name)
 
@@ -202,23 +202,24 @@ def _reconcile(scope: MachineScope) -> Requeue | None:
         _add_finalizer(scope)
     stop = _ready(scope)
     if stop is not None:
-        hand_node_over(scope.machine)
+        hand_node_over(scope)
         return stop
     cc = scope.class_context
     assert cc is not None
     machine = _resolve_problem(scope)
 
     requeues: list[Requeue | None] = []
+    node = scope.node()
     if needs_health_check(machine):
         if not inplace.in_place_owns(machine):  # an in-place update owns the phase meanwhile
-            machine, recheck = health_io.reconcile_health(machine, cc)
+            machine, recheck = health_io.reconcile_health(machine, cc, node)
             requeues.append(recheck)
-        requeues.append(health_io.sync_node(machine, cc))
-        machine, updating = inplace.reconcile_in_place(machine)
+        requeues.append(health_io.sync_node(machine, cc, node))
+        machine, updating = inplace.reconcile_in_place(machine, node)
         requeues.append(updating)
     else:
-        hand_node_over(machine)
-    machine, preserved = preserve.manage_preservation(machine)
+        hand_node_over(scope)
+    machine, preserved = preserve.manage_preservation(machine, node)
     requeues.append(preserved)
     if needs_creation(machine):
         requeues.append(create.trigger_creation_flow(machine, cc))
