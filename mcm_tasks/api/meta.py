@@ -105,7 +105,7 @@ class LabelSelector(K8sModel):
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Kubernetes semantics: an empty selector selects everything (a missing one selects nothing,
         which is the caller's ``None`` check)."""
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+        if not self.match_labels.items() <= labels.items():  # one C-level subset test per object
             return False
         return all(req.matches(labels) for req in self.match_expressions)
 

@@ -57,8 +57,7 @@ class ReplicaFailure:
 
 
 def is_fully_labeled(machine: Machine, template_labels: dict[str, str]) -> bool:
-    labels = machine.metadata.labels
-    return all(labels.get(k) == v for k, v in template_labels.items())
+    return template_labels.items() <= machine.metadata.labels.items()
 
 
 def failed_summary(machine: Machine) -> MachineSummary:
