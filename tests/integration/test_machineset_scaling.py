@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 
 from mcm_tasks import kinds
+from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.api.constants import (
     LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
     MACHINE_PRIORITY_ANNOTATION,
     MARKED_FOR_DELETION_TIME_ANNOTATION,
     MCM_FINALIZER,
 )
+from mcm_tasks.controllers.machineset import reconcile
 from mcm_tasks.controllers.machineset.metrics import stale_machines_key
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, expectations
@@ -102,6 +104,33 @@ def test_expectations_prevent_double_creation_while_the_cache_lags(harness: Harn
     assert expectations.satisfied(harness.key("lag"))
     harness.reconcile("lag")
     assert len(harness.machines("lag")) == 3
+
+
+def test_expectations_are_read_before_the_machines(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As upstream (``SatisfiedExpectations`` before the list, client-go's rule): creations observed
+    between the pass's list and its expectations check must not make that stale list look trusted.
+    Read the other way round, the pass below saw expectations met and a list without the three new
+    machines, and created three more (a scale-up of a thousand overshot by a burst this way)."""
+    harness.create_set("race", 0)
+    harness.settle("race")
+    harness.scale("race", 3)
+    harness.sync()
+    harness.reconcile("race")
+    assert len(harness.machines("race")) == 3
+    listed = reconcile.candidate_machines
+
+    def list_then_the_informer_catches_up(machine_set: MachineSet) -> list[Machine]:
+        stale = listed(machine_set)
+        harness.sync()  # the creations show up, and their expectations are met, after the list
+        return stale
+
+    monkeypatch.setattr(reconcile, "candidate_machines", list_then_the_informer_catches_up)
+    again = harness.reconcile("race")
+    assert len(harness.machines("race")) == 3
+    assert again is not None and waits_out_expectations(again.after)
+    monkeypatch.undo()
+    harness.settle("race")
+    assert len(harness.machines("race")) == 3
 
 
 def test_deletions_wait_for_the_cache_too(harness: Harness) -> None:

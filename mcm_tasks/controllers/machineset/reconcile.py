@@ -1,9 +1,10 @@
 """The MachineSet reconcile (MCM's reconcileClusterMachineSet), on the queue contract.
 
 Order: read the set; gone → forget its expectations; invalid → skip with a Warning event; add the
-finalizer; claim machines (adopt selected orphans, release the unselected); propagate the node
-template, machine configuration and class kind in place; then either manageReplicas (only when the
-expectations of the previous pass are met) or, for a set being deleted, delete every machine and drop
+finalizer; read whether its expectations are met (before listing its machines, as upstream); claim
+machines (adopt selected orphans, release the unselected); propagate the node template, machine
+configuration and class kind in place; then either manageReplicas (only when the expectations of the
+previous pass are met) or, for a set being deleted, delete every machine and drop
 the finalizer once none is left; finally the status, written only when it changed. It comes back
 after LongRetry (MCM's 10 minutes), sooner through the informer whenever a machine of the set changes.
 
@@ -180,6 +181,9 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         machine_set = set_finalizer(scope, True)
         _warn_missing_class(scope)
 
+    # before the list, as upstream (client-go's rule): a creation observed after the list must not
+    # make a list without it look trusted (a scale-up of a thousand overshot by a burst that way)
+    satisfied = expectations.satisfied(key)
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
         candidate_machines(machine_set),
@@ -196,7 +200,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     if not deleting:
         machines = auto_preserve(scope, machines)
         requeue = preservation_wake_up(machines, now_utc()) or requeue
-        if expectations.satisfied(key):
+        if satisfied:
             failure = manage_replicas(scope, machines)
         else:
             log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
