@@ -422,11 +422,11 @@ def test_full_resync_enqueues_every_key_of_every_reconciled_kind() -> None:
 # --- batching ------------------------------------------------------------------------------------------
 
 
-def test_machine_events_wake_their_set_batched_and_a_deletion_its_class_and_the_sweep() -> None:
+def test_machine_events_wake_their_set_batched_and_their_class_and_safety_jobs_too() -> None:
     w = world()
     added = w.then(M, ADDED, fx.machine("m", machine_set="s"))
-    assert added.batched == {("machineset", k("s"))}
-    assert added.split()[0] == [("machine", k("m")), ("machineclass", k("cls")), ("safety", "overshooting")]
+    assert added.batched == {("machineset", k("s")), ("machineclass", k("cls")), ("safety", "overshooting")}
+    assert added.split()[0] == [("machine", k("m"))]
     deleted = w.then(M, DELETED, fx.machine("m", machine_set="s"))
     assert deleted.batched == {("machineset", k("s")), ("machineclass", k("cls")), ("safety", "orphan-vms")}
     assert deleted.split()[0] == [("machine-termination", k("m"))]
