@@ -22,6 +22,9 @@ two API servers, Redis); MachineClasses with zero boot delay. Targets: 60 s, 60 
   kubelet simulator's reads of them. ``context.phases.*.cpu_seconds`` has every role.
 - calibration: the host's CPU per empty Celery task (``bench/queue.py --calibration``, run before the
   sandbox starts): CPU figures from different hosts compare after dividing by it.
+- scale_up_surplus_created: Machines created during the scale-up beyond its replicas (0 when the
+  MachineSet's expectations hold: a surplus is created, then deleted again within the phase, as a
+  stale list of machines trusted once did on a loaded host).
 - max_overshoot: during the rollout a watch sees every Machine; the largest count of Machine
   objects (terminating ones included) minus (replicas + maxSurge). ``context.rolling`` also gives
   the figure without terminating machines.
@@ -193,6 +196,7 @@ def main() -> None:
         "tasks_per_machine_down": down["tasks_per_machine"],
         "writes_per_machine": cycle["writes_per_machine"],
         "tasks_per_machine": cycle["tasks_per_machine"],
+        "scale_up_surplus_created": up["events"].get("control/machines ADDED", 0) - big,
         "max_overshoot": peak - (rolled + surge),
         "machines": big,
         "calibration_cpu_ms_per_empty_task": host.get("cpu_ms_per_empty_task"),
