@@ -92,9 +92,17 @@ local first_due = nil
 -- it was scheduled before the run began, which decided afresh: the run's own due time replaces it.
 -- A due time before every other in the set is published on WAKE: the keepers sleep until the first
 -- due time they know of (keeper.py), and learn of an earlier one only this way.
+-- An AddAfter from outside (``stale`` false: an event's batched wake) that joins the due time of a
+-- key whose reconcile runs marks that due time as its own: moved a microsecond earlier, it no longer
+-- equals what BEGIN saw, so the run's END keeps it (the run may have read the state before the event).
 local function schedule(key, due, stale)
   local cur = redis.call('ZSCORE', DELAYED, key)
-  if cur and tonumber(cur) <= due and cur ~= stale then return 0 end
+  if cur and tonumber(cur) <= due and cur ~= stale then
+    if stale == false and redis.call('HEXISTS', LOCKS, key) == 1 then
+      redis.call('ZADD', DELAYED, string.format('%.17g', tonumber(cur) - 0.000001), key)
+    end
+    return 0
+  end
   if first_due == nil then
     local head = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
     first_due = head[2] and tonumber(head[2]) or false

@@ -250,6 +250,30 @@ def test_a_requeue_replaces_a_countdown_scheduled_before_the_run_began(client: r
     assert due_in(client, "machine", "m") is None and messages(client, "machine") == 1, "at once replaces it"
 
 
+def test_an_event_joining_a_countdown_during_the_run_still_wakes_the_key(client: redis.Redis) -> None:
+    """A countdown scheduled before the run (an informer's batched wake) absorbs the batched wake of
+    an event that arrives during the run (the earliest wins); the run's later requeue must not
+    replace it as stale, or that event, which the run may not have seen, wakes nobody (a MachineSet
+    waited LongRetry for a machine change its pass had missed)."""
+
+    event_during: list[bool] = [True, False]
+
+    def reconcile(key: str) -> Requeue | None:
+        if event_during.pop(0):
+            enqueue_after("machine", key, 3)  # an event's batched wake while the run goes on
+        return Requeue(30)
+
+    register_reconciler("machine", reconcile)
+    enqueue_after("machine", "m", 2)  # scheduled before the run began
+    enqueue("machine", "m")
+    assert deliver(client, "machine") == "run"
+    assert due_in(client, "machine", "m") == pytest.approx(2, abs=1), "the event's wake-up is kept"
+    enqueue_after("machine", "m", 3)  # the same, between runs: the next run will read its state
+    enqueue("machine", "m")
+    assert deliver(client, "machine") == "run"
+    assert due_in(client, "machine", "m") == pytest.approx(30, abs=1), "seen by the run: replaced"
+
+
 def test_publishers_racing_publish_each_due_key_once(client: redis.Redis) -> None:
     enqueue_many_after([("node", f"n{i}") for i in range(50)], 0.01)
     at = time.time() + 1
