@@ -13,7 +13,8 @@ import pytest
 from mcm_tasks.api import Machine, MachineState
 from mcm_tasks.controllers.machine import deletion as d
 from mcm_tasks.controllers.machine import deletion_steps as steps
-from mcm_tasks.controllers.machine.drain.step_io import DrainResult, Outcome
+from mcm_tasks.controllers.machine import descriptions
+from mcm_tasks.controllers.machine.drain.outcome import DrainResult, Outcome
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, reset_settings
 from providers.errors import Code, MachineError
@@ -38,12 +39,12 @@ def machine(phase: str, description: str) -> Machine:
 @pytest.mark.parametrize(
     ("phase", "description", "step"),
     [
-        ("Running", d.INITIATE_DRAIN, steps.Step.SET_TERMINATING),  # not Terminating yet: step 1 whatever it says
+        ("Running", descriptions.INITIATE_DRAIN, steps.Step.SET_TERMINATING),  # not Terminating yet: step 1 whatever it says
         ("", "", steps.Step.SET_TERMINATING),
         ("Failed", "Drain successful. Initiate VM deletion", steps.Step.SET_TERMINATING),
-        ("Terminating", d.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
-        ("Terminating", "Error occurred while getting VM status - x. " + d.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
-        ("Terminating", d.INITIATE_DRAIN, steps.Step.DRAIN),
+        ("Terminating", descriptions.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
+        ("Terminating", "Error occurred while getting VM status - x. " + descriptions.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
+        ("Terminating", descriptions.INITIATE_DRAIN, steps.Step.DRAIN),
         ("Terminating", "Drain failed due to - x. Will retry in next sync. Initiate node drain", steps.Step.DRAIN),
         ("Terminating", "Force Drain successful. Delete Volume Attachments", steps.Step.DELETE_VOLUME_ATTACHMENTS),
         ("Terminating", "Drain failed due to - x. However, since it's a force deletion shall continue deletion of "
@@ -68,7 +69,7 @@ def test_step_of(phase: str, description: str, step: steps.Step) -> None:
 
 def test_earlier_steps_win_when_a_description_names_two() -> None:
     # MCM checks by substring in a fixed order; a driver message quoting a later step does not skip ahead
-    text = f"Error occurred while getting VM status - {d.INITIATE_VM_DELETION}. {d.GET_VM_STATUS}"
+    text = f"Error occurred while getting VM status - {descriptions.INITIATE_VM_DELETION}. {descriptions.GET_VM_STATUS}"
     assert steps.step_of_description(text) is steps.Step.GET_VM_STATUS
 
 
@@ -155,13 +156,13 @@ def test_delete_vm_transition(
     ],
 )  # fmt: skip
 def test_drain_transition(result: DrainResult, text: str, state: MachineState, retry: steps.Retry) -> None:
-    found = d.drain_transition(result)
+    found = steps.drain_transition(result)
     assert found is not None
     assert (found.description, found.state, found.retry) == (text, state, retry)
 
 
 def test_a_waiting_drain_writes_nothing() -> None:
-    assert d.drain_transition(DrainResult(Outcome.WAITING, wake_in=3.0)) is None
+    assert steps.drain_transition(DrainResult(Outcome.WAITING, wake_in=3.0)) is None
 
 
 @pytest.mark.parametrize(
@@ -179,12 +180,12 @@ def test_requeue(retry: steps.Retry, after: float) -> None:
 
 def test_every_step_description_leads_where_mcm_says() -> None:
     chain: list[tuple[str, Any]] = [
-        (d.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
-        (d.INITIATE_DRAIN, steps.Step.DRAIN),
-        (d.DELETE_VOLUME_ATTACHMENTS, steps.Step.DELETE_VOLUME_ATTACHMENTS),
-        (d.INITIATE_VM_DELETION, steps.Step.DELETE_VM),
-        (d.INITIATE_NODE_DELETION, steps.Step.DELETE_NODE),
-        (d.INITIATE_FINALIZER_REMOVAL, steps.Step.REMOVE_FINALIZER),
+        (descriptions.GET_VM_STATUS, steps.Step.GET_VM_STATUS),
+        (descriptions.INITIATE_DRAIN, steps.Step.DRAIN),
+        (descriptions.DELETE_VOLUME_ATTACHMENTS, steps.Step.DELETE_VOLUME_ATTACHMENTS),
+        (descriptions.INITIATE_VM_DELETION, steps.Step.DELETE_VM),
+        (descriptions.INITIATE_NODE_DELETION, steps.Step.DELETE_NODE),
+        (descriptions.INITIATE_FINALIZER_REMOVAL, steps.Step.REMOVE_FINALIZER),
     ]
     for text, step in chain:
         assert steps.step_of_description(text) is step

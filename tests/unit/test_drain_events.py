@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mcm_tasks.controllers.machine.drain.force import DrainParams
+from mcm_tasks.controllers.machine.drain.outcome import DrainResult, Outcome
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, PodProgress
-from mcm_tasks.controllers.machine.drain.step_io import DrainResult, Outcome, went_unremarked
+from mcm_tasks.controllers.machine.drain.step_io import went_unremarked
 
 PLAIN = DrainParams(timeout=7200, max_evict_retries=360)
 FORCED = DrainParams(timeout=7200, max_evict_retries=360, force_reason='label "force-deletion" is set')

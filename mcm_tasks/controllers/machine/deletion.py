@@ -68,6 +68,7 @@ from mcm_tasks.controllers.machine.deletion_steps import (
     Step,
     Transition,
     delete_vm_transition,
+    drain_transition,
     go_q,
     moving_on,
     step_of,
@@ -75,7 +76,6 @@ from mcm_tasks.controllers.machine.deletion_steps import (
     vm_status_transition,
 )
 from mcm_tasks.controllers.machine.descriptions import (
-    DELETE_VOLUME_ATTACHMENTS,
     GET_VM_STATUS,
     INITIATE_DRAIN,
     INITIATE_FINALIZER_REMOVAL,
@@ -97,32 +97,6 @@ from providers import UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
 
 log = logging.getLogger(__name__)
-
-
-def drain_transition(result: drain_mod.DrainResult) -> Transition | None:
-    """After a drain step; None while the drain is still waiting."""
-    outcome = result.outcome
-    if outcome is drain_mod.Outcome.WAITING:
-        return None
-    if outcome is drain_mod.Outcome.SKIPPED:
-        return moving_on(f"Skipping drain as nodeName is not a valid one for machine. {INITIATE_VM_DELETION}")
-    if outcome is drain_mod.Outcome.SUCCEEDED:
-        if result.forced:
-            return moving_on(f"Force Drain successful. {DELETE_VOLUME_ATTACHMENTS}")
-        return moving_on(f"Drain successful. {INITIATE_VM_DELETION}")
-    if result.forced:
-        return moving_on(
-            f"Drain failed due to - {result.message}. However, since it's a force deletion shall continue "
-            f"deletion of VM. {DELETE_VOLUME_ATTACHMENTS}"
-        )
-    if outcome is drain_mod.Outcome.CONDITION_FAILED:
-        text = (
-            f"Drain failed due to failure in update of node conditions - {result.message}. "
-            f"Will retry in next sync. {INITIATE_DRAIN}"
-        )
-        return Transition(text, MachineState.FAILED, Retry.SHORT)
-    text = f"Drain failed due to - {result.message}. Will retry in next sync. {INITIATE_DRAIN}"
-    return Transition(text, MachineState.FAILED, Retry.SHORT)
 
 
 @dataclass(frozen=True)

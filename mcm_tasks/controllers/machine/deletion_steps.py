@@ -1,7 +1,8 @@
 """The deletion flow's pure half: which step a Machine's ``status.lastOperation.description`` asks
 for (upstream ``triggerDeletionFlow`` matches MCM's description constants by substring, in order), and
-the transition each step's outcome makes (upstream ``getVMStatus``, ``deleteVM``: the description, the
-state and the retry period they write). ``deletion.py`` runs the steps and writes what these decide.
+the transition each step's outcome makes (upstream ``getVMStatus``, ``drainNode``, ``deleteVM``: the
+description, the state and the retry period they write). ``deletion.py`` runs the steps and writes
+what these decide.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mcm_tasks.controllers.machine.descriptions import (
     INITIATE_NODE_DELETION,
     INITIATE_VM_DELETION,
 )
+from mcm_tasks.controllers.machine.drain.outcome import DrainResult, Outcome
 from providers.errors import TRANSIENT_CODES, Code, code_of
 
 NO_TARGET_SKIP: Final = (
@@ -114,3 +116,29 @@ def delete_vm_transition(error: Exception | None) -> Transition:
         return Transition(text, MachineState.FAILED, Retry.SHORT)
     text = f"VM deletion failed due to - {error}. Aborting operation. {INITIATE_VM_DELETION}"
     return Transition(text, MachineState.FAILED, Retry.LONG)
+
+
+def drain_transition(result: DrainResult) -> Transition | None:
+    """After a drain step; None while the drain is still waiting."""
+    outcome = result.outcome
+    if outcome is Outcome.WAITING:
+        return None
+    if outcome is Outcome.SKIPPED:
+        return moving_on(f"Skipping drain as nodeName is not a valid one for machine. {INITIATE_VM_DELETION}")
+    if outcome is Outcome.SUCCEEDED:
+        if result.forced:
+            return moving_on(f"Force Drain successful. {DELETE_VOLUME_ATTACHMENTS}")
+        return moving_on(f"Drain successful. {INITIATE_VM_DELETION}")
+    if result.forced:
+        return moving_on(
+            f"Drain failed due to - {result.message}. However, since it's a force deletion shall continue "
+            f"deletion of VM. {DELETE_VOLUME_ATTACHMENTS}"
+        )
+    if outcome is Outcome.CONDITION_FAILED:
+        text = (
+            f"Drain failed due to failure in update of node conditions - {result.message}. "
+            f"Will retry in next sync. {INITIATE_DRAIN}"
+        )
+        return Transition(text, MachineState.FAILED, Retry.SHORT)
+    text = f"Drain failed due to - {result.message}. Will retry in next sync. {INITIATE_DRAIN}"
+    return Transition(text, MachineState.FAILED, Retry.SHORT)

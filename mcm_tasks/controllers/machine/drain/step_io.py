@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Final
 
 from kubernetes.client import ApiClient
@@ -34,6 +32,7 @@ from mcm_tasks.controllers.machine.drain import plan
 from mcm_tasks.controllers.machine.drain import pods as dp
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.force import DrainParams, drain_params, force_due_in
+from mcm_tasks.controllers.machine.drain.outcome import DrainResult, Outcome
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainStore, state_ttl
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube.errors import describe
@@ -49,29 +48,6 @@ Obj = dict[str, Any]
 MAX_REMOVALS_PER_STEP: Final = 50
 #: upstream polls pod termination and volume detachment every 5 s; events usually come first
 POLL_INTERVAL: Final = 5.0
-
-
-class Outcome(StrEnum):
-    WAITING = "waiting"
-    #: no node to drain (never joined, or no target cluster)
-    SKIPPED = "skipped"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    #: the Terminating condition could not be set (upstream's separate message)
-    CONDITION_FAILED = "condition-failed"
-
-
-@dataclass
-class DrainResult:
-    outcome: Outcome
-    forced: bool = False
-    errors: list[str] = field(default_factory=list)
-    #: WAITING: seconds until the drain wants to look again
-    wake_in: float = 0.0
-
-    @property
-    def message(self) -> str:
-        return "; ".join(self.errors)
 
 
 def timing(settings: Settings) -> dp.Timing:
