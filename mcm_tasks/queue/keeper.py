@@ -11,7 +11,8 @@ Four duties, each leader-free and idempotent (any number of workers run them at 
    script per kind: a key moved by another worker first is no longer due here). A key due at once
    is published within ``delayed_publish_interval`` (a burst of notifications costs one read per
    interval); as a backstop (a notification missed while reconnecting) the keeper also reads the
-   delayed sets at every sweep.
+   delayed sets at every repair (``worker_lost_timeout / 2``), not at every sweep: at rest that
+   read (one ZRANGE per kind) was most of a worker's Redis commands.
 2. **Heartbeat and lease renewal**: kombu's Redis transport keeps each delivered, unacknowledged
    message in ``<prefix>:broker:unacked`` (tag → message) and ``…:unacked_index`` (tag → time of
    delivery) until its ack. The keeper sets the index time of every message this process holds
@@ -195,6 +196,8 @@ class Keeper(threading.Thread):
         self.repaired = 0
         #: times the keeper read the delayed sets (publish_due): what an idle fleet pays for
         self.due_reads = 0
+        #: sweeps run (every ``worker_lost_timeout / 10``, at most 2 s)
+        self.sweeps = 0
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
@@ -230,15 +233,16 @@ class Keeper(threading.Thread):
                         self.restored += restored
                         log.warning("restored %d messages of dead workers to their queues", restored)
                     next_sweep = now + sweep_every
-                    next_due = min(next_due, now)  # the backstop
+                    self.sweeps += 1
+                if now >= next_repair:
+                    self.repaired += repair_lost(client, now, s)
+                    next_repair = now + repair_every
+                    next_due = min(next_due, now)  # the backstop of a missed notification
                 if now >= next_due:
                     published, first_due = publish_due(client, now)
                     self.published += published
                     self.due_reads += 1
                     next_due = float("inf") if first_due is None else first_due
-                if now >= next_repair:
-                    self.repaired += repair_lost(client, now, s)
-                    next_repair = now + repair_every
                 if down:
                     log.info("keeper: Redis is back")
                     down = False

@@ -19,7 +19,8 @@ from mcm_tasks.settings import configure, get_settings, reset_settings
 
 pytestmark = pytest.mark.integration
 
-#: a sweep (the backstop read) every 2 s, a heartbeat every 20 s; a due key polled for every 50 ms
+#: a sweep every 2 s, a heartbeat every 20 s, the backstop read (with the repair) every 50 s;
+#: a due key polled for every 50 ms
 SETTINGS = {"worker_lost_timeout": 100, "visibility_timeout": 600, "delayed_publish_interval": 0.05}
 
 
@@ -56,6 +57,14 @@ def test_a_countdown_wakes_the_keeper_which_does_not_poll_meanwhile(
     # reads when woken and when the key is due (and at most once more, at its sweep's backstop)
     assert keeper.due_reads - reads <= 3
     assert client.zscore(queue_keys("machine").delayed, "ns/later") is not None
+
+
+def test_an_idle_keeper_sweeps_without_reading_the_delayed_sets(keeper: Keeper) -> None:
+    """Issue 19: the backstop read (one ZRANGE per kind) ran at every sweep, most of a resting
+    worker's Redis commands; it now runs with the repair, every worker_lost_timeout / 2."""
+    reads, sweeps = keeper.due_reads, keeper.sweeps
+    wait_until(lambda: keeper.sweeps >= sweeps + 2, timeout=15, interval=0.05, what="two sweeps")
+    assert keeper.due_reads == reads
 
 
 def test_only_a_due_time_before_every_other_of_its_set_is_published(client: redis.Redis) -> None:
