@@ -19,6 +19,7 @@ from mcm_sandbox.procs import ApiServer, RedisServer, wait_until
 from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks import kinds
+from mcm_tasks.cache import layout
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.kube import ops
@@ -332,3 +333,24 @@ def test_a_stopped_writer_leaves_the_liveness_registry(
         wait_until(running.synced, TIMEOUT, what="informer synced")
         assert "writer" in PROGRESS.stalled(-1.0)
     assert "writer" not in PROGRESS.stalled(-1.0)
+
+
+# --- at rest --------------------------------------------------------------------------------------
+
+
+def test_an_idle_writer_checks_the_sentinel_less_often_than_it_wakes(
+    kube_api: ApiClient, apiserver: ApiServer, redis_url: str, namespace: str
+) -> None:
+    """At rest the writer wakes every IDLE_CHECK; writing an empty commit (MULTI, GET, INCR, EXEC)
+    at each wakeup was half its Redis traffic. It checks every SENTINEL_EVERY instead."""
+    settings = sandbox_settings(apiserver.kubeconfig, redis_url, namespace)
+    with InformerThread(settings) as running:
+        wait_until(running.synced, TIMEOUT, what="informer synced")
+        counters = running.informer.counters
+        commits_key = layout.sentinel_key() + ":commits"
+        wakeups, commits = counters["idle_wakeups"], int(running.redis.get(commits_key) or 0)
+        wait_until(lambda: counters["idle_wakeups"] >= wakeups + 8, TIMEOUT, what="8 idle wakeups")
+        idle = counters["idle_wakeups"] - wakeups
+        written = int(running.redis.get(commits_key) or 0) - commits
+        assert written <= idle // 2, f"{written} commits in {idle} idle wakeups"
+        assert written >= 1, "an idle writer still checks the sentinel"
