@@ -151,6 +151,22 @@ class CacheReader:
     def count(self, kind: str) -> int:
         return int(cast(int, self.redis.hlen(layout.objects_key(kind))))
 
+    def index_sizes_if_synced(
+        self, kind: str, index: str, values: Sequence[str]
+    ) -> builtins.list[int] | None:
+        """How many objects are filed under each index value (one ``SCARD`` each, no object read), or
+        None when the kind is not synced, both from one instant (``list_stored_if_synced``'s rule)."""
+        _check_index(kind, index)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hexists(layout.synced_key(), kind)
+        for value in values:
+            pipe.scard(layout.index_key(kind, index, value))
+        synced, *sizes = pipe.execute()
+        if not synced:
+            self._synced_seen.discard(kind)
+            return None
+        return [int(n) for n in sizes]
+
     def by_index(self, kind: str, index: str, value: str) -> builtins.list[Obj]:
         _check_index(kind, index)
         raws = self._by_index(keys=[layout.index_key(kind, index, value), layout.objects_key(kind)])

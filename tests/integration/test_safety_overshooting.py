@@ -4,13 +4,18 @@ unfrozen by machine counts and by the unfreeze annotation, through the ``safety`
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
 
+from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_sandbox.testing.hostile import nested
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks import kinds
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, UNFREEZE_ANNOTATION
+from mcm_tasks.cache import get_reader
+from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.controllers.problems import UNREADABLE_REASON
 from mcm_tasks.controllers.safety import OVERSHOOTING
 from mcm_tasks.controllers.safety.register import reconcile_safety
@@ -214,3 +219,47 @@ def test_sets_it_cannot_read_or_judge_are_skipped_and_the_healthy_one_beside_the
     assert frozen_state(env, kinds.MACHINE_SET.resource, negative["metadata"]["name"]) == FREE
     assert frozen_state(env, kinds.MACHINE_SET.resource, unreadable["metadata"]["name"]) == FREE
     assert UNREADABLE_REASON in env.event_reasons(unreadable["metadata"]["name"])
+
+
+def unreadable_machine(env: Env, owner: dict[str, Any]) -> str:
+    """A machine of ``owner`` our model refuses (a node template nested too deep): still a VM."""
+    body = {
+        "apiVersion": API,
+        "kind": "Machine",
+        "metadata": {"generateName": f"{owner['metadata']['name']}-deep-", "namespace": env.namespace,
+                     "labels": {"app": "w"}, "ownerReferences": [controller_ref(owner)]},
+        "spec": {"class": {"kind": "MachineClass", "name": "c"}, "nodeTemplate": {"spec": nested(110)}},
+    }  # fmt: skip
+    return str(ops.create(env.api, kinds.MACHINE.resource, body, env.namespace)["metadata"]["name"])
+
+
+@pytest.mark.parametrize("mirrored", [True, False], ids=["mirror", "live-list"])
+def test_every_machine_a_set_controls_counts_an_unreadable_one_too_and_the_mirror_reads_none(
+    env: Env, apiserver: ApiServer, redis_url: str, mirrored: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count is the owner index's size once the mirror is synced (no machine read: at a thousand
+    machines parsing them was the job's whole cost), a LIST's machines by their metadata otherwise;
+    either way a machine our model refuses is counted, as the VM it is."""
+    s = machine_set(env, env.name("s"), replicas=1)  # standalone: higher = 2·1 + 2 = 4
+    add_machines(env, s, 3)
+    unreadable_machine(env, s)
+    read: list[str] = []
+    for method in ("list", "list_stored", "list_stored_if_synced", "get_many", "get_many_stored"):
+        original = getattr(CacheReader, method)
+
+        def spy(self: CacheReader, kind: str, *args: Any, _original: Any = original) -> Any:
+            read.append(kind)
+            return _original(self, kind, *args)
+
+        monkeypatch.setattr(CacheReader, method, spy)
+    settings = sandbox_settings(apiserver.kubeconfig, redis_url, env.namespace)
+    with InformerThread(settings) if mirrored else contextlib.nullcontext() as informer:
+        if informer is not None:
+            wait_until(informer.synced, 15, what="mirror synced")
+            wait_until(
+                lambda: len(get_reader().keys(kinds.MACHINE.mirror)) == 4, 15, what="machines mirrored"
+            )
+        read.clear()
+        check()
+    assert frozen_state(env, kinds.MACHINE_SET.resource, s["metadata"]["name"]) == FROZEN
+    assert kinds.MACHINE.mirror not in read, "no machine is read from the mirror"

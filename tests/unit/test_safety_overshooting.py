@@ -251,7 +251,7 @@ def test_plan_acts_on_every_overshooting_set_in_one_pass() -> None:
     d = deployment(1, uid="d-uid")  # higher 1 + 1 + 2 = 4
     a, b, c = machine_set(1, name="a"), machine_set(1, name="b"), machine_set(1, name="c", owner=None)
     machines = [*owned_machines("a-uid", 4), *owned_machines("b-uid", 5), *owned_machines("c-uid", 4)]
-    result = plan([a, b, c], [d], machines, UP, DOWN)
+    result = plan([a, b, c], [d], machines_per_owner(machines), UP, DOWN)
     assert [(s.metadata.name, dec.change) for s, dec in result.sets] == [
         ("a", F.FREEZE),
         ("b", F.FREEZE),
@@ -263,11 +263,11 @@ def test_plan_acts_on_every_overshooting_set_in_one_pass() -> None:
 def test_plan_unfreezes_a_deployment_once_its_sets_are_back_down() -> None:
     d = deployment(1, label=True, condition=True)
     a = machine_set(1, name="a", label=True, condition=True)
-    result = plan([a], [d], owned_machines("a-uid", 3), UP, DOWN)
+    result = plan([a], [d], {"a-uid": 3}, UP, DOWN)
     assert [dec.change for _, dec in result.sets] == [F.UNFREEZE]
     assert [dec.change for _, dec in result.deployments] == [F.UNFREEZE]
 
 
 def test_plan_leaves_quiet_objects_out() -> None:
-    result = plan([machine_set(1)], [deployment(1)], owned_machines("s-uid", 2), UP, DOWN)
+    result = plan([machine_set(1)], [deployment(1)], {"s-uid": 2}, UP, DOWN)
     assert result.sets == [] and result.deployments == []

@@ -15,7 +15,7 @@ from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.controllers import problems
 from mcm_tasks.controllers.safety import OVERSHOOTING, apiserver_io, overshooting_io, reads
-from mcm_tasks.controllers.safety.overshooting import FreezeChange
+from mcm_tasks.controllers.safety.overshooting import FreezeChange, machines_per_owner
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube.events import ObjectRef
 
@@ -65,7 +65,7 @@ def run_overshooting(
 
     monkeypatch.setattr(reads, "machine_sets", lambda: problems.parse_each(MachineSet, sets))
     monkeypatch.setattr(reads, "machine_deployments", lambda: [])
-    monkeypatch.setattr(reads, "machines", lambda: machines)
+    monkeypatch.setattr(reads, "machines_per_owner", lambda uids: machines_per_owner(machines))
     monkeypatch.setattr(reads.context, "control_api", lambda: None)  # the scope's api
     monkeypatch.setattr(overshooting_io, "_apply", apply)
     overshooting_io.check_overshooting(SafetyScope.begin(OVERSHOOTING, OVERSHOOTING))

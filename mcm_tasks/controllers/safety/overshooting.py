@@ -2,7 +2,8 @@
 MachineSet with far more machines than it may have, and its MachineDeployment with it; unfreeze them once
 the count is back down.
 
-Per MachineSet, counting every machine it controls (those being deleted too: they are still VMs):
+Per MachineSet, counting every machine it controls (those being deleted, and those our model cannot
+read, too: they are still VMs):
 
 - higher = deployment replicas + ceil(maxSurge) + safetyUp, or 2·replicas + safetyUp for a set no
   deployment controls; lower = higher − safetyDown;
@@ -217,13 +218,13 @@ class Plan:
 def plan(
     machine_sets: Sequence[MachineSet],
     deployments: Sequence[MachineDeployment],
-    machines: Iterable[Machine],
+    counts: Mapping[str, int],
     safety_up: int,
     safety_down: int,
 ) -> Plan:
     """Upstream: ``checkAndFreezeORUnfreezeMachineSets``, ``freezeMachineSetsAndDeployments``,
-    ``unfreezeMachineSetsAndDeployments``."""
-    counts = machines_per_owner(machines)
+    ``unfreezeMachineSetsAndDeployments``. ``counts``: machines per controlling owner uid
+    (``machines_per_owner``)."""
     by_uid = {d.metadata.uid: d for d in deployments if d.metadata.uid}
     set_decisions: list[tuple[MachineSet, Decision]] = []
     per_deployment: dict[str, list[tuple[MachineSet, Decision]]] = {}

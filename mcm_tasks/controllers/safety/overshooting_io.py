@@ -1,4 +1,5 @@
-"""The overshooting job's I/O: read the sets, deployments and machines, apply the plan, tell people.
+"""The overshooting job's I/O: read the sets and deployments and count the sets' machines, apply the
+plan, tell people.
 
 A freeze or unfreeze is two writes: the metadata (``freeze`` label, the unfreeze annotation removed)
 by merge patch, then the ``Frozen`` condition through the status subresource, based on what the patch
@@ -50,10 +51,11 @@ Frozenable = TypeVar("Frozenable", MachineSet, MachineDeployment)
 
 def check_overshooting(scope: SafetyScope) -> Plan:
     settings = scope.settings
+    machine_sets = [s for s in reads.machine_sets() if not validate_machine_set(s)]
     the_plan = plan(
-        [s for s in reads.machine_sets() if not validate_machine_set(s)],
+        machine_sets,
         [d for d in reads.machine_deployments() if not validate_machine_deployment(d)],
-        reads.machines(),
+        reads.machines_per_owner([s.metadata.uid for s in machine_sets if s.metadata.uid]),
         settings.safety_up,
         settings.safety_down,
     )
