@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 
-from mcm_sandbox.procs import wait_until
+from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import NODE_FINALIZER, NODE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
+from mcm_tasks.cache import get_reader
 from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.safety import ORPHAN_VMS
+from mcm_tasks.controllers.safety import ORPHAN_VMS, orphans_io
+from mcm_tasks.controllers.safety.orphans import node_action
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.controllers.safety.scope import SafetyScope
@@ -149,4 +152,60 @@ def test_nodes_without_a_machine_are_marked_not_managed_once_older_than_the_crea
         assert NOT_MANAGED_BY_MCM_ANNOTATION not in (node_meta(env, claimed).get("annotations") or {})
     finally:
         for name in (unclaimed, claimed):
+            ops.delete(env.api, kinds.NODE.resource, name)
+
+
+def test_from_the_mirror_orphans_go_and_only_nodes_a_change_is_possible_for_are_decoded(
+    env: Env, apiserver: ApiServer, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At rest every Node is claimed by one machine and unannotated: the sweep does not decode it
+    (``may_need_action``); a claimed node carrying the annotation, and an unclaimed one, are judged."""
+    cls = load_class(env, env.setup_class())
+    n, class_name = env.name, cls.metadata.name or ""
+    owned, orphan = launch_vm(env, cls, n("owned")), launch_vm(env, cls, n("orphan"))
+    plain, annotated, unclaimed = n("plain"), n("annotated"), n("unclaimed")
+    env.machine(n("owned"), class_name, providerID=owned, labels={NODE_LABEL_KEY: plain})
+    with_phase(env, n("owned"), "Running")
+    env.machine(n("other"), class_name, labels={NODE_LABEL_KEY: annotated})
+    for body in (
+        node_body(plain),
+        node_body(annotated, annotated=True),
+        node_body(unclaimed, finalized=True),
+    ):
+        ops.create(env.api, kinds.NODE.resource, body)
+    judged: list[str] = []
+
+    def spy(node: Any, *args: Any) -> Any:
+        judged.append(node["metadata"]["name"])
+        return node_action(node, *args)
+
+    monkeypatch.setattr(orphans_io, "node_action", spy)
+    env.settings(machine_creation_timeout="1s")
+    settings = sandbox_settings(apiserver.kubeconfig, redis_url, env.namespace)
+    try:
+        with InformerThread(settings) as informer:
+            wait_until(informer.synced, 15, what="mirror synced")
+            reader = get_reader()
+            wait_until(
+                lambda: (
+                    {plain, annotated, unclaimed} <= set(reader.keys(kinds.NODE.mirror))
+                    and len(reader.keys(kinds.MACHINE.mirror)) == 2
+                ),
+                15,
+                what="machines and nodes mirrored",
+            )
+
+            def swept() -> bool:
+                judged.clear()
+                reconcile_safety(ORPHAN_VMS)
+                return NOT_MANAGED_BY_MCM_ANNOTATION in (node_meta(env, unclaimed).get("annotations") or {})
+
+            wait_until(swept, 10, interval=0.3, what="the unclaimed node to be marked")
+        assert live(env, n("orphan")) == [] and orphan
+        assert live(env, n("owned")) == [owned]
+        assert NOT_MANAGED_BY_MCM_ANNOTATION not in (node_meta(env, annotated).get("annotations") or {})
+        assert plain not in judged, "a node claimed once without the annotation is not decoded"
+        assert unclaimed in judged
+    finally:
+        for name in (plain, annotated, unclaimed):
             ops.delete(env.api, kinds.NODE.resource, name)

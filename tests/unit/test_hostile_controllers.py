@@ -82,7 +82,7 @@ def test_the_orphan_job_skips_a_class_that_raises_and_collects_the_others(
             {"a": []}["a"].items()  # type: ignore[attr-defined]  # the upstream report's AttributeError
         collected.append(machine_class.metadata.name or "")
 
-    monkeypatch.setattr(reads, "machines", lambda: [])
+    monkeypatch.setattr(reads, "machines_for_orphans", lambda: [])
     monkeypatch.setattr(reads, "machine_classes", lambda: classes("a", "list-where-map", "b"))
     monkeypatch.setattr(orphans_io, "_collect_class", collect)
     monkeypatch.setattr(orphans_io, "sweep_nodes", lambda scope, machines, report: None)

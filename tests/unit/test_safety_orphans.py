@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 
 from mcm_tasks.api import Machine
@@ -14,12 +15,14 @@ from mcm_tasks.controllers.safety.orphans import (
     OrphanVM,
     VMVerdict,
     machine_counts_by_node,
+    may_need_action,
     node_action,
     node_patch,
     orphan_vms,
     stub_machine,
     vm_verdict,
 )
+from mcm_tasks.controllers.safety.reads import orphan_view
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 TIMEOUT = 20 * 60.0
@@ -126,6 +129,88 @@ OLD, YOUNG = TIMEOUT + 60, TIMEOUT - 60
 )
 def test_node_action(the_node: dict[str, Any], machines: int, action: NodeAction) -> None:
     assert node_action(the_node, machines, NOW, TIMEOUT) == action
+
+
+NODE_CASES = [
+    (node(OLD), 0), (node(OLD, finalized=True), 0), (node(OLD, annotated=True), 0), (node(YOUNG), 0),
+    (node(OLD, annotated=True), 1), (node(OLD, finalized=True), 1), (node(OLD), 1),
+    (node(OLD, annotated=True), 2), (node(OLD), 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("the_node", "machines"), NODE_CASES)
+def test_a_node_the_prefilter_passes_over_needs_no_action(the_node: dict[str, Any], machines: int) -> None:
+    """``may_need_action`` never hides a change ``node_action`` would make, whatever the JSON's order."""
+    for stored in (orjson.dumps(the_node), orjson.dumps(the_node, option=orjson.OPT_SORT_KEYS)):
+        if node_action(the_node, machines, NOW, TIMEOUT).needed:
+            assert may_need_action(stored, machines)
+
+
+@pytest.mark.parametrize(
+    ("the_node", "machines", "decode"),
+    [
+        pytest.param(node(OLD), 1, False, id="claimed-plain-skipped"),
+        pytest.param(node(OLD, finalized=True), 1, False, id="claimed-finalized-skipped"),
+        pytest.param(node(OLD, annotated=True), 1, True, id="claimed-annotated-decoded"),
+        pytest.param(node(OLD, annotated=True), 2, False, id="claimed-twice-skipped"),
+        pytest.param(node(OLD), 0, True, id="unclaimed-decoded"),
+        pytest.param(
+            {"metadata": {"name": "n", "labels": {NOT_MANAGED_BY_MCM_ANNOTATION: "1"}}},
+            1,
+            True,
+            id="key-elsewhere-costs-a-decode",
+        ),
+    ],
+)
+def test_may_need_action(the_node: dict[str, Any], machines: int, decode: bool) -> None:
+    assert may_need_action(orjson.dumps(the_node), machines) is decode
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(
+            {
+                "metadata": {"name": "m", "namespace": "ns", "labels": {NODE_LABEL_KEY: "n"}, "uid": "u",
+                             "ownerReferences": [{"kind": "MachineSet", "name": "s", "uid": "s",
+                                                  "apiVersion": "v"}]},
+                "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": "p",
+                         "nodeTemplate": {"metadata": {"labels": {"a": "b"}}}},
+                "status": {"currentStatus": {"phase": "Running", "lastUpdateTime": "2026-05-01T12:00:00Z"},
+                           "conditions": [{"type": "Ready", "status": "True"}],
+                           "lastOperation": {"description": "x"}},
+            },
+            {"metadata": {"name": "m", "namespace": "ns", "labels": {NODE_LABEL_KEY: "n"}},
+             "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": "p"},
+             "status": {"currentStatus": {"phase": "Running"}}},
+            id="running-machine",
+        ),
+        pytest.param(
+            {"metadata": {"name": "m"}, "spec": {"class": {"name": "c"}}},
+            {"metadata": {"name": "m"}, "spec": {"class": {"name": "c"}}, "status": {"currentStatus": {}}},
+            id="being-created",
+        ),
+        pytest.param(
+            {"metadata": {"name": "m"}, "spec": ["not", "an", "object"], "status": "nor this"},
+            {"metadata": {"name": "m"}, "spec": {}, "status": {"currentStatus": {}}},
+            id="parts-that-are-no-objects",
+        ),
+    ],
+)  # fmt: skip
+def test_orphan_view_keeps_what_the_orphan_job_decides_on(
+    raw: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert orphan_view(raw) == Machine.model_validate(expected)
+
+
+def test_the_orphan_job_decides_alike_on_the_view_and_the_whole_machine() -> None:
+    for phase, provider_id in (("Running", "p"), ("Running", "other"), ("", ""), ("CrashLoopBackOff", "")):
+        whole = machine("m", provider_id, phase, node="n")
+        view = orphan_view(whole.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        assert vm_verdict("p", view) is vm_verdict("p", whole)
+        assert machine_counts_by_node([view], NODE_LABEL_KEY) == machine_counts_by_node(
+            [whole], NODE_LABEL_KEY
+        )
 
 
 def test_node_patches_are_conditional_and_touch_only_their_keys() -> None:

@@ -114,6 +114,22 @@ def node_action(
     return NodeAction(annotate=not annotated, remove_finalizer=finalized)
 
 
+#: how the annotation's key shows in a Node's stored JSON (a key needs no escaping)
+_ANNOTATION_BYTES = f'"{NOT_MANAGED_BY_MCM_ANNOTATION}"'.encode()
+
+
+def may_need_action(stored: bytes, machine_count: int) -> bool:
+    """Whether ``node_action`` may ask for anything for a node stored as this JSON, without decoding
+    it: a node claimed by several machines is left as it is; one claimed by one machine changes only
+    when it carries the not-managed annotation, whose key its JSON then contains (anywhere else too,
+    in a label say, only costs a decode); an unclaimed one may be marked."""
+    if machine_count > 1:
+        return False
+    if machine_count == 1:
+        return _ANNOTATION_BYTES in stored
+    return True
+
+
 def node_patch(node: Mapping[str, Any], action: NodeAction) -> dict[str, Any] | None:
     """A merge patch doing ``action``, conditional on the node's resourceVersion; None when idle."""
     if not action.needed:

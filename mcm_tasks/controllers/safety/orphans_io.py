@@ -58,7 +58,7 @@ class OrphanReport:
 def collect_orphans(scope: SafetyScope) -> OrphanReport:
     """The orphan job (upstream ``checkMachineClasses``, then ``AnnotateNodesUnmanagedByMCM``)."""
     report = OrphanReport()
-    machines = reads.machines()
+    machines = reads.machines_for_orphans()
     by_name = {m.metadata.name or "": m for m in machines}
     for machine_class in reads.machine_classes():
         report.classes += 1
@@ -147,11 +147,11 @@ def _delete_orphan(driver: Driver, machine_class: MachineClass, secret: Secret, 
 def sweep_nodes(scope: SafetyScope, machines: list[Machine], report: OrphanReport) -> None:
     """Mark Nodes no machine claims as not managed by MCM, and unmark claimed ones (upstream
     ``AnnotateNodesUnmanagedByMCM``)."""
-    nodes = reads.nodes()
     api = scope.target
+    counts = machine_counts_by_node(machines, NODE_LABEL_KEY)
+    nodes = reads.nodes_to_judge(counts)
     if nodes is None or api is None:
         return
-    counts = machine_counts_by_node(machines, NODE_LABEL_KEY)
     now = now_utc()
     timeout = scope.settings.machine_creation_timeout
     for node in nodes:

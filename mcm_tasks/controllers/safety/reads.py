@@ -1,8 +1,15 @@
 """What the safety jobs read: whole kinds at once, from the informers' mirror once it holds a complete
 list of the kind, else from the API server (a worker started before the informer synced, tests).
 
-An object that does not parse is reported on itself (``controllers.problems``) and left out: a fleet-wide
-job must not fail for everyone because of one bad object.
+Each job reads of the fleet's kinds only what its decisions need, because at a thousand machines
+reading more was the jobs' whole cost: overshooting counts machines by the size of their owner index
+(``machines_per_owner``), the orphan job reads machines in ``orphan_view`` through the process's
+shared models and decodes only the Nodes a change is possible for (``nodes_to_judge``).
+
+A MachineSet, MachineDeployment or MachineClass that does not parse is reported on itself
+(``controllers.problems``) and left out: a fleet-wide job must not fail for everyone because of one
+bad object. A machine is not reported here (its own reconcile does it) and is counted by its owner
+whatever its content.
 
 Deletions of cloud VMs never rest on the mirror alone: ``machine_live`` confirms a candidate against
 the API server first, because a mirror that lags a just-created Machine would make its VM look orphaned.
@@ -10,9 +17,11 @@ the API server first, because a mirror that lags a just-created Machine would ma
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
+import orjson
 import redis
 
 from mcm_tasks import kinds
@@ -23,7 +32,7 @@ from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.problems import parse_each
-from mcm_tasks.controllers.safety import overshooting
+from mcm_tasks.controllers.safety import orphans, overshooting
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import Resource
 from mcm_tasks.settings import get_settings
@@ -40,8 +49,52 @@ def _list(lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
     )
 
 
-def machines() -> list[Machine]:
-    return _list(get_listers().machines, kinds.MACHINE.resource, Machine)
+def _fields(obj: Any, *names: str) -> Obj:
+    """The named fields of an object's part; nothing of a part that is not an object."""
+    return {k: obj[k] for k in names if k in obj} if isinstance(obj, dict) else {}
+
+
+def orphan_view(raw: Obj) -> Machine:
+    """A machine as the orphan job reads it: its name, labels (the node it claims), class, providerID
+    and phase, nothing else parsed (its conditions, node template and the rest of its status were
+    nearly all of parsing a Running machine). Read-only, as ``set_view``'s models."""
+    status = _fields(raw.get("status"), "currentStatus")
+    return parse_object(
+        Machine,
+        {
+            "metadata": _fields(raw.get("metadata"), "name", "namespace", "labels"),
+            "spec": _fields(raw.get("spec"), "class", "providerID"),
+            "status": {"currentStatus": _fields(status.get("currentStatus"), "phase")},
+        },
+    )
+
+
+def machines_for_orphans() -> list[Machine]:
+    """Every machine of the control namespace in ``orphan_view``: from the mirror once synced, as the
+    process's shared models (a machine unchanged since the last run is not decoded again), else one
+    LIST. One whose view our model refuses is left out: its own reconcile reports it, and a VM that
+    then looks orphaned is still confirmed against the API server before its deletion."""
+    namespace = get_settings().namespace
+    try:
+        listed = replace(get_listers().machines.shared, parse=orphan_view).list_if_synced()
+    except redis.RedisError:
+        listed = None
+    if listed is None:
+        items = ops.list_(context.control_api(), kinds.MACHINE.resource, namespace)["items"]
+        listed = _viewed(orphan_view, items)
+    return [m for m in listed if m.metadata.namespace == namespace]
+
+
+def _viewed(view: Callable[[Obj], Machine], items: Iterable[Obj]) -> list[Machine]:
+    """The machines whose view parses (a view our model refuses is left out without a word: the
+    machine's own reconcile reports it)."""
+    out = []
+    for raw in items:
+        try:
+            out.append(view(raw))
+        except Unreadable:
+            continue
+    return out
 
 
 def owner_view(raw: Obj) -> Machine:
@@ -65,13 +118,7 @@ def machines_per_owner(owner_uids: Sequence[str]) -> dict[str, int]:
     if sizes is not None:
         return {uid: n for uid, n in zip(uids, sizes, strict=True) if n}
     items = ops.list_(context.control_api(), kinds.MACHINE.resource, get_settings().namespace)["items"]
-    views = []
-    for raw in items:
-        try:
-            views.append(owner_view(raw))
-        except Unreadable:
-            continue  # not even its metadata: no owner to count it for
-    return overshooting.machines_per_owner(views)
+    return overshooting.machines_per_owner(_viewed(owner_view, items))
 
 
 def machine_sets() -> list[MachineSet]:
@@ -86,12 +133,27 @@ def machine_classes() -> list[MachineClass]:
     return _list(get_listers().machine_classes, kinds.MACHINE_CLASS.resource, MachineClass)
 
 
-def nodes() -> list[Obj] | None:
-    """The target cluster's Nodes; None in no-target mode."""
+def nodes_to_judge(claims: Mapping[str, int]) -> list[Obj] | None:
+    """The target cluster's Nodes the unmanaged-node sweep may have to change, given how many machines
+    claim each node name; None in no-target mode.
+
+    From the mirror once synced, a node is decoded only when ``orphans.may_need_action`` says its
+    stored JSON leaves a change possible: at rest every node is claimed once and carries no
+    not-managed annotation, and decoding a thousand Nodes (their status is most of them) was half of
+    the job. Else one LIST, every node judged."""
     api = context.target_api()
     if api is None:
         return None
-    return context.list_objects(get_listers().nodes, api, kinds.NODE.resource)
+    lister = get_listers().nodes
+    try:
+        stored = lister.reader.list_stored_if_synced(lister.kind)
+    except redis.RedisError:
+        stored = None
+    if stored is None:
+        return list(ops.list_(api, kinds.NODE.resource)["items"])
+    return [
+        orjson.loads(raw) for name, raw in stored.items() if orphans.may_need_action(raw, claims.get(name, 0))
+    ]
 
 
 def machine_live(name: str, namespace: str) -> Machine | None:
