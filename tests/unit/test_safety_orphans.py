@@ -11,9 +11,11 @@ import pytest
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import NODE_FINALIZER, NODE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
 from mcm_tasks.controllers.safety.orphans import (
+    MachineFacts,
     NodeAction,
     OrphanVM,
     VMVerdict,
+    facts_of,
     machine_counts_by_node,
     may_need_action,
     node_action,
@@ -22,20 +24,24 @@ from mcm_tasks.controllers.safety.orphans import (
     stub_machine,
     vm_verdict,
 )
-from mcm_tasks.controllers.safety.reads import orphan_view
+from mcm_tasks.controllers.safety.reads import orphan_facts
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 TIMEOUT = 20 * 60.0
 
 
-def machine(name: str = "m", provider_id: str = "", phase: str = "Running", node: str = "") -> Machine:
-    return Machine.model_validate(
-        {
-            "metadata": {"name": name, "namespace": "ns", "labels": {NODE_LABEL_KEY: node} if node else {}},
-            "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": provider_id},
-            "status": {"currentStatus": {"phase": phase}},
-        }
-    )
+def machine_body(
+    name: str = "m", provider_id: str = "", phase: str = "Running", node: str = ""
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": {NODE_LABEL_KEY: node} if node else {}},
+        "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": provider_id},
+        "status": {"currentStatus": {"phase": phase}},
+    }
+
+
+def machine(name: str = "m", provider_id: str = "", phase: str = "Running", node: str = "") -> MachineFacts:
+    return facts_of(Machine.model_validate(machine_body(name, provider_id, phase, node)))
 
 
 @pytest.mark.parametrize(
@@ -62,7 +68,7 @@ def machine(name: str = "m", provider_id: str = "", phase: str = "Running", node
         ),
     ],
 )
-def test_vm_verdict(vm_provider_id: str, found: Machine | None, verdict: VMVerdict) -> None:
+def test_vm_verdict(vm_provider_id: str, found: MachineFacts | None, verdict: VMVerdict) -> None:
     assert vm_verdict(vm_provider_id, found) is verdict
 
 
@@ -166,51 +172,54 @@ def test_may_need_action(the_node: dict[str, Any], machines: int, decode: bool) 
     assert may_need_action(orjson.dumps(the_node), machines) is decode
 
 
+RUNNING = {
+    "metadata": {"name": "m", "namespace": "ns", "labels": {NODE_LABEL_KEY: "n", "x": "y"}, "uid": "u",
+                 "ownerReferences": [{"kind": "MachineSet", "name": "s", "uid": "s", "apiVersion": "v"}]},
+    "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": "p",
+             "nodeTemplate": {"metadata": {"labels": {"a": "b"}}}},
+    "status": {"currentStatus": {"phase": "Running", "lastUpdateTime": "2026-05-01T12:00:00Z"},
+               "conditions": [{"type": "Ready", "status": "True"}], "lastOperation": {"description": "x"}},
+}  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("raw", "expected"),
+    "raw",
+    [
+        pytest.param(RUNNING, id="running"),
+        pytest.param(machine_body("m", "", ""), id="being-created"),
+        pytest.param(machine_body("m", "p", "CrashLoopBackOff", node="n"), id="crashloop"),
+        pytest.param({"metadata": {"name": "m"}, "spec": {"class": {"name": "c"}}}, id="no-status"),
+    ],
+)
+def test_orphan_facts_of_a_stored_machine_are_its_model_s(raw: dict[str, Any]) -> None:
+    assert orphan_facts(raw) == facts_of(Machine.model_validate(raw))
+
+
+@pytest.mark.parametrize(
+    ("raw", "facts"),
     [
         pytest.param(
-            {
-                "metadata": {"name": "m", "namespace": "ns", "labels": {NODE_LABEL_KEY: "n"}, "uid": "u",
-                             "ownerReferences": [{"kind": "MachineSet", "name": "s", "uid": "s",
-                                                  "apiVersion": "v"}]},
-                "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": "p",
-                         "nodeTemplate": {"metadata": {"labels": {"a": "b"}}}},
-                "status": {"currentStatus": {"phase": "Running", "lastUpdateTime": "2026-05-01T12:00:00Z"},
-                           "conditions": [{"type": "Ready", "status": "True"}],
-                           "lastOperation": {"description": "x"}},
-            },
-            {"metadata": {"name": "m", "namespace": "ns", "labels": {NODE_LABEL_KEY: "n"}},
-             "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": "p"},
-             "status": {"currentStatus": {"phase": "Running"}}},
-            id="running-machine",
-        ),
-        pytest.param(
-            {"metadata": {"name": "m"}, "spec": {"class": {"name": "c"}}},
-            {"metadata": {"name": "m"}, "spec": {"class": {"name": "c"}}, "status": {"currentStatus": {}}},
-            id="being-created",
-        ),
-        pytest.param(
-            {"metadata": {"name": "m"}, "spec": ["not", "an", "object"], "status": "nor this"},
-            {"metadata": {"name": "m"}, "spec": {}, "status": {"currentStatus": {}}},
+            {"metadata": {"name": "m", "labels": ["x"]}, "spec": ["no", "object"], "status": "nor this"},
+            MachineFacts("m"),
             id="parts-that-are-no-objects",
         ),
+        pytest.param(
+            {
+                "metadata": {"name": "m"},
+                "spec": {"providerID": 7},
+                "status": {"currentStatus": {"phase": None}},
+            },
+            MachineFacts("m"),
+            id="values-that-are-no-strings",
+        ),
+        pytest.param({"metadata": {}}, None, id="no-name"),
+        pytest.param({}, None, id="no-metadata"),
     ],
-)  # fmt: skip
-def test_orphan_view_keeps_what_the_orphan_job_decides_on(
-    raw: dict[str, Any], expected: dict[str, Any]
+)
+def test_orphan_facts_read_content_of_another_type_as_absent(
+    raw: dict[str, Any], facts: MachineFacts | None
 ) -> None:
-    assert orphan_view(raw) == Machine.model_validate(expected)
-
-
-def test_the_orphan_job_decides_alike_on_the_view_and_the_whole_machine() -> None:
-    for phase, provider_id in (("Running", "p"), ("Running", "other"), ("", ""), ("CrashLoopBackOff", "")):
-        whole = machine("m", provider_id, phase, node="n")
-        view = orphan_view(whole.model_dump(by_alias=True, exclude_none=True, mode="json"))
-        assert vm_verdict("p", view) is vm_verdict("p", whole)
-        assert machine_counts_by_node([view], NODE_LABEL_KEY) == machine_counts_by_node(
-            [whole], NODE_LABEL_KEY
-        )
+    assert orphan_facts(raw) == facts
 
 
 def test_node_patches_are_conditional_and_touch_only_their_keys() -> None:
@@ -230,4 +239,4 @@ def test_node_patches_are_conditional_and_touch_only_their_keys() -> None:
 
 def test_machine_counts_by_node() -> None:
     machines = [machine("a", node="n1"), machine("b", node="n1"), machine("c", node="n2"), machine("d")]
-    assert machine_counts_by_node(machines, NODE_LABEL_KEY) == {"n1": 2, "n2": 1}
+    assert machine_counts_by_node(machines) == {"n1": 2, "n2": 1}

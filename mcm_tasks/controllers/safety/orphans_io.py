@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineClass, now_utc
-from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.api import MachineClass, now_utc
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.problems import warn
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.orphans import (
+    MachineFacts,
     OrphanVM,
     VMVerdict,
+    facts_of,
     machine_counts_by_node,
     node_action,
     node_patch,
@@ -59,7 +60,7 @@ def collect_orphans(scope: SafetyScope) -> OrphanReport:
     """The orphan job (upstream ``checkMachineClasses``, then ``AnnotateNodesUnmanagedByMCM``)."""
     report = OrphanReport()
     machines = reads.machines_for_orphans()
-    by_name = {m.metadata.name or "": m for m in machines}
+    by_name = {m.name: m for m in machines}
     for machine_class in reads.machine_classes():
         report.classes += 1
         try:
@@ -80,7 +81,9 @@ def collect_orphans(scope: SafetyScope) -> OrphanReport:
     return report
 
 
-def _collect_class(machine_class: MachineClass, by_name: dict[str, Machine], report: OrphanReport) -> None:
+def _collect_class(
+    machine_class: MachineClass, by_name: dict[str, MachineFacts], report: OrphanReport
+) -> None:
     """Upstream: ``checkMachineClass``."""
     class_ctx = context.load_class_context(machine_class)
     if class_ctx.missing_secrets:
@@ -120,7 +123,7 @@ def _confirmed(vm: OrphanVM, namespace: str) -> bool:
             "orphan VM %s: cannot confirm machine %s: %s", vm.provider_id, vm.machine_name, describe(err)
         )
         return False
-    return vm_verdict(vm.provider_id, live) is VMVerdict.ORPHAN
+    return vm_verdict(vm.provider_id, None if live is None else facts_of(live)) is VMVerdict.ORPHAN
 
 
 def _delete_orphan(driver: Driver, machine_class: MachineClass, secret: Secret, vm: OrphanVM) -> bool:
@@ -144,11 +147,11 @@ def _delete_orphan(driver: Driver, machine_class: MachineClass, secret: Secret, 
     return True
 
 
-def sweep_nodes(scope: SafetyScope, machines: list[Machine], report: OrphanReport) -> None:
+def sweep_nodes(scope: SafetyScope, machines: list[MachineFacts], report: OrphanReport) -> None:
     """Mark Nodes no machine claims as not managed by MCM, and unmark claimed ones (upstream
     ``AnnotateNodesUnmanagedByMCM``)."""
     api = scope.target
-    counts = machine_counts_by_node(machines, NODE_LABEL_KEY)
+    counts = machine_counts_by_node(machines)
     nodes = reads.nodes_to_judge(counts)
     if nodes is None or api is None:
         return

@@ -3,8 +3,8 @@ list of the kind, else from the API server (a worker started before the informer
 
 Each job reads of the fleet's kinds only what its decisions need, because at a thousand machines
 reading more was the jobs' whole cost: overshooting counts machines by the size of their owner index
-(``machines_per_owner``), the orphan job reads machines in ``orphan_view`` through the process's
-shared models and decodes only the Nodes a change is possible for (``nodes_to_judge``).
+(``machines_per_owner``), the orphan job reads five strings of each machine (``orphan_facts``) and
+decodes only the Nodes a change is possible for (``nodes_to_judge``).
 
 A MachineSet, MachineDeployment or MachineClass that does not parse is reported on itself
 (``controllers.problems``) and left out: a fleet-wide job must not fail for everyone because of one
@@ -17,8 +17,7 @@ the API server first, because a mirror that lags a just-created Machine would ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -26,6 +25,7 @@ import redis
 
 from mcm_tasks import kinds
 from mcm_tasks.api import K8sObject, Machine, MachineClass, MachineDeployment, MachineSet
+from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import BY_OWNER
 from mcm_tasks.cache.listers import Lister
@@ -33,6 +33,7 @@ from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.problems import parse_each
 from mcm_tasks.controllers.safety import orphans, overshooting
+from mcm_tasks.controllers.safety.orphans import MachineFacts
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import Resource
 from mcm_tasks.settings import get_settings
@@ -49,52 +50,47 @@ def _list(lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
     )
 
 
-def _fields(obj: Any, *names: str) -> Obj:
-    """The named fields of an object's part; nothing of a part that is not an object."""
-    return {k: obj[k] for k in names if k in obj} if isinstance(obj, dict) else {}
+def _obj(value: Any) -> Obj:
+    return value if isinstance(value, dict) else {}
 
 
-def orphan_view(raw: Obj) -> Machine:
-    """A machine as the orphan job reads it: its name, labels (the node it claims), class, providerID
-    and phase, nothing else parsed (its conditions, node template and the rest of its status were
-    nearly all of parsing a Running machine). Read-only, as ``set_view``'s models."""
-    status = _fields(raw.get("status"), "currentStatus")
-    return parse_object(
-        Machine,
-        {
-            "metadata": _fields(raw.get("metadata"), "name", "namespace", "labels"),
-            "spec": _fields(raw.get("spec"), "class", "providerID"),
-            "status": {"currentStatus": _fields(status.get("currentStatus"), "phase")},
-        },
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def orphan_facts(raw: Obj) -> MachineFacts | None:
+    """What the orphan job decides on, read straight from a stored machine (``facts_of`` would parse
+    the whole model first, its conditions and node template included, for five strings); None for a
+    machine without a name. Content of another type than the schema's reads as absent."""
+    meta, status = _obj(raw.get("metadata")), _obj(raw.get("status"))
+    name = _text(meta.get("name"))
+    if not name:
+        return None
+    return MachineFacts(
+        name,
+        _text(meta.get("namespace")),
+        _text(_obj(raw.get("spec")).get("providerID")),
+        _text(_obj(status.get("currentStatus")).get("phase")),
+        _text(_obj(meta.get("labels")).get(NODE_LABEL_KEY)),
     )
 
 
-def machines_for_orphans() -> list[Machine]:
-    """Every machine of the control namespace in ``orphan_view``: from the mirror once synced, as the
-    process's shared models (a machine unchanged since the last run is not decoded again), else one
-    LIST. One whose view our model refuses is left out: its own reconcile reports it, and a VM that
-    then looks orphaned is still confirmed against the API server before its deletion."""
+def machines_for_orphans() -> list[MachineFacts]:
+    """Every machine of the control namespace, as ``orphan_facts``: from the mirror once synced, else
+    one LIST. Nothing is kept between runs (the job runs every 15 minutes: keeping a thousand
+    machines' stored JSON to recognise unchanged ones would hold megabytes in every worker process)."""
     namespace = get_settings().namespace
+    lister = get_listers().machines
     try:
-        listed = replace(get_listers().machines.shared, parse=orphan_view).list_if_synced()
+        stored = lister.reader.list_stored_if_synced(lister.kind)
     except redis.RedisError:
-        listed = None
-    if listed is None:
+        stored = None
+    if stored is None:
         items = ops.list_(context.control_api(), kinds.MACHINE.resource, namespace)["items"]
-        listed = _viewed(orphan_view, items)
-    return [m for m in listed if m.metadata.namespace == namespace]
-
-
-def _viewed(view: Callable[[Obj], Machine], items: Iterable[Obj]) -> list[Machine]:
-    """The machines whose view parses (a view our model refuses is left out without a word: the
-    machine's own reconcile reports it)."""
-    out = []
-    for raw in items:
-        try:
-            out.append(view(raw))
-        except Unreadable:
-            continue
-    return out
+    else:
+        items = [orjson.loads(raw) for raw in stored.values()]
+    found = (orphan_facts(raw) for raw in items)
+    return [m for m in found if m is not None and m.namespace == namespace]
 
 
 def owner_view(raw: Obj) -> Machine:
@@ -118,7 +114,13 @@ def machines_per_owner(owner_uids: Sequence[str]) -> dict[str, int]:
     if sizes is not None:
         return {uid: n for uid, n in zip(uids, sizes, strict=True) if n}
     items = ops.list_(context.control_api(), kinds.MACHINE.resource, get_settings().namespace)["items"]
-    return overshooting.machines_per_owner(_viewed(owner_view, items))
+    views = []
+    for raw in items:
+        try:
+            views.append(owner_view(raw))
+        except Unreadable:
+            continue  # not even its metadata: no owner to count it for
+    return overshooting.machines_per_owner(views)
 
 
 def machine_sets() -> list[MachineSet]:
