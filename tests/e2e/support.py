@@ -3,6 +3,8 @@ environment (every sandbox process inherits them) and a guaranteed ``down``."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,3 +57,14 @@ def connected(sandbox: Sandbox) -> Iterator[tuple[ApiClient, ApiClient, redis.Re
         target.close()
         client.close()
         reset_settings()
+
+
+def faults(sandbox: Sandbox, rule: Mapping[str, Any] | None) -> None:
+    """Add a fault rule on the sandbox's control API server (``/sandbox/faults``), or clear them all."""
+    url = sandbox.control_url + "/sandbox/faults"
+    if rule is None:
+        request = urllib.request.Request(url, method="DELETE")
+    else:
+        request = urllib.request.Request(url, data=json.dumps(rule).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+    urllib.request.urlopen(request, timeout=5).close()
