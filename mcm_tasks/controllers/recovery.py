@@ -4,9 +4,11 @@
   Event on the key's object, so ``kubectl describe`` names the failure, as MCM's controllers do
   with their own errors; the message is the queue's redacted one, and the recorder folds repeats.
   An Event that could not be written (the API server refusing every write) is written later in
-  the streak, at the latest when the key recovers;
-- a MachineSet whose previous reconcile died with its worker gets its expectations re-checked
-  soon (``expectations.recheck_soon``) instead of waiting out ``expectations_timeout``.
+  the streak, at the latest when the key recovers.
+
+A MachineSet whose pass died mid-creation needs no recovery hook: the set's next pass, whichever
+message runs it, finds the dead pass's expectations still open and waits for them only a short
+grace (``expectations.satisfied_for_pass``).
 
 Imported with the reconcilers (controllers/reconcilers.py).
 """
@@ -22,7 +24,7 @@ from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.kinds import OF_QUEUE
 from mcm_tasks.kube import resources as kres
 from mcm_tasks.kube.events import WARNING, ObjectRef
-from mcm_tasks.queue import expectations, registry
+from mcm_tasks.queue import registry
 from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,6 @@ def reporter(kind: str) -> Callable[[str, str, str], bool]:
 def register() -> None:
     for kind in OBJECTS:
         registry.register_failure_reporter(kind, reporter(kind))
-    registry.register_recovery_hook("machineset", expectations.recheck_soon)
 
 
 register()

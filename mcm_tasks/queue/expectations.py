@@ -8,6 +8,19 @@ view of its machines is not trusted and it does not create or delete again, so a
 cannot cause double creation. Each record is one hash whose Redis TTL is the timeout: an expired
 record is gone, and a missing record means "satisfied", exactly as an expired one upstream.
 Owner keys are the queue keys of the owner (e.g. ``namespace/name``).
+
+Not in client-go: a record outlives the pass that wrote it. Upstream keeps expectations in the
+controller's memory, so a controller that dies mid-creation takes them with it and its successor
+never waits on creations that will never come. Here the pass that records expectations marks the
+record *open* until it has issued every create or delete it expected (``issued``; the ones that
+failed or were skipped lowered at the same time). A pass of the owner runs under the owner's
+reconcile lock, so a record still open when the next pass begins (``satisfied_for_pass``) was left
+by a pass that died mid-way (its worker SIGKILLed, its pool process killed at the hard time limit,
+an exception between the record and the writes), however the key came to run again (the dead
+message's redelivery, or another message after the dead pass's lock expired). Such a record is
+trusted for ``ABANDONED_GRACE`` more, for the informer to observe what the dead pass did create,
+then it expires, instead of after ``expectations_timeout``. A record whose pass finished stays
+trusted until observed or timed out, as upstream, however long the informer lags.
 """
 
 from __future__ import annotations
@@ -20,12 +33,13 @@ from mcm_tasks.queue.scripts import Call, LuaScript
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import get_settings
 
-# KEYS[1] record. ARGV: adds, ttl ms, then names expected to be deleted. Replaces the record.
+# KEYS[1] record. ARGV: adds, ttl ms, then names expected to be deleted. Replaces the record, open
+# (its pass has not issued its writes yet).
 _SET = LuaScript(
     """
 redis.call('DEL', KEYS[1])
 local names = #ARGV - 2
-redis.call('HSET', KEYS[1], 'add', ARGV[1], 'del', names)
+redis.call('HSET', KEYS[1], 'add', ARGV[1], 'del', names, 'open', 1)
 for i = 3, #ARGV do redis.call('HSET', KEYS[1], 'n:' .. ARGV[i], 1) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
@@ -48,6 +62,35 @@ redis.call('HINCRBY', KEYS[1], 'del', -1)
 return 1
 """
 )
+
+
+# KEYS[1] record. ARGV: creations that will not be observed (skipped or failed). The recording pass
+# issued its writes: lowers 'add' by the count and closes the record, if it still exists.
+_ISSUED = LuaScript(
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if tonumber(ARGV[1]) > 0 then redis.call('HINCRBY', KEYS[1], 'add', -tonumber(ARGV[1])) end
+redis.call('HDEL', KEYS[1], 'open')
+return 1
+"""
+)
+
+# KEYS[1] record. ARGV: grace ms. The counts, read by the owner's next pass; a record still open was
+# left by a pass that died: it expires within the grace (LT: never later than it would anyway, and
+# a later pass within the grace changes nothing). Returns {} without a record, else {add, del}.
+_CHECK = LuaScript(
+    """
+local v = redis.call('HMGET', KEYS[1], 'add', 'del', 'open')
+if not v[1] and not v[2] then return {} end
+if v[3] then redis.call('PEXPIRE', KEYS[1], ARGV[1], 'LT') end
+return {v[1] or '0', v[2] or '0'}
+"""
+)
+
+#: how long expectations left open by a pass that died stay trusted: the informer mirrors what that
+#: pass created or deleted well within it (creates in flight when it died included), after which
+#: the owner's pass reads the cache afresh
+ABANDONED_GRACE = 2.0
 
 
 def _key(owner_key: str) -> str:
@@ -82,6 +125,13 @@ def expect_deletions(owner_key: str, names: Iterable[str], client: redis.Redis |
     _SET(_client(client), [_key(owner_key)], [0, _ttl_ms(), *unique])
 
 
+def issued(owner_key: str, unobserved: int = 0, client: redis.Redis | None = None) -> None:
+    """The owner's pass issued every write it expected; ``unobserved``: creations it skipped or that
+    failed, which will never be observed. Until this, the record is open: a later pass that finds
+    it so knows its recording pass died (``satisfied_for_pass``)."""
+    _ISSUED(_client(client), [_key(owner_key)], [max(0, int(unobserved))])
+
+
 def creation_observed(owner_key: str, count: int = 1, client: redis.Redis | None = None) -> None:
     """A child of the owner appeared in the cache (or a create was skipped/failed: lower it too)."""
     _CREATED(_client(client), [_key(owner_key)], [count])
@@ -99,22 +149,21 @@ def satisfied(owner_key: str, client: redis.Redis | None = None) -> bool:
     return int(adds or 0) <= 0 and int(dels or 0) <= 0
 
 
+def satisfied_for_pass(owner_key: str, client: redis.Redis | None = None) -> bool:
+    """``satisfied`` as the owner's pass asks it at its start, holding the owner's reconcile lock
+    (upstream: ``SatisfiedExpectations``). A record still open was left by a pass that died
+    before issuing its writes: it now expires within ``ABANDONED_GRACE`` (the pass comes back for
+    that, ``expires_in``) instead of ``expectations_timeout``. One round trip."""
+    found = _CHECK(_client(client), [_key(owner_key)], [int(ABANDONED_GRACE * 1000)])
+    if not found:
+        return True
+    adds, dels = found
+    return int(adds) <= 0 and int(dels) <= 0
+
+
 def delete_expectations(owner_key: str, client: redis.Redis | None = None) -> None:
     """The owner is gone."""
     _client(client).delete(_key(owner_key))
-
-
-#: how long expectations of a reconcile that died stay trusted: the informer mirrors what that run
-#: created or deleted well within it, after which the redelivered run reads the cache afresh
-RECHECK_GRACE = 2.0
-
-
-def recheck_soon(owner_key: str, client: redis.Redis | None = None) -> None:
-    """The reconcile that recorded these expectations died (its worker was killed): expire them
-    within ``RECHECK_GRACE`` instead of ``expectations_timeout``, so the redelivered reconcile
-    re-checks the cache shortly rather than waiting minutes for creations that may never come.
-    Creations it did make are still observed meanwhile, and lower the counts as usual."""
-    _client(client).pexpire(_key(owner_key), int(RECHECK_GRACE * 1000), lt=True)
 
 
 def expires_in(owner_key: str, client: redis.Redis | None = None) -> float | None:

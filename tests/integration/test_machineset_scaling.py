@@ -1,10 +1,14 @@
 """MachineSet scaling against the sandbox API server and Redis: 0 → 1 → 6 → 2, expectations under a
-lagging cache, the freeze label, Failed machines replaced, the autoscaler's marked machines."""
+lagging cache and after a pass that died mid-creation, the freeze label, Failed machines replaced,
+the autoscaler's marked machines."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.api.constants import (
@@ -13,7 +17,7 @@ from mcm_tasks.api.constants import (
     MARKED_FOR_DELETION_TIME_ANNOTATION,
     MCM_FINALIZER,
 )
-from mcm_tasks.controllers.machineset import reconcile
+from mcm_tasks.controllers.machineset import control, reconcile
 from mcm_tasks.controllers.machineset.metrics import stale_machines_key
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, expectations
@@ -205,3 +209,44 @@ def test_marked_machines_are_deleted_at_the_scaler_change(harness: Harness) -> N
     harness.settle("as")
     remaining = names(harness.machines("as"))
     assert len(remaining) == 2 and marked not in remaining
+
+
+class Killed(BaseException):
+    """The pass's process dies here (what a SIGKILL or the hard time limit looks like to the set)."""
+
+
+def test_a_pass_that_died_mid_creation_holds_its_set_only_for_a_grace(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass dies after its first two slow-start batches (3 of 10 created). Whatever message
+    runs the set next finds the dead pass's expectations still open: it waits for them a short grace
+    (for the informer to observe what the dead pass created), not the expectations timeout, then
+    creates the rest and no more. Without the open mark it waited out the timeout."""
+    harness.create_set("dies", 0)
+    harness.settle("dies")
+    harness.scale("dies", 10)
+    harness.sync()
+    batches: list[int] = []
+    run_batch = control.run_concurrently
+
+    def dies_at_the_third_batch(n: int, fn: Callable[[], None]) -> list[Exception | None]:
+        batches.append(n)
+        if len(batches) == 3:
+            raise Killed
+        return run_batch(n, fn)
+
+    monkeypatch.setattr(control, "run_concurrently", dies_at_the_third_batch)
+    with pytest.raises(Killed):
+        harness.reconcile("dies")
+    monkeypatch.undo()
+    assert len(harness.machines("dies")) == 3
+    harness.sync()  # the informer observes the three
+    again = harness.reconcile("dies")
+    assert again is not None and again.after <= expectations.ABANDONED_GRACE + 0.1, again
+    assert len(harness.machines("dies")) == 3, "nothing created during the grace"
+    wait_until(lambda: expectations.satisfied(harness.key("dies")), expectations.ABANDONED_GRACE + 3,
+               interval=0.1, what="the dead pass's expectations to expire")  # fmt: skip
+    harness.settle("dies")
+    assert len(harness.machines("dies")) == 10
+    again = harness.reconcile("dies")
+    assert len(harness.machines("dies")) == 10 and again == Requeue.long()

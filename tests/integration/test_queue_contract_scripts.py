@@ -564,17 +564,35 @@ def test_a_bytes_client_works_too(client: redis.Redis) -> None:
     assert process("node", "n", d.id, raw) == "run"
 
 
-def test_expectations_of_a_reconcile_that_died_are_rechecked_soon(client: redis.Redis) -> None:
-    exp.expect_creations("ns/set", 3)
-    remaining = exp.expires_in("ns/set")
-    assert remaining is not None and remaining > 20
-    exp.recheck_soon("ns/set")
-    remaining = exp.expires_in("ns/set")
-    assert remaining is not None and remaining <= exp.RECHECK_GRACE
-    exp.creation_observed("ns/set")
-    assert not exp.satisfied("ns/set"), "still trusted for the grace: creations made are observed"
-    wait_until(lambda: exp.satisfied("ns/set"), timeout=5, what="the grace to end")
-    assert exp.expires_in("ns/set") is None
+def test_expectations_left_open_by_a_pass_that_died_expire_within_the_grace(client: redis.Redis) -> None:
+    """A record whose pass never said ``issued`` was left by a pass that died: the owner's next pass
+    trusts it for the grace only; a record whose pass issued its writes keeps its timeout."""
+    exp.expect_creations("ns/done", 3)
+    exp.issued("ns/done", 1)  # one create skipped: it will never be observed
+    assert not exp.satisfied_for_pass("ns/done")
+    remaining = exp.expires_in("ns/done")
+    assert remaining is not None and remaining > 20, "a pass that finished: the timeout holds"
+    exp.creation_observed("ns/done", 2)
+    assert exp.satisfied_for_pass("ns/done"), "the skipped create is not waited for"
+
+    exp.expect_creations("ns/dead", 3)
+    exp.creation_observed("ns/dead")
+    assert not exp.satisfied_for_pass("ns/dead")
+    remaining = exp.expires_in("ns/dead")
+    assert remaining is not None and remaining <= exp.ABANDONED_GRACE
+    assert not exp.satisfied_for_pass("ns/dead"), "trusted for the grace: creations made are observed"
+    again = exp.expires_in("ns/dead")
+    assert again is not None and again <= remaining, "a later pass does not extend the grace"
+    wait_until(lambda: exp.satisfied_for_pass("ns/dead"), timeout=5, what="the grace to end")
+    assert exp.expires_in("ns/dead") is None
+
+    exp.expect_deletions("ns/deleting", ["a", "b"])
+    exp.deletion_observed("ns/deleting", "a")
+    assert not exp.satisfied_for_pass("ns/deleting")
+    remaining = exp.expires_in("ns/deleting")
+    assert remaining is not None and remaining <= exp.ABANDONED_GRACE, "deletions too"
+    exp.issued("gone/set")
+    assert not client.exists("mcm:exp:gone/set"), "issued never makes a record up"
 
 
 def test_the_sweep_restores_only_messages_nobody_renewed(client: redis.Redis) -> None:

@@ -4,6 +4,8 @@ each with its expectations, Events and (for deletions) the Terminating status.
 Expectations (``mcm_tasks.queue.expectations``) are recorded before the writes and lowered for every
 write that will never be observed (a create skipped after a failing batch or refused, a DELETE that
 failed), so the informer's observations bring them to zero exactly when the cache has caught up.
+They are closed once every write was issued: a pass that dies mid-way leaves them open, which the
+set's next pass recognises (its recording pass is dead) and waits for only a short grace.
 Within a batch the calls run concurrently on a small per-process thread pool, as MCM runs them on
 goroutines; the rate limit shared through Redis still bounds them.
 """
@@ -114,9 +116,13 @@ def new_machine(machine_set: MachineSet) -> dict[str, Any]:
 def create_machines(
     api: ApiClient, machine_set: MachineSet, key: str, count: int
 ) -> tuple[int, Exception | None]:
-    """Create ``count`` machines in slow-start batches; (created, the first error)."""
-    expectations.expect_creations(key, count)
+    """Create ``count`` machines in slow-start batches; (created, the first error).
+
+    The expectations are closed (``expectations.issued``) once every create was issued, the ones
+    skipped or refused lowered with it: a pass that dies before leaves them open, and the set's
+    next pass waits for them only a short grace (``expectations.satisfied_for_pass``)."""
     body = new_machine(machine_set)
+    expectations.expect_creations(key, count)
     events = recorder(api)
 
     def create_one() -> None:
@@ -136,7 +142,7 @@ def create_machines(
     if skipped > 0:
         log.info("MachineSet %s: slow start stopped after %d of %d creations: %s",
                  key, created, count, describe(error) if error else "")  # fmt: skip
-        expectations.creation_observed(key, skipped)
+    expectations.issued(key, skipped)
     return created, error
 
 
@@ -181,6 +187,8 @@ def terminate_machines(
             mark_terminating(api, Machine.model_validate(answer))
 
     results = _each_concurrently(targets, delete_one)
+    if expect:
+        expectations.issued(key)
     return next((r for r in results if r is not None), None)
 
 

@@ -182,8 +182,9 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         _warn_missing_class(scope)
 
     # before the list, as upstream (client-go's rule): a creation observed after the list must not
-    # make a list without it look trusted (a scale-up of a thousand overshot by a burst that way)
-    satisfied = expectations.satisfied(key)
+    # make a list without it look trusted (a scale-up of a thousand overshot by a burst that way).
+    # Expectations an earlier pass left open (it died mid-creation) expire within a short grace.
+    satisfied = expectations.satisfied_for_pass(key)
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
         candidate_machines(machine_set),
@@ -204,7 +205,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
             failure = manage_replicas(scope, machines)
         else:
             log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
-            # back when they expire (sooner than the timeout after a worker died: recheck_soon)
+            # back when they expire (within a short grace when their pass died mid-way)
             expires = expectations.expires_in(key)
             wait = settings.expectations_timeout if expires is None else expires + 0.05
             requeue = Requeue(after=min(wait, settings.long_retry))
