@@ -131,10 +131,14 @@ def test_a_set_whose_worker_died_mid_creation_continues_after_another_message(
                    60, interval=0.05, what="the set's first slow-start batch")  # fmt: skip
         found = lock_of(client, key)
         assert found is not None
-        pid: list[int] = []
-        wait_until(lambda: pid.append(worker_running(sandbox, celery, found[1])) or pid[-1] > 0, 10,  # type: ignore[func-returns-value]
-                   interval=0.1, what="the worker running the set's pass")  # fmt: skip
-        os.killpg(pid[-1], signal.SIGKILL)
+        pids: list[int] = []
+
+        def running_it(holder: str = found[1]) -> bool:
+            pids.append(worker_running(sandbox, celery, holder))
+            return pids[-1] > 0
+
+        wait_until(running_it, 10, interval=0.1, what="the worker running the set's pass")
+        os.killpg(pids[-1], signal.SIGKILL)  # the whole worker: main process and pool
         killed_at = time.time()
     finally:
         faults(sandbox, None)
@@ -148,7 +152,7 @@ def test_a_set_whose_worker_died_mid_creation_continues_after_another_message(
     left = CONTINUES_WITHIN - (time.time() - killed_at)
     exp_key = get_settings().key_prefix + ":exp:" + key
     try:
-        wait_until(lambda: len(machines(control, name)) == REPLICAS and set_replicas(control, name) == REPLICAS,
+        wait_until(lambda: len(machines(control, name)) == set_replicas(control, name) == REPLICAS,
                    left, interval=0.2, what="the set to continue after the kill")  # fmt: skip
     except TimeoutError as err:
         stuck = {"created at the kill": created, "now": len(machines(control, name)),
