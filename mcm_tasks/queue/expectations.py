@@ -76,13 +76,17 @@ return 1
 )
 
 # KEYS[1] record. ARGV: grace ms. The counts, read by the owner's next pass; a record still open was
-# left by a pass that died: it expires within the grace (LT: never later than it would anyway, and
-# a later pass within the grace changes nothing). Returns {} without a record, else {add, del}.
+# left by a pass that died: it expires within the grace (never later than it would anyway, and a
+# later pass within the grace changes nothing; PEXPIRE's LT without needing Redis 7). Returns {}
+# without a record, else {add, del}.
 _CHECK = LuaScript(
     """
 local v = redis.call('HMGET', KEYS[1], 'add', 'del', 'open')
 if not v[1] and not v[2] then return {} end
-if v[3] then redis.call('PEXPIRE', KEYS[1], ARGV[1], 'LT') end
+if v[3] then
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 or ttl > tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+end
 return {v[1] or '0', v[2] or '0'}
 """
 )
