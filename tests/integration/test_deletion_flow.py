@@ -14,7 +14,7 @@ from kubernetes import watch
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.common.context import creation_in_flight
-from mcm_tasks.controllers.machine import deletion
+from mcm_tasks.controllers.machine import deletion_io
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from providers.driver import DeleteMachineRequest
 from tests.integration import test_deletion_env as sandbox
@@ -192,7 +192,7 @@ def test_a_worker_killed_after_the_vm_is_deleted_leaves_a_flow_the_next_pass_com
     def killed(_machine: object) -> None:
         raise Killed
 
-    monkeypatch.setattr(deletion, "_delete_node", killed)
+    monkeypatch.setattr(deletion_io, "_delete_node", killed)
     with pytest.raises(Killed):
         reconcile_termination(f"default/{name}")
     monkeypatch.undo()

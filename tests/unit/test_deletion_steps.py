@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mcm_tasks.api import Machine, MachineState
-from mcm_tasks.controllers.machine import deletion as d
+from mcm_tasks.controllers.machine import deletion_io as d
 from mcm_tasks.controllers.machine import deletion_steps as steps
 from mcm_tasks.controllers.machine import descriptions
 from mcm_tasks.controllers.machine.drain.outcome import DrainResult, Outcome

@@ -1,8 +1,8 @@
 """The deletion flow's pure half: which step a Machine's ``status.lastOperation.description`` asks
 for (upstream ``triggerDeletionFlow`` matches MCM's description constants by substring, in order), and
 the transition each step's outcome makes (upstream ``getVMStatus``, ``drainNode``, ``deleteVM``: the
-description, the state and the retry period they write). ``deletion.py`` runs the steps and writes
-what these decide.
+description, the state and the retry period they write). ``deletion_io.py`` runs the steps and
+``deletion.py`` writes what these decide.
 """
 
 from __future__ import annotations

@@ -1,0 +1,333 @@
+"""The deletion flow's steps, one function per upstream step of ``triggerDeletionFlow``
+(``setMachineTerminationStatus``, ``getVMStatus``, ``drainNode``, ``deleteNodeVolAttachments``,
+``deleteVM``, ``deleteNodeObject``, ``deleteMachineFinalizers``), and ``step``, which picks the one
+the Machine's ``status.lastOperation.description`` asks for.
+
+These are the flow's edges: each step reads what it needs through the pass's ``MachineScope``, calls
+the Driver or the API servers, and says what the pass does next (``StepResult``): move on
+(``Continue``, its status left for the pass to write), stop at a status (``Stop``), requeue, or end
+(None: the finalizer is gone). Which description, state and retry an outcome makes is decided in
+``deletion_steps`` (pure); how steps chain within a pass and where the status is written is
+``deletion.terminate``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from kubernetes.client.exceptions import ApiException
+
+from mcm_tasks import kinds
+from mcm_tasks.api import (
+    Machine,
+    MachineOperationType,
+    MachinePhase,
+    MachineState,
+    MachineStatus,
+    now_utc,
+)
+from mcm_tasks.api.constants import (
+    DELETED_BY_FLOW_ANNOTATION,
+    MCM_FINALIZER,
+    NODE_LABEL_KEY,
+    NODE_TERMINATING_REASON_UNHEALTHY,
+)
+from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common.finalizers import with_finalizer
+from mcm_tasks.controllers.machine import metrics
+from mcm_tasks.controllers.machine.deletion_steps import (
+    NO_TARGET_SKIP,
+    Retry,
+    Step,
+    Transition,
+    delete_vm_transition,
+    drain_transition,
+    go_q,
+    moving_on,
+    step_of,
+    step_of_description,
+    vm_status_transition,
+)
+from mcm_tasks.controllers.machine.descriptions import (
+    GET_VM_STATUS,
+    INITIATE_DRAIN,
+    INITIATE_FINALIZER_REMOVAL,
+    INITIATE_NODE_DELETION,
+    INITIATE_VM_DELETION,
+)
+from mcm_tasks.controllers.machine.drain import cluster_io as io
+from mcm_tasks.controllers.machine.drain import step_io as drain_mod
+from mcm_tasks.controllers.machine.drain.state_io import DrainStore
+from mcm_tasks.controllers.machine.drain.volumes import live_attachments_on
+from mcm_tasks.controllers.machine.scope import MachineScope
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import describe, is_conflict
+from mcm_tasks.kube.events import WARNING
+from mcm_tasks.queue import Requeue
+from providers import UnknownProviderError, get_driver
+from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Continue:
+    """A step moved the flow on: the next one may run now, on the Machine as the step left it, its
+    status ``unwritten`` (the pass writes it where it stops) or as the API server returned it."""
+
+    machine: Machine
+    unwritten: bool = True
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A step stopped the pass at a status to write (a failure, or one that stays at its step)."""
+
+    status: MachineStatus
+    requeue: Requeue
+    moves: bool
+
+
+StepResult = Requeue | Continue | Stop | None
+
+
+def requeue(retry: Retry) -> Requeue:
+    if retry is Retry.NEXT_STEP:
+        return Requeue.conflict()
+    return {Retry.SHORT: Requeue.short, Retry.MEDIUM: Requeue.medium, Retry.LONG: Requeue.long}[retry]()
+
+
+def step(scope: MachineScope) -> StepResult:
+    """One step of the deletion flow."""
+    machine = scope.machine
+    if not machine.metadata.has_finalizer(MCM_FINALIZER):
+        log.warning("machine %s is missing finalizers, deletion cannot proceed", machine.key)
+        return Requeue.long()
+    current = step_of(machine)
+    log.debug("machine %s: deletion step %s", machine.key, current)
+    if current is Step.SET_TERMINATING:
+        return _set_terminating(scope)
+    if current is Step.GET_VM_STATUS:
+        return _get_vm_status(scope)
+    if current is Step.DRAIN:
+        return _drain(scope)
+    if current is Step.DELETE_VOLUME_ATTACHMENTS:
+        return _delete_volume_attachments(scope)
+    if current is Step.DELETE_VM:
+        return _delete_vm(scope)
+    if current is Step.DELETE_NODE:
+        return _delete_node(scope)
+    return _remove_finalizer(scope)
+
+
+def _drain_store(scope: MachineScope) -> DrainStore:
+    """The pass's one drain store: it knows what it cleared (``DrainStore``), so the drain of a
+    flow that started in this pass reads no progress, and its end clears none."""
+    return scope.remember("drain-store", DrainStore)
+
+
+def _write(machine: Machine, transition: Transition, *, last_known_state: str | None = None) -> StepResult:
+    """A step's transition: one that moves on to the next step leaves its status for the pass to
+    write where it stops (``terminate``); any other stops the pass with its status."""
+    moves = step_of_description(transition.description) != step_of(machine)
+    op = status.last_operation(transition.description, transition.state, MachineOperationType.DELETE)
+    new = status.updated_status(machine, last_op=op, last_known_state=last_known_state)
+    if moves and transition.retry is Retry.NEXT_STEP:
+        return Continue(machine.model_copy(update={"status": new}))
+    return Stop(new, requeue(transition.retry), moves)
+
+
+def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
+    """The class context and Driver, or None (with a Warning Event) when they cannot be had."""
+    machine, machine_class = scope.machine, scope.machine_class()
+    if machine_class is None:
+        status.record_event(
+            machine, WARNING, "DeleteBlocked", f"MachineClass {machine.spec.class_.name} not found"
+        )
+        return None
+    if scope.class_context is None or scope.class_context.machine_class is not machine_class:
+        scope.class_context = context.load_class_context(machine_class)
+    found = scope.class_context
+    try:
+        return found, get_driver(machine_class.provider)
+    except UnknownProviderError as err:
+        status.record_event(machine, WARNING, "DeleteBlocked", str(err))
+        return None
+
+
+def _set_terminating(scope: MachineScope) -> StepResult:
+    """Upstream: ``setMachineTerminationStatus``."""
+    machine = scope.machine
+    _drain_store(scope).clear(machine.key)
+    api = context.target_api()
+    if machine.status.current_status.phase == MachinePhase.FAILED and api is not None:
+        node = scope.node()
+        if node is not None:
+            try:  # remember that a failed machine goes, before its phase no longer says so
+                now = datetime.now(UTC)
+                scope.node_written(io.set_terminating(api, node, NODE_TERMINATING_REASON_UNHEALTHY, now))
+            except ApiException as err:
+                log.warning("machine %s: Terminating condition not set: %s", machine.key, describe(err))
+    now = now_utc()
+    op = status.last_operation(GET_VM_STATUS, MachineState.PROCESSING, MachineOperationType.DELETE, now=now)
+    new = status.updated_status(
+        machine, last_op=op, current=status.current_status(MachinePhase.TERMINATING, now=now)
+    )
+    # its own write, even when alike (a restart): the phase says Terminating while the node drains
+    written = status.write_status(machine, new, dedup=False)
+    return Requeue.conflict() if written is None else Continue(written, unwritten=False)
+
+
+def _get_vm_status(scope: MachineScope) -> StepResult:
+    """Upstream: ``getVMStatus``."""
+    machine = scope.machine
+    api = context.target_api()
+    if machine.metadata.labels.get(NODE_LABEL_KEY):
+        return _write(machine, moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
+    node_name = io.node_for_machine(api, machine.metadata.name or "") if api is not None else ""
+    error: Exception | None = None
+    if not node_name:
+        found = _driver(scope)
+        if found is None:
+            return Requeue.long()
+        ctx, driver = found
+        request = GetMachineStatusRequest(machine=machine, machine_class=ctx.machine_class, secret=ctx.secret)
+        try:
+            node_name = driver.get_machine_status(request).node_name
+        except Exception as err:  # every failure is a code (code_of), as upstream decodes them
+            error = err
+    transition = vm_status_transition(error, target_mode=api is not None)
+    if node_name and api is not None and transition.retry is Retry.NEXT_STEP:
+        patch = {"metadata": {"labels": {NODE_LABEL_KEY: node_name}}}
+        labelled = ops.patch(
+            context.control_api(),
+            kinds.MACHINE.resource,
+            machine.metadata.name or "",
+            patch,
+            machine.metadata.namespace,
+        )
+        # later writes carry the label's resourceVersion; the status stays the pass's own
+        machine = Machine.model_validate(labelled).model_copy(update={"status": machine.status})
+    return _write(machine, transition)
+
+
+def _drain(scope: MachineScope) -> StepResult:
+    machine_class = scope.machine_class()  # without its secrets: the volume IDs and metrics need it
+    driver = None
+    if machine_class is not None:
+        try:
+            driver = get_driver(machine_class.provider)
+        except UnknownProviderError:
+            driver = None  # volumes then go untracked; the detach barrier still holds the drain
+    result = drain_mod.drain_step(scope, machine_class, driver, _drain_store(scope))
+    transition = drain_transition(result)
+    if transition is None:
+        return Requeue(after=result.wake_in)
+    return _write(scope.machine, transition)
+
+
+def _delete_volume_attachments(scope: MachineScope) -> StepResult:
+    """Upstream: ``getLiveVAForNode``, ``deleteVAForNode``."""
+    machine, node_name = scope.machine, scope.node_name()
+    api = context.target_api()
+    node = scope.node() if api is not None else None
+    if node is None or api is None:
+        text = (
+            f"Skipping deleteNodeVolAttachments due to - node {go_q(node_name)} not found. "
+            "Moving to VM Deletion."
+        )
+        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
+    if not (node.get("status") or {}).get("volumesAttached"):
+        text = f"Node Volumes for node: {node_name} are already detached. Moving to VM Deletion."
+        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
+    live = live_attachments_on(node_name, io.volume_attachments(api, node_name, ()))
+    if not live:
+        text = f"No Live VolumeAttachments for node: {node_name}. Moving to VM Deletion."
+        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
+    for va in live:
+        ops.delete(api, kinds.VOLUME_ATTACHMENT.resource, str(va["metadata"]["name"]), missing_ok=True)
+    log.info("machine %s: deleted %d VolumeAttachments of node %s", machine.key, len(live), node_name)
+    return Requeue.short()
+
+
+def _delete_vm(scope: MachineScope) -> StepResult:
+    """Upstream: ``deleteVM``."""
+    machine = scope.machine
+    found = _driver(scope)
+    if found is None:
+        return Requeue.long()
+    ctx, driver = found
+    request = DeleteMachineRequest(machine=machine, machine_class=ctx.machine_class, secret=ctx.secret)
+    error: Exception | None = None
+    last_known_state = None
+    try:
+        last_known_state = driver.delete_machine(request).last_known_state or None
+    except Exception as err:  # every failure is a code (code_of), as upstream decodes them
+        error = err
+    return _write(machine, delete_vm_transition(error), last_known_state=last_known_state)
+
+
+def _delete_node(scope: MachineScope) -> StepResult:
+    """Upstream: ``deleteNodeObject``."""
+    machine, node_name = scope.machine, scope.node_name()
+    api = context.target_api()
+    if not node_name or api is None:
+        text = (
+            f"Label {go_q(NODE_LABEL_KEY)} not present on machine {go_q(machine.metadata.name or '')} "
+            f"or no associated node object found, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
+        )
+        return _write(machine, moving_on(text))
+    try:
+        # the mark tells the Node's DELETE apart from someone else's (the status may be a step behind)
+        mark = {DELETED_BY_FLOW_ANNOTATION: Step.DELETE_NODE.value}
+        if io.has_node_finalizer(scope.node()):
+            io.remove_node_finalizer(api, node_name, mark)
+        answer = ops.delete(api, kinds.NODE.resource, node_name, missing_ok=True)
+        if io.has_node_finalizer(answer):  # the mirror had not seen the finalizer: the Node waits on it
+            io.remove_node_finalizer(api, node_name, mark)
+        gone = answer is None
+    except ApiException as err:
+        if is_conflict(err):
+            raise
+        text = (
+            f"Deletion of Node Object {go_q(node_name)} failed due to error: {describe(err)}. "
+            f"{INITIATE_NODE_DELETION}"
+        )
+        return _write(machine, Transition(text, MachineState.FAILED, Retry.SHORT))
+    if gone:
+        text = (
+            f"No node object found for {go_q(node_name)}, continuing deletion flow. "
+            f"{INITIATE_FINALIZER_REMOVAL}"
+        )
+    else:
+        text = f"Deletion of Node Object {go_q(node_name)} is successful. {INITIATE_FINALIZER_REMOVAL}"
+    return _write(machine, moving_on(text))
+
+
+def _remove_finalizer(scope: MachineScope) -> Requeue | None:
+    """Upstream: ``deleteMachineFinalizers``."""
+    machine = scope.machine
+    rest = with_finalizer(machine.metadata.finalizers, MCM_FINALIZER, False)
+    meta = {
+        "finalizers": rest,
+        "resourceVersion": machine.metadata.resource_version,
+        # the Machine's DELETE then says the flow released it: its last status may be a step behind
+        "annotations": {DELETED_BY_FLOW_ANNOTATION: Step.REMOVE_FINALIZER.value},
+    }
+    body = {"metadata": meta}
+    ops.patch(
+        context.control_api(),
+        kinds.MACHINE.resource,
+        machine.metadata.name or "",
+        body,
+        machine.metadata.namespace,
+    )
+    _drain_store(scope).clear(machine.key)
+    deleted = machine.metadata.deletion_timestamp
+    if deleted is not None:
+        seconds = (now_utc() - deleted).total_seconds()
+        metrics.observe_duration("delete", machine, seconds, scope.machine_class())
+    log.info("machine %s: finalizer removed, deletion complete", machine.key)
+    return None
