@@ -7,16 +7,14 @@ helpers know nothing of any model's fields.
 Optimistic concurrency works as on a real API server: an update carries the object's
 ``metadata.resourceVersion`` and fails with a Conflict when someone wrote in between; a delete can
 carry uid / resourceVersion preconditions. ``retry_on_conflict`` re-runs a read-modify-write
-function, like client-go's ``retry.RetryOnConflict``.
+function, like client-go's ``retry.RetryOnConflict`` (it lives in ``retry``, re-exported here where
+the controllers call it).
 """
 
 from __future__ import annotations
 
 import json
-import random
-import time
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -25,8 +23,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 
 from mcm_tasks.kube import rest
-from mcm_tasks.kube.errors import is_conflict, is_not_found
+from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.resources import MACHINE_API_VERSION, MACHINE_GROUP, MACHINE_VERSION, Resource
+from mcm_tasks.kube.retry import Backoff, retry_on_conflict, retry_on_error
 from mcm_tasks.settings import get_settings
 
 __all__ = [
@@ -53,7 +52,6 @@ __all__ = [
 
 Obj = Mapping[str, Any] | BaseModel
 M = TypeVar("M", bound=BaseModel)
-T = TypeVar("T")
 
 
 class PatchType(StrEnum):
@@ -328,74 +326,3 @@ def evict(
         body["deleteOptions"] = delete_options(grace_period_seconds=grace_period_seconds)
     path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
     return rest.request(api, "POST", path, body=body)  # type: ignore[no-any-return]
-
-
-# --- retries -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """wait.Backoff: first delay ``duration``, multiplied by ``factor`` each time, up to ``cap``,
-    each stretched by a random fraction up to ``jitter``."""
-
-    duration: float = 0.01
-    factor: float = 1.0
-    jitter: float = 0.1
-    cap: float | None = None
-
-    def delays(self, rand: Callable[[], float] = random.random) -> Callable[[], float]:
-        current = [self.duration]
-
-        def step() -> float:
-            base = current[0]
-            if self.cap is not None:
-                base = min(base, self.cap)
-            current[0] = base * self.factor
-            return base * (1 + self.jitter * rand()) if self.jitter > 0 else base
-
-        return step
-
-
-#: client-go's retry.DefaultRetry: 5 attempts 10 ms apart (with 10 % jitter)
-DEFAULT_RETRY = Backoff(duration=0.01, factor=1.0, jitter=0.1)
-#: client-go's retry.DefaultBackoff: 10 ms growing fivefold
-DEFAULT_BACKOFF = Backoff(duration=0.01, factor=5.0, jitter=0.1)
-
-
-def retry_on_error(
-    fn: Callable[[], T],
-    retriable: Callable[[BaseException], bool],
-    *,
-    attempts: int = 5,
-    backoff: Backoff | float = DEFAULT_RETRY,
-    sleep: Callable[[float], None] = time.sleep,
-) -> T:
-    """Call ``fn`` until it returns, at most ``attempts`` times, sleeping between retriable
-    failures; the last error propagates. A non-retriable error propagates at once."""
-    if attempts < 1:
-        raise ValueError("attempts must be at least 1")
-    policy = backoff if isinstance(backoff, Backoff) else Backoff(duration=backoff, jitter=0.0)
-    next_delay = policy.delays()
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except Exception as err:
-            if attempt == attempts or not retriable(err):
-                raise
-        sleep(next_delay())
-    raise AssertionError("unreachable")
-
-
-def retry_on_conflict(
-    fn: Callable[[], T],
-    attempts: int = 5,
-    backoff: Backoff | float = DEFAULT_RETRY,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
-) -> T:
-    """Re-run a read-modify-write ``fn`` while it fails with a Conflict.
-
-    ``fn`` must read the object afresh each time and apply its change to what it read; retrying a
-    write of a stale copy would only conflict again.
-    """
-    return retry_on_error(fn, is_conflict, attempts=attempts, backoff=backoff, sleep=sleep)
