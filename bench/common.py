@@ -6,13 +6,9 @@ servers and reads what happened from outside, so the figures include every proce
 - a ``Tracker`` (bench/watch.py) watches both API servers from the start (every event), so waiting
   needs no polling LISTs, the largest machine count is seen at every instant, and each write is
   attributed to a resource and to the part of the object it changed;
-- a ``Meter`` snapshot reads the global resourceVersion of each server (the sandbox bumps one
-  counter per committed write and never on a no-op, so its advance is the exact write count), the
-  queue statistics in Redis (reconciles run per queue), the kubelet simulator's own writes (from
-  its log), the benchmark's own writes, Redis's command count and the CPU time of every sandbox
-  process. ``controller`` writes = all writes − the benchmark's − the kubelet simulator's (exact,
-  unlike a count by user agent, which the sandbox does not keep); ``cpu_ms_per_machine`` counts our
-  processes only (``OUR_ROLES``).
+- a ``Snapshot`` (``Bench.snapshot``) of every counter at the start and end of a phase, which
+  ``bench.figures.phase_report`` turns into the phase's writes, tasks, Redis commands and CPU, per
+  machine (how each is counted: bench/figures.py).
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +36,7 @@ import psutil
 from kubernetes import config
 from kubernetes.client import ApiClient
 
+from bench.figures import Snapshot, cpu_seconds, kubelet_writes, phase_report
 from bench.profiling import Profiler
 from bench.watch import Tracker
 from mcm_tasks import kinds
@@ -63,20 +59,6 @@ BENCH_ENV = {
     "MCM_KUBELET_HEARTBEAT_INTERVAL": "600",
     "MCM_KUBELET_NODE_GRACE": "1800",
 }
-#: the kubelet simulator's summary line (``log.info("tick: %s", "what=n, …")``), whatever the logger's
-#: name and the log format (text or JSON): its writes are subtracted from the controller's
-TICK = re.compile(r"\btick: (\w+=\d+(?:, \w+=\d+)*)")
-#: the sandbox processes that are ours (what a user runs): Redis, the informer, the workers, beat.
-#: The API servers and the kubelet simulator stand in for Kubernetes and are not counted; the local
-#: cloud has no process of its own (its VMs live in a Redis, driven from the workers): in our Redis,
-#: so its commands, and the kubelet simulator's reads of them, are inside Redis's figure, unless the
-#: bench gives it a Redis of its own (``running_sandbox(cloud_redis=True)``: role ``cloud-redis``,
-#: not counted, as a real cloud is no load on our Redis).
-OUR_ROLES = ("redis", "informer", "worker-", "beat")
-
-
-def ours(role: str) -> bool:
-    return role.startswith(OUR_ROLES)
 
 
 def parse_args(
@@ -116,38 +98,6 @@ def calibration(skip: bool = False) -> dict[str, Any]:
 
 def scaled(count: int, scale: float) -> int:
     return max(1, round(count * scale))
-
-
-# --- counters read at the start and end of a phase -----------------------------------------------
-
-
-@dataclass
-class Snapshot:
-    at: float
-    rv: dict[str, int]
-    queues: dict[str, dict[str, float]]
-    kubelet: Counter[str]
-    own: Counter[str]
-    events: Counter[str]
-    parts: Counter[str]
-    cpu: dict[str, float]
-    redis_commands: int = 0
-    redis_calls: Counter[str] = field(default_factory=Counter)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU of a process and all its descendants, live or already reaped."""
-    try:
-        proc = psutil.Process(pid)
-        t = proc.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                c = child.cpu_times()
-                total += c.user + c.system
-        return total
-    except psutil.Error:
-        return 0.0
 
 
 @dataclass
@@ -235,69 +185,13 @@ class Bench:
         commands = int(client.info("stats")["total_commands_processed"])
         stats = client.info("commandstats").items()
         calls = Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats})
-        kubelet: Counter[str] = Counter()
-        log = self.sandbox.dir / "logs" / "kubelet.log"
-        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-            found = TICK.search(line)
-            if found:
-                for item in found.group(1).split(", "):
-                    what, _, n = item.partition("=")
-                    kubelet[what] += int(n)
-        cpu = {name: _cpu_seconds(pid) for name, pid in self.sandbox.pids.items()}
+        kubelet = kubelet_writes(self.sandbox.dir / "logs" / "kubelet.log")
+        cpu = {name: cpu_seconds(pid) for name, pid in self.sandbox.pids.items()}
         own = psutil.Process().cpu_times()  # not its children: they are the sandbox, counted above
         cpu["benchmark"] = own.user + own.system  # its watches compete for the same cores
         with self.tracker.cond:
             events, parts, own = Counter(self.tracker.events), Counter(self.tracker.parts), Counter(self.own)
         return Snapshot(time.time(), rv, queues, kubelet, own, events, parts, cpu, commands, calls)
-
-
-def _diff(a: Counter[str], b: Counter[str]) -> dict[str, int]:
-    return {k: v for k, v in sorted((b - a).items()) if v}
-
-
-def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, Any]:
-    """What one phase cost, in total and per machine it concerned."""
-    writes = {s: after.rv[s] - before.rv[s] for s in after.rv}
-    own = sum((after.own - before.own).values())
-    kubelet = sum((after.kubelet - before.kubelet).values())
-    events = _diff(before.events, after.events)
-    total = sum(writes.values())
-    controller = total - own - kubelet
-    queues = {
-        kind: {k: round(v - before.queues[kind][k], 3) for k, v in stats.items()}
-        for kind, stats in after.queues.items()
-    }
-    queues = {k: v for k, v in queues.items() if any(v.values())}
-    tasks = int(sum(q["reconciles"] for q in queues.values()))
-    cpu = {k: round(after.cpu.get(k, 0) - v, 1) for k, v in before.cpu.items()}
-    our_cpu = sum(after.cpu.get(k, 0) - v for k, v in before.cpu.items() if ours(k))
-    return {
-        "machines": machines,
-        "writes": {
-            **writes,
-            "total": total,
-            "by_benchmark": own,
-            "by_kubelet_simulator": kubelet,
-            "by_controller": controller,
-            "seen_by_watches": sum(events.values()),
-        },
-        "writes_per_machine": round(controller / machines, 2),
-        "tasks": tasks,
-        "tasks_per_machine": round(tasks / machines, 2),
-        "queues": queues,
-        "kubelet_simulator": _diff(before.kubelet, after.kubelet),
-        "events": events,
-        "updates_by_part": _diff(before.parts, after.parts),
-        "cpu_seconds": cpu,
-        "cpu_seconds_ours": round(our_cpu, 2),
-        "cpu_ms_per_machine": round(our_cpu * 1000 / machines, 1),
-        # every client's: workers, informer, the local cloud's VMs, the kubelet simulator's reads of them
-        "redis_commands_per_machine": round((after.redis_commands - before.redis_commands) / machines, 1),
-        "redis_calls_per_machine": {
-            k: round(v / machines, 1) for k, v in (after.redis_calls - before.redis_calls).most_common(12)
-        },
-        "wall_seconds": round(after.at - before.at, 2),
-    }
 
 
 # --- object bodies -------------------------------------------------------------------------------
@@ -339,7 +233,7 @@ def running_sandbox(
     args: argparse.Namespace, with_beat: bool = False, cloud_redis: bool = False
 ) -> Iterator[Bench]:
     """The sandbox with BENCH_ENV (caller's own MCM_* settings win), stopped and cleaned afterwards;
-    ``cloud_redis``: the local cloud in a Redis of its own (see OUR_ROLES)."""
+    ``cloud_redis``: the local cloud in a Redis of its own (see ``bench.figures.OUR_ROLES``)."""
     saved = {k: os.environ.get(k) for k in BENCH_ENV}
     for key, value in BENCH_ENV.items():
         os.environ.setdefault(key, value)

@@ -7,7 +7,7 @@ the temporary folder unless ``--out`` names a file). Each figure says the scale 
 - idle_cpu_percent_1000: a MachineDeployment of 1000 Running machines (beat running, kubelet
   heartbeats every 5 min as a real kubelet's node status report), ``--settle-minutes`` (4: past the
   60 s health recheck each Pending machine leaves scheduled), then ``--idle-minutes`` with no change:
-  CPU of our processes (Redis, informer, workers, beat; ``bench.common.OUR_ROLES``) over that
+  CPU of our processes (Redis, informer, workers, beat; ``bench.figures.OUR_ROLES``) over that
   window, in percent of one core. The local cloud lives in a Redis of its own (``cloud-redis``, not
   counted): the kubelet simulator reads every VM twice a second, a load a real cloud puts on no
   Redis of ours. The writes, reconciles and Redis commands of the window are saved beside it.
@@ -43,13 +43,13 @@ from bench.common import (  # noqa: E402
     Bench,
     calibration,
     context,
-    ours,
     parse_args,
     pod_on,
     running_sandbox,
     save,
     scaled,
 )
+from bench.figures import ours  # noqa: E402
 from bench.scale import Driver, deployment  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
 from mcm_tasks import kinds  # noqa: E402

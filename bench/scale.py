@@ -15,7 +15,7 @@ two API servers, Redis); MachineClasses with zero boot delay. Targets: 60 s, 60 
   which it logs), per machine.
 - tasks_per_machine_up / _down (and over the cycle): reconciles run on all queues, per machine.
 - cpu_ms_per_machine_up / _down: CPU (user + system, psutil over each process tree, exited pool
-  children included) of our processes: Redis, informer, workers (``bench.common.OUR_ROLES``); not the
+  children included) of our processes: Redis, informer, workers (``bench.figures.OUR_ROLES``); not the
   API servers, the kubelet simulator, the local cloud or the benchmark. The local cloud's VMs live
   in a Redis of their own (role ``cloud-redis``), as a real cloud puts no load on our Redis; until
   the 25 Nov evening run they lived in ours, and Redis's figure held the cloud's commands and the
@@ -56,7 +56,6 @@ from typing import Any  # noqa: E402
 from bench.common import (  # noqa: E402
     NS,
     Bench,
-    Snapshot,
     calibration,
     class_ref,
     context,
@@ -65,6 +64,7 @@ from bench.common import (  # noqa: E402
     save,
     scaled,
 )
+from bench.figures import Snapshot  # noqa: E402
 from bench.watch import machine_summary, phase_of  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
 from mcm_tasks import kinds  # noqa: E402

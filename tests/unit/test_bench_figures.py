@@ -7,7 +7,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from bench.common import TICK, Snapshot, ours, phase_report
+from bench.figures import TICK, Snapshot, ours, phase_report
 from bench.profiling import summarize
 from mcm_tasks.logs import TEXT_FORMAT
 

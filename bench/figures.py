@@ -1,0 +1,127 @@
+"""The figures of a benchmark phase: what the counters read at its start and end (``Snapshot``) say
+it cost, in total and per machine (``phase_report``), and which of the sandbox's processes are ours.
+
+A snapshot (``bench.common.Bench.snapshot``) reads the global resourceVersion of each server (the
+sandbox bumps one counter per committed write and never on a no-op, so its advance is the exact write
+count), the queue statistics in Redis (reconciles run per queue), the kubelet simulator's own writes
+(from its log), the benchmark's own writes, Redis's command count and the CPU time of every sandbox
+process. ``controller`` writes = all writes − the benchmark's − the kubelet simulator's (exact, unlike
+a count by user agent, which the sandbox does not keep); ``cpu_ms_per_machine`` counts our processes
+only (``OUR_ROLES``), as issue 19 asks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+#: the kubelet simulator's summary line (``log.info("tick: %s", "what=n, …")``), whatever the logger's
+#: name and the log format (text or JSON): its writes are subtracted from the controller's
+TICK = re.compile(r"\btick: (\w+=\d+(?:, \w+=\d+)*)")
+#: the sandbox processes that are ours (what a user runs): Redis, the informer, the workers, beat.
+#: The API servers and the kubelet simulator stand in for Kubernetes and are not counted; the local
+#: cloud has no process of its own (its VMs live in a Redis, driven from the workers): in our Redis,
+#: so its commands, and the kubelet simulator's reads of them, are inside Redis's figure, unless the
+#: bench gives it a Redis of its own (``running_sandbox(cloud_redis=True)``: role ``cloud-redis``,
+#: not counted, as a real cloud is no load on our Redis).
+OUR_ROLES = ("redis", "informer", "worker-", "beat")
+
+
+def ours(role: str) -> bool:
+    return role.startswith(OUR_ROLES)
+
+
+@dataclass
+class Snapshot:
+    at: float
+    rv: dict[str, int]
+    queues: dict[str, dict[str, float]]
+    kubelet: Counter[str]
+    own: Counter[str]
+    events: Counter[str]
+    parts: Counter[str]
+    cpu: dict[str, float]
+    redis_commands: int = 0
+    redis_calls: Counter[str] = field(default_factory=Counter)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU of a process and all its descendants, live or already reaped."""
+    try:
+        proc = psutil.Process(pid)
+        t = proc.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in proc.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                total += c.user + c.system
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+def kubelet_writes(log: Path) -> Counter[str]:
+    """The kubelet simulator's writes so far, by what it wrote, summed from its ``tick`` lines."""
+    kubelet: Counter[str] = Counter()
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        found = TICK.search(line)
+        if found:
+            for item in found.group(1).split(", "):
+                what, _, n = item.partition("=")
+                kubelet[what] += int(n)
+    return kubelet
+
+
+def _diff(a: Counter[str], b: Counter[str]) -> dict[str, int]:
+    return {k: v for k, v in sorted((b - a).items()) if v}
+
+
+def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, Any]:
+    """What one phase cost, in total and per machine it concerned."""
+    writes = {s: after.rv[s] - before.rv[s] for s in after.rv}
+    own = sum((after.own - before.own).values())
+    kubelet = sum((after.kubelet - before.kubelet).values())
+    events = _diff(before.events, after.events)
+    total = sum(writes.values())
+    controller = total - own - kubelet
+    queues = {
+        kind: {k: round(v - before.queues[kind][k], 3) for k, v in stats.items()}
+        for kind, stats in after.queues.items()
+    }
+    queues = {k: v for k, v in queues.items() if any(v.values())}
+    tasks = int(sum(q["reconciles"] for q in queues.values()))
+    cpu = {k: round(after.cpu.get(k, 0) - v, 1) for k, v in before.cpu.items()}
+    our_cpu = sum(after.cpu.get(k, 0) - v for k, v in before.cpu.items() if ours(k))
+    return {
+        "machines": machines,
+        "writes": {
+            **writes,
+            "total": total,
+            "by_benchmark": own,
+            "by_kubelet_simulator": kubelet,
+            "by_controller": controller,
+            "seen_by_watches": sum(events.values()),
+        },
+        "writes_per_machine": round(controller / machines, 2),
+        "tasks": tasks,
+        "tasks_per_machine": round(tasks / machines, 2),
+        "queues": queues,
+        "kubelet_simulator": _diff(before.kubelet, after.kubelet),
+        "events": events,
+        "updates_by_part": _diff(before.parts, after.parts),
+        "cpu_seconds": cpu,
+        "cpu_seconds_ours": round(our_cpu, 2),
+        "cpu_ms_per_machine": round(our_cpu * 1000 / machines, 1),
+        # every client's: workers, informer, the local cloud's VMs, the kubelet simulator's reads of them
+        "redis_commands_per_machine": round((after.redis_commands - before.redis_commands) / machines, 1),
+        "redis_calls_per_machine": {
+            k: round(v / machines, 1) for k, v in (after.redis_calls - before.redis_calls).most_common(12)
+        },
+        "wall_seconds": round(after.at - before.at, 2),
+    }
