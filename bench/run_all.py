@@ -18,7 +18,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 #: modules in bench/ that are helpers, not benchmarks
-HELPERS = {"common", "figures", "profiling", "run_all", "watch"}
+HELPERS = {"common", "figures", "profiling", "run_all", "watch", "workers"}
 
 
 def scripts() -> list[Path]:
