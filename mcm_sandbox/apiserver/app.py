@@ -1,5 +1,5 @@
 """The HTTP edge: one catch-all aiohttp route that authenticates, negotiates, reads bodies and turns
-errors into Status objects, then hands the parsed request to the verbs."""
+errors into Status objects, then hands the parsed request to the verbs (``endpoints.serve``)."""
 
 from __future__ import annotations
 
@@ -14,31 +14,25 @@ from aiohttp import web
 
 from mcm_sandbox.apiserver import (
     discovery,
+    endpoints,
     errors,
-    negotiation,
     openapi,
-    protobuf,
     rbac,
-    reviews,
-    scale,
-    table,
-    views,
     wire,
 )
 from mcm_sandbox.apiserver.admission import Admission
 from mcm_sandbox.apiserver.authn import ANONYMOUS, CURRENT_USER, Authenticator, InvalidToken, UserInfo
-from mcm_sandbox.apiserver.builtins import review_kind
 from mcm_sandbox.apiserver.controllers import Controllers
 from mcm_sandbox.apiserver.defaults import SERVICE_CIDR
-from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode, delete_options
+from mcm_sandbox.apiserver.deletion import Deleter, PodGraceMode
 from mcm_sandbox.apiserver.disruption import Disruption
 from mcm_sandbox.apiserver.faultgate import DropConnection, FaultGate
-from mcm_sandbox.apiserver.handlers import APPLY_PATCH, Api, parse_json
+from mcm_sandbox.apiserver.handlers import Api
 from mcm_sandbox.apiserver.impersonation import impersonate
 from mcm_sandbox.apiserver.resources import Registry
-from mcm_sandbox.apiserver.routing import Discovery, Target, resolve, sub_allowed, sub_exists
+from mcm_sandbox.apiserver.routing import Discovery, Target, resolve
 from mcm_sandbox.apiserver.store import DEFAULT_HISTORY_WINDOW, Store
-from mcm_sandbox.apiserver.watch import Watcher, serve_watch
+from mcm_sandbox.apiserver.watch import Watcher
 
 log = logging.getLogger("mcm_sandbox.apiserver")
 
@@ -57,10 +51,6 @@ class ServerOptions:
     authorization_mode: str = "AlwaysAllow"
     # Also serve HTTPS on this port (0: any free one), and point the kubeconfig there.
     secure_port: int | None = None
-
-
-# The verbs whose answer the Accept header can convert (Table, PartialObjectMetadata[List]).
-READS = ("get", "list", "watch")
 
 
 class Server:
@@ -200,7 +190,7 @@ class Server:
         if isinstance(found, Discovery):
             return self._discovery(found)
         await self.faults.gate(verb, found.resource)
-        return await self._serve(request, found, verb, query, user)
+        return await endpoints.serve(self, request, found, verb, query, user)
 
     def _health(self, path: str) -> web.Response:
         if path == "/version":
@@ -264,155 +254,3 @@ class Server:
         if verb == "delete" and t.name is None:
             return "deletecollection"
         return verb
-
-    # --- verbs -------------------------------------------------------------------------------
-
-    async def _serve(
-        self, request: web.Request, t: Target, verb: str, query: dict[str, str], user: UserInfo
-    ) -> web.StreamResponse:
-        rt, sub = t.rt, t.sub
-        dry_run = bool(query.get("dryRun"))
-        if verb not in rt.served_verbs:
-            raise errors.method_not_allowed()
-        if review_kind(rt):
-            body = await wire.object_body(request)
-            out = reviews.review(rt, body, user, t.namespace, self.authorizer, self.authenticator)
-            return wire.json_response(out, 201)
-        if rt.namespaced and t.namespace is None and verb not in ("list", "watch"):
-            raise errors.method_not_allowed()
-        if t.name is None and verb in ("update", "patch"):
-            raise errors.method_not_allowed()
-        if sub is not None and not sub_allowed(t, verb):
-            raise errors.not_found_path() if not sub_exists(t) else errors.method_not_allowed()
-        conv = negotiation.conversion(request.headers.get("Accept", "")) if verb in READS else None
-        if verb == "watch":
-            return await serve_watch(
-                request,
-                self.api,
-                rt,
-                t.namespace,
-                query,
-                self.watchers,
-                self.opts.bookmark_interval,
-                conv,
-            )
-        if verb == "list":
-            page, raw, meta = self.api.list(rt, t.namespace, query)
-            if conv is not None and conv.kind == negotiation.TABLE:  # the same ListMeta: continue too
-                return wire.json_response(
-                    table.table(rt, [e.obj for e in page], meta, query.get("includeObject", "Metadata"))
-                )
-            if conv is not None:
-                return wire.json_response(
-                    negotiation.partial_list([e.obj for e in page], meta, conv, rt.kind)
-                )
-            return wire.json_response(raw)
-        assert t.name is not None or verb in ("create", "deletecollection")
-        if verb == "get":
-            entry = self.api.must_get(rt, t.namespace, t.name or "")
-            if sub == "scale":
-                return wire.json_response(scale.scale_of(rt, entry))
-            if conv is not None and conv.kind == negotiation.TABLE:
-                meta = {"resourceVersion": entry.meta["resourceVersion"]}
-                return wire.json_response(
-                    table.table(rt, [entry.obj], meta, query.get("includeObject", "Metadata"))
-                )
-            if conv is not None:
-                return wire.json_response(negotiation.partial_object(entry.obj, conv, rt.kind))
-            return wire.json_response(views.raw(rt.view, entry))
-        if verb == "create":
-            if sub == "token":
-                sa = self.api.must_get(rt, t.namespace, t.name or "")
-                body = await wire.object_body(request)
-                return wire.json_response(
-                    reviews.token_request(self.authenticator, sa.obj, body, self.store.get), 201
-                )
-            if sub == "eviction":
-                body = await wire.object_body(request)
-                return wire.json_response(
-                    *self.disruption.evict(rt, t.namespace or "", t.name or "", body, dry_run)
-                )
-            validation_mode = query.get("fieldValidation", "")
-            entry = self.api.create(
-                rt,
-                t.namespace,
-                await wire.object_body(request),
-                dry_run,
-                validation_mode,
-                wire.field_manager(request, query),
-            )
-            return wire.warned(views.raw(rt.view, entry), 201, self.api.warnings)
-        if verb == "update":
-            body = await wire.object_body(request)
-            if sub == "scale":
-                return wire.json_response(
-                    scale.write_scale(
-                        self.api,
-                        rt,
-                        self.api.must_get(rt, t.namespace, t.name or ""),
-                        body,
-                        dry_run,
-                        wire.field_manager(request, query),
-                    )
-                )
-            if sub == "finalize":
-                return wire.json_response(self._finalize(t, body, dry_run).raw)
-            updated = self.api.update(
-                rt,
-                t.namespace,
-                t.name or "",
-                body,
-                sub,
-                dry_run,
-                wire.field_manager(request, query),
-                query.get("fieldValidation", ""),
-            )
-            return wire.warned(views.raw(rt.view, updated), 200, self.api.warnings)
-        if verb == "patch":
-            raw = await wire.read_body(request, True)
-            ctype = request.headers.get("Content-Type", "")
-            if sub == "scale":
-                old = self.api.must_get(rt, t.namespace, t.name or "")
-                wanted = self.api.apply_patch(rt, scale.scale_of(rt, old), raw, ctype)
-                return wire.json_response(
-                    scale.write_scale(self.api, rt, old, wanted, dry_run, wire.field_manager(request, query))
-                )
-            if ctype.split(";")[0].strip().lower() == APPLY_PATCH:
-                entry, created = self.api.server_side_apply(
-                    rt, t.namespace, t.name or "", raw, query, sub, dry_run
-                )
-                return wire.json_response(views.raw(rt.view, entry), 201 if created else 200)
-            manager = wire.field_manager(request, query)
-            patched = self.api.patch(
-                rt,
-                t.namespace,
-                t.name or "",
-                raw,
-                ctype,
-                sub,
-                dry_run,
-                manager,
-                query.get("fieldValidation", ""),
-            )
-            return wire.warned(views.raw(rt.view, patched), 200, self.api.warnings)
-        raw_opts = await wire.read_body(request, False)
-        if not raw_opts.strip():
-            given = None
-        elif request.content_type.lower() == protobuf.PROTOBUF:
-            given = protobuf.decode(raw_opts)
-        else:
-            given = parse_json(raw_opts)
-        opts = delete_options(given, query)
-        if verb == "deletecollection":
-            return wire.json_response(self.deleter.delete_collection(rt, t.namespace, query, opts, dry_run))
-        code, body = self.deleter.delete(rt, t.namespace, t.name or "", opts, dry_run)
-        return wire.json_response(body, code)
-
-    def _finalize(self, t: Target, body: Any, dry_run: bool) -> Any:
-        """namespaces/{name}/finalize: the only way to change spec.finalizers (the namespace controller's)."""
-        old = self.api.must_get(t.rt, None, t.name or "")
-        if not isinstance(body, dict):
-            raise errors.bad_request("the body of the request must be a Namespace")
-        new = old.clone()
-        new.setdefault("spec", {})["finalizers"] = list((body.get("spec") or {}).get("finalizers") or [])
-        return self.api.write_update(t.rt, old, new, None, dry_run)
