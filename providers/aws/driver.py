@@ -4,22 +4,23 @@
 Every machine method starts the same way: the class must be for ``AWS`` (else
 ``InvalidArgument``), its providerSpec must decode (else ``Internal``) and, together with the
 secret, pass every rule (else one ``InvalidArgument`` listing all problems). The decisions
-(request building, filters, what initialization still lacks) live in ``instances``; this module
-only talks to EC2 and turns its answers into responses and machine codes.
+(request building, filters, what initialization still lacks) live in ``instances``; the instance
+calls the methods share (lookups, waiting for visibility, termination) in ``instance_io``; this
+module runs the contract's methods on them and turns EC2's answers into responses and machine codes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import Settings, get_settings
 from providers.aws import errors, instances
 from providers.aws.client import CachedClient, ClientCache, ClientFactory, ClientSettings
+from providers.aws.instance_io import InstanceIO, machine_name_of, provider_id_of
 from providers.aws.ratelimit import RequestLimiter
 from providers.aws.secret import AWSCredentials, credentials_from, sensitive_values, user_data
 from providers.aws.spec import AWSProviderSpec, decode_provider_spec
@@ -49,34 +50,13 @@ PROVIDER = "AWS"
 _LABEL = "aws"
 
 
-def backoff_delays(
-    total: float, first: float = 0.5, factor: float = 2.0, cap: float = 30.0
-) -> Iterator[float]:
-    """Sleeps of an exponential backoff that add up to exactly ``total`` seconds; counting sleeps
-    rather than the wall clock makes the number of attempts the same on every run."""
-    slept, delay = 0.0, first
-    while slept < total:
-        step = min(delay, cap, total - slept)
-        yield step
-        slept += step
-        delay *= factor
-
-
-def _machine_name(machine: Machine) -> str:
-    return str(machine.metadata.name)
-
-
-def _provider_id(machine: Machine) -> str:
-    return str(getattr(machine.spec, "provider_id", "") or "")
-
-
 def _node_template_annotations(machine: Machine) -> dict[str, str]:
     template = getattr(machine.spec, "node_template", None)
     metadata = getattr(template, "metadata", None) if template is not None else None
     return dict(getattr(metadata, "annotations", None) or {})
 
 
-class AWSDriver:
+class AWSDriver(InstanceIO):
     """One per worker process (``providers.get_driver``), holding the client cache.
 
     Options not given come from the settings (``MCM_AWS_*``). The shared EC2 request limiter is on
@@ -150,106 +130,6 @@ class AWSDriver:
                 code, "creating the EC2 client", err, sensitive_values(secret)
             ) from None
 
-    def _describe(self, client: CachedClient, secret: Secret, **params: Any) -> list[instances.Instance]:
-        """Every instance of every page; any failure → ``Internal`` (a throttle keeps its code)."""
-        try:
-            if "InstanceIds" in params:  # EC2 rejects MaxResults together with instance IDs
-                pages: Any = [client.ec2.describe_instances(**params)]
-            else:
-                paginator = client.ec2.get_paginator("describe_instances")
-                pages = paginator.paginate(**params, PaginationConfig={"PageSize": self.page_size})
-            return [i for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])]
-        except Exception as err:
-            if errors.is_instance_not_found(err):
-                return []
-            raise errors.to_machine_error(
-                Code.Internal, "DescribeInstances", err, sensitive_values(secret)
-            ) from None
-
-    def _tagged(
-        self, client: CachedClient, spec: AWSProviderSpec, secret: Secret, machine_name: str | None = None
-    ) -> list[instances.Instance]:
-        """VMs by tag filters, checked again here: EC2 ANDs two ``tag-key`` filters, but moto
-        keeps only the last one, and a VM of another cluster must never look like ours."""
-        filters = (
-            instances.class_filters(spec)
-            if machine_name is None
-            else instances.machine_filters(spec, machine_name)
-        )
-        return [
-            i
-            for i in self._describe(client, secret, Filters=filters)
-            if instances.belongs_to_class(spec, i)
-            and (machine_name is None or instances.name_tag(i) == machine_name)
-        ]
-
-    def _matching_instances(
-        self, client: CachedClient, spec: AWSProviderSpec, machine: Machine, secret: Secret
-    ) -> list[instances.Instance]:
-        """By tags; when tags find nothing (new tags are eventually consistent), by providerID.
-        Unlike upstream the fallback also requires a live state: a terminated VM stays visible
-        for an hour and must not count as the machine's VM."""
-        name = _machine_name(machine)
-        found = self._tagged(client, spec, secret, name)
-        if found:
-            return found
-        provider_id = _provider_id(machine)
-        if not provider_id:
-            raise MachineError(
-                Code.NotFound, f"no VM found for machine {name!r} by tags, and it has no providerID"
-            )
-        try:
-            _, instance_id = instances.decode_provider_id(provider_id)
-        except ValueError as err:
-            raise MachineError(Code.InvalidArgument, str(err)) from None
-        found = [i for i in self._describe(client, secret, InstanceIds=[instance_id]) if instances.is_live(i)]
-        if not found:
-            raise MachineError(Code.NotFound, f"no VM found for machine {name!r} (providerID {provider_id})")
-        return found
-
-    def _wait_visible(
-        self, client: CachedClient, instance_id: str, secret: Secret
-    ) -> instances.Instance | None:
-        """EC2 is eventually consistent: a new instance may be invisible to DescribeInstances."""
-        for delay in [*backoff_delays(self.describe_timeout), None]:
-            try:
-                found = self._describe(client, secret, InstanceIds=[instance_id])
-            except MachineError as err:
-                log.info("waiting for instance %s to become visible: %s", instance_id, err.message)
-                found = []
-            if found:
-                return found[0]
-            if delay is not None:
-                self._sleep(delay)
-        return None
-
-    def _terminate(self, client: CachedClient, instance_id: str, secret: Secret) -> None:
-        """An instance EC2 does not know is already gone (orphan collection covers the rare
-        eventual-consistency case where it still exists)."""
-        try:
-            client.ec2.terminate_instances(InstanceIds=[instance_id])
-        except Exception as err:
-            code = errors.code_for_terminate(err)
-            if code is Code.NotFound:
-                log.info("instance %s not found on termination, treating it as terminated", instance_id)
-                return
-            if self._already_terminating(client, instance_id, secret):
-                log.info("instance %s is already terminating (%s)", instance_id, errors.describe(err))
-                return
-            raise errors.to_machine_error(
-                code, f"TerminateInstances {instance_id}", err, sensitive_values(secret)
-            ) from None
-        log.info("terminated instance %s", instance_id)
-
-    def _already_terminating(self, client: CachedClient, instance_id: str, secret: Secret) -> bool:
-        """A repeated or concurrent termination may fail (moto even fails every repeat once the
-        ENIs are gone); a VM that is shutting down or terminated is deleted all the same."""
-        try:
-            found = self._describe(client, secret, InstanceIds=[instance_id])
-        except MachineError:
-            return False
-        return bool(found) and all(not instances.is_live(i) for i in found)
-
     # --- the contract ---------------------------------------------------------------------------
 
     def create_machine(self, req: CreateMachineRequest) -> CreateMachineResponse:
@@ -257,7 +137,7 @@ class AWSDriver:
             spec, creds = self._prepare(req.machine_class, req.secret)
             client = self._client(spec, creds, req.secret, Code.Internal)
             secrets = sensitive_values(req.secret)
-            name = _machine_name(req.machine)
+            name = machine_name_of(req.machine)
             try:
                 images = client.ec2.describe_images(ImageIds=[spec.ami]).get("Images", [])
             except Exception as err:
@@ -335,21 +215,11 @@ class AWSDriver:
                 addresses=instances.node_addresses(instance),
             )
 
-    def _disable_source_dest_check(self, client: CachedClient, instance: instances.Instance) -> None:
-        for eni_id in instances.enis_with_source_dest_check(instance):
-            client.ec2.modify_network_interface_attribute(
-                NetworkInterfaceId=eni_id, SourceDestCheck={"Value": False}
-            )
-        if not instance.get("NetworkInterfaces") and instance.get("SourceDestCheck", True):
-            client.ec2.modify_instance_attribute(
-                InstanceId=instance["InstanceId"], SourceDestCheck={"Value": False}
-            )
-
     def delete_machine(self, req: DeleteMachineRequest) -> DeleteMachineResponse:
         with driver_operation(_LABEL, "delete_machine"):
             spec, creds = self._prepare(req.machine_class, req.secret)
             client = self._client(spec, creds, req.secret, Code.Internal)
-            provider_id = _provider_id(req.machine)
+            provider_id = provider_id_of(req.machine)
             if provider_id:
                 try:
                     _, instance_id = instances.decode_provider_id(provider_id)
@@ -357,7 +227,7 @@ class AWSDriver:
                     raise MachineError(Code.InvalidArgument, str(err)) from None
                 self._terminate(client, instance_id, req.secret)
                 return DeleteMachineResponse()
-            name = _machine_name(req.machine)
+            name = machine_name_of(req.machine)
             found = self._tagged(client, spec, req.secret, name)
             if not found:
                 log.info("no VM found for machine %s, nothing to delete", name)
@@ -370,7 +240,7 @@ class AWSDriver:
             spec, creds = self._prepare(req.machine_class, req.secret)
             client = self._client(spec, creds, req.secret, Code.Internal)
             found = self._matching_instances(client, spec, req.machine, req.secret)
-            name = _machine_name(req.machine)
+            name = machine_name_of(req.machine)
             if len(found) > 1:
                 ids = ", ".join(str(i.get("InstanceId")) for i in found)
                 raise MachineError(Code.OutOfRange, f"machine {name!r} is backed by several VMs: {ids}")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from providers.aws import instances
-from providers.aws.driver import backoff_delays
+from providers.aws.instance_io import backoff_delays
 from providers.aws.spec import AWSProviderSpec, decode_provider_spec
 from tests.integration.moto_fixture import CLUSTER_TAG, ROLE_TAG, USER_DATA, provider_spec
 
