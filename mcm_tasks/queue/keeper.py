@@ -10,9 +10,10 @@ Four duties, each leader-free and idempotent (any number of workers run them at 
    costs no polling. It then moves due keys onto their queue (``producer.publish_due``, one Lua
    script per kind: a key moved by another worker first is no longer due here). A key due at once
    is published within ``delayed_publish_interval`` (a burst of notifications costs one read per
-   interval); as a backstop (a notification missed while reconnecting) the keeper also reads the
-   delayed sets at every repair (``worker_lost_timeout / 2``), not at every sweep: at rest that
-   read (one ZRANGE per kind) was most of a worker's Redis commands.
+   interval); as a backstop (a notification missed while reconnecting) the keeper that repairs
+   (duty 4) also reads the delayed sets, not every keeper at every sweep: at rest that read (one
+   ZRANGE per kind) was most of a worker's Redis commands. (A keeper that resubscribes reads them
+   at once itself.)
 2. **Heartbeat and lease renewal**: kombu's Redis transport keeps each delivered, unacknowledged
    message in ``<prefix>:broker:unacked`` (tag → message) and ``…:unacked_index`` (tag → time of
    delivery) until its ack. The keeper sets the index time of every message this process holds
@@ -24,12 +25,16 @@ Four duties, each leader-free and idempotent (any number of workers run them at 
    ``restore_visible`` does after ``visibility_timeout``, an hour by default) and counts it in its
    kind's metrics (``recovered``: ``mcm_workqueue_recovered_total``). The redelivered message then
    takes over its key's lock (the queue contract's BEGIN: same message id) and its recovery hooks
-   drop what the dead run promised.
+   drop what the dead run promised. The sweep runs when the oldest held message can first be found
+   lost (its index time plus ``worker_lost_timeout``, read by the sweep itself), at most every
+   ``worker_lost_timeout / 10``: an idle fleet sweeps once per ``worker_lost_timeout``.
 4. **Repair lost messages**: a worker killed in the instant between kombu's BRPOP and its
    ``unacked`` write loses that message outright (kombu's Redis transport has no atomic fetch).
    Its key's pending marker would then coalesce every later event into nothing for
    ``visibility_timeout``; every ``worker_lost_timeout / 2`` the keeper finds markers older than
    ``worker_lost_timeout`` whose message is neither queued nor held, and publishes them again.
+   The repair (and the backstop read of duty 1) looks at shared state, so one keeper of the fleet
+   runs it per period, whichever takes the turn first (``take_repair_turn``).
 
 A Redis outage only pauses the keeper (logged once per outage); it never stops.
 """
@@ -97,7 +102,10 @@ for _, tag in ipairs(tags) do
     end
   end
 end
-return {#tags, restored}
+-- the oldest index time left: no message can be lost before it plus the timeout (the keeper's
+-- next sweep); nil when nobody holds a message
+local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+return {#tags, restored, oldest[2]}
 """
 )
 
@@ -107,10 +115,26 @@ def renew(client: redis.Redis, worker: str, tags: list[str], now: float, setting
     (``XX``: a tag acknowledged meanwhile is not brought back)."""
     pipe = client.pipeline(transaction=False)
     pipe.zadd(workers_key(settings), {worker: now})
-    pipe.zremrangebyscore(workers_key(settings), "-inf", now - FORGET_WORKERS_AFTER)
     if tags:
         pipe.zadd(broker_prefix(settings) + "unacked_index", dict.fromkeys(tags, now), xx=True)
     pipe.execute()
+
+
+def repair_turn_key(settings: Settings) -> str:
+    """Taken (``SET NX PX``) by the keeper whose turn it is to repair (see ``take_repair_turn``)."""
+    return f"{settings.key_prefix}:q:keeper:repair"
+
+
+def take_repair_turn(client: redis.Redis, worker: str, every: float, settings: Settings) -> bool:
+    """Whether this keeper repairs now: the first of all workers' keepers to ask in each period of
+    ``every`` seconds. The repair and the delayed sets' backstop read look at shared state, so one
+    run per period serves the whole fleet; N workers used to run it N times (16 script calls each,
+    most of a resting worker's Redis commands). A keeper that dies holding the turn costs one
+    period: the key expires with it. Dead workers' heartbeat entries are forgotten here too."""
+    if not client.set(repair_turn_key(settings), worker, nx=True, px=max(1, int(every * 1000))):
+        return False
+    client.zremrangebyscore(workers_key(settings), "-inf", time.time() - FORGET_WORKERS_AFTER)
+    return True
 
 
 def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
@@ -142,15 +166,24 @@ def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
 
 def sweep(client: redis.Redis, now: float, settings: Settings) -> int:
     """Put the messages of dead workers back on their queues; how many."""
+    return sweep_until(client, now, settings)[0]
+
+
+def sweep_until(client: redis.Redis, now: float, settings: Settings) -> tuple[int, float]:
+    """``sweep``, and the earliest time a message can be found lost at the next one: the oldest
+    index time left plus ``worker_lost_timeout``, or ``now`` plus it when no message is held (a
+    message delivered later is indexed at its delivery, after ``now``; renewals only move index
+    times later). A worker whose clock runs behind by d is found lost up to d late."""
     prefix = broker_prefix(settings)
     keys = (prefix + "unacked", prefix + "unacked_index")
     args = [now - settings.worker_lost_timeout, SWEEP_BATCH, prefix, settings.key_prefix]
     total = 0
     while True:
-        scanned, restored = (int(n) for n in _SWEEP(client, keys, args))
-        total += restored
-        if scanned < SWEEP_BATCH or not restored:
-            return total
+        scanned, restored, *oldest = _SWEEP(client, keys, args)
+        total += int(restored)
+        if int(scanned) < SWEEP_BATCH or not int(restored):
+            first = float(oldest[0]) if oldest and oldest[0] is not None else now
+            return total, min(first, now) + settings.worker_lost_timeout
 
 
 class Wake:
@@ -196,8 +229,10 @@ class Keeper(threading.Thread):
         self.repaired = 0
         #: times the keeper read the delayed sets (publish_due): what an idle fleet pays for
         self.due_reads = 0
-        #: sweeps run (every ``worker_lost_timeout / 10``, at most 2 s)
+        #: sweeps run (when a held message can first be lost, at most every ``worker_lost_timeout / 10``)
         self.sweeps = 0
+        #: repairs (with the backstop read) this keeper ran: its turns, one per period fleet-wide
+        self.repairs = 0
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
@@ -211,6 +246,8 @@ class Keeper(threading.Thread):
     def run(self) -> None:
         s = self.settings
         beat_every = max(0.2, s.worker_lost_timeout / 5)
+        # the sweep runs when the oldest held message can first be lost (``sweep_until``), at most
+        # this often: an idle fleet sweeps once per worker_lost_timeout, not ten times
         sweep_every = max(0.2, min(s.worker_lost_timeout / 10, 2.0))
         repair_every = max(1.0, s.worker_lost_timeout / 2)
         next_beat = next_sweep = next_due = 0.0
@@ -228,16 +265,18 @@ class Keeper(threading.Thread):
                     renew(client, self.worker, held_delivery_tags(), now, s)
                     next_beat = now + beat_every
                 if now >= next_sweep:
-                    restored = sweep(client, now, s)
+                    restored, lost_at = sweep_until(client, now, s)
                     if restored:
                         self.restored += restored
                         log.warning("restored %d messages of dead workers to their queues", restored)
-                    next_sweep = now + sweep_every
+                    next_sweep = max(now + sweep_every, lost_at)
                     self.sweeps += 1
                 if now >= next_repair:
-                    self.repaired += repair_lost(client, now, s)
+                    if take_repair_turn(client, self.worker, repair_every, s):
+                        self.repairs += 1
+                        self.repaired += repair_lost(client, now, s)
+                        next_due = min(next_due, now)  # the backstop of a missed notification
                     next_repair = now + repair_every
-                    next_due = min(next_due, now)  # the backstop of a missed notification
                 if now >= next_due:
                     published, first_due = publish_due(client, now)
                     self.published += published
