@@ -1,5 +1,5 @@
-"""kombu's Redis transport with three changes (the third: one reused client per channel, see
-``_create_client``): a channel whose connection was already released fails
+"""kombu's Redis transport with four changes (the third: one reused client per channel, see
+``_create_client``; the fourth: a worker's BRPOP blocks 5 s, not 1, see ``_EventLoopBRPOP``): a channel whose connection was already released fails
 with a connection error instead of ``AttributeError``, and the process can list the delivery tags
 its channels hold unacknowledged (``held_delivery_tags``), so that the keeper
 (mcm_tasks/queue/keeper.py) renews them and a dead worker's messages are told from a live one's.
@@ -34,6 +34,9 @@ SCHEMES = ("redis", "rediss")
 SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
 SENTINEL_SCHEME = "sentinel"
 
+
+#: seconds a worker's BRPOP blocks when no message comes (kombu's default: 1); see ``_EventLoopBRPOP``
+EVENT_LOOP_BRPOP_TIMEOUT = 5.0
 
 #: the channels of this process (the consumer's, producers'): their QoS holds the unacked tags
 _channels: weakref.WeakSet[Channel] = weakref.WeakSet()
@@ -92,7 +95,29 @@ class Channel(_Changes, kombu_redis.Channel):  # type: ignore[misc]
     pass
 
 
-class Transport(kombu_redis.Transport):  # type: ignore[misc]
+class _EventLoopBRPOP:
+    """A consumer on an event loop (the worker's) blocks in BRPOP for ``brpop_timeout`` seconds
+    (transport option ``mcm_event_loop_brpop_timeout``, default ``EVENT_LOOP_BRPOP_TIMEOUT``)
+    instead of kombu's 1: an idle worker sent a BRPOP every second. BRPOP returns as soon as a
+    message arrives, so pickup is no slower. Callers of ``drain_events`` without an event loop (an
+    ``inspect`` in the admin CLI or Flower) keep kombu's 1 s: their channel's close reads the BRPOP
+    in flight, and they close soon after their own short timeout. A worker's warm shutdown may wait
+    up to the longer block for its last BRPOP's reply; a half-open connection is dropped after it
+    plus ``health_check_interval``."""
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        timeout = float(
+            self.client.transport_options.get(  # type: ignore[attr-defined]
+                "mcm_event_loop_brpop_timeout", EVENT_LOOP_BRPOP_TIMEOUT
+            )
+        )
+        self.brpop_timeout = timeout  # channels made later read it
+        for channel in list(getattr(self, "channels", ())):
+            channel.brpop_timeout = timeout
+        super().register_with_event_loop(connection, loop)  # type: ignore[misc]
+
+
+class Transport(_EventLoopBRPOP, kombu_redis.Transport):  # type: ignore[misc]
     Channel = Channel
 
 
@@ -100,7 +125,7 @@ class SentinelChannel(_Changes, kombu_redis.SentinelChannel):  # type: ignore[mi
     pass
 
 
-class SentinelTransport(kombu_redis.SentinelTransport):  # type: ignore[misc]
+class SentinelTransport(_EventLoopBRPOP, kombu_redis.SentinelTransport):  # type: ignore[misc]
     """``sentinel://`` URLs (``mcm_tasks.redisdb``): the master the sentinels name."""
 
     Channel = SentinelChannel

@@ -5,15 +5,20 @@ kombu and Celery already handle, where kombu's own transport raises AttributeErr
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 from kombu import Connection, Exchange, Queue
+from kombu.asynchronous import Hub
 from kombu.message import Message
 from kombu.transport import redis as kombu_redis
 
-from mcm_tasks.broker import Transport
+from mcm_sandbox.procs import wait_until
+from mcm_tasks.broker import EVENT_LOOP_BRPOP_TIMEOUT, Transport
 from mcm_tasks.celery_app import app
 
 pytestmark = pytest.mark.integration
@@ -61,3 +66,54 @@ def test_the_close_is_quiet_and_a_late_ack_is_logged(
     conn.close()
     message.ack_log_error(logging.getLogger("test"), errors)
     assert "Couldn't ack" in caplog.text
+
+
+def _brpop_blocks(redis_url: str, act: Callable[[], None]) -> list[float]:
+    """The block (last argument) of every BRPOP Redis receives while ``act`` runs."""
+    seen: list[float] = []
+    with redis.Redis.from_url(redis_url).monitor() as monitor:
+        act()
+        deadline = time.monotonic() + 5
+        for entry in monitor.listen():
+            command = str(entry.get("command", ""))
+            if command.startswith("BRPOP"):
+                seen.append(float(command.rsplit(" ", 1)[-1]))
+                break
+            if time.monotonic() > deadline:
+                break
+    return seen
+
+
+def test_a_worker_blocks_in_brpop_for_5s_and_still_takes_a_message_at_once(redis_url: str) -> None:
+    """Issue 19: a resting worker sent a BRPOP every second (kombu's block). On an event loop it
+    blocks 5 s; BRPOP returns when a message arrives, so pickup is no slower."""
+    with app.connection_for_read(redis_url) as conn:
+        hub = Hub()
+        try:
+            channel = conn.default_channel
+            Queue(QUEUE, Exchange(QUEUE), QUEUE, channel=channel).declare()
+            received: list[Message] = []
+            channel.basic_consume(QUEUE, False, received.append, QUEUE)
+            conn.transport.register_with_event_loop(conn.connection, hub)
+            assert _brpop_blocks(redis_url, hub.run_once) == [EVENT_LOOP_BRPOP_TIMEOUT]
+            with app.connection_for_write(redis_url) as producer_conn, producer_conn.Producer() as producer:
+                producer.publish({"n": 1}, exchange=QUEUE, routing_key=QUEUE)
+            wait_until(lambda: bool(hub.run_once() or received), timeout=EVENT_LOOP_BRPOP_TIMEOUT - 1,
+                       interval=0, what="the message, before the block ends")  # fmt: skip
+        finally:
+            hub.close()
+
+
+def test_a_drain_events_caller_keeps_kombus_1s_block(redis_url: str) -> None:
+    """An ``inspect`` (admin CLI, Flower) drains without an event loop and closes its channel soon
+    after, which reads the BRPOP in flight: it keeps the short block."""
+    with app.connection_for_read(redis_url) as conn:
+        channel = conn.default_channel
+        Queue(QUEUE, Exchange(QUEUE), QUEUE, channel=channel).declare()
+        channel.basic_consume(QUEUE, False, lambda message: None, QUEUE)
+
+        def drain() -> None:
+            with contextlib.suppress(TimeoutError):
+                conn.drain_events(timeout=0.2)
+
+        assert _brpop_blocks(redis_url, drain) == [1.0]
