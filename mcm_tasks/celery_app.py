@@ -66,7 +66,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": {
             "visibility_timeout": settings.visibility_timeout,
             "global_keyprefix": broker_prefix(settings),
-            "unacked_restore_interval": max(1.0, min(10.0, settings.visibility_timeout / 10)),
+            # kombu's restore of messages unacknowledged for visibility_timeout, the backstop of
+            # the keeper's sweep: each worker's run costs a mutex and a read; a minute late on an
+            # hour's timeout (10 s: every idle worker's Redis commands at rest)
+            "unacked_restore_interval": max(1.0, min(60.0, settings.visibility_timeout / 10)),
             "unacked_restore_throttle": 1,
             **broker["transport_options"],
         },
@@ -159,7 +162,8 @@ def _stop_keeper(**_: Any) -> None:
 
 @heartbeat_sent.connect
 def _consumer_progress(**_: Any) -> None:
-    """The consumer's event loop turned (it sends an event heartbeat every 2 s): /healthz."""
+    """The consumer's event loop turned (an event heartbeat every ``--heartbeat-interval``, 10 s:
+    ``worker_cli.event_heartbeat_interval``): /healthz."""
     from mcm_tasks.probes import PROGRESS
 
     PROGRESS.beat("consumer")

@@ -32,6 +32,20 @@ def queue_names(spec: str) -> list[str]:
     return [settings.queue_name(item) if item in QUEUES else item for item in items]
 
 
+#: seconds between a worker's event heartbeats (Celery's default: 2)
+EVENT_HEARTBEAT_INTERVAL = 10.0
+
+
+def event_heartbeat_interval(settings: Settings) -> float:
+    """Celery's ``--heartbeat-interval``: ``EVENT_HEARTBEAT_INTERVAL``, at most a quarter of
+    ``--liveness-timeout`` (/healthz counts the heartbeats as the consumer's progress). Flower and
+    Celery's event state take a worker for offline when no heartbeat came for twice the interval
+    each heartbeat announces (``freq``), so Flower still shows a live worker online; a SIGKILLed
+    one goes offline after 20 s instead of 4 (a stopped one at once: its ``worker-offline``). An
+    idle worker published a heartbeat every 2 s: a Redis command, and a wake-up of every Flower."""
+    return min(EVENT_HEARTBEAT_INTERVAL, settings.liveness_timeout / 4)
+
+
 def worker_argv(
     queues: list[str],
     concurrency: int,
@@ -39,6 +53,7 @@ def worker_argv(
     loglevel: str,
     log_format: str = "text",
     pool: str = "prefork",
+    heartbeat: float = EVENT_HEARTBEAT_INTERVAL,
 ) -> list[str]:
     """Celery's command line; with JSON logs, without the start-up banner (plain text on stdout)."""
     quiet = ["--quiet"] if log_format == "json" else []  # a global option: before the sub-command
@@ -58,6 +73,8 @@ def worker_argv(
         "--without-mingle",
         "--without-gossip",
         "--task-events",
+        "--heartbeat-interval",
+        f"{heartbeat:g}",
     ]
 
 
@@ -118,6 +135,7 @@ def worker(
             loglevel,
             settings.log_format,
             settings.worker_pool,
+            event_heartbeat_interval(settings),
         )
     )
 

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from mcm_tasks.kinds import QUEUES
+from mcm_tasks.settings import Settings
 from mcm_tasks.queue.stats import Histogram
 from mcm_tasks.tasks import RECONCILE_TASKS, key_from_arguments
-from mcm_tasks.worker_cli import prepare_worker, queue_names, worker_argv
+from mcm_tasks.worker_cli import event_heartbeat_interval, prepare_worker, queue_names, worker_argv
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,14 @@ def test_worker_argv() -> None:
     assert worker_argv(["mcm.machine"], 1, "w1@h", "info", "json")[:2] == ["--quiet", "worker"], "no banner"
     threads = worker_argv(["mcm.machine"], 2, "w1@h", "info", pool="threads")
     assert threads[threads.index("--pool") + 1] == "threads", "--worker-pool reaches Celery"
+
+
+def test_an_idle_worker_sends_an_event_heartbeat_every_10s_well_within_its_liveness_timeout() -> None:
+    """Issue 19: Celery's 2 s heartbeat was a Redis PUBLISH every 2 s per resting worker; 10 s keeps
+    Flower's online window (twice the announced interval) and /healthz (its progress) honest."""
+    argv = worker_argv(["mcm.machine"], 1, "w1@h", "info", heartbeat=event_heartbeat_interval(Settings()))
+    assert argv[argv.index("--heartbeat-interval") + 1] == "10"
+    assert event_heartbeat_interval(Settings(liveness_timeout=20)) == 5, "a quarter of a short liveness"
 
 
 def test_histogram_is_cumulative_with_inf() -> None:
