@@ -37,7 +37,7 @@ def informer(
     from informers.leader import LeaderElector
     from informers.runner import Informer
     from informers.sink import make_sink
-    from mcm_tasks.kube.clients import build_clusters, check_control_cluster
+    from mcm_tasks.kube.clients import build_clusters, check_control_cluster, leader_election_client
     from mcm_tasks.observability import serve
     from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
     from mcm_tasks.redisdb import get_redis
@@ -71,8 +71,9 @@ def informer(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if settings.leader_elect:
+        election_api = leader_election_client(settings)  # outside the shared budget, as upstream
         elector = LeaderElector(
-            clusters.control.api,
+            election_api,
             settings.namespace,
             me,
             settings.leader_elect_lease_duration,
@@ -80,6 +81,7 @@ def informer(
             settings.leader_elect_retry_period,
         )
         elector.run(lead, stop)
+        election_api.close()
     else:
         lead(stop)
     clusters.close()

@@ -138,6 +138,19 @@ def new_cluster(name: str, kubeconfig: str, settings: Settings) -> Cluster:
     return Cluster(name, api)
 
 
+def leader_election_client(settings: Settings) -> ApiClient:
+    """The control cluster's client for leader election, outside the shared request budget, as
+    upstream MCM builds a client of its own for it (``leaderElectionClient``, with a limiter of its
+    own). A renewal must not wait behind the fleet's requests for a token (past
+    ``--leader-elect-renew-deadline`` the leader steps down), and its pace is fixed (a GET and a PUT
+    per ``--leader-elect-retry-period``), too slow to burden the API server. Through the shared
+    bucket each renewal cost two Redis scripts, every 2 s, at rest."""
+    api = ApiClient(load_configuration(settings.control_kubeconfig, "control_kubeconfig"))
+    api.user_agent = "mcm-tasks/leader-election"
+    rest.install_edge(api)
+    return api
+
+
 def build_clusters(settings: Settings | None = None) -> Clusters:
     s = settings or get_settings()
     control = new_cluster(CONTROL, s.control_kubeconfig, s)

@@ -106,3 +106,22 @@ def test_requests_go_on_when_redis_is_down(apiserver: ApiServer) -> None:
     assert limiter_of(cluster.api) is not None
     assert isinstance(cluster.core.list_node().items, list)
     cluster.close()
+
+
+def test_leader_election_renews_outside_the_shared_budget(
+    apiserver: ApiServer, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Issue 19: every lease renewal (a GET and a PUT each retry period) took two tokens, two Redis
+    scripts every 2 s at rest; and a renewal waiting behind a busy fleet's tokens could cost the
+    lead. Leader election has a client of its own, as upstream's ``leaderElectionClient``."""
+    from informers.leader import LeaderElector
+
+    s = load_settings(
+        {"control_kubeconfig": str(apiserver.kubeconfig), "target_kubeconfig": "none", "redis_url": redis_url}
+    )
+    api = clients.leader_election_client(s)
+    assert limiter_of(api) is None
+    elector = LeaderElector(api, "default", "me", 15.0, 10.0, 2.0, name="budget-test")
+    assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew()
+    assert not redis_client.exists("mcm:ratelimit:kube:control"), "no token taken"
+    api.close()
