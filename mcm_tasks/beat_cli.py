@@ -14,7 +14,8 @@ the lead is a Redis lock with the leader-election settings instead, tried on eve
 - a leader that finds its lock gone stands by again instead of exiting; Redis errors are logged and
   the tick retried, so a Redis restart costs neither replica its process;
 - on taking the lead it installs the schedule (again: Redis may have lost it) and runs every job
-  once ("at start", as MCM does), then each a period later;
+  once ("at start", as MCM does), then each a period later; between the jobs' due times a tick only
+  renews the lock (the schedule is read when its earliest entry is due, not at every tick);
 - due entries go to the queue contract (``enqueue``: coalesced with a waiting run of the same job),
   not to a plain Celery publish; each firing is logged to a capped Redis list (``fires``), with the
   replica that fired it, for operators and tests.
@@ -96,6 +97,11 @@ class SafetyScheduler(RedBeatScheduler):  # type: ignore[misc]
 
     _active = False  # read by setup_schedule, which the base constructor calls
     lock: Any = None  # redis-py Lock while leading (RedBeat's close() releases it)
+    #: wall time the earliest stored entry is due (read after each pass); 0: read at the next tick
+    _next_due_at = 0.0
+    #: passes over the stored schedule (RedBeat's tick: its reads of the due entries)
+    passes = 0
+    _soonest = float("inf")  # seconds until the soonest entry of this pass is due
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
         super().__init__(app, *args, **kwargs)
@@ -130,6 +136,7 @@ class SafetyScheduler(RedBeatScheduler):  # type: ignore[misc]
 
     def _become_active(self) -> None:
         self._active = True
+        self._next_due_at = 0.0
         log.info("beat %s: leading; installing the schedule and running every job once", self.identity)
         self.setup_schedule()
         now = self.app.now()
@@ -157,12 +164,38 @@ class SafetyScheduler(RedBeatScheduler):  # type: ignore[misc]
             LEADING["beat"] = leading
             if not leading:
                 return float(self.max_interval)
-            return float(super().tick(*args, **kwargs))
+            wait = self._next_due_at - time.time()
+            if wait > 0:  # nothing due before then: this tick only renewed the lead
+                return min(float(self.max_interval), wait)
+            self._soonest = float("inf")
+            interval = float(super().tick(*args, **kwargs))
+            self.passes += 1
+            # the entries RedBeat loaded (due, or due within max_interval) say exactly when they are
+            # due next; the others are due no sooner than their score (RedBeat's whole seconds)
+            now, earliest = time.time(), self._earliest_due()
+            self._next_due_at = min(now + self._soonest, earliest if earliest > now else float("inf"))
+            return interval
         except redis.RedisError as err:
             log.warning(
                 "beat %s: Redis error (%s); trying again in %.1fs", self.identity, err, self.max_interval
             )
             return float(self.max_interval)
+
+    def maybe_due(self, entry: Any, **kwargs: Any) -> Any:
+        remaining = super().maybe_due(entry, **kwargs)
+        if remaining:
+            self._soonest = min(self._soonest, float(remaining))
+        return remaining
+
+    def _earliest_due(self) -> float:
+        """When the earliest enabled entry is due, to the second (RedBeat's score; a disabled one
+        scores below 0). RedBeat reads the due entries at every tick, which the lead's renewal makes every
+        ``leader_elect_retry_period``: at rest a pipeline of two reads every 2 s for jobs due once
+        a minute or less. Only this replica, while it leads, writes the schedule."""
+        first = get_redis().zrangebyscore(
+            self.app.redbeat_conf.schedule_key, 0, "+inf", start=0, num=1, withscores=True
+        )
+        return float(first[0][1]) if first else float("inf")
 
     def apply_async(self, entry: Any, producer: Any = None, advance: bool = True, **kwargs: Any) -> Any:
         if job_of(entry.task, entry.args) is None:

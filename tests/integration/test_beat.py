@@ -199,3 +199,44 @@ def test_replicas_stay_up_through_an_emptied_redis_and_the_schedule_comes_back(b
     fires = wait_for_fires(r, 3, restarted, timeout=30)
     assert len({f.identity for f in fires}) == 1
     assert r.exists(lock_key()) and beats.alive("a") and beats.alive("b")
+
+
+def test_a_resting_leader_renews_its_lock_every_tick_and_reads_the_schedule_when_a_job_is_due(
+    redis_url: str,
+) -> None:
+    """Issue 19: RedBeat read the due entries at every tick, and the lock's renewal ticks every
+    retry period: two reads every 2 s for jobs due once a minute. Now a tick between due times only
+    renews the lead, and the job still fires when due."""
+    from mcm_tasks.beat_cli import SafetyScheduler, beat_config
+    from mcm_tasks.celery_app import app as celery
+    from mcm_tasks.celery_app import apply_settings
+    from mcm_tasks.redisdb import get_redis
+    from mcm_tasks.settings import get_settings
+
+    configure({
+        "redis_url": redis_url, "leader_elect_retry_period": 0.05, "leader_elect_lease_duration": 5,
+        "machine_safety_overshooting_period": 1.5, "machine_safety_orphan_vms_period": 600,
+        "machine_safety_apiserver_statuscheck_period": 600,
+    })  # fmt: skip
+    try:
+        apply_settings(get_settings())
+        celery.conf.update(beat_config(get_settings(), "resting"))
+        scheduler = SafetyScheduler(app=celery, max_interval=0.05)
+        client = get_redis()
+        scheduler.tick()  # takes the lead, runs every job once
+        fired, passes, ticks = len(read_fires(client)), scheduler.passes, 0
+
+        def ticked_until_overshooting_fires_again() -> bool:
+            nonlocal ticks
+            scheduler.tick()
+            ticks += 1
+            assert client.pttl(lock_key()) > 4000, "the lease renewed at every tick"
+            return len(read_fires(client)) > fired
+
+        wait_until(ticked_until_overshooting_fires_again, timeout=15, interval=0.05,
+                   what="the overshooting job due again")  # fmt: skip
+        assert ticks >= 10, "ticks every 50 ms for 1.5 s"
+        assert scheduler.passes - passes <= 3, f"{ticks} ticks read the schedule {scheduler.passes - passes} times"
+        scheduler.close()
+    finally:
+        reset_settings()
