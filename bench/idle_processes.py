@@ -115,7 +115,8 @@ class Monitor:
                 if entry.get("client_type") == "lua":
                     self.lua[last] += 1
                     continue
-                last = self.owner(str(entry.get("client_address", "")) + ":" + str(entry.get("client_port", "")))
+                address = f"{entry.get('client_address', '')}:{entry.get('client_port', '')}"
+                last = self.owner(address)
                 self.sent[last][command] += 1
 
 

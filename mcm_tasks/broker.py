@@ -1,8 +1,9 @@
 """kombu's Redis transport with four changes (the third: one reused client per channel, see
-``_create_client``; the fourth: a worker's BRPOP blocks 5 s, not 1, see ``_EventLoopBRPOP``): a channel whose connection was already released fails
-with a connection error instead of ``AttributeError``, and the process can list the delivery tags
-its channels hold unacknowledged (``held_delivery_tags``), so that the keeper
-(mcm_tasks/queue/keeper.py) renews them and a dead worker's messages are told from a live one's.
+``_create_client``; the fourth: a worker's BRPOP blocks 5 s, not 1, see ``_EventLoopBRPOP``): a
+channel whose connection was already released fails with a connection error instead of
+``AttributeError``, and the process can list the delivery tags its channels hold unacknowledged
+(``held_delivery_tags``), so that the keeper (mcm_tasks/queue/keeper.py) renews them and a dead
+worker's messages are told from a live one's.
 
 When a worker loses Redis, celery 5.7 collects the broker connection, which releases its transport,
 and reconnects with a new one. The old connection's channel can still be used afterwards: its close

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from mcm_tasks.kinds import QUEUES
-from mcm_tasks.settings import Settings
 from mcm_tasks.queue.stats import Histogram
+from mcm_tasks.settings import Settings
 from mcm_tasks.tasks import RECONCILE_TASKS, key_from_arguments
 from mcm_tasks.worker_cli import event_heartbeat_interval, prepare_worker, queue_names, worker_argv
 
