@@ -35,7 +35,8 @@ from typing import Any  # noqa: E402
 import psutil  # noqa: E402
 import redis  # noqa: E402
 
-from bench.common import context, ours, parse_args, running_sandbox, save  # noqa: E402
+from bench.common import context, parse_args, running_sandbox, save  # noqa: E402
+from bench.figures import ours  # noqa: E402
 from bench.fleet_cost import IDLE_ENV, environment, fleet_up  # noqa: E402
 from bench.scale import Driver  # noqa: E402
 
