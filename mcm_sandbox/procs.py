@@ -170,6 +170,7 @@ class RedisServer(ServerProcess):
                 "--dir", str(self.workdir),
                 "--maxmemory-policy", "noeviction",
                 "--protected-mode", "no",
+                "--hz", "1",  # as the Helm chart's Redis (helm/mcm-tasks/templates/redis.yaml)
             ]  # fmt: skip
 
         clients: list[redis.Redis] = []  # made once the port is known

@@ -55,6 +55,12 @@ def test_default_install_has_every_part(default: list[dict[str, Any]]) -> None:
     assert {r["kind"] for r in default} >= {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 
 
+def test_the_bundled_redis_runs_its_timer_once_a_second(default: list[dict[str, Any]]) -> None:
+    """Issue 19: Redis's default hz 10 woke an idle install's Redis ten times a second."""
+    args = _pods(default)["mcm-tasks-redis"]["containers"][0]["args"]
+    assert args[args.index("--hz") + 1] == "1"
+
+
 def test_pods_are_hardened_and_probed(default: list[dict[str, Any]]) -> None:
     full = render_file(CHART / "ci" / "full-values.yaml")
     for name, pod in {**_pods(default), **_pods(full)}.items():
