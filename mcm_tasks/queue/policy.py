@@ -60,6 +60,26 @@ def clamp_countdown(seconds: float) -> float:
     return max(0.0, float(seconds))
 
 
+#: a requeue at least this long (MCM's LongRetry and health rechecks, long backoffs) comes due on
+#: the shared grid of DUE_GRID seconds
+GRID_FROM = 60.0
+DUE_GRID = 5.0
+
+
+def due_at(now: float, after: float) -> float:
+    """When a run's requeue or backoff of ``after`` seconds comes due. A long one is rounded to the
+    nearest multiple of DUE_GRID (at most DUE_GRID / 2 off, under 5 % of the shortest rounded
+    wait; on average exact), so keys requeued within the same few seconds come due together:
+    every worker's keeper wakes and reads the delayed sets once per grid point, not once per key
+    (1000 Running machines rechecked every LongRetry cost each keeper 1000 wake-ups, a read and,
+    for the one that wins the race, a publish each; on the grid at most LongRetry / DUE_GRID).
+    Short waits (ShortRetry, backoffs, conflicts) stay exact."""
+    due = now + after
+    if after < GRID_FROM:
+        return due
+    return round(due / DUE_GRID) * DUE_GRID
+
+
 def backoff(failures: int, settings: Settings) -> float:
     """client-go's per-item exponential backoff: base · 2^(failures-1), capped."""
     if failures <= 0:

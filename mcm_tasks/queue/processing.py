@@ -19,6 +19,7 @@ from mcm_tasks.queue.policy import (
     Action,
     Outcome,
     describe,
+    due_at,
     error_summary,
     outcome_of_error,
     outcome_of_result,
@@ -233,7 +234,7 @@ def _finish(
     now_message = build_message(kind, key, now_id, queue)
     due = ""
     if outcome.action in (Action.REQUEUE, Action.RETRY) and outcome.after > 0:
-        due = repr(now + outcome.after)
+        due = repr(due_at(now, outcome.after))
     fields = "|".join(
         (repr(now), repr(started), outcome.action.value, due, now_id, str(failures_before), seen_due)
     )

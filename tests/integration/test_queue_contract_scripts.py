@@ -26,6 +26,7 @@ from mcm_tasks.queue import Requeue, enqueue, enqueue_after, enqueue_many, regis
 from mcm_tasks.queue import expectations as exp
 from mcm_tasks.queue.messages import build_message, new_id, queue_keys
 from mcm_tasks.queue.metrics import register_queue_metrics
+from mcm_tasks.queue.policy import DUE_GRID
 from mcm_tasks.queue.processing import process
 from mcm_tasks.queue.producer import enqueue_many_after, publish_due
 from mcm_tasks.queue.state import failing, replay, replay_failing
@@ -248,6 +249,17 @@ def test_a_requeue_replaces_a_countdown_scheduled_before_the_run_began(client: r
     enqueue("machine", "m")
     assert deliver(client, "machine") == "run"
     assert due_in(client, "machine", "m") is None and messages(client, "machine") == 1, "at once replaces it"
+
+
+def test_long_requeues_of_different_keys_come_due_together(client: redis.Redis) -> None:
+    """LongRetry rechecks land on policy.DUE_GRID, so one keeper read publishes several."""
+    register_reconciler("machine", lambda key: Requeue(600))
+    for key in ("a", "b"):
+        enqueue("machine", key)
+        assert deliver(client, "machine") == "run"
+    scores = [client.zscore(queue_keys("machine").delayed, k) for k in ("a", "b")]
+    assert all(s is not None and float(s) % DUE_GRID == 0 for s in scores), scores
+    assert due_in(client, "machine", "a") == pytest.approx(600, abs=DUE_GRID)
 
 
 def test_an_event_joining_a_countdown_during_the_run_still_wakes_the_key(client: redis.Redis) -> None:

@@ -11,6 +11,7 @@ from mcm_tasks.queue.policy import (
     Requeue,
     backoff,
     clamp_countdown,
+    due_at,
     error_summary,
     outcome_of_error,
     outcome_of_result,
@@ -74,6 +75,29 @@ def test_errors_back_off_up_to_the_ceiling_and_retry_there_forever(
     settings: Settings, failures_before: int, expected: Outcome
 ) -> None:
     assert outcome_of_error(failures_before, settings) == expected
+
+
+@pytest.mark.parametrize(
+    ("now", "after", "expected"),
+    [
+        (1000.3, 0.0, 1000.3),  # at once
+        (1000.3, 5.0, 1005.3),  # ShortRetry: exact
+        (1000.3, 59.9, 1060.2),  # under GRID_FROM: exact
+        (1000.3, 60.0, 1060.0),  # rounded to the nearest grid point
+        (1002.4, 600.0, 1600.0),
+        (1002.6, 600.0, 1605.0),
+        (1001.0, 600.0, 1600.0),
+    ],
+)
+def test_long_requeues_come_due_on_a_shared_grid(now: float, after: float, expected: float) -> None:
+    assert due_at(now, after) == pytest.approx(expected)
+
+
+def test_keys_requeued_within_a_few_seconds_share_a_due_time() -> None:
+    """What the grid is for: one keeper read publishes them together."""
+    dues = {due_at(1000.0 + i * 0.01, 600.0) for i in range(400)}  # 4 s of rechecks
+    assert len(dues) <= 2
+    assert all(abs(d - (1000.0 + 600.0)) <= 5.0 for d in dues)
 
 
 def test_requeue_periods_come_from_settings() -> None:
