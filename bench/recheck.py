@@ -1,16 +1,19 @@
 """What one LongRetry health recheck of a healthy Running machine costs the workers (lane idle-recheck).
 
-Run: ``.venv/bin/python bench/recheck.py [--machines 120] [--long-retry 10] [--window 60]``.
+Run: ``.venv/bin/python bench/recheck.py [--machines 120] [--long-retry 60] [--window 180]``.
 Prints the figures and saves them to the temporary folder (``--out`` names a file).
 
-A sandbox without beat (no safety runs), with rare kubelet heartbeats and the local cloud in a Redis of its own (its
-VMs read by the kubelet simulator twice a second are no load on ours). First a ``--fixed``
-window (s) with no machine: the workers' and Redis's fixed cost (polls, heartbeats, sweeps) per
-second. Then ``--machines`` Running machines with LongRetry compressed to ``--long-retry`` seconds
-(``MCM_LONG_RETRY``), so each machine is rechecked several times a minute; after a settle of two
-LongRetry periods, a ``--window`` of s: worker CPU (psutil, every worker process tree, pool
-children included), Redis CPU and Redis commands (INFO commandstats) minus the fixed window's rate
-times the window, divided by the reconciles run in the window (queue statistics in Redis).
+A sandbox without beat (no safety runs), with rare kubelet heartbeats and the local cloud in a
+Redis of its own (the kubelet simulator's reads of its VMs are no load on ours). First a
+``--fixed`` window (s) with no machine: the workers' and Redis's fixed cost (polls, heartbeats,
+sweeps) per second. Then ``--machines`` Running machines with LongRetry compressed to
+``--long-retry`` seconds (``MCM_LONG_RETRY``; at 60 s or more it keeps the grid of
+``policy.due_at``), so the fleet is rechecked at a steady rate; after a settle of two LongRetry
+periods, a ``--window`` of s: worker CPU (psutil, every worker process tree, pool children
+included; split into the main thread, its other threads and the pool children), Redis CPU and
+Redis commands (INFO commandstats) minus the fixed window's rate times the window, divided by the
+reconciles run in the window (queue statistics in Redis). 120 machines at ``--long-retry 60``
+give 2 rechecks a second, near the idle window of bench/fleet_cost.py (1000 per 600 s).
 ``--profile DIR`` samples the workers with py-spy during the window.
 """
 
@@ -39,8 +42,8 @@ from bench.scale import Driver  # noqa: E402
 
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--machines", type=int, default=120, help="Running machines rechecked")
-    parser.add_argument("--long-retry", type=float, default=10.0, help="MCM_LONG_RETRY (s)")
-    parser.add_argument("--window", type=float, default=60.0, help="measurement window (s)")
+    parser.add_argument("--long-retry", type=float, default=60.0, help="MCM_LONG_RETRY (s)")
+    parser.add_argument("--window", type=float, default=180.0, help="measurement window (s)")
     parser.add_argument("--fixed", type=float, default=30.0, help="fixed-cost window with no machine (s)")
 
 
