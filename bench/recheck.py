@@ -35,7 +35,8 @@ from typing import Any  # noqa: E402
 
 import psutil  # noqa: E402
 
-from bench.common import Bench, Snapshot, context, parse_args, running_sandbox, save  # noqa: E402
+from bench.common import Bench, context, parse_args, running_sandbox, save  # noqa: E402
+from bench.figures import Snapshot  # noqa: E402
 from bench.fleet_cost import environment, fleet_up  # noqa: E402
 from bench.scale import Driver  # noqa: E402
 
