@@ -1,5 +1,6 @@
 """kombu's Redis transport with four changes (the third: one reused client per channel, see
-``_create_client``; the fourth: a worker's BRPOP blocks 5 s, not 1, see ``_EventLoopBRPOP``): a
+``_create_client``; the fourth: a worker's BRPOP blocks 5 s, not 1, see ``_EventLoopBRPOP``,
+and a closing channel unblocks it, see ``close``): a
 channel whose connection was already released fails with a connection error instead of
 ``AttributeError``, and the process can list the delivery tags its channels hold unacknowledged
 (``held_delivery_tags``), so that the keeper (mcm_tasks/queue/keeper.py) renews them and a dead
@@ -20,6 +21,7 @@ contract's property 7).
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -90,6 +92,34 @@ class _Changes:
         if cached is None or cached[0] is not pool:
             cached = self.__dict__["_mcm_client"] = (pool, super()._create_client())  # type: ignore[misc]
         return cached[1]
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        """Learn the BRPOP connection's Redis client id (once per socket) before kombu sends the
+        BRPOP, so that ``close`` can unblock it."""
+        connection = self.client.connection  # type: ignore[attr-defined]
+        with contextlib.suppress(*_UNBLOCK_ERRORS):
+            connection.connect()  # a no-op when connected: the id is the socket's
+            sock = connection._sock
+            if sock is not None and self.__dict__.get("_mcm_brpop_id", (None,))[0] is not sock:
+                connection.send_command("CLIENT", "ID")
+                self.__dict__["_mcm_brpop_id"] = (sock, int(connection.read_response()))
+        super()._brpop_start(timeout)  # type: ignore[misc]
+
+    def close(self) -> None:
+        """kombu's close reads the reply of a BRPOP in flight (a message it popped must not be
+        lost), which waits out the block (5 s on a worker): a warm shutdown waited that long. The
+        BRPOP is first unblocked from another connection (``CLIENT UNBLOCK``: it replies as on a
+        timeout, popping nothing), so the close reads that reply at once."""
+        known = self.__dict__.get("_mcm_brpop_id")
+        connection = getattr(self, "_in_poll", None)
+        if connection and known is not None and getattr(connection, "_sock", None) is known[0]:
+            with contextlib.suppress(*_UNBLOCK_ERRORS), self.conn_or_acquire() as client:  # type: ignore[attr-defined]
+                client.client_unblock(known[1])
+        super().close()  # type: ignore[misc]
+
+
+#: an unblock that fails leaves kombu's close to wait out the BRPOP, as before
+_UNBLOCK_ERRORS = (redis.RedisError, OSError, ValueError)
 
 
 class Channel(_Changes, kombu_redis.Channel):  # type: ignore[misc]

@@ -117,3 +117,30 @@ def test_a_drain_events_caller_keeps_kombus_1s_block(redis_url: str) -> None:
                 conn.drain_events(timeout=0.2)
 
         assert _brpop_blocks(redis_url, drain) == [1.0]
+
+
+def test_closing_a_worker_channel_unblocks_its_brpop_and_pops_nothing(redis_url: str) -> None:
+    """A warm shutdown closes the worker's channel while its BRPOP blocks (5 s), and kombu's close
+    reads that reply so that a popped message is not lost: it waited out the block. The channel
+    first unblocks its BRPOP from another connection (``CLIENT UNBLOCK``, a reply as on a timeout),
+    so the close is quick and a message sent afterwards stays queued for the next worker."""
+    with app.connection_for_read(redis_url) as conn:
+        hub = Hub()
+        try:
+            channel = conn.default_channel
+            Queue(QUEUE, Exchange(QUEUE), QUEUE, channel=channel).declare()
+            channel.basic_consume(QUEUE, False, lambda message: None, QUEUE)
+            conn.transport.register_with_event_loop(conn.connection, hub)
+            assert _brpop_blocks(redis_url, hub.run_once) == [EVENT_LOOP_BRPOP_TIMEOUT]
+            assert channel._in_poll, "a BRPOP is in flight"
+            started = time.monotonic()
+            channel.close()
+            closed_in = time.monotonic() - started
+        finally:
+            hub.close()
+    assert closed_in < EVENT_LOOP_BRPOP_TIMEOUT / 2, f"the close waited out the block ({closed_in:.2f}s)"
+    with app.connection_for_write(redis_url) as producer_conn, producer_conn.Producer() as producer:
+        producer.publish({"n": 1}, exchange=QUEUE, routing_key=QUEUE)
+    client = redis.Redis.from_url(redis_url)
+    lists = [key for key in client.keys(f"*{QUEUE}") if client.type(key) == b"list"]  # broker key prefix
+    assert sum(client.llen(key) for key in lists) == 1, "nothing popped by a BRPOP left behind"
