@@ -28,6 +28,9 @@ class Change:
     stored: bytes | None
     old_index: dict[str, list[str]] = field(default_factory=dict)
     new_index: dict[str, list[str]] = field(default_factory=dict)
+    #: may wait for the writer's next commit (at most ``SENTINEL_EVERY``): nothing was routed on it
+    #: and nothing routing or the indexes read moved (a Node's status heartbeat)
+    lazy: bool = False
 
 
 @dataclass
@@ -43,6 +46,19 @@ class Commit:
     def __bool__(self) -> bool:
         return bool(self.changes or self.synced or self.sentinel)
 
+    @property
+    def urgent(self) -> bool:
+        """Whether it must be written now; lazy changes alone may wait for the next commit."""
+        return bool(self.synced or self.sentinel or any(not c.lazy for c in self.changes))
+
+    def absorb(self, later: Commit) -> None:
+        """Take a later batch's commit in: the changes held back here are written with it."""
+        for change in later.changes:
+            self.add(change)
+        self.synced.update(later.synced)
+        if later.sentinel is not None:
+            self.sentinel = later.sentinel
+
     def add(self, change: Change) -> None:
         """A change of an object already changed in this commit replaces that one: the object's last
         state, its index entries moved from before the first change to after the last. A batch
@@ -55,7 +71,8 @@ class Commit:
             self.changes.append(change)
             return
         first = self.changes[at]
-        self.changes[at] = Change(change.kind, change.key, change.stored, first.old_index, change.new_index)
+        stored, lazy = change.stored, first.lazy and change.lazy
+        self.changes[at] = Change(change.kind, change.key, stored, first.old_index, change.new_index, lazy)
 
 
 class Mirror:

@@ -32,6 +32,7 @@ from informers.resources import (
     MAX_PROBLEM_LENGTH,
     Obj,
     WatchedResource,
+    heartbeat_only,
     key_of,
     resource_version,
 )
@@ -53,6 +54,10 @@ _OWN_QUEUE = {
     kinds.MACHINE_CLASS.mirror: Queue.MACHINE_CLASS,
     kinds.SECRET.mirror: Queue.SECRET,
 }
+
+
+def _heartbeat(kind: str, old: Obj | None, new: Obj, same_index: bool) -> bool:
+    return kind == kinds.NODE.mirror and old is not None and same_index and heartbeat_only(old, new)
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,9 @@ class Processor:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def process(self, items: Iterable[Item]) -> Outcome:
-        out = Outcome()
+    def process(self, items: Iterable[Item], into: Outcome | None = None) -> Outcome:
+        """The outcome of a batch; ``into``: one that earlier items of the same batch began."""
+        out = into if into is not None else Outcome()
         for item in items:
             if isinstance(item, WatchEvent):
                 self._event(item.kind, item.type, item.obj, out)
@@ -141,8 +147,19 @@ class Processor:
         else:
             new_index, index_problems = res.indexed(new)
             self.store.put(kind, key, new, new_index)
-            out.commit.add(Change(kind, key, encoded, old_index, new_index))
+            # a Node's status heartbeat (``heartbeat_only``) routed on its own: when it wakes nothing
+            # its mirror write may wait (``Change.lazy``), since nothing reads the heartbeat time to
+            # decide at once; one that wakes something (a machine whose conditions lag its node's) is
+            # written at once, so that what it wakes finds it
+            beat = None
+            if _heartbeat(kind, old, new, old_index == new_index) and not announce_added:
+                beat = self._route(Event(kind, MODIFIED, old, new), key, raw, Routing(), out)
+            lazy = beat is not None and not beat
+            out.commit.add(Change(kind, key, encoded, old_index, new_index, lazy))
             self._check(res, key, raw, index_problems, out)
+            if beat is not None:
+                out.routing.merge(beat)
+                return
         if announce_added:
             routed = self._route(Event(kind, ADDED, None, new), key, raw, Routing(), out)
             if old is not None:

@@ -98,6 +98,25 @@ def _node_stored(obj: Obj) -> Obj:
     return obj
 
 
+def heartbeat_only(old: Obj, new: Obj) -> bool:
+    """Whether a remembered Node moved only by its kubelet's status report (nodeStatusReportFrequency,
+    5 min): its resourceVersion and its conditions' lastHeartbeatTime, nothing else the informer
+    remembers (what routing and the indexes read: metadata, taints, conditions, attached volumes)."""
+    return _sans_heartbeat(old) == _sans_heartbeat(new)
+
+
+def _sans_heartbeat(node: Obj) -> Obj:
+    metadata = {k: v for k, v in meta(node).items() if k != "resourceVersion"}
+    status = node.get("status")
+    if not isinstance(status, Mapping) or not isinstance(status.get("conditions"), list):
+        return {**node, "metadata": metadata}
+    conditions = [
+        {k: v for k, v in c.items() if k != "lastHeartbeatTime"} if isinstance(c, Mapping) else c
+        for c in status["conditions"]
+    ]
+    return {**node, "metadata": metadata, "status": {**status, "conditions": conditions}}
+
+
 _POD_FIELDS = (
     *(
         ("metadata", f)

@@ -3,10 +3,13 @@
 The writer takes events in batches (whatever arrives within ``BATCH_LINGER`` of the first, up to
 ``BATCH_MAX``), applies them to the store, writes the batch to Redis in one MULTI and only then
 enqueues its keys in one call, so a reconcile always finds at least the state that woke it. Redis
-errors are retried with backoff (writes are idempotent), never dropped.
+errors are retried with backoff (writes are idempotent), never dropped. A batch of Node status
+heartbeats only (``Change.lazy``: they wake nothing) is neither lingered over nor written at once:
+its writes join the next commit, at most ``SENTINEL_EVERY`` later (an idle fleet's 1000 Nodes
+report every 5 min, 3 a second, each of which was a commit of its own).
 
 Redis losing its data is noticed through the sentinel: the writer reads it back with every commit
-(and every half second when idle); gone or changed means the mirror is no longer what the store
+(and every ``SENTINEL_EVERY`` when idle); gone or changed means the mirror is no longer what the store
 believes, so the store is dropped and every resource re-listed as if starting, which enqueues every
 key again. The periodic resync (``min_resync_period``, jittered like MCM's informer factory)
 enqueues every key from the store, so a lost message costs at most one period.
@@ -29,7 +32,7 @@ from kubernetes.client import ApiClient
 
 from informers.events import Routing
 from informers.informer import Backoff, Reflector
-from informers.mirror import Mirror
+from informers.mirror import Commit, Mirror
 from informers.problems import ProblemReporter
 from informers.processor import Item, Outcome, Processor
 from informers.resources import BY_KIND, Obj, WatchedResource, watch_namespace, watched_resources
@@ -164,11 +167,18 @@ class Informer:
         next_resync = time.monotonic() + self._resync_period()
         next_status = 0.0
         next_sentinel = 0.0
+        #: lazy changes (Node heartbeats) held back for the next commit
+        pending = Commit()
         try:
             while not stop.is_set():
                 PROGRESS.beat("writer")
-                batch = _take_batch(inbox, IDLE_CHECK)
+                batch = _take_batch(inbox, IDLE_CHECK, linger=0.0)
                 outcome = processor.process(batch) if batch else Outcome()
+                if outcome.commit.urgent or outcome.routing:
+                    # worth waiting for company: what arrives within the linger shares the write
+                    more = _take_more(inbox, BATCH_MAX - len(batch), BATCH_LINGER)
+                    processor.process(more, outcome)
+                    batch += more
                 unlisted.difference_update(outcome.listed)
                 if outcome.problems:
                     self.counters["object_problems"] += len(outcome.problems)
@@ -178,11 +188,12 @@ class Informer:
                     outcome.commit.sentinel = epoch
                     log.info("all %d resources listed; mirror complete", len(self.resources))
                 now = time.monotonic()
-                if not sentinel_due(bool(outcome.commit), now, next_sentinel):
-                    seen = expected  # nothing to write; the sentinel was checked lately
+                pending.absorb(outcome.commit)
+                if not sentinel_due(pending.urgent, now, next_sentinel):
+                    seen = expected  # nothing to write now; the sentinel was checked lately
                 else:
-                    seen = self._retry(lambda c=outcome.commit: self.mirror.write(c), stop)  # type: ignore[misc]
-                    next_sentinel = now + SENTINEL_EVERY
+                    seen = self._retry(lambda c=pending: self.mirror.write(c), stop)  # type: ignore[misc]
+                    pending, next_sentinel = Commit(), now + SENTINEL_EVERY
                 if stop.is_set():
                     return
                 if expected is not None and seen != expected:
@@ -281,9 +292,10 @@ class Informer:
 
 
 def sentinel_due(changes: bool, now: float, due: float) -> bool:
-    """Whether the writer writes a commit now: always when it has changes (every commit reads the
-    sentinel back), and an empty one when the last check is ``SENTINEL_EVERY`` old, so Redis losing
-    its data is still noticed within seconds when no event arrives."""
+    """Whether the writer writes a commit now: always when it has changes to write at once (every
+    commit reads the sentinel back), and one of lazy changes or none when the last check is
+    ``SENTINEL_EVERY`` old, so Redis losing its data is still noticed within seconds when no event
+    arrives, and a held-back heartbeat is mirrored within as long."""
     return changes or now >= due
 
 
@@ -293,19 +305,27 @@ def _take_batch(
     linger: float = BATCH_LINGER,
     sleep: Callable[[float], Any] = time.sleep,
 ) -> list[Item]:
-    """The first item within ``wait``, then whatever else arrives within ``linger`` of it. The writer
-    sleeps through the linger rather than waiting on the inbox: a wait would wake it for every
-    event put, and the thread switches would cost much of what batching saves."""
+    """The first item within ``wait``, then whatever else arrives within ``linger`` of it."""
     try:
         first = inbox.get(timeout=wait)
     except queue.Empty:
         return []
-    if linger > 0 and inbox.qsize() < BATCH_MAX - 1:
+    return [first, *_take_more(inbox, BATCH_MAX - 1, linger, sleep)]
+
+
+def _take_more(
+    inbox: queue.Queue[Item], room: int, linger: float, sleep: Callable[[float], Any] = time.sleep
+) -> list[Item]:
+    """Up to ``room`` more items, after ``linger``. The writer sleeps through the linger rather than
+    waiting on the inbox: a wait would wake it for every event put, and the thread switches would
+    cost much of what batching saves. The writer lingers only for a batch it must write at once: a
+    lone Node heartbeat (a lazy change) waits for the next commit anyway."""
+    if linger > 0 and inbox.qsize() < room:
         sleep(linger)
-    batch = [first]
-    while len(batch) < BATCH_MAX:
+    more: list[Item] = []
+    while len(more) < room:
         try:
-            batch.append(inbox.get_nowait())
+            more.append(inbox.get_nowait())
         except queue.Empty:
             break
-    return batch
+    return more

@@ -188,3 +188,76 @@ def test_a_seeded_object_that_vanished_before_the_first_list_is_deleted_with_its
     out = proc.process([Relisted(kinds.POD.mirror, [], "3", initial=True)])
     (change,) = out.commit.changes
     assert change.stored is None and change.old_index == {layout.BY_NODE: ["n"]}
+
+
+# --- Node status heartbeats: mirrored, but with the next commit -----------------------------------
+
+
+def healthy_pair(proc: Processor) -> None:
+    """A Running machine whose conditions match its node's: a heartbeat wakes nothing."""
+    ready = [{"type": "Ready", "status": "True"}]
+    proc.process(
+        [
+            WatchEvent(
+                kinds.MACHINE.mirror, ADDED, fx.machine("m", node="n", phase="Running", conditions=ready)
+            ),
+            WatchEvent(kinds.NODE.mirror, ADDED, fx.node("n", rv="10")),
+        ]
+    )
+
+
+def test_a_node_heartbeat_that_wakes_nothing_is_a_lazy_change_with_its_new_resource_version() -> None:
+    proc = Processor(Store(NS))
+    healthy_pair(proc)
+    out = proc.process([WatchEvent(kinds.NODE.mirror, MODIFIED, fx.node("n", rv="11"))])
+    change = changes_of(out, kinds.NODE.mirror)["n"]
+    assert change.lazy and not out.commit.urgent and not out.routing
+    # the mirror keeps what its readers use: the resourceVersion of guarded writes, the heartbeat
+    assert stored(change)["metadata"]["resourceVersion"] == "11"
+    assert stored(change)["status"]["conditions"][0]["lastHeartbeatTime"] == "2026-01-01T00:00:11Z"
+    assert proc.store.get(kinds.NODE.mirror, "n")["metadata"]["resourceVersion"] == "11"  # type: ignore[index]
+
+
+def test_a_node_update_beyond_its_heartbeat_is_written_at_once() -> None:
+    for changed in (
+        fx.node("n", rv="11", conditions={"Ready": "False"}),
+        fx.node("n", rv="11", labels={"x": "y"}),
+        fx.node("n", rv="11", taints=["t"]),
+        fx.node("n", rv="11", volumes=["v"]),
+    ):
+        proc = Processor(Store(NS))
+        healthy_pair(proc)
+        out = proc.process([WatchEvent(kinds.NODE.mirror, MODIFIED, changed)])
+        assert out.commit.urgent and not changes_of(out, kinds.NODE.mirror)["n"].lazy
+
+
+def test_a_node_heartbeat_that_wakes_its_machine_is_written_at_once() -> None:
+    """The machine's conditions lag the node's: the heartbeat wakes it, and it must find the node."""
+    proc = Processor(Store(NS))
+    proc.process(
+        [
+            WatchEvent(
+                kinds.MACHINE.mirror, ADDED, fx.machine("m", node="n", phase="Running", conditions=[])
+            ),
+            WatchEvent(kinds.NODE.mirror, ADDED, fx.node("n", rv="10")),
+        ]
+    )
+    out = proc.process([WatchEvent(kinds.NODE.mirror, MODIFIED, fx.node("n", rv="11"))])
+    assert out.commit.urgent
+    assert (kinds.machine_queue(False), f"{NS}/m") in out.routing.enqueue
+
+
+def test_held_back_changes_join_a_later_commit_and_an_urgent_change_of_the_same_object_wins() -> None:
+    proc = Processor(Store(NS))
+    healthy_pair(proc)
+    held = proc.process([WatchEvent(kinds.NODE.mirror, MODIFIED, fx.node("n", rv="11"))]).commit
+    held.absorb(proc.process([WatchEvent(kinds.POD.mirror, ADDED, fx.pod("p", node_name="n"))]).commit)
+    assert held.urgent and [c.key for c in held.changes] == ["n", "default/p"]
+    held = proc.process([WatchEvent(kinds.NODE.mirror, MODIFIED, fx.node("n", rv="12"))]).commit
+    held.absorb(
+        proc.process(
+            [WatchEvent(kinds.NODE.mirror, MODIFIED, fx.node("n", rv="13", labels={"a": "b"}))]
+        ).commit
+    )
+    (change,) = held.changes
+    assert not change.lazy and stored(change)["metadata"]["resourceVersion"] == "13"

@@ -1,0 +1,130 @@
+"""The writer of an idle fleet, against a real Redis: Node status heartbeats (a real kubelet's every
+5 min) are mirrored with the writer's next commit instead of one commit each, and are not lingered
+over."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from informers import runner
+from informers.processor import Item, Processor, Relisted, WatchEvent
+from informers.runner import Informer
+from informers.sink import MemorySink
+from informers.store import Store
+from mcm_sandbox.procs import wait_until
+from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks import kinds
+from mcm_tasks.cache import layout
+from mcm_tasks.settings import load_settings
+
+pytestmark = pytest.mark.integration
+NS = fx.NS
+TIMEOUT = 10.0
+READY = [{"type": "Ready", "status": "True"}]
+
+
+class Writer:
+    """The informer's writer loop in a thread, fed through its inbox (no API server)."""
+
+    def __init__(self, redis_url: str) -> None:
+        settings = load_settings({"redis_url": redis_url, "namespace": NS, "leader_elect": False})
+        self.redis = redis.Redis.from_url(redis_url)
+        self.informer = Informer(settings, {}, self.redis, MemorySink(), "test", resources=[])
+        self.inbox: queue.Queue[Item] = queue.Queue()
+        self.stop = threading.Event()
+        self.processor = Processor(Store(NS))
+        self.thread = threading.Thread(
+            target=self.informer._write_loop, args=(self.stop, self.processor, self.inbox, [], None)
+        )
+
+    def start(self, *listed: tuple[str, list[dict[str, Any]]]) -> Writer:
+        for kind, objects in listed:
+            self.inbox.put(Relisted(kind, objects, "1", initial=True))
+        self.thread.start()
+        wait_until(lambda: self.redis.exists(layout.sentinel_key()), TIMEOUT, what="the first lists mirrored")
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(TIMEOUT)
+        self.redis.close()
+
+    def events(self) -> int:
+        return self.informer.counters["events"]
+
+    def feed(self, kind: str, obj: dict[str, Any]) -> None:
+        """One event, and back once the writer has taken it (written or held back)."""
+        seen = self.events()
+        self.inbox.put(WatchEvent(kind, "MODIFIED", obj))
+        wait_until(lambda: self.events() > seen, TIMEOUT, interval=0.01, what="the event taken")
+
+    def mirrored_rv(self, kind: str, key: str) -> str:
+        raw = self.redis.hget(layout.objects_key(kind), key)
+        return str(orjson.loads(raw)["metadata"]["resourceVersion"]) if raw else ""  # type: ignore[arg-type]
+
+    def commits(self) -> int:
+        return int(self.redis.get(layout.sentinel_key() + ":commits") or 0)  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def writer(redis_url: str) -> Iterator[Writer]:
+    running = Writer(redis_url).start(
+        (kinds.MACHINE.mirror, [fx.machine("m", node="n", phase="Running", conditions=READY)]),
+        (kinds.NODE.mirror, [fx.node("n", rv="10")]),
+    )
+    yield running
+    running.close()
+
+
+def test_a_heartbeat_waits_for_the_next_commit_and_is_written_with_it(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "SENTINEL_EVERY", 3600.0)  # no sentinel check comes in between
+    wait_until(lambda: writer.commits() > 0, TIMEOUT, what="the sentinel check after the lists")
+    commits = writer.commits()
+    writer.feed(kinds.NODE.mirror, fx.node("n", rv="11"))
+    assert writer.commits() == commits, "a heartbeat that wakes nothing is not a commit of its own"
+    assert writer.mirrored_rv(kinds.NODE.mirror, "n") == "10"
+
+    writer.feed(kinds.MACHINE.mirror, fx.machine("m", rv="2", node="n", phase="Running", conditions=READY))
+    assert writer.commits() == commits + 1
+    assert writer.mirrored_rv(kinds.MACHINE.mirror, f"{NS}/m") == "2"
+    assert writer.mirrored_rv(kinds.NODE.mirror, "n") == "11", "the held-back heartbeat went with it"
+
+
+def test_a_lone_heartbeat_is_mirrored_by_the_next_sentinel_check(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "SENTINEL_EVERY", 0.2)
+    writer.feed(kinds.NODE.mirror, fx.node("n", rv="11"))
+    wait_until(
+        lambda: writer.mirrored_rv(kinds.NODE.mirror, "n") == "11", TIMEOUT, what="the heartbeat mirrored"
+    )
+
+
+def test_a_heartbeat_that_wakes_its_machine_is_written_before_the_machine_is_woken(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "SENTINEL_EVERY", 3600.0)
+    lagging = Writer(redis_url).start(
+        (kinds.MACHINE.mirror, [fx.machine("m", node="n", phase="Running", conditions=[])]),
+        (kinds.NODE.mirror, [fx.node("n", rv="10")]),
+    )
+    try:
+        lagging.feed(kinds.NODE.mirror, fx.node("n", rv="11"))
+        assert lagging.mirrored_rv(kinds.NODE.mirror, "n") == "11"
+    finally:
+        lagging.close()
+
+
+def test_the_writer_does_not_linger_over_a_heartbeat(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The linger gathers company for a write; a heartbeat alone is not written at once anyway."""
+    monkeypatch.setattr(runner, "BATCH_LINGER", 60.0)
+    writer.feed(kinds.NODE.mirror, fx.node("n", rv="11"))  # within TIMEOUT, not after 60 s
