@@ -128,3 +128,29 @@ def test_the_writer_does_not_linger_over_a_heartbeat(writer: Writer, monkeypatch
     """The linger gathers company for a write; a heartbeat alone is not written at once anyway."""
     monkeypatch.setattr(runner, "BATCH_LINGER", 60.0)
     writer.feed(kinds.NODE.mirror, fx.node("n", rv="11"))  # within TIMEOUT, not after 60 s
+
+
+def hset_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_hset", {}).get("calls", 0))  # type: ignore[union-attr]
+
+
+def test_at_rest_the_status_hash_is_not_rewritten_every_status_period(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "IDLE_CHECK", 0.02)
+    monkeypatch.setattr(runner, "STATUS_EVERY", 0.02)
+    monkeypatch.setattr(runner, "SENTINEL_EVERY", 3600.0)
+    counters = writer.informer.counters
+    wait_until(
+        lambda: writer.redis.hget(runner.status_key("test"), "leading") == b"1", TIMEOUT, what="status"
+    )
+    hsets, wakeups = hset_calls(writer.redis), counters["idle_wakeups"]
+    wait_until(lambda: counters["idle_wakeups"] >= wakeups + 100, TIMEOUT, what="100 idle wakeups")
+    assert hset_calls(writer.redis) - hsets <= 1, "nothing changed but the idle wakeups"
+
+    writer.feed(kinds.NODE.mirror, fx.node("n", rv="11"))
+    wait_until(
+        lambda: writer.redis.hget(runner.status_key("test"), "events") == str(writer.events()).encode(),
+        TIMEOUT,
+        what="a change published",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 from typing import Any
 
-from informers.runner import BATCH_MAX, _take_batch
+from informers.runner import BATCH_MAX, _take_batch, status_update
 
 
 class Arrivals(queue.Queue[Any]):
@@ -47,3 +47,15 @@ def test_a_full_inbox_is_taken_at_once_up_to_the_batch_maximum() -> None:
     assert _take_batch(inbox, 0.5, linger=0.01, sleep=inbox.sleep) == list(range(BATCH_MAX))  # type: ignore[arg-type]
     assert inbox.slept == [], "a full batch waits for nothing"
     assert inbox.qsize() == 3
+
+
+def test_the_status_hash_is_written_when_something_in_it_changed_whole_when_due() -> None:
+    published = {"leading": "1", "events": "5", "idle_wakeups": "7"}
+    assert status_update(published, {**published, "idle_wakeups": "9"}, whole=False) == {}, (
+        "idle wakeups alone are no reason to write"
+    )
+    assert status_update(published, {**published, "events": "6", "idle_wakeups": "9"}, whole=False) == {
+        "events": "6",
+        "idle_wakeups": "9",
+    }
+    assert status_update(published, published, whole=True) == published
