@@ -93,7 +93,9 @@ class Mirror:
         chunks = [changes[i : i + CHUNK] for i in range(0, len(changes), CHUNK)] or [[]]
         sentinel: str | None = None
         for n, chunk in enumerate(chunks):
-            pipe = self.redis.pipeline(transaction=True)
+            # MULTI/EXEC keeps an object and its index entries together; a commit with nothing to
+            # write (the idle writer's sentinel check) needs none: two commands instead of four
+            pipe = self.redis.pipeline(transaction=bool(chunk or commit.synced or commit.sentinel))
             for change in chunk:
                 _queue_change(pipe, change)
             last = n == len(chunks) - 1

@@ -154,3 +154,15 @@ def test_at_rest_the_status_hash_is_not_rewritten_every_status_period(
         TIMEOUT,
         what="a change published",
     )
+
+
+def test_an_idle_sentinel_check_is_no_transaction(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET and INCR in one round trip: MULTI/EXEC around them made four commands of two."""
+    monkeypatch.setattr(runner, "IDLE_CHECK", 0.02)
+    monkeypatch.setattr(runner, "SENTINEL_EVERY", 0.02)
+    stats = writer.redis.info("commandstats")
+    multi = int(stats.get("cmdstat_multi", {}).get("calls", 0))  # type: ignore[union-attr]
+    commits = writer.commits()
+    wait_until(lambda: writer.commits() >= commits + 10, TIMEOUT, what="10 sentinel checks")
+    stats = writer.redis.info("commandstats")
+    assert int(stats.get("cmdstat_multi", {}).get("calls", 0)) - multi <= 1  # type: ignore[union-attr]
