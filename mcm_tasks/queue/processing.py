@@ -124,9 +124,10 @@ def deliver(
 
 
 def _recovered(kind: str, key: str, status: str, failures: int, previous_error: str) -> None:
-    """This message's earlier delivery died mid-reconcile (its worker was killed, or it overran
-    the lock): what that run promised is re-checked before the key runs again, and the object
-    hears of it once per streak."""
+    """The key's previous run died mid-reconcile (its worker was killed, or it overran the lock):
+    this message is its redelivery, or another message of the key that came first once the dead
+    run's lock expired. What that run promised is re-checked before the key runs again, and the
+    object hears of it once per streak."""
     settings = get_settings()
     if status == "quarantined":
         log.error("%s %s quarantined: its worker died %s times in a row during its reconcile; "

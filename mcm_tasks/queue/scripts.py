@@ -250,7 +250,7 @@ return published
 """
 
 # A message arrives at a worker. ARGV: key, id, now, the run's history entry. Returns {status,
-# consecutive failures, recovered (1: this message's earlier delivery died mid-reconcile), the
+# consecutive failures, recovered (1: the key's previous run died mid-reconcile), the
 # streak's error before, slot (1: a --concurrent-syncs slot taken, 0: every slot busy), the key's
 # due time in the delayed set as the run begins ('' none: END's ``stale``)}; status is
 # run | busy | duplicate | quarantined. A run that got its slot is added to the key's history.
@@ -270,8 +270,12 @@ end
 local failures = tonumber(redis.call('HGET', FAILURES, key) or '0')
 local exp, holder = lock_of(key)
 local recovered, prev_error = '0', ''
-if holder == id then
-  -- this very message started before and never finished: its worker died or overran the lock
+-- A run of the key began and never ended (END drops the lock it holds): its worker died or it
+-- overran the lock. Its message's redelivery finds the lock under its own id, live or expired;
+-- any other message finds it once it expired (no worker took the redelivery within the TTL), and
+-- takes the recovery over: reported once, as the lock then names the new run. A quarantine's
+-- expired hold is no run.
+if holder == id or (holder and holder ~= QUARANTINE and exp <= now) then
   recovered = '1'
   failures = redis.call('HINCRBY', FAILURES, key, 1)
   redis.call('HINCRBY', METRICS, 'retries', 1)

@@ -193,6 +193,55 @@ def test_redelivery_of_a_message_whose_worker_died_takes_over_and_counts_a_failu
     assert fire(client, after=0) == 1, "the quarantined key comes back at long-retry"
     assert deliver(client, "machine") == "run"
     assert failing() == [] and client.hget(queue_keys("machine").failures, "k") is None
+    assert recovered == ["k", "k"], "a quarantine's expired hold is no run that died"
+
+
+def _expire_lock(client: redis.Redis, kind: str, key: str) -> None:
+    """The key's lock expires (no worker alive for longer than --reconcile-lock-ttl)."""
+    _, started, holder = str(client.hget(queue_keys(kind).locks, key)).split("|")
+    client.hset(queue_keys(kind).locks, key, f"{time.time() - 1}|{started}|{holder}")
+
+
+def test_a_run_that_never_ended_is_recovered_by_whichever_message_runs_next(client: redis.Redis) -> None:
+    def dies(key: str) -> None:
+        raise SystemExit("worker killed")
+
+    hooks: list[str] = []
+    reports: list[tuple[str, str, str]] = []
+    registry.register_recovery_hook("machine", hooks.append)
+    registry.register_failure_reporter("machine", lambda *args: reports.append(args) or True)
+    register_reconciler("machine", dies)
+    enqueue("machine", "k")
+    dead = take(client, "machine")
+    with pytest.raises(SystemExit):
+        process("machine", "k", dead.id)
+    _expire_lock(client, "machine", "k")
+    calls: list[str] = []
+    register_reconciler("machine", recorder(calls))
+    assert enqueue("machine", "k") is True, "an expired lock holds nothing back"
+    assert deliver(client, "machine") == "run"  # another message (an event) runs before the redelivery
+    assert calls == ["k"] and hooks == ["k"]
+    assert reports == [("k", "ReconcileFailed", "WorkerLost: the worker died during the reconcile")]
+    assert read_stats()[0].retries == 1
+    # the dead message's redelivery afterwards runs as any message: its death was reported already
+    assert process("machine", "k", dead.id) == "run"
+    assert calls == ["k", "k"] and hooks == ["k"] and len(reports) == 1 and read_stats()[0].retries == 1
+
+
+def test_a_key_that_kills_every_worker_is_quarantined_whichever_message_runs_it(client: redis.Redis) -> None:
+    def dies(key: str) -> None:
+        raise SystemExit("worker killed")
+
+    register_reconciler("machine", dies)
+    for _ in range(SETTINGS["poison_after"]):
+        enqueue("machine", "k")
+        with pytest.raises(SystemExit):
+            deliver(client, "machine")  # each a different message, each after the last lock expired
+        _expire_lock(client, "machine", "k")
+    enqueue("machine", "k")
+    assert deliver(client, "machine") == "quarantined"
+    [entry] = failing("machine")
+    assert (entry.error, entry.count, entry.quarantined) == ("WorkerLost", 3, True)
 
 
 def test_replay_lifts_a_quarantine(client: redis.Redis) -> None:
