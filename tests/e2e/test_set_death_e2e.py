@@ -2,9 +2,9 @@
 to end in the sandbox with real worker processes: the whole worker running the pass (main process
 and pool) is SIGKILLed while its slow-start batches create machines, and the set is next run by a
 *different* message (an event after the dead pass's lock expired), not by the dead one's
-redelivery, which the queue reports as a recovery. Go MCM keeps expectations in memory, so a
-restarted controller never waits for them; here they outlive the pass in Redis, and the set must
-still continue within seconds.
+redelivery; the queue reports the death all the same (one WorkerLost Warning on the set). Go MCM
+keeps expectations in memory, so a restarted controller never waits for them; here they outlive
+the pass in Redis, and the set must still continue within seconds.
 
 Timeouts are compressed so that each way of coming back is told apart: the dead worker's messages
 come back after ``WORKER_LOST`` (later than the bound), the expectations expire after
@@ -162,4 +162,9 @@ def test_a_set_whose_worker_died_mid_creation_continues_after_another_message(
     wait_until(lambda: int(client.hget(exp_key, "add") or 0) <= 0, 30, interval=0.2,
                what="the set's expectations met")  # fmt: skip
     assert len(machines(control, name)) == REPLICAS, "no machine created twice"
+    # the message that took the dead pass's key over reported the death on the set (once)
+    lost = [e for e in ops.list_(control, kinds.EVENT.resource, NS)["items"]
+            if e.get("type") == "Warning" and (e.get("involvedObject") or {}).get("name") == name
+            and "WorkerLost" in str(e.get("message"))]  # fmt: skip
+    assert len(lost) == 1 and lost[0].get("count", 1) == 1, lost
     ops.delete(control, kinds.MACHINE_SET.resource, name, NS)
