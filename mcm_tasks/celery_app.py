@@ -21,7 +21,8 @@ Choices that carry the queue contract (see mcm_tasks/queue/README.md):
   rather than behind a busy one. A warm shutdown (SIGTERM) finishes running reconciles and hands
   prefetched messages back at once (kombu restores a closing channel's unacked messages).
 - no result backend: nothing reads results; replay works from the failing list (kind, key).
-- task events on for Flower, published in batches every half second (mcm_tasks/task_events.py);
+- task events on for Flower, published in batches at most half a second after the first waits
+  (a one-shot timer: an idle worker does not wake for them; mcm_tasks/task_events.py);
   kombu's keys live under ``<key_prefix>:broker:``.
 - the pool is ``--worker-pool`` (prefork by default); on ``threads`` and ``solo``, where Celery
   enforces no time limit, a watchdog does (mcm_tasks/timelimits.py).
