@@ -288,8 +288,9 @@ class Keeper(threading.Thread):
                 wait = min(next_beat, next_sweep, next_repair, next_due) - time.time()
                 heard = wake.wait(max(0.0, wait), self._stop_event)
                 if heard is not None:
-                    # no sooner than delayed_publish_interval after the last read: a burst of
-                    # schedules (a scale-up) costs a read per interval, not one per notification
+                    # no sooner than delayed_publish_interval after the notification, and a
+                    # read already set for earlier stays: a burst of schedules (a scale-up)
+                    # costs a read per interval, not one per notification
                     next_due = min(next_due, max(heard, time.time() + s.delayed_publish_interval))
             except (redis.RedisError, OSError) as err:
                 if not down:
