@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -154,3 +155,37 @@ def test_a_leader_that_cannot_renew_stops_its_watches_and_leads_again_later(
         leading.join(15)
         running.close()
     assert holder(kube_api, namespace) == "", "a clean stop releases the lease"
+
+
+def test_a_valid_leader_renews_with_one_put_and_reads_the_lease_after_someone_else_wrote_it(
+    kube_api: ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """client-go's fast path: a leader whose lease is valid as it last wrote it renews with one PUT
+    of that object, no GET first; a renewal that meets a Conflict (another writer) reads the lease
+    and decides on what it finds."""
+    from informers import leader
+
+    verbs: list[str] = []
+    real = leader.rest.request
+
+    def counted(api: ApiClient, verb: str, path: str, **kw: Any) -> Any:
+        verbs.append(verb)
+        return real(api, verb, path, **kw)
+
+    monkeypatch.setattr(leader.rest, "request", counted)
+    elector = LeaderElector(kube_api, namespace, "fast", 15.0, 10.0, 2.0)
+    assert elector.try_acquire_or_renew()  # acquired: GET (absent), then POST
+    verbs.clear()
+    for _ in range(3):
+        assert elector.try_acquire_or_renew()
+    assert verbs == ["PUT"] * 3, "renewals of a valid lease read nothing first"
+
+    # someone else writes the lease (an operator, a standby after a clock jump): a Conflict
+    lease = ops.get(kube_api, kinds.LEASE.resource, LEASE_NAME, namespace)
+    assert lease is not None
+    lease["spec"]["holderIdentity"] = "other"
+    ops.update(kube_api, kinds.LEASE.resource, lease, namespace)
+    verbs.clear()
+    assert not elector.try_acquire_or_renew(), "the other holder's fresh lease is respected"
+    assert verbs == ["PUT", "GET"], "the optimistic PUT failed, then the lease was read"
+    assert elector.observed is not None and elector.observed.holder == "other"
