@@ -157,6 +157,13 @@ class SafetyScheduler(RedBeatScheduler):  # type: ignore[misc]
         if self._active:  # a standby leaves the stored schedule to the leader
             super().setup_schedule()
 
+    def close(self) -> None:
+        """A closed scheduler is not a wedged one: it leaves the liveness registry (and the
+        leadership gauge) of its process, which may live on (an in-process beat)."""
+        PROGRESS.forget("scheduler")
+        LEADING.pop("beat", None)
+        super().close()
+
     def tick(self, *args: Any, **kwargs: Any) -> float:
         PROGRESS.beat("scheduler")
         try:
