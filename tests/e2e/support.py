@@ -16,6 +16,7 @@ from kubernetes import config
 from kubernetes.client import ApiClient
 
 from mcm_sandbox.runner import Sandbox, down, up
+from mcm_tasks.api import API_VERSION
 from mcm_tasks.settings import configure, reset_settings
 
 #: compressed time every end-to-end sandbox starts from; a test's own env overrides it
@@ -68,3 +69,14 @@ def faults(sandbox: Sandbox, rule: Mapping[str, Any] | None) -> None:
         request = urllib.request.Request(url, data=json.dumps(rule).encode(), method="POST",
                                          headers={"Content-Type": "application/json"})  # fmt: skip
     urllib.request.urlopen(request, timeout=5).close()
+
+
+def machine_set(name: str, replicas: int, class_name: str, namespace: str = "default") -> dict[str, Any]:
+    """A MachineSet of ``replicas`` machines of the named MachineClass, selected by ``set: <name>``."""
+    labels = {"set": name}
+    return {
+        "apiVersion": API_VERSION, "kind": "MachineSet", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"class": {"kind": "MachineClass", "name": class_name}}}},
+    }  # fmt: skip

@@ -40,7 +40,7 @@ from mcm_tasks.queue.state import delayed, failing, running
 from mcm_tasks.queue.stats import read_stats
 from mcm_tasks.settings import get_settings
 from providers.local import LocalCloud
-from tests.e2e.support import connected, running_sandbox
+from tests.e2e.support import connected, machine_set, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -316,16 +316,6 @@ def _clear_faults(world: World) -> None:
     urllib.request.urlopen(req, timeout=5).close()
 
 
-def machine_set(name: str, replicas: int) -> dict[str, Any]:
-    labels = {"set": name}
-    return {
-        "apiVersion": API_VERSION, "kind": "MachineSet", "metadata": {"name": name, "namespace": NS},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"class": {"kind": "MachineClass", "name": "durable"}}}},
-    }  # fmt: skip
-
-
 def test_a_pool_process_killed_while_a_machine_set_creates(world: World) -> None:
     """Creates are slowed (1 s each) so the kill lands mid-creation. The redelivered reconcile
     re-checks the dead run's expectations within seconds instead of the 5-minute timeout."""
@@ -334,7 +324,7 @@ def test_a_pool_process_killed_while_a_machine_set_creates(world: World) -> None
     key = f"{NS}/creating"
     _fault(world, {"action": "latency", "latency_ms": 1000, "verbs": ["create"], "resources": ["machines"]})
     try:
-        ops.create(world.control, kinds.MACHINE_SET.resource, machine_set("creating", 10))
+        ops.create(world.control, kinds.MACHINE_SET.resource, machine_set("creating", 10, "durable"))
         exp_key = f"mcm:exp:{key}"
         wait_until(lambda: int(world.redis.hget(exp_key, "add") or 0) > 0, 60, interval=0.02,
                    what="the set to start creating")  # fmt: skip

@@ -34,7 +34,7 @@ from mcm_tasks.celery_app import celery_config
 from mcm_tasks.kube import ops
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.settings import get_settings
-from tests.e2e.support import connected, faults, running_sandbox
+from tests.e2e.support import connected, faults, machine_set, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -82,16 +82,6 @@ def celery(sandbox: Sandbox) -> Iterator[Celery]:
         app.close()
 
 
-def machine_set(name: str, replicas: int) -> dict[str, Any]:
-    labels = {"set": name}
-    return {
-        "apiVersion": API_VERSION, "kind": "MachineSet", "metadata": {"name": name, "namespace": NS},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"class": {"kind": "MachineClass", "name": "death"}}}},
-    }  # fmt: skip
-
-
 def machines(control: ApiClient, name: str) -> list[dict[str, Any]]:
     return list(ops.list_(control, kinds.MACHINE.resource, NS, label_selector=f"set={name}")["items"])
 
@@ -126,7 +116,7 @@ def test_a_set_whose_worker_died_mid_creation_continues_after_another_message(
     # 1 s per create: the slow start (1, 2, 4, 3) takes several seconds, the kill lands inside it
     faults(sandbox, {"action": "latency", "latency_ms": 1000, "verbs": ["create"], "resources": ["machines"]})
     try:
-        ops.create(control, kinds.MACHINE_SET.resource, machine_set(name, REPLICAS))
+        ops.create(control, kinds.MACHINE_SET.resource, machine_set(name, REPLICAS, "death"))
         wait_until(lambda: 0 < len(machines(control, name)) < REPLICAS and lock_of(client, key) is not None,
                    60, interval=0.05, what="the set's first slow-start batch")  # fmt: skip
         found = lock_of(client, key)

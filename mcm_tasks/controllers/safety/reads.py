@@ -58,6 +58,15 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _stored_if_synced(lister: Lister[Any]) -> dict[str, bytes] | None:
+    """The mirror's stored objects of the lister's kind (name → JSON) when it holds them all; None
+    when it does not or Redis is away: the caller LISTs from the API server instead."""
+    try:
+        return lister.reader.list_stored_if_synced(lister.kind)
+    except redis.RedisError:
+        return None
+
+
 def orphan_facts(raw: Obj) -> MachineFacts | None:
     """What the orphan job decides on, read straight from a stored machine (``facts_of`` would parse
     the whole model first, its conditions and node template included, for five strings); None for a
@@ -80,11 +89,7 @@ def machines_for_orphans() -> list[MachineFacts]:
     one LIST. Nothing is kept between runs (the job runs every 15 minutes: keeping a thousand
     machines' stored JSON to recognise unchanged ones would hold megabytes in every worker process)."""
     namespace = get_settings().namespace
-    lister = get_listers().machines
-    try:
-        stored = lister.reader.list_stored_if_synced(lister.kind)
-    except redis.RedisError:
-        stored = None
+    stored = _stored_if_synced(get_listers().machines)
     if stored is None:
         items = ops.list_(context.control_api(), kinds.MACHINE.resource, namespace)["items"]
     else:
@@ -146,11 +151,7 @@ def nodes_to_judge(claims: Mapping[str, int]) -> list[Obj] | None:
     api = context.target_api()
     if api is None:
         return None
-    lister = get_listers().nodes
-    try:
-        stored = lister.reader.list_stored_if_synced(lister.kind)
-    except redis.RedisError:
-        stored = None
+    stored = _stored_if_synced(get_listers().nodes)
     if stored is None:
         return list(ops.list_(api, kinds.NODE.resource)["items"])
     return [
