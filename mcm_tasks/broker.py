@@ -1,6 +1,6 @@
 """kombu's Redis transport with four changes (the third: one reused client per channel, see
 ``_create_client``; the fourth: a worker's BRPOP blocks 5 s, not 1, see ``_EventLoopBRPOP``,
-and a closing channel unblocks it, see ``close``): a
+and a closing channel or a change of its queues unblocks it, see ``_unblock_brpop``): a
 channel whose connection was already released fails with a connection error instead of
 ``AttributeError``, and the process can list the delivery tags its channels hold unacknowledged
 (``held_delivery_tags``), so that the keeper (mcm_tasks/queue/keeper.py) renews them and a dead
@@ -105,20 +105,38 @@ class _Changes:
                 self.__dict__["_mcm_brpop_id"] = (sock, int(connection.read_response()))
         super()._brpop_start(timeout)  # type: ignore[misc]
 
-    def close(self) -> None:
-        """kombu's close reads the reply of a BRPOP in flight (a message it popped must not be
-        lost), which waits out the block (5 s on a worker): a warm shutdown waited that long. The
-        BRPOP is first unblocked from another connection (``CLIENT UNBLOCK``: it replies as on a
-        timeout, popping nothing), so the close reads that reply at once."""
+    def _unblock_brpop(self) -> None:
+        """End this channel's BRPOP in flight at once (``CLIENT UNBLOCK`` from another connection:
+        it replies as on a timeout, popping nothing). An unblock that fails leaves the BRPOP to
+        end with its block."""
         known = self.__dict__.get("_mcm_brpop_id")
         connection = getattr(self, "_in_poll", None)
         if connection and known is not None and getattr(connection, "_sock", None) is known[0]:
             with contextlib.suppress(*_UNBLOCK_ERRORS), self.conn_or_acquire() as client:  # type: ignore[attr-defined]
                 client.client_unblock(known[1])
+
+    def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
+        """A BRPOP in flight names the queues consumed when it was sent: a queue added now (a
+        remote-control ``add_consumer``) would wait out the block, so the BRPOP is sent again."""
+        tag = super().basic_consume(queue, *args, **kwargs)  # type: ignore[misc]
+        self._unblock_brpop()
+        return tag
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        """As ``basic_consume``: a cancelled queue leaves the BRPOP at once."""
+        result = super().basic_cancel(consumer_tag)  # type: ignore[misc]
+        self._unblock_brpop()
+        return result
+
+    def close(self) -> None:
+        """kombu's close reads the reply of a BRPOP in flight (a message it popped must not be
+        lost), which waits out the block (5 s on a worker): a warm shutdown waited that long. The
+        BRPOP is unblocked first, so the close reads that reply at once."""
+        self._unblock_brpop()
         super().close()  # type: ignore[misc]
 
 
-#: an unblock that fails leaves kombu's close to wait out the BRPOP, as before
+#: an unblock that fails leaves the BRPOP to end with its block, as before
 _UNBLOCK_ERRORS = (redis.RedisError, OSError, ValueError)
 
 

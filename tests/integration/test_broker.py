@@ -144,3 +144,27 @@ def test_closing_a_worker_channel_unblocks_its_brpop_and_pops_nothing(redis_url:
     client = redis.Redis.from_url(redis_url)
     lists = [key for key in client.keys(f"*{QUEUE}") if client.type(key) == b"list"]  # broker key prefix
     assert sum(client.llen(key) for key in lists) == 1, "nothing popped by a BRPOP left behind"
+
+
+def test_a_queue_consumed_while_a_brpop_blocks_is_taken_before_the_block_ends(redis_url: str) -> None:
+    """A BRPOP in flight names the queues of when it was sent: a queue a worker starts consuming
+    then (remote control's ``add_consumer``, the benchmarks' resume) waited out the 5 s block. The
+    channel unblocks it, and the next BRPOP names the new queue."""
+    other = QUEUE + "-added"
+    with app.connection_for_read(redis_url) as conn:
+        hub = Hub()
+        try:
+            channel = conn.default_channel
+            for name in (QUEUE, other):
+                Queue(name, Exchange(name), name, channel=channel).declare()
+            received: list[Message] = []
+            channel.basic_consume(QUEUE, False, received.append, QUEUE)
+            conn.transport.register_with_event_loop(conn.connection, hub)
+            assert _brpop_blocks(redis_url, hub.run_once) == [EVENT_LOOP_BRPOP_TIMEOUT]
+            channel.basic_consume(other, False, received.append, other)
+            with app.connection_for_write(redis_url) as producer_conn, producer_conn.Producer() as producer:
+                producer.publish({"n": 1}, exchange=other, routing_key=other)
+            wait_until(lambda: bool(hub.run_once() or received), timeout=EVENT_LOOP_BRPOP_TIMEOUT - 2,
+                       interval=0, what="the added queue's message, before the block ends")  # fmt: skip
+        finally:
+            hub.close()
