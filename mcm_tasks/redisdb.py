@@ -307,8 +307,10 @@ def redbeat_options(settings: Settings) -> dict[str, Any]:
 #: what the project does with Redis, as ACL categories and commands: data types, scripts, MULTI,
 #: pub/sub (Celery's events and remote control), PING/HELLO/AUTH/SELECT; never @admin or @dangerous
 #: commands (KEYS, FLUSHALL, CONFIG, DEBUG, SHUTDOWN, MONITOR …), bar INFO (Flower's broker page);
-#: and TIME (kombu's binding scripts); CLIENT SETINFO (Redis 7.2+) is left out: redis-py ignores its
-#: refusal
+#: and TIME (kombu's binding scripts); CLIENT ID and CLIENT UNBLOCK (a worker ends its own BRPOP at
+#: once on shutdown or when its queues change, ``mcm_tasks.broker``: refused, it waits the block
+#: out, at most 5 s; an unblocked command returns as on a timeout). CLIENT SETINFO (Redis 7.2+) is
+#: left out: redis-py ignores its refusal
 ACL_COMMANDS = (
     "-@all",
     "+@connection",
@@ -329,6 +331,7 @@ ACL_COMMANDS = (
     "+time",
     "+client|setname",
     "+client|id",
+    "+client|unblock",
 )
 
 
