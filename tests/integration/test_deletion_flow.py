@@ -84,13 +84,42 @@ def test_machine_without_node_or_vm_skips_the_drain(env: Env) -> None:
     trace = drive(env, name)
     assert trace.descriptions == [
         "Set machine status to termination. Now, getting VM Status",
-        "Initiate node drain",  # GetMachineStatus said NotFound
+        # GetMachineStatus said NotFound: on through the drain and DeleteMachine, as upstream does
+        "VM was not found at provider. Moving forward to node drain. Initiate node drain",
         "Skipping drain as nodeName is not a valid one for machine. Initiate VM deletion",
         "VM deletion was successful. Initiate node object deletion",  # nothing to delete is success
-        f'Label "node" not present on machine "{name}" or no associated node object found, continuing '
-        "deletion flow. Initiate machine object finalizer removal",
+        f'Label "node" not present on machine "{name}", continuing deletion flow. '
+        "Initiate machine object finalizer removal",  # upstream #1097's words
     ]
     assert env.machine(name) is None
+
+
+def test_without_target_cluster_a_labelled_machine_finds_no_node(env: Env) -> None:
+    """Upstream's no-target mode: the node label names a Node nobody can look up, and the flow says so
+    in ``deleteNodeObject``'s words for a missing Node (upstream #1097 dropped the combined text)."""
+    from mcm_tasks.kube.clients import reset_clusters
+
+    reconfigure(env, target_kubeconfig="none")
+    reset_clusters()
+    try:
+        name = unique("nt")
+        body = _bare(name)
+        body["metadata"]["labels"] = {"node": f"{name}-node"}  # type: ignore[index]
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, "default", "machines", body)
+        env.delete_machine(name)
+        trace = drive(env, name)
+        assert trace.descriptions == [
+            "Set machine status to termination. Now, getting VM Status",
+            "Running without target cluster, skipping node drain and volume attachment deletion. "
+            "Initiate VM deletion",
+            "VM deletion was successful. Initiate node object deletion",
+            f'No node object found for "{name}-node", continuing deletion flow. '
+            "Initiate machine object finalizer removal",
+        ]
+        assert env.machine(name) is None
+    finally:
+        reconfigure(env)
+        reset_clusters()
 
 
 @contextmanager

@@ -105,6 +105,29 @@ def test_vm_status_transition(
 
 
 @pytest.mark.parametrize(
+    ("error", "text"),
+    [
+        pytest.param(None, "Initiate node drain", id="Checking existance of VM at provider successfully"),
+        pytest.param(err(Code.Unimplemented), "Initiate node drain", id="GetMachineStatus Unimplemented: try to drain and delete"),
+        pytest.param(err(Code.NotFound), "VM was not found at provider. Moving forward to node drain. Initiate node drain",
+                     id="NotFound: drain on, so DeleteMachine removes the VM's orphan NICs and disks"),
+        pytest.param(err(Code.Uninitialized), "VM instance was not initialized. Moving forward to node drain. Initiate node drain",
+                     id="Uninitialized: on to the drain"),
+    ],
+)  # fmt: skip
+def test_vm_status_words_are_upstreams(error: Exception | None, text: str) -> None:
+    """Upstream ``updateMachineStatusAndNodeLabel``: a VM the provider does not have is not taken
+    straight to node deletion (the seeds' older flow) but through the drain and DeleteMachine."""
+    found = steps.vm_status_transition(error)
+    assert (found.description, found.state, found.retry) == (
+        text,
+        MachineState.PROCESSING,
+        steps.Retry.NEXT_STEP,
+    )
+    assert steps.step_of_description(found.description) is steps.Step.DRAIN
+
+
+@pytest.mark.parametrize(
     ("error", "step", "state", "retry", "text"),
     [
         (None, steps.Step.DELETE_NODE, MachineState.PROCESSING, steps.Retry.NEXT_STEP,

@@ -46,6 +46,7 @@ from mcm_tasks.controllers.machine.deletion_steps import (
     drain_transition,
     go_q,
     moving_on,
+    no_node_found,
     step_of,
     step_of_description,
     vm_status_transition,
@@ -273,12 +274,14 @@ def _delete_node(scope: MachineScope) -> StepResult:
     """Upstream: ``deleteNodeObject``."""
     machine, node_name = scope.machine, scope.node_name()
     api = context.target_api()
-    if not node_name or api is None:
+    if not node_name:
         text = (
-            f"Label {go_q(NODE_LABEL_KEY)} not present on machine {go_q(machine.metadata.name or '')} "
-            f"or no associated node object found, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
+            f"Label {go_q(NODE_LABEL_KEY)} not present on machine {go_q(machine.metadata.name or '')}, "
+            f"continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
         )
         return _write(machine, moving_on(text))
+    if api is None:  # no target cluster: its node lister finds nothing, as upstream's does
+        return _write(machine, moving_on(no_node_found(node_name)))
     try:
         # the mark tells the Node's DELETE apart from someone else's (the status may be a step behind)
         mark = {DELETED_BY_FLOW_ANNOTATION: Step.DELETE_NODE.value}
@@ -297,10 +300,7 @@ def _delete_node(scope: MachineScope) -> StepResult:
         )
         return _write(machine, Transition(text, MachineState.FAILED, Retry.SHORT))
     if gone:
-        text = (
-            f"No node object found for {go_q(node_name)}, continuing deletion flow. "
-            f"{INITIATE_FINALIZER_REMOVAL}"
-        )
+        text = no_node_found(node_name)
     else:
         text = f"Deletion of Node Object {go_q(node_name)} is successful. {INITIATE_FINALIZER_REMOVAL}"
     return _write(machine, moving_on(text))

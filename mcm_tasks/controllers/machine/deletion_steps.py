@@ -85,14 +85,35 @@ def moving_on(description: str) -> Transition:
     return Transition(description, MachineState.PROCESSING, Retry.NEXT_STEP)
 
 
+def no_node_found(node_name: str) -> str:
+    """Upstream ``deleteNodeObject``'s words for a Node that is not there (any more)."""
+    return (
+        f"No node object found for {go_q(node_name)}, continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
+    )
+
+
+#: upstream ``updateMachineStatusAndNodeLabel``: a VM the provider no longer has, or never initialised,
+#: still goes through the drain and DeleteMachine, so the provider removes what it left behind (NICs,
+#: disks) before the Node goes; the seeds' older flow went to node deletion directly
+VM_NOT_FOUND: Final = f"VM was not found at provider. Moving forward to node drain. {INITIATE_DRAIN}"
+VM_UNINITIALIZED: Final = f"VM instance was not initialized. Moving forward to node drain. {INITIATE_DRAIN}"
+
+
 def vm_status_transition(error: Exception | None, target_mode: bool = True) -> Transition:
     """After GetMachineStatus in step 2 (None: it answered). Without a target cluster there is no
-    node to drain and no VolumeAttachment to delete: upstream goes straight to VM deletion."""
+    node to drain and no VolumeAttachment to delete: upstream goes straight to VM deletion. A
+    NotFound goes on to the drain, not to node deletion (``VM_NOT_FOUND`` says why)."""
     onwards = moving_on(INITIATE_DRAIN if target_mode else NO_TARGET_SKIP)
     if error is None:
         return onwards
     code = code_of(error)
-    if code in (Code.Unimplemented, Code.NotFound, Code.Uninitialized):
+    if not target_mode and code in (Code.Unimplemented, Code.NotFound, Code.Uninitialized):
+        return onwards
+    if code is Code.NotFound:
+        return moving_on(VM_NOT_FOUND)
+    if code is Code.Uninitialized:
+        return moving_on(VM_UNINITIALIZED)
+    if code is Code.Unimplemented:
         return onwards
     if code in TRANSIENT_CODES:
         text = f"Error occurred while getting VM status, will retry - {error}. {GET_VM_STATUS}"
