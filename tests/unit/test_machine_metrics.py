@@ -11,8 +11,16 @@ from mcm_tasks.controllers.machine import metrics
 def machine(name: str, phase: str, conditions: list[dict[str, str]] | None = None) -> Machine:
     return Machine.model_validate(
         {
-            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"class": {"kind": "MachineClass", "name": "c1"}, "providerID": f"local:///z/{name}"},
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"node": f"node-{name}"},
+            },
+            "spec": {
+                "class": {"apiGroup": "machine.sapcloud.io", "kind": "MachineClass", "name": "c1"},
+                "providerID": f"local:///z/{name}",
+            },
             "status": {"currentStatus": {"phase": phase}, "conditions": conditions or []},
         }
     )
@@ -57,6 +65,8 @@ def test_state_metrics() -> None:
     [a] = [labels for labels in info if labels["name"] == "a"]
     assert a["spec_provider_id"] == "local:///z/a" and a["spec_class_name"] == "c1"
     assert a["createdAt"] == "1767225600"
+    # upstream updateMachineInfoMetric's class group and node name
+    assert a["spec_class_api_group"] == "machine.sapcloud.io" and a["node_name"] == "node-a"
 
 
 def test_failed_join_counts_pending_to_failed_only() -> None:

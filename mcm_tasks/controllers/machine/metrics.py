@@ -22,7 +22,7 @@ from prometheus_client.core import REGISTRY, CollectorRegistry, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from mcm_tasks.api import Machine, MachineClass, MachinePhase
-from mcm_tasks.api.constants import MACHINE_DEPLOYMENT_NAME_LABEL_KEY
+from mcm_tasks.api.constants import MACHINE_DEPLOYMENT_NAME_LABEL_KEY, NODE_LABEL_KEY
 from mcm_tasks.api.enums import ConditionStatus
 from mcm_tasks.controllers.common.metrics import FAILED_JOINS as FAILED_JOINS
 from mcm_tasks.controllers.common.metrics import observe_status_write as observe_status_write
@@ -117,7 +117,17 @@ def machine_metrics(machines: list[Machine], frozen: bool) -> list[Metric]:
     info = GaugeMetricFamily(
         "mcm_machine_info",
         "Information of the machines currently managed by the mcm.",
-        labels=["name", "namespace", "createdAt", "spec_provider_id", "spec_class_kind", "spec_class_name"],
+        # upstream ``updateMachineInfoMetric``'s labels, in its order
+        labels=[
+            "name",
+            "namespace",
+            "createdAt",
+            "spec_provider_id",
+            "spec_class_api_group",
+            "spec_class_kind",
+            "spec_class_name",
+            "node_name",
+        ],
     )
     conditions = GaugeMetricFamily(
         "mcm_machine_status_condition",
@@ -133,8 +143,10 @@ def machine_metrics(machines: list[Machine], frozen: bool) -> list[Metric]:
                 namespace,
                 str(int(created.timestamp())) if created else "",
                 m.spec.provider_id,
+                m.spec.class_.api_group,
                 m.spec.class_.kind,
                 m.spec.class_.name,
+                m.metadata.labels.get(NODE_LABEL_KEY, ""),
             ],
             1,
         )
