@@ -229,6 +229,43 @@ def test_orphan_sets_are_adopted_and_unselected_ones_released(world: World) -> N
     assert released.metadata.controller_ref() is None
 
 
+def test_adopted_set_and_its_machines_get_the_template_hash_label(world: World) -> None:
+    """Upstream ``addHashKeyToISAndMachines``: a set adopted without ``machine-template-hash`` gets it
+    on its template, then on its active machines, then on its labels and selector; it keeps its
+    machines throughout (none released, none made anew), and the deployment makes no second set."""
+    d = world.create(deployment_body("pool", 2, tmpl=template("class-v1")))
+    orphan = {
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "MachineSet",
+        "metadata": {"name": "orphan", "labels": dict(LABELS)},
+        "spec": {"replicas": 2, "selector": {"matchLabels": dict(LABELS)}, "template": template("class-v1")},
+    }
+    ops.create(world.api, kinds.MACHINE_SET.resource, orphan, world.namespace)
+    world.reconcile_sets()
+    world.boot()
+    world.reconcile_sets()
+    before = {m["metadata"]["uid"] for m in world.machines()}
+    assert len(before) == 2
+    want = template_hash(MachineSet.model_validate(orphan).spec.template, None)
+
+    def labelled() -> bool:
+        found = next(s for s in world.sets() if s.metadata.name == "orphan")
+        return (found.spec.selector is not None
+                and found.spec.selector.match_labels.get("machine-template-hash") == want)  # fmt: skip
+
+    world.settle(until=labelled, rounds=20)
+    [adopted] = world.sets()  # no second set: the adopted one is the deployment's new set
+    ref = adopted.metadata.controller_ref()
+    assert ref is not None and ref.uid == d.metadata.uid
+    assert adopted.metadata.labels["machine-template-hash"] == want
+    assert adopted.spec.template.metadata.labels["machine-template-hash"] == want
+    machines = world.machines_of(adopted)
+    assert {m["metadata"]["uid"] for m in machines} == before
+    assert all(m["metadata"]["labels"]["machine-template-hash"] == want for m in machines)
+    world.settle()
+    assert {m["metadata"]["uid"] for m in world.machines()} == before
+
+
 def test_hash_collision_bumps_collision_count(world: World) -> None:
     body = deployment_body("pool", 1)
     d = world.create(body)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.api import MachineTemplateSpec
+from mcm_tasks.api import Machine, MachineSet, MachineTemplateSpec
 from mcm_tasks.api.constants import (
     DESIRED_REPLICAS_ANNOTATION,
     MACHINE_TEMPLATE_HASH_LABEL_KEY,
@@ -17,7 +17,9 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machinedeployment.hash import (
     SAFE_ALPHABET,
+    HashKeyStep,
     equal_ignore_hash,
+    hash_key_step,
     machine_set_name,
     template_hash,
 )
@@ -147,3 +149,55 @@ def test_rolled_back_annotations_take_the_sets_but_keep_the_deployments_own() ->
     mine = {REVISION_ANNOTATION: "4", "team": "old", "gone": "x"}
     theirs = {REVISION_ANNOTATION: "2", "team": "new", DESIRED_REPLICAS_ANNOTATION: "3"}
     assert rolled_back_annotations(mine, theirs) == {REVISION_ANNOTATION: "4", "team": "new"}
+
+
+# --- addHashKeyToISAndMachines, one step per pass -------------------------------------------------------
+
+H = "hhhhh"
+HASH = MACHINE_TEMPLATE_HASH_LABEL_KEY
+
+
+def _set(*, selector_hash: bool = False, template_hash_label: str | None = None, generation: int = 1,
+         observed: int = 1, replicas: int = 2, fully: int = 2) -> MachineSet:  # fmt: skip
+    labels = {"name": "pool"}
+    template_labels = dict(labels) if template_hash_label is None else {**labels, HASH: template_hash_label}
+    match = {**labels, HASH: H} if selector_hash else labels
+    return MachineSet.model_validate(
+        {
+            "metadata": {"name": "s", "generation": generation},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": match},
+                     "template": {"metadata": {"labels": template_labels}}},
+            "status": {"observedGeneration": observed, "fullyLabeledReplicas": fully},
+        }
+    )  # fmt: skip
+
+
+def _machine(label: str | None, phase: str = "Running") -> Machine:
+    labels = {"name": "pool"} if label is None else {"name": "pool", HASH: label}
+    return Machine.model_validate(
+        {"metadata": {"name": "m", "labels": labels}, "status": {"currentStatus": {"phase": phase}}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("machine_set", "machines", "step"),
+    [
+        pytest.param(_set(selector_hash=True), [_machine(None)], HashKeyStep.DONE,
+                     id="the selector has the hash label: it's done syncing"),
+        pytest.param(_set(), [_machine(None)], HashKeyStep.LABEL_TEMPLATE, id="1. add hash template label"),
+        pytest.param(_set(template_hash_label="other"), [], HashKeyStep.LABEL_TEMPLATE,
+                     id="1. precondition: a different hash in the template is replaced"),
+        pytest.param(_set(template_hash_label=H, generation=2, observed=1), [_machine(None)],
+                     HashKeyStep.WAIT_OBSERVED, id="WaitForMachineSetUpdated: generation not observed"),
+        pytest.param(_set(template_hash_label=H), [_machine(H), _machine(None)], HashKeyStep.LABEL_MACHINES,
+                     id="2. LabelMachinesWithHash: a machine without the hash"),
+        pytest.param(_set(template_hash_label=H, fully=1), [_machine(H), _machine(None, "Failed")],
+                     HashKeyStep.WAIT_FULLY_LABELED, id="Failed machines are inactive"),
+        pytest.param(_set(template_hash_label=H, fully=1), [_machine(H), _machine("x", "Terminating")],
+                     HashKeyStep.WAIT_FULLY_LABELED, id="WaitForMachinesHashPopulated"),
+        pytest.param(_set(template_hash_label=H), [_machine(H), _machine(H)], HashKeyStep.LABEL_SELECTOR,
+                     id="3. update label and selector"),
+    ],
+)  # fmt: skip
+def test_hash_key_step(machine_set: MachineSet, machines: list[Machine], step: HashKeyStep) -> None:
+    assert hash_key_step(machine_set, machines, H) is step

@@ -18,11 +18,13 @@ clash of names between different templates is resolved by bumping collisionCount
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any, Final
 
 import orjson
 
-from mcm_tasks.api import MachineTemplateSpec, dump
+from mcm_tasks.api import Machine, MachinePhase, MachineSet, MachineTemplateSpec, dump
 from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY
 from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, pruned
 
@@ -77,3 +79,51 @@ def template_hash(template: MachineTemplateSpec, collision_count: int | None) ->
 
 def machine_set_name(deployment_name: str, template_hash_value: str) -> str:
     return f"{deployment_name}-{template_hash_value[:NAME_HASH_LENGTH]}"
+
+
+# --- the hash label on adopted sets (upstream addHashKeyToISAndMachines) ----------------------------------
+
+
+class HashKeyStep(StrEnum):
+    """The next step of putting the ``machine-template-hash`` label on a set the deployment adopted
+    without it. Upstream waits inside its worker between the steps; here each pass takes the step that
+    is due, and a set not yet through them holds its deployment's pass (``WAIT_*``), as upstream's
+    waits hold its worker: an unlabelled set overlaps with the new set the deployment would make."""
+
+    #: the selector carries the label: nothing to do
+    DONE = "done"
+    #: 1. the label into the set's machine template, so machines it creates from now on carry it
+    LABEL_TEMPLATE = "label-template"
+    #: the MachineSet controller has not yet observed the template change
+    WAIT_OBSERVED = "wait-observed"
+    #: 2. the label onto the set's active machines that lack it
+    LABEL_MACHINES = "label-machines"
+    #: the set's status does not yet count all its replicas as fully labelled
+    WAIT_FULLY_LABELED = "wait-fully-labeled"
+    #: 3. the label into the set's own labels and selector
+    LABEL_SELECTOR = "label-selector"
+
+
+def is_machine_active(machine: Machine) -> bool:
+    """Upstream ``IsMachineActive``: neither Failed nor Terminating."""
+    return machine.status.current_status.phase not in (MachinePhase.FAILED, MachinePhase.TERMINATING)
+
+
+def hash_key_step(machine_set: MachineSet, machines: Sequence[Machine], hash_value: str) -> HashKeyStep:
+    """Which step of upstream's ``addHashKeyToISAndMachines`` is due for a set and its machines.
+
+    ``hash_value`` is upstream's ``GetMachineSetHash``: ``template_hash`` of the set's own template
+    with the deployment's collisionCount."""
+    key = MACHINE_TEMPLATE_HASH_LABEL_KEY
+    selector = machine_set.spec.selector
+    if selector is not None and key in selector.match_labels:
+        return HashKeyStep.DONE
+    if machine_set.spec.template.metadata.labels.get(key) != hash_value:
+        return HashKeyStep.LABEL_TEMPLATE
+    if machine_set.status.observed_generation < (machine_set.metadata.generation or 0):
+        return HashKeyStep.WAIT_OBSERVED
+    if any(is_machine_active(m) and m.metadata.labels.get(key) != hash_value for m in machines):
+        return HashKeyStep.LABEL_MACHINES
+    if machine_set.status.fully_labeled_replicas != machine_set.spec.replicas:
+        return HashKeyStep.WAIT_FULLY_LABELED
+    return HashKeyStep.LABEL_SELECTOR

@@ -3,6 +3,7 @@
 Order: read the deployment (from the API server); gone → done; being deleted → delete all the sets
 it controls and drop the finalizer once none is left; invalid → skipped with a Warning event; add
 the finalizer; an empty selector → a SelectingAll Warning and nothing else; claim the MachineSets;
+put the machine-template-hash label on adopted sets (a set not yet through holds the pass);
 the paused/resumed condition; the autoscaler's trigger-deletion annotation; then exactly one
 of: the InPlaceUpdate strategy (not supported yet: a condition says so, the sets are only scaled), a
 paused deployment (scale only), a rollback, a scaling event (proportional scaling), or the strategy
@@ -103,6 +104,8 @@ def reconcile_once(namespace: str, name: str, *, live: bool) -> Requeue | None:
         return None
 
     machine_sets.claim_sets(ctx)
+    if not machine_sets.sync_hash_keys(ctx):
+        return Requeue.short()
     paused = progress.paused_condition(ctx.deployment, ctx.now)
     if paused is not None:
         ctx.deployment.status = progress.with_condition(ctx.deployment.status, paused)

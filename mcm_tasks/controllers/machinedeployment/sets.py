@@ -19,6 +19,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import (
     ConditionStatus,
     LabelSelector,
+    Machine,
     MachineDeployment,
     MachineSet,
     MachineSetSpec,
@@ -33,7 +34,14 @@ from mcm_tasks.controllers.common.rollout import max_surge
 from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, pruned
 from mcm_tasks.controllers.machinedeployment import progress
 from mcm_tasks.controllers.machinedeployment.control import Context
-from mcm_tasks.controllers.machinedeployment.hash import equal_ignore_hash, machine_set_name, template_hash
+from mcm_tasks.controllers.machinedeployment.hash import (
+    HashKeyStep,
+    equal_ignore_hash,
+    hash_key_step,
+    is_machine_active,
+    machine_set_name,
+    template_hash,
+)
 from mcm_tasks.controllers.machinedeployment.revisions import (
     max_revision,
     new_set_annotations,
@@ -44,6 +52,7 @@ from mcm_tasks.controllers.machinedeployment.scaling import (
     by_age,
     new_set_replicas,
 )
+from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_already_exists
 from mcm_tasks.kube.events import NORMAL, WARNING
 
@@ -78,6 +87,55 @@ def claim_sets(ctx: Context) -> list[MachineSet]:
         raise outcome.errors[0]
     ctx.sets = outcome.claimed
     return ctx.sets
+
+
+def sync_hash_keys(ctx: Context) -> bool:
+    """Put the ``machine-template-hash`` label on every set the deployment controls that lacks it in
+    its selector (adopted sets: the deployment makes its own with it), one step per set and pass
+    (``hash.hash_key_step``); whether every set is through. A set that is not holds the pass: its
+    selector would overlap the new set's, and the next pass (the set's status, its machines' labels
+    or the requeue wakes it) takes the next step.
+
+    Upstream: ``getAllMachineSetsAndSyncRevision`` → ``isAndMachinesWithHashKeySynced``,
+    ``addHashKeyToISAndMachines``, ``LabelMachinesWithHash``.
+    """
+    key = MACHINE_TEMPLATE_HASH_LABEL_KEY
+    through = True
+    for ms in list(ctx.sets):
+        hash_value = template_hash(ms.spec.template, ctx.deployment.status.collision_count)
+        machines = [Machine.model_validate(m) for m in ctx.machines_of(ms)]
+        step = hash_key_step(ms, machines, hash_value)
+        if step is HashKeyStep.DONE:
+            continue
+        through = False
+        log.info("MachineDeployment %s: set %s, machine-template-hash %s: %s", ctx.key, ms.metadata.name,
+                 hash_value, step.value)  # fmt: skip
+        if step is HashKeyStep.LABEL_TEMPLATE:
+            template = ms.spec.template
+            labels = {**template.metadata.labels, key: hash_value}
+            meta = template.metadata.model_copy(update={"labels": labels})
+            desired = ms.spec.model_copy(update={"template": template.model_copy(update={"metadata": meta})})
+            ctx.update_set(ms, ms.model_copy(update={"spec": desired}))
+        elif step is HashKeyStep.LABEL_MACHINES:
+            for machine in machines:
+                if is_machine_active(machine) and machine.metadata.labels.get(key) != hash_value:
+                    body = {"metadata": {"labels": {key: hash_value},
+                                         "resourceVersion": machine.metadata.resource_version}}  # fmt: skip
+                    ops.patch(ctx.api, kinds.MACHINE.resource, machine.metadata.name or "", body,
+                              machine.metadata.namespace)  # fmt: skip
+        elif step is HashKeyStep.LABEL_SELECTOR:
+            selector = ms.spec.selector or LabelSelector()
+            selector = selector.model_copy(
+                update={"match_labels": {**selector.match_labels, key: hash_value}}
+            )
+            meta = ms.metadata.model_copy(update={"labels": {**ms.metadata.labels, key: hash_value}})
+            ctx.update_set(
+                ms,
+                ms.model_copy(
+                    update={"metadata": meta, "spec": ms.spec.model_copy(update={"selector": selector})}
+                ),
+            )
+    return through
 
 
 def find_new_set(deployment: MachineDeployment, machine_sets: Sequence[MachineSet]) -> MachineSet | None:
