@@ -54,6 +54,28 @@ def test_class_finalizer_wakes_its_machines_and_holds_deletion(env: Env) -> None
     assert ops.get(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace, missing_ok=True) is None
 
 
+def test_a_class_being_deleted_enqueues_the_machines_that_use_it(env: Env) -> None:
+    """The seeds' reconcileClusterMachineClass: deleted while machines still use it, the class keeps
+    its finalizer and enqueues those machines (on the termination queue for one being deleted)."""
+    cls = env.name("class")
+    env.machine_class(cls, reconcile=False)
+    ops.patch(env.api, kinds.MACHINE_CLASS.resource, cls, {"metadata": {"finalizers": [MCM_FINALIZER]}},
+              env.namespace)  # fmt: skip
+    staying, going = env.name("staying"), env.name("going")
+    env.machine(staying, cls)
+    env.machine(going, cls)
+    ops.patch(env.api, kinds.MACHINE.resource, going, {"metadata": {"finalizers": ["keep"]}}, env.namespace)
+    ops.delete(env.api, kinds.MACHINE.resource, going, env.namespace)
+    assert env.key(staying) not in pending_keys("machine")
+    ops.delete(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace)
+    requeue = reconcile_machine_class(env.key(cls))
+    assert requeue is not None and requeue.after == 1.0
+    assert MCM_FINALIZER in finalizers(ops.get(env.api, kinds.MACHINE_CLASS.resource, cls, env.namespace))
+    assert env.key(staying) in pending_keys("machine")
+    assert env.key(going) in pending_keys("machine-termination")
+    ops.patch(env.api, kinds.MACHINE.resource, going, {"metadata": {"finalizers": None}}, env.namespace)
+
+
 def test_class_finalizer_only_while_machines_use_the_class(env: Env) -> None:
     """Upstream's reconcileClusterMachineClass: an unused class carries no finalizer (and loses one
     it has); a machine using it brings the finalizer."""

@@ -4,7 +4,9 @@ As upstream's ``reconcileClusterMachineClass``: a class that machines use and th
 deleted carries the MCM finalizer; when the finalizer is first added, the class's machines are
 enqueued, since their reconciles wait for it (a new machine of an unused class enqueues the class
 itself). A class no machine uses loses the finalizer, deleted or not; a class being deleted keeps
-it while machines still use it. Every class comes back after ``class_resync_period``.
+it while machines still use it, and enqueues them on each of its passes (ShortRetry apart), as the
+seeds' flow of ``reconcileClusterMachineClass`` does (upstream's current code only retries). Every
+class comes back after ``class_resync_period``.
 
 Not in upstream: a class not being deleted that cannot make machines (an invalid node template, a
 missing secret, an unknown provider) gets a Warning Event saying why, so that a broken class is
@@ -79,7 +81,10 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
             enqueue_many(machine_queue_items(context.machines_of_class(name, namespace)))
         return resync
     if in_use:
-        log.info("machine class %s: still used by machines, keeping its finalizer", key)
+        # the seeds' flow: a class being deleted that machines still use enqueues them, so each pass
+        # of theirs (a deletion under way, a failure to report) runs while the class waits on them
+        log.info("machine class %s: being deleted but still used by machines, keeping its finalizer", key)
+        enqueue_many(machine_queue_items(context.machines_of_class(name, namespace)))
         return Requeue.short()
     patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
     if patch is not None:
