@@ -43,6 +43,7 @@ def test_replicas_0_1_6_2(harness: Harness) -> None:
     assert MCM_FINALIZER in ms["metadata"]["finalizers"]
     assert harness.machines() == []
     assert ms["status"]["observedGeneration"] == ms["metadata"]["generation"]
+    assert ms["status"]["lastOperation"]["lastUpdateTime"]  # upstream calculateMachineSetStatus's stamp
 
     harness.scale("web", 1)
     harness.settle("web")

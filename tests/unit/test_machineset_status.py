@@ -134,5 +134,29 @@ def test_unmanaged_status_fields_are_kept() -> None:
     ms = machine_set(status={"lastOperation": {"description": "kept"}, "someFutureField": 1})
     status = calculate_status(ms, [], None, NOW)
     wire = dump(status)
-    assert wire["lastOperation"] == {"description": "kept"}
+    assert wire["lastOperation"] == {"description": "kept", "lastUpdateTime": "2026-03-01T12:00:00Z"}
     assert wire["someFutureField"] == 1
+
+
+def test_last_operation_time_is_the_computation_time_written_only_with_a_change() -> None:
+    """Upstream calculateMachineSetStatus stamps lastOperation.lastUpdateTime; updateMachineSetStatus
+    does not write a status whose counts, conditions and failures are unchanged."""
+    machines = [machine("a"), machine("b"), machine("c")]
+    first = calculate_status(machine_set(), machines, None, NOW)
+    assert first.last_operation.last_update_time == NOW
+    ms = machine_set(status=dump(first))
+    later = calculate_status(ms, machines, None, LATER)
+    assert later.last_operation.last_update_time == LATER
+    assert not status_changed(ms, later)
+
+
+def test_min_ready_seconds_does_not_delay_availability() -> None:
+    """Upstream isMachineAvailable: Running or Available is available however recently it became so;
+    minReadySeconds (Gardener sets 500) is carried, not waited for. Kept on purpose."""
+    ms = MachineSet.model_validate(
+        {**dump(machine_set()), "spec": {**dump(machine_set())["spec"], "minReadySeconds": 500}}
+    )
+    just_now = machine("r")
+    just_now.status.current_status.last_update_time = NOW
+    status = calculate_status(ms, [just_now, machine("av", "Available")], None, NOW)
+    assert status.available_replicas == 2 and status.ready_replicas == 1

@@ -4,7 +4,13 @@ replicas = claimed machines; fullyLabeledReplicas = those carrying every templat
 readyReplicas = Running; availableReplicas = Running or Available; failedMachines = machines whose
 lastOperation failed (kept until the set is back to all-ready, as MCM keeps it); the
 ``ReplicaFailure`` condition (JSON key ``machineSetCondition``) while manageReplicas fails;
-observedGeneration = the generation acted on.
+observedGeneration = the generation acted on; lastOperation.lastUpdateTime = when the status was
+computed, written only with a change of the rest (upstream ``calculateMachineSetStatus``).
+
+``minReadySeconds`` does not delay availability, as in upstream's ``isMachineAvailable`` (the
+seeds describe it as the time a machine must be ready before it counts as available, but no
+upstream code reads it): Gardener sets 500 on every MachineDeployment, and honouring it would hold
+each step of every rollout for over eight minutes longer than MCM does.
 
 Deliberate difference: the condition's reason says which action failed (FailedCreate or
 FailedDelete); MCM guesses it from the replica difference and leaves it empty when that is zero.
@@ -85,6 +91,8 @@ def calculate_status(
         "ready_replicas": ready,
         "available_replicas": available,
         "observed_generation": machine_set.metadata.generation or old.observed_generation,
+        # upstream stamps only the time (its other fields are nobody's); written with a change only
+        "last_operation": old.last_operation.model_copy(update={"last_update_time": now}),
         "preserved_failed_replicas": sum(preservation.is_preserved_failed(m, now) for m in machines),
         "auto_preserve_failed_machine_count": sum(
             preservation.is_auto_preserved(m) and not m.metadata.is_deleting for m in machines
