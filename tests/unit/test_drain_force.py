@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mcm_tasks.api import Machine
+from mcm_tasks.controllers.machine.descriptions import INITIATE_DRAIN
 from mcm_tasks.controllers.machine.drain import force as df
 from mcm_tasks.settings import Settings, load_settings
 
@@ -195,3 +196,25 @@ def test_force_due_in(m: Machine, n: dict[str, Any] | None, due: float | None) -
 )
 def test_parse_time(raw: Any, expected: datetime | None) -> None:
     assert df.parse_time(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        pytest.param("Drain failed due to - pdb blocks eviction. Will retry in next sync. " + INITIATE_DRAIN,
+                     id="Drain machine failure before drain timeout, hence deletion fails"),
+        pytest.param("Drain failed due to failure in update of node conditions - 500. Will retry in next "
+                     "sync. " + INITIATE_DRAIN, id="node conditions update failed"),
+    ],
+)  # fmt: skip
+def test_a_failed_drain_does_not_force_the_next(description: str) -> None:
+    """The seeds list "the last drain failed" as a third force reason; upstream dropped it in #373
+    ("Avoid force-deleting if previous drain has failed"): a drain refused by a PodDisruptionBudget
+    would otherwise delete the budget's pods on the very next pass. Kept out on purpose; only the
+    label, the drain timeout and an unhealthy node force a drain."""
+    m = machine(deleted_ago=60)
+    m.status.last_operation.description = description
+    m.status.last_operation.state = "Failed"
+    params = df.drain_params(m, node(cond("Ready", "True", 3600)), NOW, settings())
+    assert not params.force and params.force_reason == ""
+    assert params.max_evict_retries == 360

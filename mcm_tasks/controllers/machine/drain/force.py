@@ -12,6 +12,10 @@ afterwards, and a failure no longer blocks the VM's deletion) when:
 
 The first two also shorten the drain to ``force_drain_timeout`` with one eviction attempt, as upstream.
 
+A drain that failed last time is *not* a reason (the seeds' third one): upstream dropped it in #373,
+since a drain refused by a PodDisruptionBudget would otherwise delete the budget's pods on the next
+pass; its ``drainNode`` keeps only the comment.
+
 The node conditions are read from the Node when it is known, else from the Machine's copy. Upstream
 reads only the copy, which the health check stops refreshing once a machine is being deleted, so a
 node that breaks during a long drain would never force it; the Node is the fresher truth.
