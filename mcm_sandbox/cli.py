@@ -46,6 +46,11 @@ def apiserver(
         help="Also serve HTTPS (self-signed) on this port, 0 for any, and write the kubeconfig for it; "
         "RBAC mode does this by default.",
     ),
+    eviction: bool = typer.Option(
+        True,
+        "--eviction/--no-eviction",
+        help="Serve the pods/eviction subresource (and list it in discovery).",
+    ),
 ) -> None:
     """Run the sandbox Kubernetes API server in the foreground."""
     from mcm_sandbox.apiserver.app import ServerOptions
@@ -69,6 +74,7 @@ def apiserver(
         bookmark_interval=bookmark_interval,
         authorization_mode=authorization_mode,
         secure_port=secure_port,
+        eviction=eviction,
     )
     run(host, port, kubeconfig, opts)
 

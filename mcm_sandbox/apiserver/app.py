@@ -51,6 +51,8 @@ class ServerOptions:
     authorization_mode: str = "AlwaysAllow"
     # Also serve HTTPS on this port (0: any free one), and point the kubeconfig there.
     secure_port: int | None = None
+    # Serve pods/eviction (and list it in discovery); off, a cluster without the subresource.
+    eviction: bool = True
 
 
 class Server:
@@ -58,6 +60,8 @@ class Server:
         self.opts = opts
         self.store = Store(opts.history_window)
         self.registry = Registry()
+        if not opts.eviction:
+            self.registry.drop_eviction()
         self.api = Api(self.store, self.registry, Admission(self.store, self.registry))
         self.deleter = Deleter(self.api, opts.pod_grace_mode)
         self.watchers: set[Watcher] = set()

@@ -121,6 +121,12 @@ class Registry:
     def add(self, rt: ResourceType) -> None:
         self._by_path[(rt.group, rt.version, rt.plural)] = rt
 
+    def drop_eviction(self) -> None:
+        """Serve no eviction subresource, as a cluster without the policy API's Eviction: discovery
+        does not list ``pods/eviction`` and a POST to it is a 404."""
+        for rt in self._by_path.values():
+            rt.eviction = False
+
     def get(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._by_path.get((group, version, plural))
 

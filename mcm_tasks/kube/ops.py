@@ -314,11 +314,17 @@ def delete(
 
 
 def evict(
-    api: ApiClient, name: str, namespace: str, *, grace_period_seconds: int | None = None
+    api: ApiClient,
+    name: str,
+    namespace: str,
+    *,
+    grace_period_seconds: int | None = None,
+    api_version: str = "policy/v1",
 ) -> dict[str, Any]:
-    """POST a policy/v1 Eviction for a pod; a PodDisruptionBudget refusal is a 429."""
+    """POST an Eviction (policy/v1 unless the cluster prefers another) for a pod; a
+    PodDisruptionBudget refusal is a 429."""
     body: dict[str, Any] = {
-        "apiVersion": "policy/v1",
+        "apiVersion": api_version,
         "kind": "Eviction",
         "metadata": {"name": name, "namespace": namespace},
     }

@@ -9,6 +9,7 @@ that is already gone is answered 404 and counted done, a detach seen late only d
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -30,7 +31,7 @@ from mcm_tasks.controllers.common.context import list_objects, mirror_has
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.pods import Answer, Removal, Reply
 from mcm_tasks.controllers.machine.drain.volumes import shared_pv_names
-from mcm_tasks.kube import ops
+from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_too_many_requests
 from providers.driver import Driver, GetVolumeIDsRequest
 from providers.errors import MachineError
@@ -79,6 +80,42 @@ def node_for_machine(api: ApiClient, machine_name: str) -> str:
         label_selector=selector,
     )
     return str(nodes[0]["metadata"]["name"]) if nodes else ""
+
+
+#: upstream's ``EvictionSubresource`` and ``EvictionKind``, as discovery lists them under ``/api/v1``
+EVICTION_SUBRESOURCE: Final = "pods/eviction"
+EVICTION_KIND: Final = "Eviction"
+#: seconds a process trusts a cluster's discovery answer: a drain step runs every few seconds, and a
+#: cluster gains or loses the eviction API only with an upgrade
+EVICTION_SUPPORT_TTL: Final = 300.0
+_eviction_support: dict[str, tuple[float, str]] = {}
+
+
+def support_eviction(api: ApiClient) -> str:
+    """The policy group version to evict pods with ("policy/v1", or "policy/v1beta1" on an old
+    cluster), "" when the cluster serves no eviction subresource (the drain then deletes pods). Read
+    from discovery as upstream does (the ``policy`` group's preferred version, and ``pods/eviction``
+    of kind Eviction among the core resources), and kept per cluster for ``EVICTION_SUPPORT_TTL``.
+
+    Upstream: ``SupportEviction``.
+    """
+    host = str(api.configuration.host)
+    now = time.monotonic()
+    cached = _eviction_support.get(host)
+    if cached is not None and now - cached[0] < EVICTION_SUPPORT_TTL:
+        return cached[1]
+    groups = (rest.request(api, "GET", "/apis") or {}).get("groups") or ()
+    policy = next((g for g in groups if g.get("name") == "policy"), None)
+    version = ""
+    if policy is not None:
+        preferred = str((policy.get("preferredVersion") or {}).get("groupVersion") or "")
+        core = (rest.request(api, "GET", "/api/v1") or {}).get("resources") or ()
+        if any(r.get("name") == EVICTION_SUBRESOURCE and r.get("kind") == EVICTION_KIND for r in core):
+            version = preferred
+    if not version:
+        log.warning("the cluster at %s serves no pod eviction: drains delete pods instead", host)
+    _eviction_support[host] = (now, version)
+    return version
 
 
 def pdbs_in(api: ApiClient, namespace: str) -> list[Obj]:
@@ -245,8 +282,11 @@ def remove_node_finalizer(api: ApiClient, name: str, annotations: Mapping[str, s
             raise
 
 
-def remove_pod(api: ApiClient, pod: Mapping[str, Any], removal: Removal) -> Reply:
-    """Evict (policy/v1), or delete with no grace and the pod's uid as precondition (never a namesake).
+def remove_pod(
+    api: ApiClient, pod: Mapping[str, Any], removal: Removal, eviction_version: str = "policy/v1"
+) -> Reply:
+    """Evict (an Eviction of ``eviction_version``, from ``support_eviction``), or delete with no grace
+    and the pod's uid as precondition (never a namesake).
 
     Upstream: ``evictPod``, ``deletePod``.
     """
@@ -254,7 +294,7 @@ def remove_pod(api: ApiClient, pod: Mapping[str, Any], removal: Removal) -> Repl
     name, namespace, uid = str(meta.get("name")), str(meta.get("namespace")), ds.pod_uid(pod)
     try:
         if removal is Removal.EVICT:
-            ops.evict(api, name, namespace)
+            ops.evict(api, name, namespace, api_version=eviction_version)
         else:
             ops.delete(api, kinds.POD.resource, name, namespace, uid=uid or None, grace_period_seconds=0)
     except ApiException as err:

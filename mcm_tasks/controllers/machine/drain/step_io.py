@@ -129,7 +129,12 @@ def drain_step(
     tracked_pvs = [pv for r in progress.pods.values() for pv in r.pv_names]
     vas = io.volume_attachments(api, node_name, tracked_pvs)
     progress = plan.observe_all(progress, by_key, node, vas, params, timing(settings), now)
-    budget = _issue_removals(api, progress, by_key, node, params, settings, now)
+    eviction = "" if params.force or not progress.pods else io.support_eviction(api)
+    if not params.force and progress.pods and not eviction and starting is not None:
+        message = (f"The cluster of node {node_name} serves no pod eviction: its pods are deleted, "
+                   "without asking their PodDisruptionBudgets")  # fmt: skip
+        status.record_event(machine, WARNING, "EvictionUnsupported", message)
+    budget = _issue_removals(api, progress, by_key, node, params, settings, now, eviction)
 
     staying = [p for p in pods if ds.node_name_of(p) == node_name and ds.skip_reason(p)]
     pvs_in_use = [pv for names in io.pv_names_by_pod(api, staying).values() for pv in names]
@@ -202,17 +207,21 @@ def _issue_removals(
     params: DrainParams,
     settings: Settings,
     now: float,
+    eviction: str = "policy/v1",
 ) -> int:
-    """Issue due removals until none is due or the budget is spent; returns the budget left."""
+    """Issue due removals until none is due or the budget is spent; returns the budget left. Without
+    an ``eviction`` version (``support_eviction``: the cluster has none) a due eviction is a
+    deletion, as upstream's ``deleteOrEvictPods`` does without ``attemptEvict``."""
     budget = MAX_REMOVALS_PER_STEP
     pdbs: dict[str, list[Obj]] = {}
     while budget > 0:
         due = plan.due_removals(progress, by_key, node, params, now)[:budget]
         if not due:
             break
-        for key, removal in due:
+        for key, due_removal in due:
             pod = by_key[key]
-            reply = io.remove_pod(api, pod, removal)
+            removal = due_removal if eviction or due_removal is dp.Removal.DELETE else dp.Removal.DELETE
+            reply = io.remove_pod(api, pod, removal, eviction)
             pdb = None
             if reply.answer is dp.Answer.TOO_MANY_REQUESTS:
                 namespace = str(pod["metadata"].get("namespace") or "")
