@@ -100,6 +100,7 @@ def faults_add(
     verbs: str = typer.Option("", help="Comma-separated verbs (default: all)."),
     resources: str = typer.Option("", help="Comma-separated resources, e.g. pods,nodes (default: all)."),
     duration: float = typer.Option(0.0, help="Seconds the rule stays active (0: until cleared)."),
+    times: int = typer.Option(0, help="Requests the rule answers before it is gone (0: no limit)."),
     status_code: int = typer.Option(503, help="HTTP status for action=error."),
     latency_ms: int = typer.Option(0, help="Added delay for action=latency."),
     token: str = typer.Option("", help="Bearer token, when the server requires one."),
@@ -114,6 +115,8 @@ def faults_add(
     }
     if duration > 0:
         rule["duration_seconds"] = duration
+    if times > 0:
+        rule["times"] = times
     typer.echo(_admin(server, "POST", "/sandbox/faults", token, rule)["id"])
 
 

@@ -32,6 +32,8 @@ class FaultRule(BaseModel):
     verbs: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
     duration_seconds: float | None = Field(default=None, gt=0)
+    #: the rule answers at most this many requests, then is gone (None: no limit)
+    times: int | None = Field(default=None, gt=0)
     id: str = ""
     expires_at: float | None = None
 
@@ -94,9 +96,17 @@ class FaultSet:
         return list(self._rules)
 
     def match(self, verb: str, resource: str, now: float | None = None) -> FaultRule | None:
-        """The first unexpired rule for this request, if any."""
+        """The first unexpired rule for this request, if any; a rule with ``times`` counts it."""
         for rule in self.active(now):
             if rule.applies_to(verb, resource):
+                if rule.times is not None:
+                    left = rule.times - 1
+                    self._rules = [
+                        kept
+                        for kept in (rule.model_copy(update={"times": left}) if r.id == rule.id else r
+                                     for r in self._rules)
+                        if kept.times is None or kept.times > 0
+                    ]  # fmt: skip
                 return rule
         return None
 

@@ -69,6 +69,18 @@ def test_first_active_rule_wins_and_rules_expire() -> None:
     assert [r.action for r in faults.active()] == ["latency"]
 
 
+def test_a_rule_with_times_answers_that_many_requests_then_is_gone() -> None:
+    faults = FaultSet(Clock())
+    faults.add(FaultRule(action="error", resources=("persistentvolumeclaims",), times=2))
+    assert faults.match("get", "pods") is None  # not counted
+    first = faults.match("get", "persistentvolumeclaims")
+    assert first is not None and first.times == 2
+    assert [r.times for r in faults.active()] == [1]
+    assert faults.match("get", "persistentvolumeclaims") is not None
+    assert faults.match("get", "persistentvolumeclaims") is None
+    assert faults.active() == []
+
+
 def test_explicit_now_overrides_clock() -> None:
     faults = FaultSet(Clock())
     faults.add(FaultRule(action="hang", duration_seconds=1), now=0.0)
