@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
@@ -33,6 +34,7 @@ from mcm_tasks.controllers.machine.drain.pods import Answer, Removal, Reply
 from mcm_tasks.controllers.machine.drain.volumes import shared_pv_names
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_too_many_requests
+from mcm_tasks.kube.retry import Backoff, retry_on_error
 from providers.driver import Driver, GetVolumeIDsRequest
 from providers.errors import MachineError
 
@@ -142,18 +144,56 @@ def volume_attachments(api: ApiClient, node_name: str, pv_names: Iterable[str]) 
     return list_objects(lister, api, kinds.VOLUME_ATTACHMENT.resource, mirror=from_mirror)
 
 
+#: upstream's ``GetPvDetailsMaxRetries``: tries of a PVC or PV lookup before its volume is skipped
+GET_PV_DETAILS_MAX_RETRIES: Final = 3
+#: between the tries; upstream sleeps ``GetPvDetailsRetryInterval`` (5 s), a worker does not wait that
+#: long: a lookup that still fails skips the volume, which the drain's detach barrier still covers
+GET_PV_DETAILS_BACKOFF: Final = Backoff(duration=0.05, factor=4.0, jitter=0.1)
+
+
+def _pv_details_transient(err: BaseException) -> bool:
+    """What a PVC or PV lookup retries: the API server's errors and the network's (a NotFound is
+    already an answer, None)."""
+    return isinstance(err, ApiException | urllib3.exceptions.HTTPError | OSError)
+
+
+def _pv_details(what: str, read: Callable[[], Obj | None]) -> Obj | None:
+    """``read`` with upstream's retries; None (the volume skipped, with a warning) when every try
+    failed, as upstream's ``getPersistentVolumeNamesForPod`` and ``getVolumeIDFromDriver`` skip it."""
+    try:
+        return retry_on_error(
+            read, _pv_details_transient, attempts=GET_PV_DETAILS_MAX_RETRIES, backoff=GET_PV_DETAILS_BACKOFF
+        )
+    except Exception as err:
+        if not _pv_details_transient(err):
+            raise
+        shown = describe(err) if isinstance(err, ApiException) else str(err)
+        log.warning(
+            "error getting %s after %d tries, skipping its volume: %s",
+            what,
+            GET_PV_DETAILS_MAX_RETRIES,
+            shown,
+        )
+        return None
+
+
 def _claim(api: ApiClient, namespace: str, name: str) -> Obj | None:
     lister = _listers().persistent_volume_claims
     if mirror_has(lister):
         return lister.get(name, namespace)
-    return ops.get(api, kinds.PERSISTENT_VOLUME_CLAIM.resource, name, namespace, missing_ok=True)
+    return _pv_details(
+        f"PVC {namespace}/{name}",
+        lambda: ops.get(api, kinds.PERSISTENT_VOLUME_CLAIM.resource, name, namespace, missing_ok=True),
+    )
 
 
 def _volume(api: ApiClient, name: str) -> Obj | None:
     lister = _listers().persistent_volumes
     if mirror_has(lister):
         return lister.get(name)
-    return ops.get(api, kinds.PERSISTENT_VOLUME.resource, name, missing_ok=True)
+    return _pv_details(
+        f"PV {name}", lambda: ops.get(api, kinds.PERSISTENT_VOLUME.resource, name, missing_ok=True)
+    )
 
 
 def pv_names_of(api: ApiClient, pod: Mapping[str, Any]) -> list[str]:
