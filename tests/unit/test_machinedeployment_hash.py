@@ -191,12 +191,14 @@ def _machine(label: str | None, phase: str = "Running") -> Machine:
                      HashKeyStep.WAIT_OBSERVED, id="WaitForMachineSetUpdated: generation not observed"),
         pytest.param(_set(template_hash_label=H), [_machine(H), _machine(None)], HashKeyStep.LABEL_MACHINES,
                      id="2. LabelMachinesWithHash: a machine without the hash"),
-        pytest.param(_set(template_hash_label=H, fully=1), [_machine(H), _machine(None, "Failed")],
+        pytest.param(_set(template_hash_label=H, fully=0), [_machine(H), _machine(None, "Failed")],
                      HashKeyStep.WAIT_FULLY_LABELED, id="Failed machines are inactive"),
-        pytest.param(_set(template_hash_label=H, fully=1), [_machine(H), _machine("x", "Terminating")],
+        pytest.param(_set(template_hash_label=H, fully=1), [_machine(H), _machine(H)],
                      HashKeyStep.WAIT_FULLY_LABELED, id="WaitForMachinesHashPopulated"),
         pytest.param(_set(template_hash_label=H), [_machine(H), _machine(H)], HashKeyStep.LABEL_SELECTOR,
                      id="3. update label and selector"),
+        pytest.param(_set(template_hash_label=H, replicas=3, fully=2), [_machine(H), _machine(H)],
+                     HashKeyStep.LABEL_SELECTOR, id="a set short of its replicas (quota) does not hold"),
     ],
 )  # fmt: skip
 def test_hash_key_step(machine_set: MachineSet, machines: list[Machine], step: HashKeyStep) -> None:

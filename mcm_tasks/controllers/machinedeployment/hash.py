@@ -122,8 +122,12 @@ def hash_key_step(machine_set: MachineSet, machines: Sequence[Machine], hash_val
         return HashKeyStep.LABEL_TEMPLATE
     if machine_set.status.observed_generation < (machine_set.metadata.generation or 0):
         return HashKeyStep.WAIT_OBSERVED
-    if any(is_machine_active(m) and m.metadata.labels.get(key) != hash_value for m in machines):
+    active = [m for m in machines if is_machine_active(m)]
+    if any(m.metadata.labels.get(key) != hash_value for m in active):
         return HashKeyStep.LABEL_MACHINES
-    if machine_set.status.fully_labeled_replicas != machine_set.spec.replicas:
+    # upstream waits for fullyLabeledReplicas == spec.replicas; a set that cannot reach its replicas
+    # (a quota) would then hold its deployment for good, even the rollout that would fix it: the
+    # set's status counting the labelled active machines is what the selector change needs
+    if machine_set.status.fully_labeled_replicas < len(active):
         return HashKeyStep.WAIT_FULLY_LABELED
     return HashKeyStep.LABEL_SELECTOR
