@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -90,20 +91,21 @@ EVICTION_KIND: Final = "Eviction"
 #: seconds a process trusts a cluster's discovery answer: a drain step runs every few seconds, and a
 #: cluster gains or loses the eviction API only with an upgrade
 EVICTION_SUPPORT_TTL: Final = 300.0
-_eviction_support: dict[str, tuple[float, str]] = {}
+#: per client (a cluster's client lives as long as its configuration; another server is another client)
+_eviction_support: weakref.WeakKeyDictionary[ApiClient, tuple[float, str]] = weakref.WeakKeyDictionary()
 
 
 def support_eviction(api: ApiClient) -> str:
     """The policy group version to evict pods with ("policy/v1", or "policy/v1beta1" on an old
     cluster), "" when the cluster serves no eviction subresource (the drain then deletes pods). Read
     from discovery as upstream does (the ``policy`` group's preferred version, and ``pods/eviction``
-    of kind Eviction among the core resources), and kept per cluster for ``EVICTION_SUPPORT_TTL``.
+    of kind Eviction among the core resources), and kept per client for ``EVICTION_SUPPORT_TTL``.
 
     Upstream: ``SupportEviction``.
     """
     host = str(api.configuration.host)
     now = time.monotonic()
-    cached = _eviction_support.get(host)
+    cached = _eviction_support.get(api)
     if cached is not None and now - cached[0] < EVICTION_SUPPORT_TTL:
         return cached[1]
     groups = (rest.request(api, "GET", "/apis") or {}).get("groups") or ()
@@ -116,7 +118,7 @@ def support_eviction(api: ApiClient) -> str:
             version = preferred
     if not version:
         log.warning("the cluster at %s serves no pod eviction: drains delete pods instead", host)
-    _eviction_support[host] = (now, version)
+    _eviction_support[api] = (now, version)
     return version
 
 
