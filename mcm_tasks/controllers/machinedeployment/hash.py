@@ -109,14 +109,19 @@ def is_machine_active(machine: Machine) -> bool:
     return machine.status.current_status.phase not in (MachinePhase.FAILED, MachinePhase.TERMINATING)
 
 
+def has_hash_key(machine_set: MachineSet) -> bool:
+    """Whether the set's selector carries the ``machine-template-hash`` label (then it is done)."""
+    selector = machine_set.spec.selector
+    return selector is not None and MACHINE_TEMPLATE_HASH_LABEL_KEY in selector.match_labels
+
+
 def hash_key_step(machine_set: MachineSet, machines: Sequence[Machine], hash_value: str) -> HashKeyStep:
     """Which step of upstream's ``addHashKeyToISAndMachines`` is due for a set and its machines.
 
     ``hash_value`` is upstream's ``GetMachineSetHash``: ``template_hash`` of the set's own template
     with the deployment's collisionCount."""
     key = MACHINE_TEMPLATE_HASH_LABEL_KEY
-    selector = machine_set.spec.selector
-    if selector is not None and key in selector.match_labels:
+    if has_hash_key(machine_set):
         return HashKeyStep.DONE
     if machine_set.spec.template.metadata.labels.get(key) != hash_value:
         return HashKeyStep.LABEL_TEMPLATE

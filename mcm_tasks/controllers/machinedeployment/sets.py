@@ -37,6 +37,7 @@ from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.hash import (
     HashKeyStep,
     equal_ignore_hash,
+    has_hash_key,
     hash_key_step,
     is_machine_active,
     machine_set_name,
@@ -102,6 +103,8 @@ def sync_hash_keys(ctx: Context) -> bool:
     key = MACHINE_TEMPLATE_HASH_LABEL_KEY
     through = True
     for ms in list(ctx.sets):
+        if has_hash_key(ms):  # every set once through: its machines are not read
+            continue
         hash_value = template_hash(ms.spec.template, ctx.deployment.status.collision_count)
         machines = [Machine.model_validate(m) for m in ctx.machines_of(ms)]
         step = hash_key_step(ms, machines, hash_value)
