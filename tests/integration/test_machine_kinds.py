@@ -56,7 +56,9 @@ def test_class_finalizer_wakes_its_machines_and_holds_deletion(env: Env) -> None
 
 def test_a_class_being_deleted_enqueues_the_machines_that_use_it(env: Env) -> None:
     """The seeds' reconcileClusterMachineClass: deleted while machines still use it, the class keeps
-    its finalizer and enqueues those machines (on the termination queue for one being deleted)."""
+    its finalizer and enqueues those machines (on the termination queue for one being deleted).
+    Upstream's case: "Class deletion fails as machine objects are still referring the machine class
+    hence retry" (its current code retries without the enqueue)."""
     cls = env.name("class")
     env.machine_class(cls, reconcile=False)
     ops.patch(env.api, kinds.MACHINE_CLASS.resource, cls, {"metadata": {"finalizers": [MCM_FINALIZER]}},
