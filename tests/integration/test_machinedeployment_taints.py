@@ -29,6 +29,7 @@ from mcm_tasks.api.constants import (
     REVISION_ANNOTATION,
 )
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.controllers.machinedeployment.hash import has_hash_key
 from mcm_tasks.kube import ops
 from tests.integration.test_machinedeployment_support import LABELS, World, deployment_body, template, world
 
@@ -222,6 +223,9 @@ def test_an_adopted_set_with_the_template_is_found_as_the_new_set(world: World) 
     }
     ops.create(world.api, kinds.MACHINE_SET.resource, orphan, world.namespace)
     world.create(deployment_body("pool", 2))
+    # the adopted set first gets the machine-template-hash label (addHashKeyToISAndMachines), a step
+    # a pass; the deployment's passes wait for it
+    world.settle(boot=False, until=lambda: all(has_hash_key(s) for s in world.sets()), rounds=10)
     world.reconcile()
 
     (only,) = world.sets()
