@@ -333,6 +333,52 @@ def test_replacements_in_flight(phases: list[str], count: int, markable: bool) -
     assert can_mark_failed(peers, "self") is markable
 
 
+def preserved_peer(name: str, phase: str) -> Machine:
+    current = {"phase": phase, "preserveExpiryTime": "2026-03-01T15:00:00Z"}
+    return Machine.model_validate({"metadata": {"name": name}, "status": {"currentStatus": current}})
+
+
+#: upstream's ``canMarkMachineFailed`` cases (machine_util_test.go, "#checkMachineTimeout"-style table
+#: with one replacement per MachineDeployment): the HealthTimedOut machine is "self", Unknown; the
+#: peers listed are those of its deployment (machines of another deployment are not listed at all)
+_UPSTREAM_RATE_LIMIT_CASES: list[tuple[str, list[Machine], bool]] = [
+    ("2 HealthTimedOut machines: from different machinedeployments", [], True),
+    ("1 HealthTimedOut, 1 Failed machine: from different machinedeployments", [], True),
+    ("2 HealthTimedOut machines: from same machinedeployment", [peer("p", "Unknown")], True),
+    ("1 HealthTimedOut , 1 Failed machine: from same machinedeployment", [peer("p", "Failed")], False),
+    ("1 HealthTimedOut , 1 Terminating machine", [peer("p", "Terminating")], False),
+    ("1 HealthTimedOut , 1 NoPhase machine", [peer("p", "")], False),
+    ("1 HealthTimedOut , 1 Pending machine", [peer("p", "Pending")], False),
+    ("1 HealthTimedOut , 1 CrashLoopBackOff machine", [peer("p", "CrashLoopBackOff")], False),
+    # upstream's code: "Preserved Failed machines are not replaced immediately, they need not be
+    # considered towards inProgress" (issue 26: one auto-preservation held back every replacement)
+    ("canMarkMachineFailed: preserved Failed machine", [preserved_peer("p", "Failed")], True),
+    (
+        "canMarkMachineFailed: preserved Failed and a Failed one",
+        [preserved_peer("p", "Failed"), peer("q", "Failed")],
+        False,
+    ),
+    (
+        "canMarkMachineFailed: preserved Terminating still counts its replacement",
+        [preserved_peer("p", "Terminating")],
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("peers", "markable"),
+    [pytest.param(peers, markable, id=case) for case, peers, markable in _UPSTREAM_RATE_LIMIT_CASES],
+)
+def test_can_mark_machine_failed_upstream_cases(peers: list[Machine], markable: bool) -> None:
+    assert can_mark_failed([peer("self", "Unknown"), *peers], "self") is markable
+
+
+def test_a_preserved_machine_counts_only_its_replacement() -> None:
+    assert replacements_in_flight([preserved_peer("a", "Failed"), preserved_peer("b", "Pending")]) == 0
+    assert replacements_in_flight([preserved_peer("a", "Terminating")]) == 1
+
+
 def test_the_machine_itself_does_not_count() -> None:
     assert can_mark_failed([peer("self", "Failed")], "self")
     assert not can_mark_failed([peer("self", "Unknown"), peer("p", "Failed")], "self", max_replacements=1)

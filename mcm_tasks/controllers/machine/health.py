@@ -240,16 +240,23 @@ def _timeouts(machine: Machine, now: datetime, settings: Settings) -> HealthDeci
 
 
 def replacements_in_flight(machines: Iterable[Machine], exclude: str = "") -> int:
-    """Machines of one deployment that are neither Running nor Unknown (Terminating ones twice: they
-    are a machine leaving and, soon, one being created)."""
+    """Upstream's count in ``canMarkMachineFailed``: machines of one deployment that are neither
+    Running nor Unknown (Terminating ones twice: they are a machine leaving and, soon, one being
+    created). A preserved machine (one with a ``preserveExpiryTime``) is not being replaced while it
+    is preserved, so its own count is left out, as upstream; a Terminating one still adds the
+    replacement that follows it. Counting a preserved Failed machine made one auto-preservation hold
+    back every other replacement of its deployment for the whole preservation."""
     count = 0
     for m in machines:
         if m.metadata.name == exclude:
             continue
-        phase = m.status.current_status.phase
-        if phase in SETTLED_PHASES:
+        current = m.status.current_status
+        if current.phase in SETTLED_PHASES:
             continue
-        count += 2 if phase == MachinePhase.TERMINATING else 1
+        if current.preserve_expiry_time is None:
+            count += 1
+        if current.phase == MachinePhase.TERMINATING:
+            count += 1
     return count
 
 
