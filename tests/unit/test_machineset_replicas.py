@@ -18,6 +18,7 @@ from mcm_tasks.api.constants import (
     PRESERVE_ANNOTATION,
     SCALE_UP_DISABLED_LABEL_KEY,
 )
+from mcm_tasks.controllers.common.preservation import LAST_APPLIED_NODE_PRESERVE_ANNOTATION
 from mcm_tasks.controllers.machineset.replicas import (
     BURST_REPLICAS,
     SKIP_FROZEN,
@@ -45,8 +46,9 @@ def machine(
     deleting: bool = False,
     preserve: str | None = None,
     preserve_until: datetime | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> Machine:
-    annotations: dict[str, str] = {}
+    annotations = dict(annotations or {})
     if priority is not None:
         annotations[MACHINE_PRIORITY_ANNOTATION] = priority
     if marked is not None:
@@ -307,3 +309,20 @@ def test_slow_start_stops_at_the_first_failing_batch(
     assert (error is None) == (not fail_on or count == 0)
     if error is not None:
         assert str(error) == f"call {fail_on[0]} refused"
+
+
+def test_a_failed_machine_is_kept_by_its_nodes_annotation() -> None:
+    """Upstream's shouldFailedMachineBeTerminated reads the Node: ``when-failed`` or ``now`` set on
+    the Node keeps a Failed machine the machine controller has not preserved yet; a Node annotation
+    removed (the machine remembers it as last-applied) ends it."""
+    machines = [
+        machine("a"),
+        machine("kept", "Failed"),
+        machine("ended", "Failed", annotations={LAST_APPLIED_NODE_PRESERVE_ANNOTATION: "when-failed"},
+                preserve_until=NOW + timedelta(hours=1)),
+        machine("plain", "Failed"),
+        machine("unread", "Failed", preserve="false"),
+    ]  # fmt: skip
+    values = {"kept": "when-failed", "ended": "", "plain": ""}
+    plan = plan_replicas(machine_set(5), machines, NOW, values, unread={"unread"})
+    assert sorted(names(plan.delete)) == ["ended", "plain"]

@@ -176,3 +176,62 @@ def test_decide(
         last_applied,
         clear_node,
     )
+
+
+def failed(annotations: dict[str, str], expiry: datetime | None = None) -> Machine:
+    return machine(annotations, "Failed", expiry)
+
+
+#: upstream's ``#shouldFailedMachineBeTerminated`` table (pkg/controller/machineset_test.go): a
+#: Failed machine with a Node; the Node's preserve value ("" = the Node has none) and the machine's
+_SHOULD_TERMINATE_CASES: list[tuple[str, datetime | None, str, dict[str, str], bool]] = [
+    ("should return false if preserve expiry time is in the future",
+     NOW + timedelta(hours=1), "", {KEY: "now"}, False),
+    ("should return true if machine is annotated with preserve=false", None, "", {KEY: "false"}, True),
+    ("should return true if node is annotated with preserve=false", None, "false", {}, True),
+    ("should return false if machine is annotated with preserve=now, and node has not been annotated, "
+     "and preserveExpiryTime is not yet set", None, "", {KEY: "now"}, False),
+    ("should return false if node is annotated with preserve=now, and preserveExpiryTime is not yet set",
+     None, "now", {}, False),
+    ("should return false if machine is annotated with preserve=when-failed, and node has not been annotated",
+     None, "", {KEY: "when-failed"}, False),
+    ("should return false if node is annotated with preserve=when-failed", None, "when-failed", {}, False),
+    ("should return true if preservation has timed out", NOW - timedelta(seconds=1), "now", {}, True),
+    ("should return true if laNodePreserveValue is not empty, machineAnnotationValue is not empty and "
+     "nodeAnnotationValue is empty, indicating that node Annotation Value was deleted",
+     None, "", {LA: "now", KEY: "when-failed"}, True),
+    # ours beyond upstream's table
+    ("node auto-preserved value keeps the machine", None, "auto-preserved", {}, False),
+    ("the node's value wins over the machine's", None, "false", {KEY: "when-failed"}, True),
+    ("an invalid value keeps nothing", None, "bogus", {}, True),
+    # deliberate difference: a request withdrawn ends the preservation at once, expiry or not
+    ("deliberate: node annotation removed while the expiry is still written",
+     NOW + timedelta(hours=1), "", {LA: "when-failed"}, True),
+    ("deliberate: node annotation set to false while the expiry is still written",
+     NOW + timedelta(hours=1), "false", {LA: "now"}, True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("expiry", "node_value", "annotations", "terminate"),
+    [pytest.param(e, n, a, t, id=case) for case, e, n, a, t in _SHOULD_TERMINATE_CASES],
+)
+def test_should_failed_machine_be_terminated(
+    expiry: datetime | None, node_value: str, annotations: dict[str, str], terminate: bool
+) -> None:
+    assert p.should_failed_machine_be_terminated(failed(annotations, expiry), node_value, NOW) is terminate
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({KEY: "when-failed"}, "when-failed"),
+        ({LA: "now"}, "now"),  # the Node's value as the machine controller last applied it
+        ({LA: "now", KEY: "false"}, "now"),
+        ({KEY: "bogus"}, ""),
+    ],
+)
+def test_no_node_to_read_falls_back_to_the_machine(annotations: dict[str, str], expected: str) -> None:
+    """No Node (none named, gone, no target): the machine's own view, as upstream's machine
+    controller enforces the machine's value when the Node is not found."""
+    assert p.find_effective_preserve_value(failed(annotations), None) == expected

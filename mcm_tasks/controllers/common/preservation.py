@@ -105,6 +105,41 @@ def is_preserved(machine: Machine, now: datetime) -> bool:
     return False
 
 
+#: the values that ask for a preservation (``false`` and "" do not)
+PRESERVING_VALUES: Final = frozenset({PRESERVE_NOW, PRESERVE_WHEN_FAILED, PRESERVE_AUTO_PRESERVED})
+
+
+def find_effective_preserve_value(machine: Machine, node_value: str | None) -> str:
+    """Upstream's ``findEffectivePreserveValue`` (the MachineSet's reading): the Node's value wins
+    once the Node has one or had one (the machine's last-applied Node value); only a Node that never
+    asked leaves the machine's own value in force. ``node_value`` None: no Node to read (no ``node``
+    label, the Node gone, no target cluster): the machine's own view (``set_view_value``), as
+    upstream's machine controller enforces the machine's value when the Node is not found."""
+    if node_value is None:
+        return set_view_value(machine)
+    annotations = machine.metadata.annotations
+    if not node_value and not annotations.get(LAST_APPLIED_NODE_PRESERVE_ANNOTATION):
+        return annotations.get(PRESERVE_ANNOTATION, "")
+    return node_value
+
+
+def should_failed_machine_be_terminated(machine: Machine, node_value: str | None, now: datetime) -> bool:
+    """Upstream's ``shouldFailedMachineBeTerminated``: whether the MachineSet replaces a Failed
+    machine now. Kept while its preservation has not expired, and — before the machine controller
+    has written ``preserveExpiryTime`` — while its effective value (the Node's or the machine's, see
+    ``find_effective_preserve_value``) asks for one, so it is not deleted in the moment between its
+    failure and its preservation.
+
+    Deliberate difference: with an expiry still written, upstream keeps the machine until the
+    machine controller clears it; here a request withdrawn (annotation removed, ``false``, an
+    invalid value) ends it for the set at once, so a removed Node annotation ends the preservation
+    in the same pass that sees it."""
+    value = find_effective_preserve_value(machine, node_value)
+    if is_expired(machine, now):
+        return True
+    return value not in PRESERVING_VALUES
+
+
 def is_preserved_failed(machine: Machine, now: datetime) -> bool:
     return machine.status.current_status.phase == MachinePhase.FAILED and is_preserved(machine, now)
 

@@ -26,19 +26,29 @@ from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineSet, now_utc
-from mcm_tasks.api.constants import MCM_FINALIZER, PRESERVE_ANNOTATION, PRESERVE_AUTO_PRESERVED
+from mcm_tasks.api.constants import (
+    MCM_FINALIZER,
+    NODE_LABEL_KEY,
+    PRESERVE_ANNOTATION,
+    PRESERVE_AUTO_PRESERVED,
+)
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
-from mcm_tasks.controllers.common.context import control_api, get_object, mirror_has
+from mcm_tasks.controllers.common.context import control_api, get_node, get_object, mirror_has
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machineset import control, status
-from mcm_tasks.controllers.machineset.replicas import SKIP_FROZEN, plan_replicas
+from mcm_tasks.controllers.machineset.replicas import (
+    SKIP_FROZEN,
+    is_failed,
+    is_terminating,
+    plan_replicas,
+)
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.controllers.machineset.sync import propagate
 from mcm_tasks.controllers.problems import answers_unreadable
@@ -283,6 +293,30 @@ def preservation_wake_up(machines: list[Machine], now: datetime) -> Requeue | No
     return Requeue(max(0.0, (first - now).total_seconds()) + 0.5)
 
 
+def failed_machines_node_values(machines: list[Machine]) -> tuple[dict[str, str], set[str]]:
+    """The preserve annotation of the Node of each Failed machine (upstream's
+    ``findEffectivePreserveValue`` reads it from the node lister): machine name → the Node's value
+    ("" when it has none), for the machines whose Node exists; and the machines whose Node could not
+    be read. Only Failed machines are read: they are the only ones the value decides for."""
+    values: dict[str, str] = {}
+    unread: set[str] = set()
+    for machine in machines:
+        node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+        if not node_name or not is_failed(machine) or is_terminating(machine):
+            continue
+        name = machine.metadata.name or ""
+        try:
+            node = get_node(node_name)
+        except Exception as err:  # a read that fails keeps the machine for this pass
+            log.warning("machine %s: reading its Node %s: %s", name, node_name, describe(err))
+            unread.add(name)
+            continue
+        if node is not None:
+            annotations = (node.get("metadata") or {}).get("annotations") or {}
+            values[name] = str(annotations.get(PRESERVE_ANNOTATION, ""))
+    return values, unread
+
+
 def _warn_missing_class(scope: MachineSetScope) -> None:
     """Not in MCM: a set whose template names a class that does not exist still creates its machines
     (the class may be on its way), but says on itself why they will not come up."""
@@ -303,7 +337,8 @@ def _warn_missing_class(scope: MachineSetScope) -> None:
 def manage_replicas(scope: MachineSetScope, machines: list[Machine]) -> status.ReplicaFailure | None:
     """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any."""
     api, machine_set, key = scope.api, scope.machine_set, scope.key
-    plan = plan_replicas(machine_set, machines, now_utc())
+    node_values, unread = failed_machines_node_values(machines)
+    plan = plan_replicas(machine_set, machines, now_utc(), node_values, unread)
     if plan.skipped:
         level = logging.INFO if plan.skipped == SKIP_FROZEN else logging.DEBUG
         log.log(

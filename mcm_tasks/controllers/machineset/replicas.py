@@ -6,7 +6,8 @@ one kind. Scale-up: ``min(replicas − non-terminating, 100)`` machines, unless 
 ``freeze=True`` label (the overshooting safety froze it) or the in-place update's scale-up-disabled
 label. Otherwise machines to delete, up to 100: the excess in deletion order, the machines the
 autoscaler marked (priority 1, marked no later than the set's last scaler change), and every Failed
-machine that is not preserved (it is replaced on the next pass).
+machine that is not preserved (upstream's ``shouldFailedMachineBeTerminated``, on the Machine's and
+its Node's preserve annotation; it is replaced on the next pass).
 
 Deletion order, first deleted first: not preserved before preserved; lower ``machinepriority``
 (default 3); earlier marked-for-deletion time; phase Terminating < Failed < CrashLoopBackOff < Unknown <
@@ -20,7 +21,7 @@ the status write after the DELETE fails, leaves the set waiting on an expectatio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -37,7 +38,7 @@ from mcm_tasks.api.constants import (
     SCALE_UP_DISABLED_LABEL_KEY,
     UPDATE_RESULT_LABEL_KEY,
 )
-from mcm_tasks.controllers.common.preservation import is_preserved
+from mcm_tasks.controllers.common.preservation import is_preserved, should_failed_machine_be_terminated
 
 #: at most this many creations or deletions per pass (MCM's BurstReplicas)
 BURST_REPLICAS: Final = 100
@@ -167,10 +168,22 @@ def is_frozen(machine_set: MachineSet) -> bool:
     return frozen and not machine_set.metadata.is_deleting
 
 
-def plan_replicas(machine_set: MachineSet, machines: Sequence[Machine], now: datetime) -> ReplicaPlan:
+def plan_replicas(
+    machine_set: MachineSet,
+    machines: Sequence[Machine],
+    now: datetime,
+    node_values: Mapping[str, str] | None = None,
+    unread: Collection[str] = (),
+) -> ReplicaPlan:
     """manageReplicas' decision over the set's claimed machines. A machine an in-place update is
     moving between sets (labelled ``update-result``) holds the set still: its deployment counts it
-    into the new set's replicas next, and until then neither creating nor deleting would be right."""
+    into the new set's replicas next, and until then neither creating nor deleting would be right.
+
+    A Failed machine is replaced unless ``should_failed_machine_be_terminated`` keeps it, on its
+    Node's preserve annotation (``node_values``: machine name → the Node's value, "" for none; a
+    machine not in it has no Node to read). A Failed machine named in ``unread`` (its Node could not
+    be read) is kept for this pass: upstream deletes it, but a passing read error is no reason to
+    destroy a machine someone asked to keep; the next pass decides."""
     active = [m for m in machines if not is_terminating(m)]
     if any(UPDATE_RESULT_LABEL_KEY in m.metadata.labels for m in active):
         return ReplicaPlan(skipped=SKIP_IN_TRANSFER)
@@ -185,7 +198,14 @@ def plan_replicas(machine_set: MachineSet, machines: Sequence[Machine], now: dat
     if diff > 0:
         stale += deletion_order(active, now)[: min(diff, BURST_REPLICAS)]
     stale += marked_for_deletion(active, machine_set)
-    stale += [m for m in active if is_failed(m) and not is_preserved(m, now)]
+    values = node_values or {}
+    stale += [
+        m
+        for m in active
+        if is_failed(m)
+        and (m.metadata.name or "") not in unread
+        and should_failed_machine_be_terminated(m, values.get(m.metadata.name or ""), now)
+    ]
     unique: dict[str, Machine] = {}
     for machine in stale:
         unique.setdefault(machine.metadata.name or "", machine)
