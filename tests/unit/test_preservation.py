@@ -80,6 +80,18 @@ def test_a_leftover_expiry_is_work() -> None:
         ("A", "B", "", ("A", "", "A")),  # the node's value wins, the machine's is deleted
         ("A", "A", "A", ("A", "", "A")),
         ("A", "A", "B", ("A", "", "A")),
+        ("", "now", "now", ("", "", "")),
+    ],
+    ids=[
+        "when node is not annotated and laNodeAnnotationValue is empty, should return machine's value",
+        "when neither node nor machine is not annotated and laNodeAnnotationValue is empty",
+        "when neither node nor machine is annotated and laNodeAnnotationValue is A",
+        "when node is annotated, laNodeAnnotationValue is empty, and machine is not annotated",
+        "when node is annotated, laNodeAnnotationValue is empty, and machine is annotated differently",
+        "when node, machine annotation values and laNodeAnnotationValue are the same",
+        "when node, machine annotation values are the same and laNodeAnnotationValue differs",
+        # updatePreserveAnnotationOnMachine: the machine's own 'now' goes once the Node is in control
+        "machine has preserve=now and last-applied=now and nodeValue='': should clear preserve annotation",
     ],
 )
 def test_effective_values(
@@ -138,27 +150,73 @@ def test_auto_preserve_up_to_the_max(maximum: int | None, already: int, expected
     assert chosen == ["f2", "f1"][:expected]  # the newest failure first
 
 
+H = timedelta(hours=1)
+M = timedelta(minutes=1)
+STOP, KEEP, NONE = p.Action.STOP, p.Action.PRESERVE, p.Action.NONE
+
+#: upstream's ``#manageMachinePreservation`` table (machine_test.go), one row each: the Node's
+#: annotations (None: no Node), the machine's, phase, expiry → action, the machine's preserve value
+#: and last-applied Node value afterwards, whether the Node's annotation is removed
+_MANAGE_CASES: list[tuple[str, Any, dict[str, str], str, Any, p.Action, str, str, bool]] = [
+    ("when no preserve annotation is set on machine and node, should return LongRetry",
+     {}, {}, "Running", None, STOP, "", "", False),
+    ("when preserve annotation 'now' is added to node of Running machine, should successfully start "
+     "preservation",
+     {KEY: "now"}, {}, "Running", None, KEEP, "", "now", False),
+    ("when preserve annotation 'when-failed' added to node of Running machine, should not start preservation",
+     {KEY: "when-failed"}, {}, "Running", None, STOP, "", "when-failed", False),
+    ("when node of Failed machine has annotation `when-failed`, should start preservation",
+     {KEY: "when-failed"}, {}, "Failed", None, KEEP, "", "when-failed", False),
+    ("when node of preserved machine is annotated with preserve value 'false', should stop preservation",
+     {KEY: "false"}, {}, "Running", NOW + H, STOP, "", "false", False),
+    ("when machine is annotated for auto-preservation by MCM, should start preservation",
+     {}, {KEY: "auto-preserved"}, "Failed", None, KEEP, "auto-preserved", "", False),
+    ("when machine is annotated with preserve=now and preservation times out, should stop preservation, "
+     "and remove annotation", {}, {KEY: "now"}, "Running", NOW - M, STOP, "", "", False),
+    ("when machine is annotated with preserve=when-failed and preservation times out, should stop "
+     "preservation, and remove annotation", {}, {KEY: "when-failed"}, "Failed", NOW - M, STOP, "", "", False),
+    ("when invalid preserve annotation is added on machine of un-preserved machine, and node is not "
+     "annotated should do nothing",
+     {}, {KEY: "invalidValue"}, "Running", None, STOP, "invalidValue", "", False),
+    ("when invalid preserve annotation is added on node of un-preserved machine, should do nothing",
+     {KEY: "invalidValue"}, {}, "Running", None, NONE, "", "", False),
+    ("when a machine is annotated with preserve=now, but has no backing node, should start preservation",
+     None, {KEY: "now"}, "Unknown", None, KEEP, "now", "", False),
+    ("when preservation times out for a machine annotated with preserve=now, but has no backing node, "
+     "should stop preservation", None, {KEY: "now"}, "Unknown", NOW - M, STOP, "", "", False),
+    ("when a machine has a backing node, but node retrieval fails",
+     None, {KEY: "now"}, "Unknown", None, KEEP, "now", "", False),
+    ("when auto-preserved machine moves to Running, should stop preservation and remove auto-preserve "
+     "annotation", {}, {KEY: "auto-preserved"}, "Running", NOW + H, STOP, "", "", False),
+    ("when node is annotated with 'now' and machine is annotated with 'when-failed', should start "
+     "preservation and remove preserve annotation from machine",
+     {KEY: "now"}, {KEY: "when-failed"}, "Running", None, KEEP, "", "now", False),
+    ("when node and machine are found to be annotated with \"\", and 'now', respectively and last applied "
+     "node preserve value is 'now', should stop preservation",
+     {}, {KEY: "now", LA: "now"}, "Running", NOW + H, STOP, "", "", False),
+    ("when preserved machine with preserve=when-failed recovers to Running, should stop preservation and "
+     "untaint node", {}, {KEY: "when-failed"}, "Running", NOW + H, STOP, "when-failed", "", False),
+    ("when preserved machine with preserve=when-failed has expired preservation while in Failed phase, "
+     "should stop preservation and untaint node",
+     {}, {KEY: "when-failed"}, "Failed", NOW - M, STOP, "", "", False),
+    ("when preserve=when-failed machine is in Failed phase with active preservation and tainted node, node "
+     "should stay tainted", {KEY: "when-failed"}, {}, "Failed", None, KEEP, "", "when-failed", False),
+    ("when preserve=now machine is Failed with active preservation and tainted node, node should stay "
+     "tainted",
+     {}, {KEY: "now"}, "Failed", None, KEEP, "now", "", False),
+    # ours beyond upstream's table: an expired preservation the Node asked for drops the Node's value
+    ("expired on the Node's request: the Node's annotation goes too",
+     {KEY: "now"}, {LA: "now"}, "Running", NOW, STOP, "", "", True),
+    ("the Node's annotation went: stop", {}, {LA: "now"}, "Running", NOW + H, STOP, "", "", False),
+    ("false on the machine is kept after an expiry",
+     None, {KEY: "false"}, "Failed", NOW + H, STOP, "false", "", False),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("node", "annotations", "phase", "expiry", "action", "machine_value", "last_applied", "clear_node"),
-    [
-        # nothing asked: stop whatever is left (a no-op when nothing is)
-        (None, {}, "Running", None, p.Action.STOP, "", "", False),
-        (None, {KEY: "now"}, "Running", None, p.Action.PRESERVE, "now", "", False),
-        (None, {KEY: "when-failed"}, "Running", None, p.Action.STOP, "when-failed", "", False),
-        (None, {KEY: "when-failed"}, "Failed", None, p.Action.PRESERVE, "when-failed", "", False),
-        (None, {KEY: "false"}, "Failed", NOW + timedelta(hours=1), p.Action.STOP, "false", "", False),
-        # expired: stop and drop the request, from the machine and from the node
-        (None, {KEY: "when-failed"}, "Failed", NOW, p.Action.STOP, "", "", False),
-        ({KEY: "now"}, {LA: "now"}, "Running", NOW, p.Action.STOP, "", "", True),
-        # an auto-preserved machine that recovers loses its annotation
-        (None, {KEY: "auto-preserved"}, "Running", NOW + timedelta(hours=1), p.Action.STOP, "", "", False),
-        # the node asks: recorded as last-applied, the machine's own value deleted
-        ({KEY: "when-failed"}, {KEY: "now"}, "Failed", None, p.Action.PRESERVE, "", "when-failed", False),
-        # the node's annotation went: stop
-        ({}, {LA: "now"}, "Running", NOW + timedelta(hours=1), p.Action.STOP, "", "", False),
-        (None, {KEY: "bogus"}, "Failed", None, p.Action.NONE, "bogus", "", False),
-    ],
-)  # fmt: skip
+    [pytest.param(*c[1:], id=c[0]) for c in _MANAGE_CASES],
+)
 def test_decide(
     node: dict[str, str] | None,
     annotations: dict[str, str],
@@ -235,3 +293,102 @@ def test_no_node_to_read_falls_back_to_the_machine(annotations: dict[str, str], 
     """No Node (none named, gone, no target): the machine's own view, as upstream's machine
     controller enforces the machine's value when the Node is not found."""
     assert p.find_effective_preserve_value(failed(annotations), None) == expected
+
+
+EXP = "2026-03-01T15:00:00Z"
+OK_MSG = f"Preserved node drained successfully. Machine preserved until {EXP}."
+BAD_MSG = f"Preserved node could not be drained. Machine preserved until {EXP}."
+BY_USER, BY_MCM = "Preserved by user.", "Preserved by MCM."
+
+
+def cond(status: str, message: str, reason: str = BY_USER) -> dict[str, str]:
+    return {"type": "Preserved", "status": status, "reason": reason, "message": message}
+
+
+#: upstream's ``#computeNewNodePreservedCondition`` table (machine_util_test.go): phase, preserve
+#: value, whether the drain failed, the condition there → the one written (None: no update)
+_CONDITION_CASES: list[tuple[str, str, str, bool, Any, p.PreservedCondition | None]] = [
+    ("when preserve=now, machine is Running, no existing condition", "Running", "now", False, None,
+     p.PreservedCondition("True", BY_USER, f"Machine preserved until {EXP}.")),
+    ("when preserve=now, machine is Failed, drain successful, no existing condition",
+     "Failed", "now", False, None, p.PreservedCondition("True", BY_USER, OK_MSG)),
+    ("when preserve=now, machine is Failed, drain is unsuccessful, no existing condition",
+     "Failed", "now", True, None, p.PreservedCondition("False", BY_USER, BAD_MSG)),
+    ("when machine auto-preserved by MCM, machine is Failed, drain is successful, no existing condition",
+     "Failed", "auto-preserved", False, None, p.PreservedCondition("True", BY_MCM, OK_MSG)),
+    ("when preserve=now, machine is Failed, drain is unsuccessful, existing condition present",
+     "Failed", "now", True, cond("False", f"Machine preserved until {EXP}"),
+     p.PreservedCondition("False", BY_USER, BAD_MSG)),
+    ("when preserve=now, machine is Failed, drain is unsuccessful for the second time, existing condition "
+     "present", "Failed", "now", True, cond("False", BAD_MSG), None),
+    ("when preserve=now, machine is Failed, drain is successful, existing condition present and status is "
+     "true", "Failed", "now", False, cond("True", OK_MSG), None),
+    # ours beyond upstream's table: a drain that failed, then succeeded
+    ("drain failed before, succeeds now", "Failed", "when-failed", False, cond("False", BAD_MSG),
+     p.PreservedCondition("True", BY_USER, OK_MSG)),
+    ("Running again under now: the condition already says preserved", "Running", "now", False,
+     cond("True", OK_MSG), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("phase", "value", "drain_failed", "existing", "expected"),
+    [pytest.param(*c[1:], id=c[0]) for c in _CONDITION_CASES],
+)
+def test_new_preserved_condition(
+    phase: str, value: str, drain_failed: bool, existing: Any, expected: p.PreservedCondition | None
+) -> None:
+    assert p.new_preserved_condition(phase, EXP, value, drain_failed, existing) == expected
+
+
+@pytest.mark.parametrize(
+    ("phase", "existing", "drain"),
+    [
+        pytest.param("Running", None, False, id="should return false when machine is Running"),
+        pytest.param(
+            "Failed",
+            None,
+            True,
+            id="should return true when machine is Failed and there is no existing node condition",
+        ),
+        pytest.param(
+            "Failed",
+            cond("False", "Preserved node could not be drained."),
+            True,
+            id="should return true when machine is Failed and existing node condition message is "
+            "PreservedNodeDrainUnsuccessful",
+        ),
+        pytest.param("Failed", cond("True", OK_MSG), False, id="drained once: not again"),
+    ],
+)
+def test_should_preserved_node_be_drained(phase: str, existing: Any, drain: bool) -> None:
+    assert p.should_preserved_node_be_drained(existing, phase) is drain
+
+
+def test_the_reasons_are_upstreams() -> None:
+    """Upstream v1alpha1's NodePreserved reasons and drain messages, verbatim."""
+    assert (p.PRESERVED_CONDITION, p.PRESERVED_BY_MCM_REASON, p.PRESERVED_BY_USER_REASON) == (
+        "Preserved",
+        "Preserved by MCM.",
+        "Preserved by user.",
+    )
+    assert p.PRESERVATION_STOPPED_REASON == "Preservation stopped."
+    stopped = p.stopped_condition(p.STOPPED_EXPIRED)
+    assert (stopped.status, stopped.reason) == ("False", "Preservation stopped.")
+    assert stopped.message == "Machine preservation stopped: the preservation expired."
+
+
+@pytest.mark.parametrize(
+    ("node", "annotations", "phase", "expiry", "why"),
+    [
+        ({}, {LA: "now"}, "Running", NOW + timedelta(hours=1), p.STOPPED_WITHDRAWN),
+        ({KEY: "false"}, {}, "Failed", NOW + timedelta(hours=1), p.STOPPED_FALSE),
+        (None, {KEY: "now"}, "Running", NOW, p.STOPPED_EXPIRED),
+        (None, {KEY: "when-failed"}, "Running", NOW + timedelta(hours=1), p.STOPPED_RECOVERED),
+    ],
+)
+def test_a_stop_says_why(
+    node: dict[str, str] | None, annotations: dict[str, str], phase: str, expiry: datetime, why: str
+) -> None:
+    d = p.decide(machine(annotations, phase, expiry), node, NOW)
+    assert (d.action, d.why) == (p.Action.STOP, why)

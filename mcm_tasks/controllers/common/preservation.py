@@ -21,15 +21,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from mcm_tasks.api import Machine, MachinePhase
 from mcm_tasks.api.constants import (
+    NODE_PRESERVATION_STOPPED_REASON,
+    NODE_PRESERVED_BY_MCM_REASON,
+    NODE_PRESERVED_BY_USER_REASON,
+    NODE_PRESERVED_CONDITION,
     PRESERVE_ANNOTATION,
     PRESERVE_AUTO_PRESERVED,
     PRESERVE_FALSE,
     PRESERVE_NOW,
     PRESERVE_WHEN_FAILED,
+    PRESERVED_NODE_DRAIN_SUCCESSFUL,
+    PRESERVED_NODE_DRAIN_UNSUCCESSFUL,
 )
 
 #: on the Machine: the Node's preserve value the machine controller last acted on
@@ -37,10 +43,14 @@ LAST_APPLIED_NODE_PRESERVE_ANNOTATION: Final = "node.machine.sapcloud.io/last-ap
 ALLOWED_VALUES: Final = frozenset(
     {PRESERVE_NOW, PRESERVE_WHEN_FAILED, PRESERVE_AUTO_PRESERVED, PRESERVE_FALSE}
 )
-#: the Node condition that shows a preservation
-PRESERVED_CONDITION: Final = "Preserved"
-PRESERVED_REASON: Final = "PreservedByMCM"
-PRESERVATION_STOPPED_REASON: Final = "PreservationStopped"
+#: the Node condition that shows a preservation, its reasons and drain messages (upstream's, verbatim)
+PRESERVED_CONDITION: Final = NODE_PRESERVED_CONDITION
+PRESERVED_BY_MCM_REASON: Final = NODE_PRESERVED_BY_MCM_REASON
+PRESERVED_BY_USER_REASON: Final = NODE_PRESERVED_BY_USER_REASON
+PRESERVATION_STOPPED_REASON: Final = NODE_PRESERVATION_STOPPED_REASON
+DRAIN_SUCCESSFUL_MESSAGE: Final = PRESERVED_NODE_DRAIN_SUCCESSFUL
+DRAIN_UNSUCCESSFUL_MESSAGE: Final = PRESERVED_NODE_DRAIN_UNSUCCESSFUL
+_UNTIL: Final = "Machine preserved until"
 
 
 def annotation_value(
@@ -65,13 +75,14 @@ def annotation_value(
 def effective_values(
     node_value: str, last_applied_node_value: str, machine_value: str
 ) -> tuple[str, str, str]:
-    """Upstream's ``GetEffectivePreservationAnnotations``: (effective value, the machine's preserve
-    annotation afterwards, its last-applied Node value afterwards). The machine's own value applies
-    only while the Node has none and never had one; a Node value wins and the machine's is deleted."""
+    """Upstream's ``getEffectivePreservationAnnotations`` with what ``updatePreserveAnnotationOnMachine``
+    then writes: (effective value, the machine's preserve annotation afterwards, its last-applied
+    Node value afterwards). The machine's own value applies only while the Node has none and never
+    had one. Once the Node is in control (it has a value, or had one) the Node's value applies, even
+    "" when it was removed, and the machine's own value is deleted: a machine annotated ``now``
+    whose Node's annotation went does not preserve again on its next pass."""
     if not node_value and not last_applied_node_value:
         return machine_value, machine_value, ""
-    if not node_value:
-        return "", machine_value, ""
     return node_value, "", node_value
 
 
@@ -178,6 +189,13 @@ class Action(StrEnum):
     STOP = "stop"
 
 
+#: why a preservation stops (the Preserved condition's message and the Event say it)
+STOPPED_WITHDRAWN: Final = "the preserve annotation was removed"
+STOPPED_FALSE: Final = "the preserve annotation is false"
+STOPPED_EXPIRED: Final = "the preservation expired"
+STOPPED_RECOVERED: Final = "the machine is no longer Failed"
+
+
 @dataclass(frozen=True)
 class Decision:
     """What upstream's ``manageMachinePreservation`` does with one machine."""
@@ -191,32 +209,97 @@ class Decision:
     last_applied: str = ""
     #: remove the Node's preserve annotation (an expired preservation the Node asked for)
     clear_node_value: bool = False
+    #: for a stop: why (one of the ``STOPPED_*`` texts)
+    why: str = ""
 
 
 def decide(machine: Machine, node_annotations: Mapping[str, str] | None, now: datetime) -> Decision:
-    """The preservation step of one machine reconcile."""
+    """The preservation step of one machine reconcile (upstream ``manageMachinePreservation``).
+    ``node_annotations`` None: the machine has no Node to read. An invalid value on the Node leaves
+    everything as it is (upstream logs it and returns); an invalid value on the machine counts as
+    none (a preservation it started stops) and stays where it is."""
     annotations = machine.metadata.annotations
     machine_value = annotations.get(PRESERVE_ANNOTATION, "")
     last_applied = annotations.get(LAST_APPLIED_NODE_PRESERVE_ANNOTATION, "")
     node_value = (node_annotations or {}).get(PRESERVE_ANNOTATION, "")
-    value, machine_value, last_applied = effective_values(node_value, last_applied, machine_value)
-    keep = Decision(Action.NONE, value, machine_value, last_applied)
-    if not value:
-        return Decision(Action.STOP, value, machine_value, last_applied)
+    if node_value and node_value not in ALLOWED_VALUES:
+        return Decision(Action.NONE, node_value, machine_value, last_applied)
+    value, machine_after, last_after = effective_values(node_value, last_applied, machine_value)
     if value not in ALLOWED_VALUES:
-        return keep  # upstream logs a warning and leaves everything as it is
+        value = ""
+    if not value:
+        return Decision(Action.STOP, value, machine_after, last_after, why=STOPPED_WITHDRAWN)
     if value == PRESERVE_FALSE:
-        return Decision(Action.STOP, value, machine_value, last_applied)
+        return Decision(Action.STOP, value, machine_after, last_after, why=STOPPED_FALSE)
     if is_expired(machine, now):
         # expired: stop, and drop the request so that it does not preserve the machine again
-        dropped = machine_value if machine_value == PRESERVE_FALSE else ""
-        return Decision(Action.STOP, value, dropped, "", clear_node_value=bool(node_value))
+        dropped = machine_after if machine_after == PRESERVE_FALSE else ""
+        return Decision(
+            Action.STOP, value, dropped, "", clear_node_value=bool(node_value), why=STOPPED_EXPIRED
+        )
     failed = machine.status.current_status.phase == MachinePhase.FAILED
     if value in (PRESERVE_WHEN_FAILED, PRESERVE_AUTO_PRESERVED) and not failed:
         # healthy again: stop; an auto-preservation is forgotten (the set's count may have moved)
-        dropped = "" if value == PRESERVE_AUTO_PRESERVED and machine_value == value else machine_value
-        return Decision(Action.STOP, value, dropped, last_applied)
-    return Decision(Action.PRESERVE, value, machine_value, last_applied)
+        dropped = "" if value == PRESERVE_AUTO_PRESERVED and machine_after == value else machine_after
+        return Decision(Action.STOP, value, dropped, last_after, why=STOPPED_RECOVERED)
+    return Decision(Action.PRESERVE, value, machine_after, last_after)
+
+
+# --- the Preserved Node condition ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreservedCondition:
+    """The ``Preserved`` Node condition as upstream's ``computeNewNodePreservedCondition`` sets it."""
+
+    status: str
+    reason: str
+    message: str
+
+
+def preserved_reason(value: str) -> str:
+    """``Preserved by MCM.`` for an auto-preservation, ``Preserved by user.`` for the others."""
+    return PRESERVED_BY_MCM_REASON if value == PRESERVE_AUTO_PRESERVED else PRESERVED_BY_USER_REASON
+
+
+def should_preserved_node_be_drained(existing: Mapping[str, Any] | None, phase: str) -> bool:
+    """Upstream's ``shouldPreservedNodeBeDrained``: a Failed machine's Node is drained until the
+    condition says it was ("Preserved node drained successfully."); a Running one's never."""
+    if phase != MachinePhase.FAILED:
+        return False
+    return existing is None or DRAIN_SUCCESSFUL_MESSAGE not in str(existing.get("message") or "")
+
+
+def new_preserved_condition(
+    phase: str,
+    expiry: str,
+    value: str,
+    drain_failed: bool,
+    existing: Mapping[str, Any] | None,
+) -> PreservedCondition | None:
+    """Upstream's ``computeNewNodePreservedCondition``: the condition to write, None when the one
+    there already says it. A Failed machine's condition tells the drain's outcome: True with
+    "Preserved node drained successfully. Machine preserved until <expiry>.", False with "Preserved
+    node could not be drained. …" when the drain failed; any other machine's is True "Machine
+    preserved until <expiry>.". As upstream, a change of the reason alone is not written."""
+    status = str((existing or {}).get("status") or "False")
+    message = str((existing or {}).get("message") or "")
+    update = existing is None
+    if phase == MachinePhase.FAILED:
+        if not drain_failed:
+            if DRAIN_SUCCESSFUL_MESSAGE not in message:
+                status, message, update = "True", f"{DRAIN_SUCCESSFUL_MESSAGE} {_UNTIL} {expiry}.", True
+        elif DRAIN_UNSUCCESSFUL_MESSAGE not in message:
+            status, message, update = "False", f"{DRAIN_UNSUCCESSFUL_MESSAGE} {_UNTIL} {expiry}.", True
+    elif status != "True":
+        status, message, update = "True", f"{_UNTIL} {expiry}.", True
+    return PreservedCondition(status, preserved_reason(value), message) if update else None
+
+
+def stopped_condition(why: str) -> PreservedCondition:
+    """The condition a stopped preservation leaves (upstream's ``stopPreservationIfActive``: False,
+    ``Preservation stopped.``); the message says why."""
+    return PreservedCondition("False", PRESERVATION_STOPPED_REASON, f"Machine preservation stopped: {why}.")
 
 
 def expiry_for(now: datetime, timeout_seconds: float) -> datetime:

@@ -1,5 +1,5 @@
 """The machine controller's preservation step (upstream ``manageMachinePreservation``,
-``preserveMachine``, ``stopMachinePreservationIfPreserved``); the decisions are
+``preserveMachine``, ``stopPreservationIfActive``); the decisions are
 ``controllers.common.preservation``'s, this module writes them.
 
 Preserving a machine: ``preserveExpiryTime`` (once), the cluster-autoscaler's scale-down protection
@@ -37,7 +37,7 @@ from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.pods import Answer, Removal
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
-from mcm_tasks.kube.events import NORMAL
+from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
@@ -72,7 +72,7 @@ def manage_preservation(machine: Machine, node: Obj | None) -> tuple[Machine, Re
     if decision.action is p.Action.PRESERVE:
         return _preserve(machine, node, api, decision.value, now)
     if decision.action is p.Action.STOP:
-        return _stop(machine, node, api), None
+        return _stop(machine, node, api, decision.why), None
     return machine, None
 
 
@@ -131,18 +131,11 @@ def _patch_node(api: ApiClient, node: Obj, body: Obj) -> None:
             raise
 
 
-def _set_condition(api: ApiClient, node: Obj, preserved: bool, message: str, now: datetime) -> None:
-    wanted = "True" if preserved else "False"
-    found = _condition(node)
-    if found is not None and found.get("status") == wanted:
-        return
-    if found is None and not preserved:
-        return
-    reason = p.PRESERVED_REASON if preserved else p.PRESERVATION_STOPPED_REASON
+def _write_condition(api: ApiClient, node: Obj, cond: p.PreservedCondition, now: datetime) -> None:
     nodecondition.write(
         api,
         str(node["metadata"]["name"]),
-        nodecondition.condition(p.PRESERVED_CONDITION, wanted, reason, message, now),
+        nodecondition.condition(p.PRESERVED_CONDITION, cond.status, cond.reason, cond.message, now),
     )
 
 
@@ -172,19 +165,35 @@ def _set_marks(api: ApiClient, node: Obj, *, protect: bool, taint: bool) -> None
 
 def evict_pods(api: ApiClient, node_name: str) -> int:
     """Evict what a drain removes from the node; the number of pods still to go."""
-    left = 0
+    return drain_pods(api, node_name)[0]
+
+
+def drain_pods(api: ApiClient, node_name: str) -> tuple[int, list[str]]:
+    """Evict what a drain removes from the node: the number of pods still to go, and what refused
+    (a PodDisruptionBudget's 429, an error), one line a pod."""
+    left, refused = 0, []
     for pod in ds.pods_for_deletion(io.pods_on_node(api, node_name), node_name):
         if ds.is_terminating(pod) or ds.is_finished(pod):
             continue
         reply = io.remove_pod(api, pod, Removal.EVICT)
-        if reply.answer is not Answer.NOT_FOUND:
-            left += 1
-    return left
+        if reply.answer is Answer.NOT_FOUND:
+            continue
+        left += 1
+        if reply.answer in (Answer.TOO_MANY_REQUESTS, Answer.ERROR):
+            meta = pod.get("metadata") or {}
+            refused.append(f"{meta.get('namespace')}/{meta.get('name')}: {reply.message or reply.answer}")
+    return left, refused
 
 
 def _preserve(
     machine: Machine, node: Obj | None, api: ApiClient | None, value: str, now: datetime
 ) -> tuple[Machine, Requeue | None]:
+    """Upstream ``preserveMachine``: the expiry first; then, on the Node, the autoscaler's
+    protection, for a Failed machine the preserved taint and a drain until the condition says it
+    succeeded (``shouldPreservedNodeBeDrained``), and the ``Preserved`` condition with the drain's
+    outcome (``computeNewNodePreservedCondition``). A drain whose evictions are under way is looked
+    at again shortly; one refused (a PodDisruptionBudget) says so on the condition, False, and is
+    retried."""
     current = machine.status.current_status
     expiry = current.preserve_expiry_time
     if expiry is None:
@@ -200,29 +209,47 @@ def _preserve(
     until = Requeue(max(0.0, (expiry - now).total_seconds()) + 0.5)
     if node is None or api is None:
         return machine, until
-    failed = machine.status.current_status.phase == MachinePhase.FAILED
+    phase = machine.status.current_status.phase
+    failed = phase == MachinePhase.FAILED
     _set_marks(api, node, protect=True, taint=failed)
-    _set_condition(api, node, True, f"Machine preserved until {format_time(expiry)}", now)
-    if failed and evict_pods(api, str(node["metadata"]["name"])):
-        return machine, Requeue.short()
-    return machine, until
+    existing = _condition(node)
+    drain_failed, retry = False, until
+    if p.should_preserved_node_be_drained(existing, phase):
+        left, refused = drain_pods(api, str(node["metadata"]["name"]))
+        if left and not refused:
+            return machine, Requeue.short()  # evictions under way: the outcome is for a later pass
+        drain_failed = bool(refused)
+        if refused:
+            retry = Requeue.short()
+            log.warning("machine %s: preserved node not drained: %s", machine.key, "; ".join(refused))
+    cond = p.new_preserved_condition(phase, format_time(expiry), value, drain_failed, existing)
+    if cond is not None:
+        _write_condition(api, node, cond, now)
+        if drain_failed:
+            status.record_event(machine, WARNING, "PreservedNodeDrainFailed", cond.message)
+    return machine, retry
 
 
-def _stop(machine: Machine, node: Obj | None, api: ApiClient | None) -> Machine:
-    """Upstream ``stopMachinePreservationIfPreserved``: only a preserved machine (an expiry, which is
-    cleared last, or a preservation's own mark left on the Node) has anything to undo; a machine
-    that is not preserved leaves its Node alone, so a rollout's scale-down protection stays."""
+def _stop(machine: Machine, node: Obj | None, api: ApiClient | None, why: str) -> Machine:
+    """Upstream ``stopMachinePreservationIfActive``: only a preserved machine (an expiry, which is
+    cleared last, or a preservation's own mark left on the Node) has anything to undo: the
+    ``Preserved`` condition False (``Preservation stopped.``, the message says why), the
+    autoscaler's protection and the preserved taint. A machine that is not preserved leaves its Node
+    alone, so a rollout's scale-down protection stays."""
     current = machine.status.current_status
     preserved = current.preserve_expiry_time is not None or _marked(node)
     if preserved and node is not None and api is not None:
+        stopped = p.stopped_condition(why)
+        found = _condition(node) or {}
+        if (found.get("status"), found.get("reason")) != (stopped.status, stopped.reason):
+            _write_condition(api, node, stopped, now_utc())
         _set_marks(api, node, protect=False, taint=False)
-        _set_condition(api, node, False, "Machine preservation stopped", now_utc())
     if current.preserve_expiry_time is None:
         return machine
     new = machine.status.model_copy(
         update={"current_status": current.model_copy(update={"preserve_expiry_time": None})}
     )
     written = status.write_status(machine, new, dedup=False) or machine
-    status.record_event(written, NORMAL, "MachinePreservationStopped", "Machine preservation stopped")
-    log.info("machine %s: preservation stopped", machine.key)
+    status.record_event(written, NORMAL, "MachinePreservationStopped", f"Machine preservation stopped: {why}")
+    log.info("machine %s: preservation stopped (%s)", machine.key, why)
     return written
