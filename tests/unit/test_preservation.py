@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.api import Machine
+from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.controllers.common import preservation as p
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -131,23 +131,108 @@ def test_is_preserved(
     assert p.is_preserved(machine(annotations, phase, expiry), NOW) is preserved
 
 
-@pytest.mark.parametrize(
-    ("maximum", "already", "expected"),
-    [(0, 0, 0), (None, 0, 0), (1, 0, 1), (3, 0, 2), (2, 1, 1), (2, 2, 0), (1, 3, 0)],
-)
-def test_auto_preserve_up_to_the_max(maximum: int | None, already: int, expected: int) -> None:
-    """Upstream: capacity = autoPreserveFailedMachineMax − machines already auto-preserved."""
-    machines = [machine({KEY: "auto-preserved"}, "Failed", name=f"a{i}") for i in range(already)]
-    machines += [
-        machine({}, "Failed", name="f1", failed_at=NOW - timedelta(minutes=5)),
-        machine({}, "Failed", name="f2", failed_at=NOW - timedelta(minutes=1)),
-        machine({KEY: "false"}, "Failed", name="opted-out"),
-        machine({KEY: "when-failed"}, "Failed", name="manual"),
-        machine({}, "Failed", name="going", deleting=True),
-        machine({}, "Running", name="healthy"),
+def created(name: str, hours_ago: float, phase: str = "Failed", **kw: Any) -> Machine:
+    m = machine(phase=phase, name=name, **kw)
+    stamp = NOW - timedelta(hours=hours_ago)
+    return m.model_copy(update={"metadata": m.metadata.model_copy(update={"creation_timestamp": stamp})})
+
+
+def upstream_fleet(extra: list[Machine] | None = None) -> list[Machine]:
+    """The machines of upstream's ``#manageAutoPreservationOfFailedMachines`` table."""
+    return [
+        created("machine-1", 2),
+        created("machine-2", 1),
+        created("machine-3", 2, "Running"),
+        created("machine-4", 2, annotations={KEY: "false"}),
+        *(extra or []),
     ]
-    chosen = [m.metadata.name for m in p.auto_preserve_candidates(machines, maximum, NOW)]
-    assert chosen == ["f2", "f1"][:expected]  # the newest failure first
+
+
+_AUTO_CASES: list[tuple[str, int, int, list[Machine], list[str], list[str]]] = [
+    ("should trigger auto preservation of 1 failed machine if AutoPreserveFailedMachineMax is 1 and "
+     "AutoPreserveFailedMachineCount is 0", 0, 1, [], ["machine-2"], []),
+    ("should not trigger auto preservation of failed machines if AutoPreserveFailedMachineMax is 0",
+     0, 0, [], [], []),
+    ("should not trigger auto preservation of failed machines if AutoPreserveFailedMachineCount has reached "
+     "AutoPreserveFailedMachineMax", 2, 2, [], [], []),
+    ("should trigger auto preservation of both failed machines if AutoPreserveFailedMachineCount is 0 and "
+     "AutoPreserveFailedMachineMax is 2", 0, 2, [], ["machine-2", "machine-1"], []),
+    ("should not trigger auto preservation of failed machine annotated with preserve=false even if "
+     "AutoPreserveFailedMachineCount < AutoPreserveFailedMachineMax",
+     0, 3, [], ["machine-2", "machine-1"], []),
+    ("should stop auto preservation of machines annotated with preserve=auto-preserve if "
+     "AutoPreserveFailedMachineCount > AutoPreserveFailedMachineMax", 1, 0,
+     [created("machine-5", 3, annotations={KEY: "auto-preserved"}, expiry=NOW + timedelta(hours=1))],
+     [], ["machine-5"]),
+    # ours beyond upstream's table
+    ("lowered from 2 to 1: the oldest auto-preserved machine goes", 2, 1,
+     [created("old", 5, annotations={KEY: "auto-preserved"}),
+      created("new", 4, annotations={KEY: "auto-preserved"})],
+     [], ["old"]),
+    ("a status behind the machines does not preserve past the maximum", 0, 1,
+     [created("done", 3, annotations={KEY: "auto-preserved"})], [], []),
+    ("a status ahead of the machines takes nothing off", 3, 1,
+     [created("done", 3, annotations={KEY: "auto-preserved"})], [], []),
+    ("never one the Node asked for, one being deleted, or one just expired", 0, 5,
+     [created("node-asked", 0.5, annotations={LA: "when-failed"}), created("going", 0.5, deleting=True),
+      created("expired", 0.5, expiry=NOW)], ["machine-2", "machine-1"], []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status_count", "maximum", "extra", "preserve", "unpreserve"),
+    [pytest.param(*c[1:], id=c[0]) for c in _AUTO_CASES],
+)
+def test_manage_auto_preservation(
+    status_count: int, maximum: int, extra: list[Machine], preserve: list[str], unpreserve: list[str]
+) -> None:
+    """Upstream's ``#manageAutoPreservationOfFailedMachines`` table: room =
+    AutoPreserveFailedMachineMax − status.autoPreserveFailedMachineCount, newest machine first."""
+    plan = p.manage_auto_preservation(upstream_fleet(extra), maximum, status_count, NOW)
+    assert [m.metadata.name for m in plan.preserve] == preserve
+    assert [m.metadata.name for m in plan.unpreserve] == unpreserve
+
+
+def test_no_auto_preservation_while_rolling_out() -> None:
+    """Upstream MCM #1137: a set being rolled out auto-preserves nothing and lets go of its
+    auto-preserved machines; a manual preservation is not the set's to end."""
+    fleet = upstream_fleet(
+        [
+            created("auto", 3, annotations={KEY: "auto-preserved"}),
+            created("manual", 3, annotations={KEY: "now"}),
+        ]
+    )
+    plan = p.manage_auto_preservation(fleet, 3, 1, NOW, rolling_out=True)
+    assert (plan.preserve, [m.metadata.name for m in plan.unpreserve]) == ((), ["auto"])
+
+
+def machine_set_of(name: str, owner: str | None, replicas: int, current: int = 0) -> MachineSet:
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}"}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment", "name": owner,
+             "uid": f"uid-{owner}", "controller": True}
+        ]  # fmt: skip
+    return MachineSet.model_validate(
+        {"metadata": meta, "spec": {"replicas": replicas}, "status": {"replicas": current}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("siblings", "rolling"),
+    [
+        pytest.param([], False, id="the only set"),
+        pytest.param([machine_set_of("old", "d", 0, 0)], False, id="an old set scaled to 0 and empty"),
+        pytest.param([machine_set_of("old", "d", 1, 1)], True, id="an old set still wanting machines"),
+        pytest.param([machine_set_of("old", "d", 0, 2)], True, id="an old set still having machines"),
+        pytest.param([machine_set_of("other", "e", 3, 3)], False, id="another deployment's set"),
+        pytest.param([machine_set_of("orphan", None, 3, 3)], False, id="a set no deployment controls"),
+    ],
+)
+def test_is_rolling_out(siblings: list[MachineSet], rolling: bool) -> None:
+    me = machine_set_of("new", "d", 2, 2)
+    assert p.is_rolling_out(me, [me, *siblings]) is rolling
+    assert not p.is_rolling_out(machine_set_of("alone", None, 2, 2), siblings)
 
 
 H = timedelta(hours=1)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
-from mcm_tasks.api import Machine, MachinePhase
+from mcm_tasks.api import Machine, MachinePhase, MachineSet
 from mcm_tasks.api.constants import (
     NODE_PRESERVATION_STOPPED_REASON,
     NODE_PRESERVED_BY_MCM_REASON,
@@ -159,28 +159,84 @@ def is_auto_preserved(machine: Machine) -> bool:
     return machine.metadata.annotations.get(PRESERVE_ANNOTATION) == PRESERVE_AUTO_PRESERVED
 
 
-def auto_preserve_candidates(
-    machines: Sequence[Machine], maximum: int | None, now: datetime
-) -> list[Machine]:
-    """Upstream's ``triggerAutoPreservationOfFailedMachines``: the Failed machines to annotate
-    ``auto-preserved`` while fewer than ``autoPreserveFailedMachineMax`` carry it. Never one marked
-    ``false``, one preserved otherwise, or one being deleted; the newest failures first."""
-    if not maximum or maximum <= 0:
-        return []
-    remaining = maximum - sum(1 for m in machines if is_auto_preserved(m) and not m.metadata.is_deleting)
-    if remaining <= 0:
-        return []
+@dataclass(frozen=True)
+class AutoPreservation:
+    """What upstream's ``manageAutoPreservationOfFailedMachines`` does in one MachineSet pass."""
+
+    #: Failed machines to annotate ``auto-preserved``
+    preserve: tuple[Machine, ...] = ()
+    #: auto-preserved machines whose annotation goes (the maximum was lowered, or a rollout)
+    unpreserve: tuple[Machine, ...] = ()
+
+
+def _created(machine: Machine) -> datetime:
+    return machine.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC)
+
+
+def manage_auto_preservation(
+    machines: Sequence[Machine],
+    maximum: int | None,
+    status_count: int | None,
+    now: datetime,
+    *,
+    rolling_out: bool = False,
+) -> AutoPreservation:
+    """Upstream's ``manageAutoPreservationOfFailedMachines``: the room left is
+    ``autoPreserveFailedMachineMax − status.autoPreserveFailedMachineCount``. With room, Failed
+    machines without a preserve value are annotated ``auto-preserved``, the newest (by creation)
+    first; with less than none (the maximum was lowered), the oldest auto-preserved machines lose the
+    annotation (upstream's ``stopAutoPreservationForMachines``) and are replaced.
+
+    Where upstream is silent or racy:
+    - the count is the larger of the status's and the machines' own annotations, so a status not
+      yet written (a pass that read the set before its last status write) cannot let a second pass
+      preserve past the maximum; un-preserving takes only what the machines show above it;
+    - never a machine being deleted, one whose Node asks for a preservation (its last-applied Node
+      value), or one whose preservation just expired;
+    - ``rolling_out`` (upstream MCM #1137): a set whose deployment is being rolled out auto-preserves
+      nothing, and its auto-preserved machines lose the annotation, so a Failed machine there is
+      replaced and the rollout goes on; manual preservation (``now``, ``when-failed``) still holds.
+    """
+    limit = 0 if rolling_out else max(maximum or 0, 0)
+    annotated = [m for m in machines if is_auto_preserved(m) and not m.metadata.is_deleting]
+    remaining = limit - max(status_count or 0, len(annotated))
+    if remaining < 0 or len(annotated) > limit:
+        excess = len(annotated) - limit
+        if excess <= 0:
+            return AutoPreservation()
+        oldest = sorted(annotated, key=lambda m: (_created(m), m.metadata.name or ""))
+        return AutoPreservation(unpreserve=tuple(oldest[:excess]))
+    if remaining == 0:
+        return AutoPreservation()
     candidates = [
         m
         for m in machines
         if m.status.current_status.phase == MachinePhase.FAILED
         and not m.metadata.is_deleting
+        and m.metadata.annotations.get(PRESERVE_ANNOTATION, "") not in ALLOWED_VALUES
         and not set_view_value(m)
-        and m.metadata.annotations.get(PRESERVE_ANNOTATION) != PRESERVE_FALSE
         and not is_expired(m, now)
     ]
-    candidates.sort(key=lambda m: m.status.current_status.last_update_time or now, reverse=True)
-    return candidates[:remaining]
+    candidates.sort(key=lambda m: (_created(m), m.metadata.name or ""), reverse=True)
+    return AutoPreservation(preserve=tuple(candidates[:remaining]))
+
+
+def is_rolling_out(machine_set: MachineSet, siblings: Sequence[MachineSet]) -> bool:
+    """Whether a MachineSet's deployment is being rolled out, as far as its sets tell: another set of
+    the same deployment still wants or has machines (``spec.replicas`` or ``status.replicas``
+    above 0). A set no deployment controls is never rolled out."""
+    owner = machine_set.metadata.controller_ref()
+    if owner is None:
+        return False
+    for other in siblings:
+        if other.metadata.uid == machine_set.metadata.uid:
+            continue
+        ref = other.metadata.controller_ref()
+        if ref is None or ref.uid != owner.uid:
+            continue
+        if other.spec.replicas > 0 or (other.status.replicas or 0) > 0:
+            return True
+    return False
 
 
 class Action(StrEnum):

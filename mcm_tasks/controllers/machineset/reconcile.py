@@ -35,10 +35,16 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
-from mcm_tasks.cache.models import parse_object
+from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
-from mcm_tasks.controllers.common.context import control_api, get_node, get_object, mirror_has
+from mcm_tasks.controllers.common.context import (
+    control_api,
+    get_node,
+    get_object,
+    list_objects,
+    mirror_has,
+)
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
@@ -54,7 +60,7 @@ from mcm_tasks.controllers.machineset.sync import propagate
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
-from mcm_tasks.kube.events import WARNING
+from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import get_settings
 
@@ -62,6 +68,7 @@ log = logging.getLogger(__name__)
 
 INVALID_REASON: Final = "ValidationFailed"
 CLASS_NOT_FOUND_REASON: Final = "MachineClassNotFound"
+AUTO_PRESERVATION_STOPPED_REASON: Final = "AutoPreservationStopped"
 
 
 class ManageReplicasError(RuntimeError):
@@ -250,34 +257,70 @@ reconcile_machine_set = answers_unreadable(
 
 
 def auto_preserve(scope: MachineSetScope, machines: list[Machine]) -> list[Machine]:
-    """Upstream's ``triggerAutoPreservationOfFailedMachines``: annotate Failed machines
-    ``auto-preserved`` up to ``autoPreserveFailedMachineMax``; the machine controller preserves them.
-    Returns the machines as they are now."""
+    """Upstream's ``manageAutoPreservationOfFailedMachines``: annotate Failed machines
+    ``auto-preserved`` up to ``autoPreserveFailedMachineMax`` (the machine controller preserves
+    them), or take the annotation off the oldest when there are more than it allows now (the
+    maximum lowered, or the set's deployment being rolled out: upstream MCM #1137). Returns the
+    machines as they are now."""
     api, machine_set = scope.api, scope.machine_set
-    chosen = preservation.auto_preserve_candidates(
-        machines, machine_set.spec.auto_preserve_failed_machine_max, now_utc()
-    )
-    if not chosen:
+    maximum = machine_set.spec.auto_preserve_failed_machine_max or 0
+    if maximum <= 0 and not any(preservation.is_auto_preserved(m) for m in machines):
         return machines
+    rolling_out = maximum > 0 and _rolling_out(scope)
+    plan = preservation.manage_auto_preservation(
+        machines,
+        maximum,
+        machine_set.status.auto_preserve_failed_machine_count,
+        now_utc(),
+        rolling_out=rolling_out,
+    )
     written: dict[str, Machine] = {}
-    for machine in chosen:
+    for machine, value in [(m, PRESERVE_AUTO_PRESERVED) for m in plan.preserve] + [
+        (m, None) for m in plan.unpreserve
+    ]:
+        name = machine.metadata.name or ""
         body = {
             "metadata": {
-                "annotations": {PRESERVE_ANNOTATION: PRESERVE_AUTO_PRESERVED},
+                "annotations": {PRESERVE_ANNOTATION: value},
                 "resourceVersion": machine.metadata.resource_version,
             }
         }
         try:
-            raw = ops.patch(
-                api, kinds.MACHINE.resource, machine.metadata.name or "", body, machine.metadata.namespace
-            )
+            raw = ops.patch(api, kinds.MACHINE.resource, name, body, machine.metadata.namespace)
         except ApiException as err:
-            log.warning("MachineSet %s: auto-preserving %s: %s", machine_set.key, machine.metadata.name,
-                        describe(err))  # fmt: skip
+            log.warning("MachineSet %s: auto-preservation of %s: %s", machine_set.key, name, describe(err))
             continue
-        written[machine.metadata.name or ""] = Machine.model_validate(raw)
-        log.info("MachineSet %s: machine %s auto-preserved", machine_set.key, machine.metadata.name)
+        written[name] = Machine.model_validate(raw)
+        if value is not None:
+            log.info("MachineSet %s: machine %s auto-preserved", machine_set.key, name)
+            continue
+        why = (
+            "its MachineDeployment is being rolled out"
+            if rolling_out
+            else f"autoPreserveFailedMachineMax is {maximum}"
+        )
+        message = f"Auto-preservation of machine {name} stopped: {why}"
+        log.info("MachineSet %s: %s", machine_set.key, message)
+        scope.recorder.event(machine_set, NORMAL, AUTO_PRESERVATION_STOPPED_REASON, message)
     return [written.get(m.metadata.name or "", m) for m in machines]
+
+
+def _rolling_out(scope: MachineSetScope) -> bool:
+    """Whether the set's deployment is being rolled out (``preservation.is_rolling_out``), from
+    the other sets of the namespace; a set no deployment controls needs no read."""
+    machine_set = scope.machine_set
+    if machine_set.metadata.controller_ref() is None:
+        return False
+    raws = list_objects(
+        scope.listers.machine_sets, scope.api, kinds.MACHINE_SET.resource, machine_set.metadata.namespace
+    )
+    siblings = []
+    for raw in raws:
+        try:
+            siblings.append(parse_object(MachineSet, raw))
+        except Unreadable:
+            continue
+    return preservation.is_rolling_out(machine_set, siblings)
 
 
 def preservation_wake_up(machines: list[Machine], now: datetime) -> Requeue | None:
