@@ -22,6 +22,7 @@ from mcm_tasks.api import API_VERSION, Machine
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
+    MACHINE_DEPLOYMENT_NAME_LABEL_KEY,
     PRESERVE_ANNOTATION,
     PRESERVED_TAINT,
 )
@@ -63,7 +64,9 @@ class Fleet:
     def wait(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
         wait_until(predicate, timeout, interval=0.2, what=what)
 
-    def machine_set(self, name: str, replicas: int, **spec: Any) -> None:
+    def machine_set(
+        self, name: str, replicas: int, labels: dict[str, str] | None = None, **spec: Any
+    ) -> None:
         body = {
             "apiVersion": API_VERSION,
             "kind": "MachineSet",
@@ -72,7 +75,7 @@ class Fleet:
                 "replicas": replicas,
                 "selector": {"matchLabels": {"set": name}},
                 "template": {
-                    "metadata": {"labels": {"set": name}},
+                    "metadata": {"labels": {"set": name, **(labels or {})}},
                     "spec": {"class": {"kind": "MachineClass", "name": "preserve"}},
                 },
                 **spec,
@@ -124,6 +127,12 @@ class Fleet:
             if c.get("type") == "Preserved":
                 return str(c.get("status"))
         return ""
+
+    def condition_text(self, name: str) -> tuple[str, str]:
+        for c in ((self.node(name) or {}).get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Preserved":
+                return str(c.get("reason")), str(c.get("message"))
+        return "", ""
 
     def expiry(self, name: str) -> Any:
         found = self.get(name)
@@ -257,3 +266,44 @@ def test_auto_preservation_up_to_the_max(fleet: Fleet) -> None:
         ),
         "status counts it",
     )
+
+
+def test_an_auto_preserved_machine_does_not_hold_back_other_replacements(fleet: Fleet) -> None:
+    """Issue 26: under ``autoPreserveFailedMachineMax: 1`` two machines of one deployment (the
+    ``name`` label the replacement permit is taken for) go unhealthy: one is auto-preserved and
+    kept, the other is marked Failed at its health timeout and replaced while the first is still
+    preserved. Counting the preserved machine as a replacement in flight (upstream's
+    ``canMarkMachineFailed`` does not) kept the second Unknown for the whole preservation."""
+    fleet.machine_set("pair", 3, labels={MACHINE_DEPLOYMENT_NAME_LABEL_KEY: "pair-deploy"},
+                      autoPreserveFailedMachineMax=1)  # fmt: skip
+    first, second, _ = fleet.running("pair")
+    fleet.fail(first)
+    fleet.fail(second)
+
+    def preserved() -> list[str]:
+        return [
+            n
+            for n in (first, second)
+            if fleet.phase(n) == "Failed"
+            and fleet.expiry(n) is not None
+            and not (fleet.get(n) or Machine()).metadata.is_deleting
+        ]
+
+    fleet.wait(lambda: len(preserved()) == 1, "one of the two auto-preserved", timeout=PRESERVE_TIMEOUT)
+    [kept] = preserved()
+    other = second if kept == first else first
+    expiry = fleet.expiry(kept)
+
+    def replaced() -> bool:
+        found = fleet.get(other)
+        return (found is None or found.metadata.is_deleting) and len(fleet.running("pair")) == 2
+
+    # within the kept machine's preservation: without the fix the other stays Unknown until it ends
+    fleet.wait(replaced, "the other one marked Failed and replaced", timeout=PRESERVE_TIMEOUT)
+    assert fleet.expiry(kept) == expiry and fleet.phase(kept) == "Failed", "still preserved meanwhile"
+    assert not (fleet.get(kept) or Machine()).metadata.is_deleting
+    assert (fleet.get(kept) or Machine()).metadata.annotations.get(PRESERVE_ANNOTATION) == "auto-preserved"
+    fleet.wait(lambda: fleet.condition(kept) == "True", "the kept node's Preserved condition")
+    reason, message = fleet.condition_text(kept)
+    assert reason == "Preserved by MCM."
+    assert message.startswith("Preserved node drained successfully. Machine preserved until ")
