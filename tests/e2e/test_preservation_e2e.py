@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,9 @@ def test_now_on_a_healthy_machine_and_its_removal(fleet: Fleet) -> None:
     fleet.wait(lambda: fleet.expiry(name) is None, "preserve expiry cleared")
     fleet.wait(lambda: not fleet.protected(name) and fleet.condition(name) == "False", "protection gone")
     assert CA_SCALE_DOWN_DISABLED_ANNOTATION not in fleet.node_annotations(name)
+    reason, message = fleet.condition_text(name)
+    assert reason == "Preservation stopped."
+    assert message == "Machine preservation stopped: the preserve annotation was removed."
 
 
 def test_auto_preservation_up_to_the_max(fleet: Fleet) -> None:
@@ -266,6 +270,16 @@ def test_auto_preservation_up_to_the_max(fleet: Fleet) -> None:
         ),
         "status counts it",
     )
+
+    # the maximum lowered: the auto-preserved machine lets go and is replaced, before its expiry
+    expiry = fleet.expiry(kept)
+    ops.patch(
+        fleet.control, kinds.MACHINE_SET.resource, "auto", {"spec": {"autoPreserveFailedMachineMax": 0}}, NS
+    )
+    fleet.wait(lambda: fleet.get(kept) is None, "un-preserved and deleted", timeout=PRESERVE_TIMEOUT)
+    assert datetime.now(UTC) < expiry, "deleted because the maximum went down, not by its expiry"
+    fleet.wait(lambda: len(fleet.running("auto")) == 3, "replaced")
+    fleet.wait(lambda: fleet.set_status("auto").get("autoPreserveFailedMachineCount", 0) == 0, "not counted")
 
 
 def test_an_auto_preserved_machine_does_not_hold_back_other_replacements(fleet: Fleet) -> None:
