@@ -266,14 +266,13 @@ def auto_preserve(scope: MachineSetScope, machines: list[Machine]) -> list[Machi
     maximum = machine_set.spec.auto_preserve_failed_machine_max or 0
     if maximum <= 0 and not any(preservation.is_auto_preserved(m) for m in machines):
         return machines
-    rolling_out = maximum > 0 and _rolling_out(scope)
-    plan = preservation.manage_auto_preservation(
-        machines,
-        maximum,
-        machine_set.status.auto_preserve_failed_machine_count,
-        now_utc(),
-        rolling_out=rolling_out,
-    )
+    count, now = machine_set.status.auto_preserve_failed_machine_count, now_utc()
+    plan = preservation.manage_auto_preservation(machines, maximum, count, now)
+    # the sibling sets are read only when the answer can change what this pass does
+    some = bool(plan.preserve) or any(preservation.is_auto_preserved(m) for m in machines)
+    rolling_out = maximum > 0 and some and _rolling_out(scope)
+    if rolling_out:
+        plan = preservation.manage_auto_preservation(machines, maximum, count, now, rolling_out=True)
     written: dict[str, Machine] = {}
     for machine, value in [(m, PRESERVE_AUTO_PRESERVED) for m in plan.preserve] + [
         (m, None) for m in plan.unpreserve
