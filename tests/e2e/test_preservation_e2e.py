@@ -321,3 +321,53 @@ def test_an_auto_preserved_machine_does_not_hold_back_other_replacements(fleet: 
     reason, message = fleet.condition_text(kept)
     assert reason == "Preserved by MCM."
     assert message.startswith("Preserved node drained successfully. Machine preserved until ")
+
+
+def test_a_preserved_node_that_cannot_be_drained_says_so(fleet: Fleet) -> None:
+    """Upstream's computeNewNodePreservedCondition: a PodDisruptionBudget that refuses the eviction
+    leaves ``Preserved=False`` "Preserved node could not be drained. …" (and a Warning Event); once
+    the budget allows it, the drain completes and the condition turns True "…drained successfully."."""
+    fleet.machine_set("pdb", 1)
+    [name] = fleet.running("pdb")
+    pod = f"guarded-{uuid.uuid4().hex[:5]}"
+    ops.create(
+        fleet.target,
+        kinds.POD.resource,
+        {
+            "metadata": {"name": pod, "namespace": NS, "labels": {"app": pod}},
+            "spec": {"nodeName": name, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        },
+    )  # fmt: skip
+    selector = {"matchLabels": {"app": pod}}
+    budget = {"metadata": {"name": pod, "namespace": NS}, "spec": {"selector": selector, "maxUnavailable": 0}}
+    ops.create(fleet.target, kinds.POD_DISRUPTION_BUDGET.resource, budget)
+    ops.patch(
+        fleet.control,
+        kinds.MACHINE.resource,
+        name,
+        {"metadata": {"annotations": {PRESERVE_ANNOTATION: "when-failed"}}},
+        NS,
+    )
+    fleet.fail(name)
+
+    fleet.wait(
+        lambda: fleet.condition_text(name)[1].startswith("Preserved node could not be drained."),
+        "drain refused",
+    )
+    assert fleet.condition(name) == "False" and fleet.condition_text(name)[0] == "Preserved by user."
+    assert fleet.tainted(name) and fleet.phase(name) == "Failed"
+    events = ops.list_(fleet.control, kinds.EVENT.resource, NS)["items"]
+    assert any(
+        e.get("reason") == "PreservedNodeDrainFailed" and (e.get("involvedObject") or {}).get("name") == name
+        for e in events
+    )
+
+    ops.patch(fleet.target, kinds.POD_DISRUPTION_BUDGET.resource, pod, {"spec": {"maxUnavailable": 1}}, NS)
+    fleet.wait(
+        lambda: fleet.condition_text(name)[1].startswith("Preserved node drained successfully."), "drained"
+    )
+    assert fleet.condition(name) == "True"
+    fleet.wait(
+        lambda: ops.get(fleet.target, kinds.POD.resource, pod, NS, missing_ok=True) is None, "pod gone"
+    )
