@@ -239,11 +239,12 @@ def _stop(machine: Machine, node: Obj | None, api: ApiClient | None, why: str) -
     current = machine.status.current_status
     preserved = current.preserve_expiry_time is not None or _marked(node)
     if preserved and node is not None and api is not None:
+        # the marks first: their write is guarded by the resourceVersion the pass read
+        _set_marks(api, node, protect=False, taint=False)
         stopped = p.stopped_condition(why)
         found = _condition(node) or {}
         if (found.get("status"), found.get("reason")) != (stopped.status, stopped.reason):
             _write_condition(api, node, stopped, now_utc())
-        _set_marks(api, node, protect=False, taint=False)
     if current.preserve_expiry_time is None:
         return machine
     new = machine.status.model_copy(
