@@ -369,14 +369,14 @@ def test_should_failed_machine_be_terminated(
     ("annotations", "expected"),
     [
         ({KEY: "when-failed"}, "when-failed"),
-        ({LA: "now"}, "now"),  # the Node's value as the machine controller last applied it
-        ({LA: "now", KEY: "false"}, "now"),
-        ({KEY: "bogus"}, ""),
+        ({LA: "now"}, ""),  # what a Node gave ends with the Node
+        ({LA: "now", KEY: "false"}, ""),
+        ({KEY: "bogus"}, "bogus"),  # not a preserving value: the machine is replaced
     ],
 )
 def test_no_node_to_read_falls_back_to_the_machine(annotations: dict[str, str], expected: str) -> None:
-    """No Node (none named, gone, no target): the machine's own view, as upstream's machine
-    controller enforces the machine's value when the Node is not found."""
+    """No Node (none named, gone, no target): as the machine controller reads it then, a value a
+    Node gave is over and the machine's own applies."""
     assert p.find_effective_preserve_value(failed(annotations), None) == expected
 
 

@@ -122,16 +122,17 @@ PRESERVING_VALUES: Final = frozenset({PRESERVE_NOW, PRESERVE_WHEN_FAILED, PRESER
 
 def find_effective_preserve_value(machine: Machine, node_value: str | None) -> str:
     """Upstream's ``findEffectivePreserveValue`` (the MachineSet's reading): the Node's value wins
-    once the Node has one or had one (the machine's last-applied Node value); only a Node that never
-    asked leaves the machine's own value in force. ``node_value`` None: no Node to read (no ``node``
-    label, the Node gone, no target cluster): the machine's own view (``set_view_value``), as
-    upstream's machine controller enforces the machine's value when the Node is not found."""
-    if node_value is None:
-        return set_view_value(machine)
+    once the Node has one or had one (the machine's last-applied Node value, even when the Node's
+    annotation is gone); only a Node that never asked leaves the machine's own value in force.
+    ``node_value`` None: there is no Node to read (no ``node`` label, the Node gone, no target
+    cluster): as the machine controller reads it then (``decide``), a value a Node gave is over and
+    the machine's own applies."""
     annotations = machine.metadata.annotations
-    if not node_value and not annotations.get(LAST_APPLIED_NODE_PRESERVE_ANNOTATION):
-        return annotations.get(PRESERVE_ANNOTATION, "")
-    return node_value
+    return effective_values(
+        node_value or "",
+        annotations.get(LAST_APPLIED_NODE_PRESERVE_ANNOTATION, ""),
+        annotations.get(PRESERVE_ANNOTATION, ""),
+    )[0]
 
 
 def should_failed_machine_be_terminated(machine: Machine, node_value: str | None, now: datetime) -> bool:
