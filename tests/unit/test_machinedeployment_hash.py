@@ -29,7 +29,7 @@ from mcm_tasks.controllers.machinedeployment.revisions import (
     new_set_annotations,
     rolled_back_annotations,
 )
-from mcm_tasks.controllers.machinedeployment.sets import find_new_set
+from mcm_tasks.controllers.machinedeployment.sets import find_new_set, synced_new_set
 from tests.unit.test_machinedeployment_support import deployment, machine_set, template
 
 
@@ -203,3 +203,15 @@ def _machine(label: str | None, phase: str = "Running") -> Machine:
 )  # fmt: skip
 def test_hash_key_step(machine_set: MachineSet, machines: list[Machine], step: HashKeyStep) -> None:
     assert hash_key_step(machine_set, machines, H) is step
+
+
+@pytest.mark.parametrize(("on_set", "on_deployment"), [(None, 2), (2, 1), (1, 0), (3, None)])
+def test_the_new_set_follows_the_deployments_auto_preserve_maximum(
+    on_set: int | None, on_deployment: int | None
+) -> None:
+    """Upstream getNewMachineSet updates the new set's autoPreserveFailedMachineMax when the
+    deployment's changes; lowering it there is how auto-preserved machines above it are let go."""
+    d = deployment(autoPreserveFailedMachineMax=on_deployment)
+    ms = machine_set("new", 3, tmpl=d.spec.template.model_dump(by_alias=True, exclude_none=True))
+    ms.spec.auto_preserve_failed_machine_max = on_set
+    assert synced_new_set(d, ms, 2).spec.auto_preserve_failed_machine_max == on_deployment

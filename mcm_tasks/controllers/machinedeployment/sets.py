@@ -161,8 +161,9 @@ def split(
 
 
 def synced_new_set(deployment: MachineDeployment, new_set: MachineSet, new_revision: int) -> MachineSet:
-    """The new set as it should be: annotations and revision, minReadySeconds, and the in-place fields
-    of the template (node template, machine configuration, class kind) taken from the deployment."""
+    """The new set as it should be: annotations and revision, minReadySeconds,
+    autoPreserveFailedMachineMax, and the in-place fields of the template (node template, machine
+    configuration, class kind) taken from the deployment."""
     want = deployment.spec.template.spec
     spec = new_set.spec.template.spec
     updates: dict[str, object] = {}
@@ -183,7 +184,13 @@ def synced_new_set(deployment: MachineDeployment, new_set: MachineSet, new_revis
         update={
             "metadata": new_set.metadata.model_copy(update={"annotations": annotations}),
             "spec": new_set.spec.model_copy(
-                update={"template": template, "min_ready_seconds": deployment.spec.min_ready_seconds}
+                update={
+                    "template": template,
+                    "min_ready_seconds": deployment.spec.min_ready_seconds,
+                    # upstream getNewMachineSet keeps it in line too: lowering it on the deployment
+                    # is how the new set's auto-preserved machines above it are let go
+                    "auto_preserve_failed_machine_max": deployment.spec.auto_preserve_failed_machine_max,
+                }
             ),
         }
     )
