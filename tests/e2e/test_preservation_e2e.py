@@ -142,6 +142,9 @@ class Fleet:
     def set_status(self, name: str) -> dict[str, Any]:
         return dict((ops.get(self.control, kinds.MACHINE_SET.resource, name, NS) or {}).get("status") or {})
 
+    def annotate_node(self, name: str, annotations: dict[str, str | None]) -> None:
+        ops.patch(self.target, kinds.NODE.resource, name, {"metadata": {"annotations": annotations}})
+
     def fail(self, name: str) -> None:
         ops.patch(self.target, kinds.NODE.resource, name, {"metadata": {"annotations": READY_FALSE}})
 
@@ -371,3 +374,24 @@ def test_a_preserved_node_that_cannot_be_drained_says_so(fleet: Fleet) -> None:
     fleet.wait(
         lambda: ops.get(fleet.target, kinds.POD.resource, pod, NS, missing_ok=True) is None, "pod gone"
     )
+
+
+def test_removing_the_nodes_annotation_ends_the_preservation(fleet: Fleet) -> None:
+    """The MachineSet reads the Node's preserve annotation (upstream's shouldFailedMachineBeTerminated
+    through findEffectivePreserveValue): a Failed machine kept by its Node's ``when-failed`` is
+    replaced once that annotation is removed, before its expiry."""
+    fleet.machine_set("nodeask", 1)
+    [name] = fleet.running("nodeask")
+    fleet.annotate_node(name, {PRESERVE_ANNOTATION: "when-failed"})
+    fleet.fail(name)
+    fleet.wait(lambda: fleet.phase(name) == "Failed" and fleet.expiry(name) is not None, "preserved")
+    fleet.wait(lambda: fleet.condition(name) == "True", "Preserved condition")
+    expiry = fleet.expiry(name)
+    assert fleet.get(name) is not None and len(fleet.machines("nodeask")) == 1, "kept, not replaced"
+
+    fleet.annotate_node(name, {PRESERVE_ANNOTATION: None})
+    fleet.wait(
+        lambda: fleet.get(name) is None, "replaced once the Node no longer asks", timeout=PRESERVE_TIMEOUT
+    )
+    assert datetime.now(UTC) < expiry, "ended by the annotation's removal, not by the expiry"
+    fleet.wait(lambda: len(fleet.running("nodeask")) == 1, "a new machine")
