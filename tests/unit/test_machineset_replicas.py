@@ -326,3 +326,41 @@ def test_a_failed_machine_is_kept_by_its_nodes_annotation() -> None:
     values = {"kept": "when-failed", "ended": "", "plain": ""}
     plan = plan_replicas(machine_set(5), machines, NOW, values, unread={"unread"})
     assert sorted(names(plan.delete)) == ["ended", "plain"]
+
+
+def test_the_nodes_of_failed_machines_are_read_and_an_unreadable_one_keeps_its_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``failed_machines_node_values`` reads the Node of each Failed machine only; a Node that is
+    gone gives no value (the machine's own applies), one that cannot be read names its machine."""
+    from mcm_tasks.controllers.machineset import reconcile
+
+    nodes: dict[str, Any] = {
+        "n-asks": {"metadata": {"name": "n-asks", "annotations": {PRESERVE_ANNOTATION: "when-failed"}}},
+        "n-plain": {"metadata": {"name": "n-plain"}},
+    }
+    read: list[str] = []
+
+    def get_node(name: str) -> Any:
+        read.append(name)
+        if name == "n-broken":
+            raise ConnectionError("target unreachable")
+        return nodes.get(name)
+
+    monkeypatch.setattr(reconcile, "get_node", get_node)
+
+    def on(node: str, name: str, phase: str = "Failed") -> Machine:
+        m = machine(name, phase)
+        return m.model_copy(update={"metadata": m.metadata.model_copy(update={"labels": {"node": node}})})
+
+    machines = [
+        on("n-asks", "asks"),
+        on("n-plain", "plain"),
+        on("n-gone", "gone"),
+        on("n-broken", "broken"),
+        on("n-running", "running", "Running"),
+    ]
+    values, unread = reconcile.failed_machines_node_values(machines)
+    assert values == {"asks": "when-failed", "plain": ""}
+    assert unread == {"broken"}
+    assert "n-running" not in read

@@ -231,7 +231,7 @@ def _preserve(
 
 
 def _stop(machine: Machine, node: Obj | None, api: ApiClient | None, why: str) -> Machine:
-    """Upstream ``stopMachinePreservationIfActive``: only a preserved machine (an expiry, which is
+    """Upstream ``stopPreservationIfActive``: only a preserved machine (an expiry, which is
     cleared last, or a preservation's own mark left on the Node) has anything to undo: the
     ``Preserved`` condition False (``Preservation stopped.``, the message says why), the
     autoscaler's protection and the preserved taint. A machine that is not preserved leaves its Node

@@ -219,7 +219,10 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         machines = auto_preserve(scope, machines)
         requeue = preservation_wake_up(machines, now_utc()) or requeue
         if satisfied:
-            failure = manage_replicas(scope, machines)
+            node_values, unread = failed_machines_node_values(machines)
+            failure = manage_replicas(scope, machines, node_values, unread)
+            if unread:  # the Failed machines kept for want of their Node are decided again soon
+                requeue = Requeue.short()
         else:
             log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
             # back when they expire (within a short grace when their pass died mid-way)
@@ -376,11 +379,17 @@ def _warn_missing_class(scope: MachineSetScope) -> None:
         scope.recorder.event(machine_set, WARNING, CLASS_NOT_FOUND_REASON, message)
 
 
-def manage_replicas(scope: MachineSetScope, machines: list[Machine]) -> status.ReplicaFailure | None:
-    """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any."""
+def manage_replicas(
+    scope: MachineSetScope,
+    machines: list[Machine],
+    node_values: dict[str, str] | None = None,
+    unread: set[str] | None = None,
+) -> status.ReplicaFailure | None:
+    """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any.
+    ``node_values`` and ``unread``: the preserve annotations of the Failed machines' Nodes, and the
+    Failed machines whose Node could not be read (``failed_machines_node_values``)."""
     api, machine_set, key = scope.api, scope.machine_set, scope.key
-    node_values, unread = failed_machines_node_values(machines)
-    plan = plan_replicas(machine_set, machines, now_utc(), node_values, unread)
+    plan = plan_replicas(machine_set, machines, now_utc(), node_values, unread or set())
     if plan.skipped:
         level = logging.INFO if plan.skipped == SKIP_FROZEN else logging.DEBUG
         log.log(
