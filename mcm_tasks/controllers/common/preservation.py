@@ -75,12 +75,13 @@ def annotation_value(
 def effective_values(
     node_value: str, last_applied_node_value: str, machine_value: str
 ) -> tuple[str, str, str]:
-    """Upstream's ``getEffectivePreservationAnnotations`` with what ``updatePreserveAnnotationOnMachine``
-    then writes: (effective value, the machine's preserve annotation afterwards, its last-applied
-    Node value afterwards). The machine's own value applies only while the Node has none and never
-    had one. Once the Node is in control (it has a value, or had one) the Node's value applies, even
-    "" when it was removed, and the machine's own value is deleted: a machine annotated ``now``
-    whose Node's annotation went does not preserve again on its next pass."""
+    """Upstream's ``getEffectivePreservationAnnotations`` with what
+    ``updatePreserveAnnotationOnMachine`` then writes (``shouldAnnotationsBeUpdatedOnMachine``
+    deciding whether it must): (effective value, the machine's preserve annotation afterwards, its
+    last-applied Node value afterwards). The machine's own value applies only while the Node has
+    none and never had one. Once the Node is in control (it has a value, or had one) the Node's
+    value applies, even "" when it was removed, and the machine's own value is deleted: a machine
+    annotated ``now`` whose Node's annotation went does not preserve again on its next pass."""
     if not node_value and not last_applied_node_value:
         return machine_value, machine_value, ""
     return node_value, "", node_value

@@ -106,7 +106,8 @@ def observe_duration(
 
 
 def machine_metrics(machines: list[Machine], frozen: bool) -> list[Metric]:
-    """The state metrics of a list of machines (pure, for the collector and its tests)."""
+    """The state metrics of a list of machines (pure, for the collector and its tests): upstream's
+    ``updateMachineInfoMetric``, ``updateMachineStatusConditionMetric`` and ``updateMachineCSPhaseMetric``."""
     items = GaugeMetricFamily("mcm_machine_items_total", "Count of machines currently managed by the mcm.")
     items.add_metric([], len(machines))
     phase = GaugeMetricFamily(

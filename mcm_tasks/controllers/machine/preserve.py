@@ -169,8 +169,9 @@ def evict_pods(api: ApiClient, node_name: str) -> int:
 
 
 def drain_pods(api: ApiClient, node_name: str) -> tuple[int, list[str]]:
-    """Evict what a drain removes from the node: the number of pods still to go, and what refused
-    (a PodDisruptionBudget's 429, an error), one line a pod."""
+    """Upstream ``drainPreservedNode``, one round a pass: evict what a drain removes from the node: the
+    number of pods still to go, and what refused (a PodDisruptionBudget's 429, an error), one line a
+    pod."""
     left, refused = 0, []
     for pod in ds.pods_for_deletion(io.pods_on_node(api, node_name), node_name):
         if ds.is_terminating(pod) or ds.is_finished(pod):
@@ -188,12 +189,12 @@ def drain_pods(api: ApiClient, node_name: str) -> tuple[int, list[str]]:
 def _preserve(
     machine: Machine, node: Obj | None, api: ApiClient | None, value: str, now: datetime
 ) -> tuple[Machine, Requeue | None]:
-    """Upstream ``preserveMachine``: the expiry first; then, on the Node, the autoscaler's
-    protection, for a Failed machine the preserved taint and a drain until the condition says it
-    succeeded (``shouldPreservedNodeBeDrained``), and the ``Preserved`` condition with the drain's
-    outcome (``computeNewNodePreservedCondition``). A drain whose evictions are under way is looked
-    at again shortly; one refused (a PodDisruptionBudget) says so on the condition, False, and is
-    retried."""
+    """Upstream ``preserveMachine``: the expiry first (``setPreserveExpiryTimeOnMachine``); then, on the
+    Node, the autoscaler's protection, for a Failed machine the preserved taint and a drain until
+    the condition says it succeeded (``shouldPreservedNodeBeDrained``), and the ``Preserved``
+    condition with the drain's outcome (``computeNewNodePreservedCondition``). A drain whose
+    evictions are under way is looked at again shortly; one refused (a PodDisruptionBudget) says so
+    on the condition, False, and is retried."""
     current = machine.status.current_status
     expiry = current.preserve_expiry_time
     if expiry is None:
@@ -231,11 +232,12 @@ def _preserve(
 
 
 def _stop(machine: Machine, node: Obj | None, api: ApiClient | None, why: str) -> Machine:
-    """Upstream ``stopPreservationIfActive``: only a preserved machine (an expiry, which is
-    cleared last, or a preservation's own mark left on the Node) has anything to undo: the
-    ``Preserved`` condition False (``Preservation stopped.``, the message says why), the
-    autoscaler's protection and the preserved taint. A machine that is not preserved leaves its Node
-    alone, so a rollout's scale-down protection stays."""
+    """Upstream ``stopPreservationIfActive``: only a preserved machine (an expiry, which is cleared
+    last, or a preservation's own mark left on the Node) has anything to undo: the ``Preserved``
+    condition False (``Preservation stopped.``, the message says why), the autoscaler's protection
+    and the preserved taint; the expiry and the annotations go as ``clearMachinePreserveExpiryTime``
+    and ``removePreserveAnnotationOnMachine`` take them. A machine that is not preserved leaves its
+    Node alone, so a rollout's scale-down protection stays."""
     current = machine.status.current_status
     preserved = current.preserve_expiry_time is not None or _marked(node)
     if preserved and node is not None and api is not None:

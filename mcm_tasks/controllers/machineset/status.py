@@ -79,7 +79,8 @@ def failed_summary(machine: Machine) -> MachineSummary:
 def calculate_status(
     machine_set: MachineSet, machines: Sequence[Machine], failure: ReplicaFailure | None, now: datetime
 ) -> MachineSetStatus:
-    """The status the set should have (MCM's calculateMachineSetStatus)."""
+    """The status the set should have (MCM's calculateMachineSetStatus); a Running machine is ready
+    and available (``isMachineReady``, ``isMachineAvailable``: ``minReadySeconds`` is not waited for)."""
     old = machine_set.status
     template_labels = machine_set.spec.template.metadata.labels
     phases = [m.status.current_status.phase for m in machines]
