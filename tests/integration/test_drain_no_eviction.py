@@ -11,6 +11,7 @@ from kubernetes import config
 
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_tasks.controllers.machine import preserve
 from mcm_tasks.controllers.machine.drain import cluster_io
 from tests.integration import test_deletion_env as sandbox
 from tests.integration.test_deletion_env import Env, assert_all_gone, drive, index, unique
@@ -62,3 +63,15 @@ def test_without_eviction_the_drain_deletes_the_pods(env: Env) -> None:
     assert_all_gone(env, name)
     reasons = [reason for reason, _ in env.events(name)]
     assert "EvictionUnsupported" in reasons
+
+
+def test_without_eviction_a_preserved_node_drain_deletes_the_pods(env: Env) -> None:
+    """The preserved node's drain (upstream ``drainPreservedNode``) asks discovery too: without the
+    eviction API an Eviction's 404 would read as "pod gone" and the pods would stay."""
+    name = unique("noevict-preserved")
+    env.launch(name)
+    env.run_pod("kept-" + name, name)
+    wait_until(lambda: env.running("kept-" + name), 15, what="pod running")
+    left, refused = preserve.drain_pods(env.api, name)
+    assert (left, refused) == (1, [])
+    wait_until(lambda: env.pod("kept-" + name) is None, 15, what="the pod deleted")

@@ -173,10 +173,14 @@ def drain_pods(api: ApiClient, node_name: str) -> tuple[int, list[str]]:
     number of pods still to go, and what refused (a PodDisruptionBudget's 429, an error), one line a
     pod."""
     left, refused = 0, []
+    eviction = io.support_eviction(api)  # a cluster without pods/eviction: delete, as the deletion drain
     for pod in ds.pods_for_deletion(io.pods_on_node(api, node_name), node_name):
         if ds.is_terminating(pod) or ds.is_finished(pod):
             continue
-        reply = io.remove_pod(api, pod, Removal.EVICT)
+        if eviction:
+            reply = io.remove_pod(api, pod, Removal.EVICT, eviction)
+        else:
+            reply = io.remove_pod(api, pod, Removal.DELETE)
         if reply.answer is Answer.NOT_FOUND:
             continue
         left += 1
