@@ -4,19 +4,20 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock redis-server test test-fast demo lint bench crds clean chart-render chart-schema
+.PHONY: install lock redis-server test test-fast demo lint bench crds clean chart-render chart-schema \
+        docs docs-serve config-reference
 
 # pinned by constraints.txt, as the Dockerfile installs (tests/unit/test_image.py checks they agree)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[test,dev,sandbox]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,dev,docs,sandbox]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # re-pin constraints.txt to what the venv holds (after a change of pyproject.toml's dependencies:
-# `pip install -e '.[test,dev,sandbox]'` without -c, then `make lock`)
+# `pip install -e '.[test,dev,docs,sandbox]'` without -c, then `make lock`)
 lock:
 	{ echo "# Every package 'make install' and the Dockerfile install, pinned: regenerate with 'make lock'."; \
 	  echo "# Used as pip constraints (-c): extras not asked for are not installed."; \
@@ -42,6 +43,19 @@ lint: $(STAMP)
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/mypy mcm_tasks informers providers mcm_sandbox beat_schedule.py
 	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The documentation site (mkdocs.yml): built into build/site; --strict fails on a broken link or
+# anchor and on a page missing from the navigation.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
+
+# docs/reference/configuration.md comes from mcm_tasks/settings.py
+config-reference: $(STAMP)
+	$(BIN)/python tools/config_reference.py
 
 # The chart renderer (tools/chart-render): Go's text/template with sprig, the engine Helm uses, built
 # offline in GOPATH mode from Debian's packaged libraries (no helm binary is in reach).

@@ -116,7 +116,7 @@ def summary(directory: Path, timings: list[tuple[str, float]], started_in: float
             "  kubectl get mcd,mcs,mc,mcc                 # machine objects (control cluster)\n"
             f"  kubectl --kubeconfig {directory}/target-kubeconfig get nodes   # nodes (target cluster)\n"
             "  ls tests/manifests/                        # example MachineClass/Set/Deployment manifests\n"
-            "  mcm-tasks admin queues                     # queue depths; admin deadletter ls\n"
+            "  mcm-tasks admin queues                     # queue depths; admin failing: failing keys\n"
             "  celery -A mcm_tasks.celery_app flower      # Flower on http://localhost:5555\n"
             f"  mcm-tasks sandbox down --dir {directory}   # stop it"
         )
@@ -125,7 +125,7 @@ def summary(directory: Path, timings: list[tuple[str, float]], started_in: float
             "\n[bold]next steps[/bold]\n"
             "  make demo KEEP=1   # the same, leaving the sandbox running to explore\n"
             "                     # with kubectl, Flower and the admin CLI\n"
-            "  README.md          # install on a cluster (helm/) or one host (compose/)"
+            "  make docs-serve    # the docs: install on a cluster (Helm) or one host (compose)"
         )
 
 

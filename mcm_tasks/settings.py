@@ -17,7 +17,7 @@ from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from mcm_tasks.durations import format_duration, parse_duration
+from mcm_tasks.durations import parse_duration
 from mcm_tasks.kinds import QUEUES
 
 #: seconds, parsed from Go duration strings (``90s``, ``10m``) or plain numbers
@@ -459,19 +459,3 @@ def reset_settings() -> None:
 
 def _is_duration(field: FieldInfo) -> bool:
     return any(isinstance(m, BeforeValidator) and m.func is parse_duration for m in field.metadata)
-
-
-def settings_table() -> str:
-    """The README's configuration table, generated so it cannot drift from the code."""
-    rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        default = field.default
-        if _is_duration(field):
-            shown = format_duration(default)
-        elif isinstance(default, bool):
-            shown = str(default).lower()
-        else:
-            shown = str(default) if default != "" else '""'
-        flag = "--" + name.replace("_", "-")
-        rows.append(f"| `{flag}` | `MCM_{name.upper()}` | `{shown}` | {field.description} |")
-    return "\n".join(rows)

@@ -1,6 +1,7 @@
 """The documents in the repository stay true to the code: every module and function the upstream map
-names exists, the README's links point at files of this repository, its folder table covers every
-folder, and no docstring points at numbered sections of a document a clone does not have."""
+names exists, the README's links point at files of this repository, the development page's folder
+table covers every folder, and no docstring points at numbered sections of a document a clone does
+not have."""
 
 from __future__ import annotations
 
@@ -100,8 +101,8 @@ def test_readme_links_point_at_files_of_the_repository() -> None:
     assert "../" not in "".join(links)
 
 
-def test_readme_folder_table_covers_every_folder() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_layout_table_covers_every_folder() -> None:
+    readme = (ROOT / "docs" / "development.md").read_text()
     folders = sorted(
         p.name
         for p in ROOT.iterdir()
@@ -111,7 +112,7 @@ def test_readme_folder_table_covers_every_folder() -> None:
         and "egg-info" not in p.name
     )
     missing = [f for f in folders if f"`{f}/`" not in readme]
-    assert not missing, f"README's folder table misses {missing}"
+    assert not missing, f"docs/development.md's layout table misses {missing}"
     packages = [
         str(p.parent.relative_to(ROOT))
         for base in ("mcm_tasks", "informers", "providers", "mcm_sandbox")
@@ -119,7 +120,7 @@ def test_readme_folder_table_covers_every_folder() -> None:
         if "__pycache__" not in str(p)
     ]
     missing = [p for p in packages if f"`{p}/`" not in readme]
-    assert not missing, f"README's folder table misses {missing}"
+    assert not missing, f"docs/development.md's layout table misses {missing}"
 
 
 def test_no_docstring_cites_numbered_sections_of_an_outside_document() -> None:

@@ -122,15 +122,6 @@ def test_queue_names_are_prefixed() -> None:
         s.queue_name("pods")
 
 
-def test_readme_configuration_table_is_current() -> None:
-    from pathlib import Path
-
-    from mcm_tasks.settings import settings_table
-
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert settings_table() in readme, "regenerate the README table from settings_table()"
-
-
 def test_an_upstream_command_line_is_accepted() -> None:
     from pathlib import Path
 
@@ -192,15 +183,6 @@ def test_leader_elect_resource_lock(lock: str, ok: bool) -> None:
 def test_unknown_flags_still_stop_start_up() -> None:
     with pytest.raises(SettingsError, match="unknown setting"):
         parse_flags(["--no-such-flag=1"])
-
-
-def test_readme_names_every_ignored_upstream_flag() -> None:
-    from pathlib import Path
-
-    from mcm_tasks.settings import UPSTREAM_IGNORED_FLAGS
-
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert all(f"`--{name}`" in readme for name in UPSTREAM_IGNORED_FLAGS)
 
 
 def test_preserve_and_inplace_timeouts_default_as_upstream_code(monkeypatch: pytest.MonkeyPatch) -> None:
