@@ -13,17 +13,25 @@ import typer
 from mcm_sandbox.cloud_cli import cloud_app, kubelet_command
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="The embedded sandbox: API server, cloud, kubelets."
+    no_args_is_help=True,
+    add_completion=False,
+    help="The embedded sandbox: API server, cloud, kubelets.",
+    epilog="Example: mcm-tasks sandbox up --dir /tmp/sb && source /tmp/sb/env",
 )
 app.add_typer(cloud_app, name="cloud", help="The local cloud's VMs.")
-app.command("kubelet")(kubelet_command)
+app.command(
+    "kubelet", epilog="Example: mcm-tasks sandbox kubelet --target-kubeconfig /tmp/sb/target-kubeconfig"
+)(kubelet_command)
 faults_app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="Inject faults into a sandbox API server."
+    no_args_is_help=True,
+    add_completion=False,
+    help="Inject faults into a sandbox API server.",
+    epilog="Example: mcm-tasks sandbox faults add --server http://127.0.0.1:6443 --action error",
 )
 app.add_typer(faults_app, name="faults")
 
 
-@app.command()
+@app.command(epilog="Example: mcm-tasks sandbox apiserver --port 0 --kubeconfig /tmp/kubeconfig")
 def apiserver(
     port: int = typer.Option(6443, help="Port to listen on (0: any free port)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind."),
@@ -93,7 +101,11 @@ def _admin(server: str, method: str, path: str, token: str, body: Any = None) ->
         raise typer.Exit(1) from exc
 
 
-@faults_app.command("add")
+@faults_app.command(
+    "add",
+    epilog="Example: mcm-tasks sandbox faults add --server http://127.0.0.1:6443 --action latency "
+    "--latency-ms 200 --resources pods",
+)
 def faults_add(
     server: str = typer.Option(..., help="API server URL, e.g. http://127.0.0.1:6443."),
     action: str = typer.Option(..., help="error, hang, latency or cut-watches."),
@@ -120,7 +132,7 @@ def faults_add(
     typer.echo(_admin(server, "POST", "/sandbox/faults", token, rule)["id"])
 
 
-@faults_app.command("clear")
+@faults_app.command("clear", epilog="Example: mcm-tasks sandbox faults clear --server http://127.0.0.1:6443")
 def faults_clear(
     server: str = typer.Option(..., help="API server URL."),
     rule_id: str = typer.Option("", "--id", help="Remove only this rule."),
@@ -130,7 +142,7 @@ def faults_clear(
     _admin(server, "DELETE", "/sandbox/faults" + (f"/{rule_id}" if rule_id else ""), token)
 
 
-@faults_app.command("list")
+@faults_app.command("list", epilog="Example: mcm-tasks sandbox faults list --server http://127.0.0.1:6443")
 def faults_list(
     server: str = typer.Option(..., help="API server URL."),
     token: str = typer.Option("", help="Bearer token, when the server requires one."),
@@ -139,7 +151,7 @@ def faults_list(
     typer.echo(json.dumps(_admin(server, "GET", "/sandbox/faults", token)["items"], indent=2))
 
 
-@app.command("up")
+@app.command("up", epilog="Example: mcm-tasks sandbox up --dir /tmp/sb --workers 4")
 def sandbox_up(
     dir: Path = typer.Option(..., "--dir", help="Folder for kubeconfigs, env, state and logs."),
     workers: int = typer.Option(2, help="Worker processes to start."),
@@ -165,7 +177,7 @@ def sandbox_up(
         raise typer.Exit(1) from None
 
 
-@app.command("down")
+@app.command("down", epilog="Example: mcm-tasks sandbox down --dir /tmp/sb")
 def sandbox_down(dir: Path = typer.Option(..., "--dir", help="The folder given to `sandbox up`.")) -> None:
     """Stop everything `sandbox up` started."""
     from mcm_sandbox.runner import down
@@ -173,7 +185,7 @@ def sandbox_down(dir: Path = typer.Option(..., "--dir", help="The folder given t
     down(dir)
 
 
-@app.command("install-crds")
+@app.command("install-crds", epilog="Example: mcm-tasks sandbox install-crds --kubeconfig /tmp/sb/kubeconfig")
 def sandbox_install_crds(
     kubeconfig: Path = typer.Option(..., help="Kubeconfig of the control cluster."),
     timeout: float = typer.Option(60.0, help="Seconds to wait for the API server and the CRDs."),

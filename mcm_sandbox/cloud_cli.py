@@ -14,7 +14,10 @@ from typing import Any
 import typer
 
 cloud_app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="The local cloud's VMs (kept in Redis)."
+    no_args_is_help=True,
+    add_completion=False,
+    help="The local cloud's VMs (kept in Redis).",
+    epilog="Example: mcm-tasks sandbox cloud ls --json",
 )
 
 
@@ -54,7 +57,7 @@ def vm_rows(vms: list[Any], now: float) -> list[dict[str, Any]]:
     ]
 
 
-@cloud_app.command("ls")
+@cloud_app.command("ls", epilog="Example: mcm-tasks sandbox cloud ls --redis-url redis://127.0.0.1:6379/0")
 def ls(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     redis_url: str = typer.Option("", help=REDIS_URL_HELP),

@@ -247,7 +247,10 @@ def run_beat(settings: Settings, identity: str = "", loglevel: str = "info") -> 
     ).run()
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    epilog="Example: mcm-tasks beat --machine-safety-orphan-vms-period=30m",
+)
 def beat(
     ctx: typer.Context,
     identity: str = typer.Option("", help="This replica's name in the lock and the fire log."),

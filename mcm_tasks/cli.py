@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 
 import typer
 
@@ -10,7 +10,38 @@ from mcm_tasks.beat_cli import app as beat_app
 from mcm_tasks.informer_cli import app as informer_app
 from mcm_tasks.worker_cli import app as worker_app
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Gardener's MCM as Celery tasks on Redis.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Gardener's MCM as Celery tasks on Redis.",
+    epilog="Example: mcm-tasks worker --queues machine,machine-termination --machine-drain-timeout=1h",
+)
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml), which the image and the chart's
+    appVersion carry too; a source tree run without installing says so rather than guessing."""
+    try:
+        return version("mcm-tasks")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"mcm-tasks {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Gardener's MCM as Celery tasks on Redis."""
+
+
 app.add_typer(informer_app)
 app.add_typer(worker_app)
 app.add_typer(beat_app)
@@ -31,7 +62,7 @@ def _add_plugins() -> None:
 _add_plugins()
 
 
-@app.command()
+@app.command(epilog="Example: mcm-tasks crds | kubectl apply -f -")
 def crds(
     out: str = typer.Option("", help="Write one YAML file per CRD into this folder instead of stdout."),
 ) -> None:

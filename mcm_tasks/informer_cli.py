@@ -20,7 +20,10 @@ app = typer.Typer(add_completion=False)
 log = logging.getLogger("informers")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    epilog="Example: mcm-tasks informer --namespace=shoot--dev--demo --control-kubeconfig=/etc/kubeconfig",
+)
 def informer(
     ctx: typer.Context,
     identity: str = typer.Option("", help="Leader-election identity (default: <hostname>_<uuid>)."),

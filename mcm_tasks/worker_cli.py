@@ -110,7 +110,10 @@ def prepare_worker(flags: list[str], reconcilers: str = "") -> Settings:
     return settings
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    epilog="Example: mcm-tasks worker --queues machine,machine-termination --concurrency 4",
+)
 def worker(
     ctx: typer.Context,
     queues: str = typer.Option("", help="Kinds to consume, comma-separated (default: all queues)."),

@@ -23,8 +23,18 @@ from rich.table import Table
 from mcm_tasks.admin.keys import NotFound, check_kind, exists, inspect_key, when, worker_of
 from mcm_tasks.settings import configure
 
-admin_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Inspect and steer the queues.")
-deadletter_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keys that keep failing.")
+admin_app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Inspect and steer the queues.",
+    epilog="Example: mcm-tasks admin inspect machine shoot--dev--demo/worker-a-5f7c9-abcde",
+)
+deadletter_app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Keys that keep failing.",
+    epilog="Example: mcm-tasks admin deadletter ls --output json",
+)
 admin_app.add_typer(deadletter_app, name="deadletter")
 #: piped output (grep, tests) is not cut to 80 columns
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -103,7 +113,9 @@ def admin(redis_url: str = typer.Option("", help="Redis to use (default: MCM_RED
         configure({"redis_url": redis_url})
 
 
-@admin_app.command("enqueue")
+@admin_app.command(
+    "enqueue", epilog="Example: mcm-tasks admin enqueue machineset shoot--dev--demo/worker-a-5f7c9"
+)
 @clean_errors
 def admin_enqueue(kind: str, key: str) -> None:
     """Reconcile one key now (coalesces with a waiting message)."""
@@ -125,7 +137,7 @@ retries    reconciles retried after a failure (mcm_workqueue_retries_total)
 recovered  messages restored from dead workers (mcm_workqueue_recovered_total)"""
 
 
-@admin_app.command("queues")
+@admin_app.command("queues", epilog="Example: mcm-tasks admin queues --output json")
 @clean_errors
 def admin_queues(output: Output = OUTPUT) -> None:
     """Depth and state of every queue, with a legend."""
@@ -144,7 +156,9 @@ def admin_queues(output: Output = OUTPUT) -> None:
     emit(output, [dict(zip(columns, row, strict=True)) for row in rows], table)
 
 
-@admin_app.command("inspect")
+@admin_app.command(
+    "inspect", epilog="Example: mcm-tasks admin inspect machine shoot--dev--demo/worker-a-5f7c9-abcde"
+)
 @clean_errors
 def admin_inspect(kind: str, key: str, output: Output = OUTPUT) -> None:
     """One key: idle / waiting / delayed until T / running on W since T / failing N times (last
@@ -165,7 +179,7 @@ def admin_inspect(kind: str, key: str, output: Output = OUTPUT) -> None:
     emit(output, found, table)
 
 
-@admin_app.command("running")
+@admin_app.command("running", epilog="Example: mcm-tasks admin running --kind machine-termination")
 @clean_errors
 def admin_running(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
     """Keys whose reconcile runs now, where and since when."""
@@ -178,7 +192,7 @@ def admin_running(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
     emit(output, found, lambda: _table(("kind", "key", "worker", "since", "for"), rows, "nothing running"))
 
 
-@admin_app.command("delayed")
+@admin_app.command("delayed", epilog="Example: mcm-tasks admin delayed --kind machine")
 @clean_errors
 def admin_delayed(
     kind: str = KIND_FILTER,
@@ -194,7 +208,7 @@ def admin_delayed(
     emit(output, found, lambda: _table(("kind", "key", "due", "in"), rows, "nothing delayed"))
 
 
-@admin_app.command("failing")
+@admin_app.command("failing", epilog="Example: mcm-tasks admin failing --kind machine --output json")
 @clean_errors
 def admin_failing(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
     """Keys whose reconciles fail, with their streak and last error (retried automatically)."""
@@ -211,7 +225,7 @@ def admin_failing(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
     emit(output, found, lambda: _table(columns, rows, "no failing keys"))
 
 
-@admin_app.command("replay")
+@admin_app.command("replay", epilog="Example: mcm-tasks admin replay --failing --kind machine")
 @clean_errors
 def admin_replay(
     kind: str = typer.Argument("", help="Kind of the key."),
@@ -252,28 +266,32 @@ def _freeze(kind: str, key: str, frozen: bool, output: Output) -> None:
     emit(output, body, lambda: text)
 
 
-@admin_app.command("freeze")
+@admin_app.command(
+    "freeze", epilog="Example: mcm-tasks admin freeze machinedeployment shoot--dev--demo/worker-a"
+)
 @clean_errors
 def admin_freeze(kind: str, key: str, output: Output = OUTPUT) -> None:
     """Freeze a MachineSet or MachineDeployment (MCM's ``freeze`` label): no scale-up."""
     _freeze(kind, key, True, output)
 
 
-@admin_app.command("unfreeze")
+@admin_app.command(
+    "unfreeze", epilog="Example: mcm-tasks admin unfreeze machineset shoot--dev--demo/worker-a-5f7c9"
+)
 @clean_errors
 def admin_unfreeze(kind: str, key: str, output: Output = OUTPUT) -> None:
     """Unfreeze it (MCM's ``safety.machine.sapcloud.io/unfreeze`` annotation)."""
     _freeze(kind, key, False, output)
 
 
-@deadletter_app.command("ls")
+@deadletter_app.command("ls", epilog="Example: mcm-tasks admin deadletter ls")
 @clean_errors
 def deadletter_ls(output: Output = OUTPUT) -> None:
     """Failing keys (an alias of ``admin failing``)."""
     admin_failing("", output)
 
 
-@deadletter_app.command("replay")
+@deadletter_app.command("replay", epilog="Example: mcm-tasks admin deadletter replay --all")
 @clean_errors
 def deadletter_replay(
     kind: str = typer.Argument("", help="Kind of the key to replay."),
