@@ -152,3 +152,83 @@ def test_grep_of_an_upstream_name_in_the_map_finds_our_code() -> None:
     assert len(names) > 100
     missing = sorted(n for n in names if not re.search(rf"\b{n}\b", code))
     assert not missing, f"no docstring cites {missing}"
+
+
+#: where a docstring's ``path.py`` may be relative to, besides its own folder and its parents
+DOCSTRING_PATH_BASES = (ROOT, ROOT / "mcm_tasks", ROOT / "mcm_tasks" / "controllers")
+PRODUCT_AND_SANDBOX = ("mcm_tasks", "informers", "providers", "mcm_sandbox")
+
+
+def _docstring_files() -> list[Path]:
+    files = [p for base in PRODUCT_AND_SANDBOX for p in sorted((ROOT / base).rglob("*.py"))]
+    return [*files, ROOT / "beat_schedule.py", *sorted((ROOT / "tools").glob("*.py"))]
+
+
+def _path_exists(name: str, here: Path) -> bool:
+    name = name.lstrip("./")
+    folders = [p for p in here.parents if p == ROOT or ROOT in p.parents]
+    return any((folder / name).exists() for folder in (*folders, *DOCSTRING_PATH_BASES))
+
+
+def _dotted_exists(dotted: str) -> bool:
+    """``mcm_tasks.queue.state.failing``: packages and a module, then a name that module mentions."""
+    parts = dotted.split(".")
+    path = ROOT
+    for i, part in enumerate(parts):
+        if (path / part).is_dir():
+            path = path / part
+        elif (path / f"{part}.py").exists():
+            rest = parts[i + 1 :]
+            return (
+                not rest
+                or re.search(rf"\b{re.escape(rest[0])}\b", (path / f"{part}.py").read_text()) is not None
+            )
+        else:
+            init = path / "__init__.py"
+            return init.exists() and re.search(rf"\b{re.escape(part)}\b", init.read_text()) is not None
+    return True
+
+
+def _named_in_package(token: str, text_after: str, init: Path, tree: ast.Module) -> bool:
+    """Whether ``token`` in a package's docstring names something that exists: a module or package
+    of it (or of one of its packages), a name it binds, a setting, a queue or provider name, or an
+    installed library."""
+    from importlib.util import find_spec
+
+    from mcm_tasks.settings import Settings
+
+    package = init.parent
+    if (package / f"{token}.py").exists() or (package / token).is_dir():
+        return True
+    if any((sub / f"{token}.py").exists() for sub in package.iterdir() if sub.is_dir()):
+        return True
+    bound = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    bound |= _defined_names(init)
+    if token in bound or token in Settings.model_fields or token.startswith("_"):
+        return True
+    if re.match(r"\s+(queue|provider)\b", text_after):
+        return True
+    return find_spec(token) is not None
+
+
+def test_no_module_docstring_names_a_module_that_does_not_exist() -> None:
+    """Issue 32: package docstrings named modules long gone (``claim`` in machineset/). A module
+    docstring's ``x.py`` paths and ``mcm_tasks.x.y`` names must exist, and a package's docstring may
+    name in ``double backquotes`` only what exists."""
+    entry_point_groups = set(re.findall(r'entry-points\."([\w.]+)"', (ROOT / "pyproject.toml").read_text()))
+    stale = []
+    for path in _docstring_files():
+        tree = ast.parse(path.read_text())
+        doc = ast.get_docstring(tree) or ""
+        where = str(path.relative_to(ROOT))
+        for token in re.findall(r"(?<![\w/.-])([\w./-]+\.py)\b", doc):
+            if not _path_exists(token, path):
+                stale.append(f"{where}: {token}")
+        for token in re.findall(r"\b((?:mcm_tasks|informers|providers|mcm_sandbox)(?:\.\w+)+)", doc):
+            if token not in entry_point_groups and not _dotted_exists(token):
+                stale.append(f"{where}: {token}")
+        if path.name == "__init__.py":
+            for match in re.finditer(r"``([a-z_][a-z0-9_]*)``", doc):
+                if not _named_in_package(match.group(1), doc[match.end() :], path, tree):
+                    stale.append(f"{where}: ``{match.group(1)}``")
+    assert not stale, "docstrings name modules that do not exist:\n" + "\n".join(stale)

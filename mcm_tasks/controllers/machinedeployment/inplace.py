@@ -1,4 +1,4 @@
-"""The InPlaceUpdate strategy (upstream ``rolloutAutoInPlace`` and its helpers in
+"""The InPlaceUpdate strategy (upstream ``rolloutInPlace`` and its helpers in
 ``deployment_inplace.go``): machines keep their VMs; their Nodes are updated by the node agent and
 the machines move from the old MachineSets to the new one.
 

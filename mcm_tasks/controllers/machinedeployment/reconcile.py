@@ -5,9 +5,9 @@ it controls and drop the finalizer once none is left; invalid → skipped with a
 the finalizer; an empty selector → a SelectingAll Warning and nothing else; claim the MachineSets;
 put the machine-template-hash label on adopted sets (a set not yet through holds the pass);
 the paused/resumed condition; the autoscaler's trigger-deletion annotation; then exactly one
-of: the InPlaceUpdate strategy (not supported yet: a condition says so, the sets are only scaled), a
-paused deployment (scale only), a rollback, a scaling event (proportional scaling), or the strategy
-(Recreate or RollingUpdate). Each ends with the status, written only when it changed.
+of: a paused deployment (scale only), a rollback, a scaling event (proportional scaling), or the
+strategy (Recreate, RollingUpdate, or InPlaceUpdate: ``inplace.rollout_in_place``). Each ends
+with the status, written only when it changed.
 
 Deliberate difference: MCM validates and checks the selector before it looks at a deletion, so an
 invalid or select-all deployment, once deleted, keeps its finalizer forever; here deletion comes
