@@ -181,6 +181,14 @@ def schema() -> dict[str, Any]:
                     {
                         "port": {"type": "integer", "minimum": 1, "maximum": 65535},
                         "serviceMonitor": _obj({"enabled": BOOL, "interval": STR, "labels": MAP}),
+                        "prometheusRule": _obj(
+                            {
+                                "enabled": BOOL,
+                                "labels": MAP,
+                                "runbookBaseURL": STR,
+                                "queueDepthThreshold": INT1,
+                            }
+                        ),
                     }
                 ),
                 "probes": _obj({"liveness": probe, "readiness": probe}),

@@ -30,7 +30,7 @@ from tests.e2e.support import COMPRESSED
 RELEASE_NS = "mcm-system"
 MACHINE_NS = "machines"
 #: kinds whose CRDs come with add-ons (KEDA, prometheus-operator), not served by the sandbox
-ADDON_KINDS = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor"}
+ADDON_KINDS = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PrometheusRule"}
 Docs = list[dict[str, Any]]
 
 

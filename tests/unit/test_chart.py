@@ -5,6 +5,7 @@ least privilege, hardened pods, every MCM flag settable, bad values refused at i
 from __future__ import annotations
 
 import filecmp
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from tests.chart_support import CHART, ROOT, VALUE_SETS, RenderError, by_kind, n
 
 KUBE_VERSION = "1.30.0"
 #: kinds of add-ons whose schemas ship with them (KEDA, prometheus-operator): checked for shape only
-ADDON_KINDS = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor"}
+ADDON_KINDS = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PrometheusRule"}
 CONTROLLERS = ("informer", "worker", "beat")
 
 
@@ -216,3 +217,37 @@ def test_notes_render_for_each_scope(tmp_path: Path) -> None:
     assert "kubectl -n default get mcd,mcs,mc" in notes
     target = render_text({"scope": "target"}, "--notes", tmp=tmp_path).split("\nNOTES:\n")[1]
     assert "create token mcm-tasks-worker" in target
+
+
+def _runbook_anchors() -> set[str]:
+    """The ids MkDocs gives docs/operate/runbooks.md's sections (toc's slugify: lower case, words)."""
+    text = (ROOT / "docs" / "operate" / "runbooks.md").read_text()
+    titles = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("## ")]
+    return {re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", t.lower())).strip("-") for t in titles}
+
+
+def _alerts(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [rule for d in by_kind(docs, "PrometheusRule") for g in d["spec"]["groups"] for rule in g["rules"]]
+
+
+def test_every_alert_links_to_a_runbook_section_that_exists() -> None:
+    alerts = _alerts(render_file(CHART / "ci" / "full-values.yaml"))
+    assert alerts, "full-values.yaml enables the PrometheusRule"
+    anchors = _runbook_anchors()
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        base, _, anchor = url.partition("#")
+        assert base == "https://docs.example.com/operate/runbooks/", url
+        assert anchor in anchors, f"{alert['alert']}: no section #{anchor} in docs/operate/runbooks.md"
+    assert {a["alert"].lower() for a in alerts} == anchors, "a runbook section without its alert, or back"
+
+
+def test_alerts_use_only_metrics_the_code_exports(tmp_path: Path) -> None:
+    code = "\n".join(
+        p.read_text() for base in ("mcm_tasks", "informers", "providers") for p in (ROOT / base).rglob("*.py")
+    )
+    for alert in _alerts(render({"metrics": {"prometheusRule": {"enabled": True}}}, tmp=tmp_path)):
+        for metric in re.findall(r"\b(mcm_[a-z_]+)\{", alert["expr"]):
+            assert f'"{metric}"' in code, f"{alert['alert']}: {metric} is not exported"
+        assert 'namespace="default"' in alert["expr"], "alerts are scoped to the release's namespace"
+    assert not _alerts(render()), "the PrometheusRule is off by default"
