@@ -11,7 +11,7 @@ One setting says where Redis is (``--redis-url``):
   master that the sentinels name, followed through failovers. ``--redis-sentinel-password`` is the
   sentinels' own password; ``--redis-tls`` turns TLS on for the sentinels and the servers alike.
 
-``--redis-username`` / ``--redis-password`` (an ACL user, README "Redis in production") override the
+``--redis-username`` / ``--redis-password`` (an ACL user, docs/install/redis.md) override the
 URL's user info, so the password can come from a Secret through ``MCM_REDIS_PASSWORD``.
 
 Through a Sentinel failover a command that meets a dead or demoted master (``ConnectionError``;

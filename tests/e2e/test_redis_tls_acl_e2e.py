@@ -1,8 +1,8 @@
 """Redis over TLS with an ACL user (issue 17), end to end: a redis-server that speaks only TLS, with
-certificates made by the test, the default user off and the project's user as README documents it
-(``mcm_tasks.redisdb.acl_rules``: keys under ``mcm:``, no admin or dangerous command). The whole
-sandbox (informer, workers, beat, kubelet) runs a MachineDeployment's lifecycle on it, and Redis'
-ACL log shows that no command or key was refused."""
+certificates made by the test, the default user off and the project's user as
+docs/install/redis.md documents it (``mcm_tasks.redisdb.acl_rules``: keys under ``mcm:``, no admin
+or dangerous command). The whole sandbox (informer, workers, beat, kubelet) runs a
+MachineDeployment's lifecycle on it, and Redis' ACL log shows that no command or key was refused."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Each upstream test -> ours:
       test_pod_apis                  -> test_pod_lifecycle_without_a_kubelet (the create/read/list/
                                         delete half; exec needs a running container; the ``default``
                                         ServiceAccount comes from kube-controller-manager, which the
-                                        sandbox does not run: README)
+                                        sandbox does not run: docs/sandbox.md)
       test_pod_exec_close_channel    -> skipped: needs a running container (exec)
       test_exit_code                 -> skipped: needs a running container (exec exit codes)
       test_portforward_raw           -> skipped: needs a running container (port-forward)
