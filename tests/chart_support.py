@@ -46,14 +46,19 @@ def engine() -> Engine:
     if helm:
         return Engine("helm", Path(helm))
     if not RENDERER.exists():
-        built = subprocess.run(
-            ["make", "--no-print-directory", "-s", "-C", str(ROOT), "build/chart-render"],
-            capture_output=True,
-            text=True,
-        )
+        try:
+            built = subprocess.run(
+                ["make", "--no-print-directory", "-s", "-C", str(ROOT), "build/chart-render"],
+                capture_output=True,
+                text=True,
+            )
+        except FileNotFoundError:
+            return Engine("none", why="no make on PATH to build the renderer")
         if built.returncode != 0 or not RENDERER.exists():
+            # the recipe's own reason, not make's "Error 1" that follows it
             lines = [line for line in (built.stderr or built.stdout).splitlines() if line.strip()]
-            return Engine("none", why=lines[-1] if lines else f"make exited {built.returncode}")
+            reasons = [line for line in lines if not line.startswith("make")] or lines
+            return Engine("none", why=reasons[-1] if reasons else f"make exited {built.returncode}")
     return Engine("chart-render", RENDERER)
 
 

@@ -55,3 +55,14 @@ def kube_api(apiserver: ApiServer):  # type: ignore[no-untyped-def]
     client = config.new_client_from_config(config_file=str(apiserver.kubeconfig))
     yield client
     client.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """When the chart's tests were skipped for want of a renderer, say why once, in one line, at
+    the end of the run (tests/chart_support.py decides; under CI=true they fail instead)."""
+    from tests import chart_support
+
+    if chart_support.engine.cache_info().currsize and chart_support.engine().name == "none":
+        terminalreporter.write_line(
+            f"chart tests skipped: no helm on PATH, no chart renderer ({chart_support.engine().why})"
+        )
