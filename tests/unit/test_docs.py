@@ -232,3 +232,21 @@ def test_no_module_docstring_names_a_module_that_does_not_exist() -> None:
                 if not _named_in_package(match.group(1), doc[match.end() :], path, tree):
                     stale.append(f"{where}: ``{match.group(1)}``")
     assert not stale, "docstrings name modules that do not exist:\n" + "\n".join(stale)
+
+
+def test_the_differences_page_is_the_whole_list() -> None:
+    """docs/differences.md is the one home of the deliberate differences: each entry names the
+    upstream function it departs from, and every difference the upstream map notes is on it."""
+    text = (ROOT / "docs" / "differences.md").read_text()
+    entries = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(entries) > 30
+    unnamed = [e[:80] for e in entries if not re.match(r"- \*\*[^*]*`[A-Za-z][\w.]*", e)]
+    assert not unnamed, f"entries that name no upstream function: {unnamed}"
+    missing = []
+    for line in (ROOT / "docs" / "upstream-map.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 5 and cells[1].startswith("`") and cells[3]:
+            names = re.findall(r"`([A-Za-z_.]+)`", cells[1])
+            if not any(f"`{name}`" in text for name in names):
+                missing.append(cells[1])
+    assert not missing, f"the upstream map notes differences the differences page lacks: {missing}"
