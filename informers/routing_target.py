@@ -44,6 +44,7 @@ from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     CRITICAL_COMPONENTS_NOT_READY_TAINT,
     NODE_FINALIZER,
+    NODE_IN_PLACE_UPDATE_CONDITION,
     NODE_LABEL_KEY,
     NODE_MACHINE_NAME_LABEL_KEY,
     NOT_MANAGED_BY_MCM_ANNOTATION,
@@ -86,12 +87,19 @@ def _phase(machine: Obj) -> str:
     return str(((machine.get("status") or {}).get("currentStatus") or {}).get("phase") or "")
 
 
-def _status_by_type(conditions: list[dict[str, str]] | None) -> dict[str, str]:
-    return {str(c.get("type")): str(c.get("status")) for c in conditions or ()}
+def _status_by_type(conditions: list[dict[str, str]] | None) -> dict[str, tuple[str, str]]:
+    return {
+        str(c.get("type")): (
+            str(c.get("status")),
+            str(c.get("reason")) if c.get("type") == NODE_IN_PLACE_UPDATE_CONDITION else "",
+        )
+        for c in conditions or ()
+    }
 
 
 def conditions_differ(machine: Obj, node: Obj) -> bool:
-    """MCM's ``nodeConditionsHaveChanged``: a condition added, removed, or with another status."""
+    """MCM's ``nodeConditionsHaveChanged``: a condition added, removed, or with another status; the
+    ``InPlaceUpdate`` condition also with another reason."""
     return _status_by_type((machine.get("status") or {}).get("conditions")) != _status_by_type(
         (node.get("status") or {}).get("conditions")
     )

@@ -1,5 +1,7 @@
 """In-place update decisions, table-tested; the machine cases are upstream's own
-(``reconcileMachineHealth`` entries for InPlaceUpdating / InPlaceUpdateFailed in machine_test.go)."""
+(``reconcileMachineHealth`` entries for InPlaceUpdating / InPlaceUpdateFailed in machine_util_test.go,
+the ``#updateNodeConditionBasedOnLabel`` table there); each row's id names the upstream entry it
+comes from, ``ours:`` marks a row of our own."""
 
 from __future__ import annotations
 
@@ -18,9 +20,16 @@ RESULT = "node.machine.sapcloud.io/update-result"
 UPDATE, HEALTH = 600.0, 600.0
 
 
-def machine(phase: str, since: timedelta = timedelta(0)) -> Machine:
+CANDIDATE = "node.machine.sapcloud.io/candidate-for-update"
+REASON_ANNOTATION = "node.machine.sapcloud.io/update-failed-reason"
+
+
+def machine(phase: str, since: timedelta = timedelta(0), *, disable_health_timeout: bool = False) -> Machine:
     current = {"phase": phase, "lastUpdateTime": (NOW - since).isoformat()}
-    return Machine.model_validate({"metadata": {"name": "m"}, "status": {"currentStatus": current}})
+    spec = {"disableHealthTimeout": True} if disable_health_timeout else {}
+    return Machine.model_validate(
+        {"metadata": {"name": "m"}, "spec": spec, "status": {"currentStatus": current}}
+    )
 
 
 def node(labels: dict[str, str] | None = None, ready: str = "True", reason: str = "") -> dict[str, Any]:
@@ -42,6 +51,8 @@ def node(labels: dict[str, str] | None = None, ready: str = "True", reason: str 
         ("InPlaceUpdating", timedelta(minutes=1), node(), ip.Step.WAIT),
         # upstream: InPlaceUpdateFailed for over the health timeout → Failed
         ("InPlaceUpdateFailed", timedelta(minutes=15), node(), ip.Step.GIVE_UP),
+        # ours: a successful result after a failure (the agent tried again) still succeeds
+        ("InPlaceUpdateFailed", timedelta(minutes=1), node({RESULT: "successful"}), ip.Step.SUCCEEDED),
         ("InPlaceUpdateFailed", timedelta(minutes=1), node(), ip.Step.WAIT),
         # Running again once moved (labels cleared) and Ready
         ("InPlaceUpdateSuccessful", timedelta(0), node(), ip.Step.RUNNING),
@@ -138,3 +149,79 @@ def test_moved_labels_swap_the_selector_and_mark_the_move() -> None:
     )
     patch = moved_labels({"pool": "p", "machine-template-hash": "a", "node": "n1"}, old, new)
     assert patch == {"pool": "p", "machine-template-hash": "b", RESULT: "successful"}
+
+
+@pytest.mark.parametrize(
+    ("disable", "step"),
+    [
+        pytest.param(False, ip.Step.GIVE_UP,
+                     id="Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) should be marked Failed"),
+        pytest.param(True, ip.Step.NONE,
+                     id="Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) should not be marked "
+                     "Failed if DisableHealthTimeout is set"),
+    ],
+)  # fmt: skip
+def test_a_failed_update_honours_disable_health_timeout(disable: bool, step: ip.Step) -> None:
+    failed = machine("InPlaceUpdateFailed", timedelta(minutes=15), disable_health_timeout=disable)
+    assert ip.decide(failed, node(), NOW, UPDATE, HEALTH).step is step
+
+
+def labelled(
+    labels: dict[str, str], reason: str | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    conditions: list[dict[str, str]] = [{"type": "Ready", "status": "True"}]
+    if reason is not None:
+        conditions.append({"type": "InPlaceUpdate", "status": "True", "reason": reason})
+    meta = {"name": "node-0", "labels": labels, "annotations": annotations or {}}
+    return {"metadata": meta, "status": {"conditions": conditions}}
+
+
+@pytest.mark.parametrize(
+    ("the_node", "reason", "message", "awaiting_drain"),
+    [
+        pytest.param(None, None, "", False, id="when node is not found"),
+        pytest.param(labelled({}), None, "", False, id="ours: no candidate label, nothing to do"),
+        pytest.param(labelled({CANDIDATE: "true"}), "CandidateForUpdate", "Node is a candidate for in-place update",
+                     False, id="when node has LabelKeyNodeCandidateForUpdate"),
+        pytest.param(labelled({CANDIDATE: "true"}, "CandidateForUpdate"), None, "", False,
+                     id="when node has LabelKeyNodeCandidateForUpdate but still not selected for update"),
+        pytest.param(labelled({CANDIDATE: "true"}, "UpdateSuccessful"), "CandidateForUpdate",
+                     "Node is a candidate for in-place update", False,
+                     id="when node has LabelKeyNodeCandidateForUpdate also the in-place update reason is "
+                     "UpdateSuccessful"),
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true"}, "CandidateForUpdate"), "SelectedForUpdate",
+                     "Node is selected for in-place update", False,
+                     id="when node has LabelKeyNodeSelectedForUpdate"),
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true"}, "SelectedForUpdate"), None, "", True,
+                     id="when node has LabelKeyNodeSelectedForUpdate but drain is not successful yet"),
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true", RESULT: "successful"}, "ReadyForUpdate"),
+                     "UpdateSuccessful", "Node in-place update successful", False,
+                     id="when node update is successful"),
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true", RESULT: "failed"}, "DrainSuccessful",
+                              {REASON_ANNOTATION: "OS image not found"}),
+                     "UpdateFailed", "Node in-place update failed: OS image not found", False,
+                     id="when node update has failed"),
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true"}), "CandidateForUpdate",
+                     "Node is a candidate for in-place update", False,
+                     id="ours: selected with no condition yet is a candidate first"),
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true", RESULT: "successful"}, "UpdateSuccessful"),
+                     None, "", False, id="ours: an agent that wrote the condition itself is left alone"),
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true", RESULT: "failed"}, "UpdateFailed"),
+                     None, "", False, id="ours: a failure already recorded is left alone"),
+    ],
+)  # fmt: skip
+def test_update_node_condition_based_on_label(
+    the_node: dict[str, Any] | None, reason: str | None, message: str, awaiting_drain: bool
+) -> None:
+    decided = ip.update_node_condition_based_on_label(the_node)
+    assert (decided.reason, decided.message, decided.awaiting_drain) == (reason, message, awaiting_drain)
+
+
+def test_the_pass_goes_on_with_the_condition_it_wrote() -> None:
+    before = labelled({CANDIDATE: "true"}, "ReadyForUpdate")
+    after = ip.with_condition(
+        before, {"type": "InPlaceUpdate", "status": "True", "reason": "UpdateSuccessful"}
+    )
+    assert (ip.condition_of(after) or {}).get("reason") == "UpdateSuccessful"
+    assert [c["type"] for c in after["status"]["conditions"]] == ["Ready", "InPlaceUpdate"]
+    assert (ip.condition_of(before) or {}).get("reason") == "ReadyForUpdate"  # the read is not changed

@@ -72,12 +72,32 @@ def test_timeouts_precedence(settings: Settings) -> None:
     assert health_timeout(machine(healthTimeout="2m"), settings) == 120
 
 
-def test_conditions_changed_compares_types_and_statuses_only() -> None:
+def test_conditions_changed_compares_types_and_statuses() -> None:
     a = [NodeCondition(type="Ready", status="True", message="kubelet ok", last_heartbeat_time=NOW)]
     b = [NodeCondition(type="Ready", status="True", message="kubelet fine")]
     assert not conditions_changed(a, b)
     assert conditions_changed(a, conds(Ready="False"))
     assert conditions_changed(a, [*a, *conds(DiskPressure="False")])
+
+
+@pytest.mark.parametrize(
+    ("old_reason", "new_reason", "changed"),
+    [
+        pytest.param("CandidateForUpdate", "SelectedForUpdate", True,
+                     id="nodeConditionsHaveChanged: InPlaceUpdate with another reason"),
+        pytest.param("ReadyForUpdate", "UpdateSuccessful", True, id="ours: the result arrives"),
+        pytest.param("UpdateSuccessful", "UpdateSuccessful", False, id="ours: same reason"),
+    ],
+)  # fmt: skip
+def test_conditions_changed_counts_the_in_place_reason(
+    old_reason: str, new_reason: str, changed: bool
+) -> None:
+    def inplace(reason: str) -> list[NodeCondition]:
+        return [NodeCondition(type="InPlaceUpdate", status="True", reason=reason)]
+
+    assert conditions_changed(inplace(old_reason), inplace(new_reason)) is changed
+    ready = [NodeCondition(type="Ready", status="True", reason="KubeletReady")]
+    assert not conditions_changed(ready, [NodeCondition(type="Ready", status="True", reason="Other")])
 
 
 def test_critical_components_taint() -> None:

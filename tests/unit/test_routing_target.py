@@ -223,3 +223,27 @@ def test_persistent_volumes_are_mirror_only(type_: str) -> None:
     pv = fx.persistent_volume("pv", claim="default/pvc")
     w = draining_world().given(kinds.PERSISTENT_VOLUME.mirror, pv) if type_ == DELETED else draining_world()
     assert not w.then(kinds.PERSISTENT_VOLUME.mirror, type_, pv)
+
+
+def _with_in_place(obj: dict[str, object], reason: str) -> dict[str, object]:
+    status = dict(obj.get("status") or {})  # type: ignore[call-overload]
+    others = [c for c in status.get("conditions") or () if c.get("type") != "InPlaceUpdate"]
+    status["conditions"] = [*others, {"type": "InPlaceUpdate", "status": "True", "reason": reason}]
+    return {**obj, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("new_reason", "wakes"),
+    [
+        pytest.param("SelectedForUpdate", True, id="nodeConditionsHaveChanged: InPlaceUpdate reason changed"),
+        pytest.param("CandidateForUpdate", False, id="ours: the same reason is no news"),
+    ],
+)
+def test_a_new_in_place_reason_on_the_node_wakes_its_machine(new_reason: str, wakes: bool) -> None:
+    """The machine's copy of the conditions follows the reason (the deployment reads it), so the
+    machine controller writing ``SelectedForUpdate`` or ``UpdateSuccessful`` wakes the machine."""
+    machine = _with_in_place(running_machine(), "CandidateForUpdate")
+    before = _with_in_place(fx.node("n"), "CandidateForUpdate")
+    after = _with_in_place(fx.node("n", rv="2"), new_reason)
+    routed = with_node(before, machine).then(N, MODIFIED, after).items()
+    assert (("machine", k("m")) in routed) is wakes

@@ -35,6 +35,7 @@ from mcm_tasks.api import (
 from mcm_tasks.api.constants import (
     CRITICAL_COMPONENTS_NOT_READY_TAINT,
     EFFECTIVE_CREATION_TIMEOUT_ANNOTATION,
+    NODE_IN_PLACE_UPDATE_CONDITION,
     TAINT_EFFECT_NO_SCHEDULE,
 )
 from mcm_tasks.controllers.common.status import current_status, last_operation
@@ -92,9 +93,16 @@ def node_conditions(node: Mapping[str, Any]) -> list[NodeCondition]:
     return [NodeCondition.model_validate(c) for c in raw]
 
 
+def _condition_key(condition: NodeCondition) -> tuple[str | None, str | None]:
+    reason = condition.reason if condition.type == NODE_IN_PLACE_UPDATE_CONDITION else None
+    return condition.status, reason
+
+
 def conditions_changed(old: Sequence[NodeCondition], new: Sequence[NodeCondition]) -> bool:
-    """MCM's ``nodeConditionsHaveChanged``: a type added or removed, or a status changed."""
-    return {c.type: c.status for c in old} != {c.type: c.status for c in new}
+    """MCM's ``nodeConditionsHaveChanged``: a type added or removed, or a status changed; for the
+    ``InPlaceUpdate`` condition a changed reason too (its status stays True from candidate to
+    result, the reason is the news)."""
+    return {c.type: _condition_key(c) for c in old} != {c.type: _condition_key(c) for c in new}
 
 
 def has_critical_components_taint(node: Mapping[str, Any]) -> bool:

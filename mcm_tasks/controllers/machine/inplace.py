@@ -1,7 +1,15 @@
 """The machine controller's part of an in-place update (``controllers.common.inplace`` decides):
-drain a Node selected for update and hand it to the node agent, then follow the agent's result
-into the machine's phase, with ``--machine-inplace-update-timeout`` (or the machine's
-``inPlaceUpdateTimeout``) as the limit."""
+turn the Node's update labels into its ``InPlaceUpdate`` condition (upstream
+``updateNodeConditionBasedOnLabel``), drain a Node selected for update and hand it to the node
+agent, then follow the agent's result into the machine's phase, with
+``--machine-inplace-update-timeout`` (or the machine's ``inPlaceUpdateTimeout``) as the limit. A
+machine whose update failed is marked Failed after its health timeout through the deployment's
+replacement permit (``health_io.mark_failed``), never with ``disableHealthTimeout``.
+
+While an update owns the machine's phase the health check does not run, but the machine's copy of
+its Node's conditions is still kept current (``copy_node_conditions``), as upstream's
+``reconcileMachineHealth`` does in every phase: the deployment is woken when the copy's
+``InPlaceUpdate`` turns ``UpdateSuccessful``."""
 
 from __future__ import annotations
 
@@ -11,13 +19,22 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, now_utc
+from mcm_tasks.api import (
+    Machine,
+    MachineOperationType,
+    MachinePhase,
+    MachineState,
+    MachineStatus,
+    now_utc,
+)
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers.common import context, nodecondition, status
 from mcm_tasks.controllers.common import inplace as ip
+from mcm_tasks.controllers.machine import health_io
 from mcm_tasks.controllers.machine.drain import cluster_io as io
-from mcm_tasks.controllers.machine.health import health_timeout
+from mcm_tasks.controllers.machine.health import conditions_changed, health_timeout, node_conditions
 from mcm_tasks.controllers.machine.preserve import evict_pods
+from mcm_tasks.durations import format_duration
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
@@ -37,6 +54,38 @@ def in_place_owns(machine: Machine) -> bool:
     if current.current_status.phase == MachinePhase.FAILED:
         return current.last_operation.type == MachineOperationType.IN_PLACE_UPDATE
     return current.current_status.phase in ip.IN_PLACE_PHASES
+
+
+def update_node_condition_based_on_label(
+    machine: Machine, node: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, Requeue | None]:
+    """Upstream ``updateNodeConditionBasedOnLabel`` (``ip.update_node_condition_based_on_label``
+    decides): write the Node's ``InPlaceUpdate`` condition its labels call for; the node as it is
+    now, for the rest of the pass, and a recheck while the Node waits for its drain."""
+    api = context.target_api()
+    if api is None or node is None or machine.metadata.is_deleting:
+        return node, None
+    decided = ip.update_node_condition_based_on_label(node)
+    if decided.reason is None:
+        return node, Requeue.medium() if decided.awaiting_drain else None
+    condition = nodecondition.condition(
+        ip.IN_PLACE_CONDITION, "True", decided.reason, decided.message, now_utc()
+    )
+    name = str(node["metadata"]["name"])
+    nodecondition.write(api, name, condition)
+    log.info("machine %s: node %s in-place condition %s", machine.key, name, decided.reason)
+    return ip.with_condition(node, condition), None
+
+
+def copy_node_conditions(machine: Machine, node: dict[str, Any] | None) -> Machine:
+    """The machine's copy of its Node's conditions, kept current while an in-place update owns
+    the phase (the health check, which copies them otherwise, does not run then)."""
+    if node is None:
+        return machine
+    observed = node_conditions(node)
+    if not conditions_changed(machine.status.conditions, observed):
+        return machine
+    return status.write_status(machine, status.updated_status(machine, conditions=observed)) or machine
 
 
 def reconcile_in_place(machine: Machine, node: dict[str, Any] | None) -> tuple[Machine, Requeue | None]:
@@ -70,9 +119,32 @@ def reconcile_in_place(machine: Machine, node: dict[str, Any] | None) -> tuple[M
         written = _phase(machine, MachinePhase.RUNNING, text, MachineState.SUCCESSFUL, now,
                          type_=MachineOperationType.HEALTH_CHECK)  # fmt: skip
         return written, None
-    # GIVE_UP: Failed, the MachineSet replaces it
-    text = f"In-place update of machine {machine.metadata.name} failed; giving up, machine is Failed"
-    return _phase(machine, MachinePhase.FAILED, text, MachineState.FAILED, now), None
+    # GIVE_UP: Failed through the replacement permit, as every health failure; the set replaces it
+    return machine, health_io.mark_failed(machine, given_up_status(machine, now))
+
+
+def given_up_status(machine: Machine, now: datetime) -> MachineStatus:
+    """Upstream's health-timeout failure of an ``InPlaceUpdateFailed`` machine
+    (``tryMarkingMachineFailed`` → ``updateMachineToFailedState``): Failed, the last operation's
+    type kept (``InPlaceUpdate``, so the health check leaves the machine to its replacement)."""
+    timeout = health_timeout(machine, get_settings())
+    summary = ", ".join(f"{c.type}={c.status}" for c in machine.status.conditions) or "none"
+    description = (
+        f"Machine {machine.metadata.name} health checks failing since last {format_duration(timeout)} "
+        f"minutes. Updating machine phase to Failed. Node conditions: {summary}"
+    )
+    return status.updated_status(
+        machine,
+        last_op=status.last_operation(
+            description,
+            MachineState.FAILED,
+            machine.status.last_operation.type or MachineOperationType.IN_PLACE_UPDATE,
+            now=now,
+        ),
+        current=status.current_status(MachinePhase.FAILED, now=now).model_copy(
+            update={"preserve_expiry_time": machine.status.current_status.preserve_expiry_time}
+        ),
+    )
 
 
 def _phase(

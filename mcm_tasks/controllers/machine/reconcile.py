@@ -5,8 +5,11 @@
 3. frozen (API servers unreachable) → LongRetry;
 4. validate the Machine; 5. validate its MachineClass (exists, carries the MCM finalizer, valid node
    template) and merge its secrets;
-6. with a node and a phase: health check (not while an in-place update owns the phase), node sync,
-   the in-place update step (``inplace.reconcile_in_place``); a pass that does not sync its node
+6. with a node and a phase: the node's update labels turned into its ``InPlaceUpdate`` condition
+   (upstream ``updateNodeConditionBasedOnLabel``; before the health check here, so that the
+   machine's copy of the conditions is current in the same pass), health check (while an in-place
+   update owns the phase only the copy of the node's conditions), node sync, the in-place update
+   step (``inplace.reconcile_in_place``); a pass that does not sync its node
    (stopped at 3–5, or no phase yet) hands a node still without its finalizer to the node task
    (``hand_node_over``), which the informer leaves out for a node joining such a machine;
 7. machine preservation (upstream ``manageMachinePreservation``, ``preserve.manage_preservation``);
@@ -211,7 +214,11 @@ def _reconcile(scope: MachineScope) -> Requeue | None:
     requeues: list[Requeue | None] = []
     node = scope.node()
     if needs_health_check(machine):
-        if not inplace.in_place_owns(machine):  # an in-place update owns the phase meanwhile
+        node, labelled = inplace.update_node_condition_based_on_label(machine, node)
+        requeues.append(labelled)
+        if inplace.in_place_owns(machine):  # an in-place update owns the phase meanwhile
+            machine = inplace.copy_node_conditions(machine, node)
+        else:
             machine, recheck = health_io.reconcile_health(machine, cc, node)
             requeues.append(recheck)
         requeues.append(health_io.sync_node(machine, cc, node))
