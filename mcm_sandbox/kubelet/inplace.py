@@ -4,8 +4,11 @@ simulator: a Node MCM labelled ``selected-for-update`` and marked ready for it (
 written as the agent writes it: label ``update-result=successful`` and condition reason
 ``UpdateSuccessful``, or ``update-result=failed`` with the ``update-failed-reason`` annotation.
 
-Order, as a Node annotation: ``sandbox.mcm-tasks.io/inplace-update: "fail"`` reports a failed
-update, ``"hang"`` never finishes one (for MCM's ``--machine-inplace-update-timeout``)."""
+Orders, as Node annotations: ``sandbox.mcm-tasks.io/inplace-update: "fail"`` reports a failed
+update, ``"hang"`` never finishes one (for MCM's ``--machine-inplace-update-timeout``);
+``sandbox.mcm-tasks.io/inplace-agent: "labels-only"`` makes the agent behave as upstream's contract
+has it: it writes the ``update-result`` label (and the failure reason) and no condition, leaving
+the ``InPlaceUpdate`` condition to MCM (``updateNodeConditionBasedOnLabel``)."""
 
 from __future__ import annotations
 
@@ -24,13 +27,16 @@ from mcm_tasks.controllers.common.inplace import (
 )
 
 INPLACE_ANNOTATION = ANNOTATION_PREFIX + "inplace-update"
+AGENT_ANNOTATION = ANNOTATION_PREFIX + "inplace-agent"
+LABELS_ONLY = "labels-only"
 FAILED_REASON = "update failed as ordered by annotation " + INPLACE_ANNOTATION
 
 
 def agent_result(
     node: dict[str, Any], now: float, delay: float
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(metadata patch, InPlaceUpdate condition) the agent writes on this node now, or None."""
+) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """(metadata patch, InPlaceUpdate condition or None under ``labels-only``) the agent writes on
+    this node now, or None."""
     labels = labels_of(node)
     if SELECTED_FOR_UPDATE_LABEL_KEY not in labels or UPDATE_RESULT_LABEL_KEY in labels:
         return None
@@ -48,6 +54,8 @@ def agent_result(
     metadata: dict[str, Any] = {"labels": {UPDATE_RESULT_LABEL_KEY: "failed" if failed else "successful"}}
     if failed:
         metadata["annotations"] = {UPDATE_FAILED_REASON_ANNOTATION: FAILED_REASON}
+    if annotations_of(node).get(AGENT_ANNOTATION, "").strip().lower() == LABELS_ONLY:
+        return metadata, None
     new_condition = {
         "type": IN_PLACE_CONDITION,
         "status": "True",

@@ -36,6 +36,11 @@ Orders, as Node annotations:
 ``sandbox.mcm-tasks.io/inplace-update: "fail" | "hang"``
     the simulated node agent (``kubelet.inplace``) reports the in-place update of a node MCM made
     ready for it as failed, or never finishes it; without the order it succeeds after a second.
+``sandbox.mcm-tasks.io/inplace-agent: "labels-only"``
+    the simulated node agent writes its result as upstream's agent does: the ``update-result``
+    label (and ``update-failed-reason``) and no ``InPlaceUpdate`` condition, which MCM then writes
+    from the label; without the order it writes the condition ``UpdateSuccessful``/``UpdateFailed``
+    too.
 ``sandbox.mcm-tasks.io/heartbeat: "stop"``
     the kubelet stops posting node status; after ``--node-grace`` the node goes Unknown. Remove
     the annotation to resume. Pods and volumes on the node are still handled.
@@ -225,9 +230,11 @@ class KubeletSimulator:
                 raise
         self.source.mark_registered(vm.id, now)
 
-    def _finish_update(self, name: str, metadata: dict[str, Any], condition: dict[str, Any]) -> None:
-        """The node agent's result: the condition first, then the label MCM acts on."""
-        self._patch_node_status(name, {"conditions": [condition]})
+    def _finish_update(self, name: str, metadata: dict[str, Any], condition: dict[str, Any] | None) -> None:
+        """The node agent's result: the condition first (unless the agent writes labels only), then
+        the label MCM acts on."""
+        if condition is not None:
+            self._patch_node_status(name, {"conditions": [condition]})
         rest.request(
             self.api, "PATCH", f"/api/v1/nodes/{name}", body={"metadata": metadata}, content_type=STRATEGIC
         )

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcm_sandbox.kubelet.inplace import INPLACE_ANNOTATION, agent_result
+from mcm_sandbox.kubelet.inplace import AGENT_ANNOTATION, INPLACE_ANNOTATION, agent_result
 from mcm_sandbox.kubelet.node import iso
 
 SELECTED = "node.machine.sapcloud.io/selected-for-update"
@@ -40,4 +40,18 @@ def test_agent_result(the_node: dict[str, Any], now: float, result: str | None) 
     found = agent_result(the_node, now, delay=1.0)
     assert (None if found is None else found[0]["labels"][RESULT]) == result
     if found is not None:
+        assert found[1] is not None
         assert found[1]["reason"] == ("UpdateFailed" if result == "failed" else "UpdateSuccessful")
+
+
+@pytest.mark.parametrize("order", ["", "fail"])
+def test_a_labels_only_agent_writes_the_label_and_no_condition(order: str) -> None:
+    """Upstream's node agent contract: the result is a label; MCM writes the condition from it."""
+    the_node = node({SELECTED: "true"}, "ReadyForUpdate", order)
+    the_node["metadata"]["annotations"][AGENT_ANNOTATION] = "labels-only"
+    found = agent_result(the_node, T + 2, delay=1.0)
+    assert found is not None
+    metadata, condition = found
+    assert metadata["labels"][RESULT] == ("failed" if order else "successful")
+    assert condition is None
+    assert ("annotations" in metadata) is bool(order)  # the failure reason still comes with a failure
