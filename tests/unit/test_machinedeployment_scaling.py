@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcm_tasks.api import MachineDeployment
 from mcm_tasks.controllers.common.rollout import max_surge, max_unavailable, resolve_fenceposts
 from mcm_tasks.controllers.machinedeployment.scaling import (
     available,
@@ -282,3 +283,79 @@ def test_plan_scale_saturated_new_set_empties_old_ones() -> None:
 def test_plan_scale_recreate_without_single_set_does_nothing() -> None:
     d = deployment(5, strategy="Recreate")
     assert plan_scale(d, machine_set("new", 2, age=1), [machine_set("old", 3)]) == {}
+
+
+# --- upstream's #MaxUnavailable and #NewISNewReplicas tables (deployment_util_test.go) --------------------
+
+
+def _strategy(
+    kind: str, surge: int | None = None, unavailable: int | None = None, orchestration: str = ""
+) -> dict[str, object]:
+    params: dict[str, object] = {}
+    if surge is not None:
+        params["maxSurge"] = surge
+    if unavailable is not None:
+        params["maxUnavailable"] = unavailable
+    if kind == "RollingUpdate" and params:
+        return {"type": kind, "rollingUpdate": params}
+    if kind == "InPlaceUpdate":
+        return {"type": kind, "inPlaceUpdate": {**params, "orchestrationType": orchestration or "Auto"}}
+    return {"type": kind}
+
+
+# upstream's rows leave maxUnavailable out where it plays no part; validation requires it, so ours set 0
+
+
+def _upstream_deployment(strategy: dict[str, object], replicas: int) -> MachineDeployment:
+    return MachineDeployment.model_validate(
+        {"metadata": {"name": "d"}, "spec": {"replicas": replicas, "strategy": strategy}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("strategy", "replicas", "expected"),
+    [
+        pytest.param(_strategy(""), 2, 0, id="strategy is neither RollingUpdate nor InPlaceUpdate"),
+        pytest.param(_strategy("RollingUpdate"), 0, 0, id="strategy is RollingUpdate and replicas is zeros"),
+        pytest.param(_strategy("RollingUpdate", 1, 1), 5, 1,
+                     id="strategy is RollingUpdate with maxUnavailable=1, replicas=5"),
+        pytest.param(_strategy("RollingUpdate", 2, 10), 5, 5,
+                     id="strategy is RollingUpdate with maxUnavailable=10, replicas=5"),
+        pytest.param(_strategy("InPlaceUpdate", 1, 2, "Manual"), 5, 2,
+                     id="strategy is InPlaceUpdate with ManualUpdate=true, maxUnavailable=2, replicas=5"),
+        pytest.param(_strategy("InPlaceUpdate", 1, 10, "Auto"), 3, 3,
+                     id="strategy is InPlaceUpdate with ManualUpdate=false, maxUnavailable=10, replicas=3"),
+        pytest.param(_strategy("InPlaceUpdate", None, None, "Manual"), 0, 0,
+                     id="strategy is InPlaceUpdate with ManualUpdate=true, replicas=0"),
+        pytest.param(_strategy("InPlaceUpdate", 1, 0, "Manual"), 5, 1,
+                     id="ours: Manual counts no surge, so maxUnavailable 0 still lets one go"),
+        pytest.param(_strategy("InPlaceUpdate", 1, 0, "Auto"), 5, 0, id="ours: Auto keeps its surge"),
+    ],
+)  # fmt: skip
+def test_max_unavailable_upstream_cases(strategy: dict[str, object], replicas: int, expected: int) -> None:
+    assert max_unavailable(_upstream_deployment(strategy, replicas)) == expected
+
+
+@pytest.mark.parametrize(
+    ("strategy", "replicas", "old", "new", "expected"),
+    [
+        pytest.param(_strategy("RollingUpdate", 2, 0), 5, 4, 2, 3,
+                     id="RollingUpdate, scale up within max surge"),
+        pytest.param(_strategy("RollingUpdate", 2, 0), 5, 4, 3, 3, id="RollingUpdate, max surge reached"),
+        pytest.param(_strategy("Recreate"), 5, 4, 2, 5, id="Recreate strategy"),
+        pytest.param(_strategy("InPlaceUpdate", orchestration="Manual"), 5, 4, 2, 0,
+                     id="InPlaceUpdate with ManualUpdate=true"),
+        pytest.param(_strategy("InPlaceUpdate", 2, 0, "Auto"), 5, 4, 2, 3,
+                     id="InPlaceUpdate, scale up within max surge"),
+        pytest.param(_strategy("InPlaceUpdate", 1, 0, "Auto"), 5, 4, 2, 2,
+                     id="InPlaceUpdate with ManualUpdate=false, max surge already reached"),
+        pytest.param(_strategy("InPlaceUpdate", 3, 0, "Manual"), 5, 5, 0, 0,
+                     id="ours: a new Manual set is created empty whatever its maxSurge"),
+    ],
+)  # fmt: skip
+def test_new_set_replicas_upstream_cases(
+    strategy: dict[str, object], replicas: int, old: int, new: int, expected: int
+) -> None:
+    d = _upstream_deployment(strategy, replicas)
+    new_set = machine_set("new", spec=new, replicas=new)
+    assert new_set_replicas(d, [new_set, machine_set("old", spec=old, replicas=old)], new_set) == expected

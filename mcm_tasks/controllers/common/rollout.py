@@ -4,7 +4,7 @@ overshooting safety job allows for the surge."""
 
 from __future__ import annotations
 
-from mcm_tasks.api import MachineDeployment, MachineDeploymentStrategyType
+from mcm_tasks.api import MachineDeployment, MachineDeploymentStrategyType, OrchestrationType
 from mcm_tasks.api.intstr import resolve_int_or_percent
 
 
@@ -30,6 +30,16 @@ def is_rolling(deployment: MachineDeployment) -> bool:
     )
 
 
+def is_manual_in_place(deployment: MachineDeployment) -> bool:
+    """An InPlaceUpdate whose Nodes an operator selects (``orchestrationType: Manual``)."""
+    strategy = deployment.spec.strategy
+    return (
+        strategy.type == MachineDeploymentStrategyType.IN_PLACE_UPDATE
+        and strategy.in_place_update is not None
+        and strategy.in_place_update.orchestration_type == OrchestrationType.MANUAL
+    )
+
+
 def _strategy_params(deployment: MachineDeployment) -> tuple[int | str | None, int | str | None] | None:
     strategy = deployment.spec.strategy
     if strategy.type == MachineDeploymentStrategyType.ROLLING_UPDATE and strategy.rolling_update is not None:
@@ -51,9 +61,14 @@ def max_surge(deployment: MachineDeployment) -> int:
 
 
 def max_unavailable(deployment: MachineDeployment) -> int:
-    """Machines that may be unavailable during a rollout, at most ``replicas``; 0 for Recreate."""
+    """Machines that may be unavailable during a rollout, at most ``replicas``; 0 for Recreate.
+    Under a Manual in-place update the surge counts as 0 (nothing surges: the new set only takes
+    the machines an operator had updated), so a maxUnavailable of 0 still lets one go, as
+    upstream's ``MaxUnavailable``."""
     params = _strategy_params(deployment)
     replicas = deployment.spec.replicas
     if params is None or replicas == 0:
         return 0
+    if is_manual_in_place(deployment):
+        params = (0, params[1])
     return min(resolve_fenceposts(*params, replicas)[1], replicas)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from mcm_tasks.api import MachineDeployment, MachineSet
 from mcm_tasks.api.constants import DESIRED_REPLICAS_ANNOTATION, MAX_REPLICAS_ANNOTATION
-from mcm_tasks.controllers.common.rollout import is_rolling, max_surge, max_unavailable
+from mcm_tasks.controllers.common.rollout import is_manual_in_place, is_rolling, max_surge, max_unavailable
 from mcm_tasks.controllers.machinedeployment.revisions import int_annotation
 
 #: set name → new spec.replicas, in write order
@@ -74,9 +74,13 @@ def _age_key(machine_set: MachineSet) -> tuple[datetime, str]:
 def new_set_replicas(
     deployment: MachineDeployment, all_sets: Sequence[MachineSet], new_set: MachineSet
 ) -> int:
-    """How big the new set may be now: Recreate → replicas; RollingUpdate → grow by what the surge
-    budget leaves (replicas + maxSurge − machines of all sets), never beyond replicas."""
+    """How big the new set may be now (upstream ``NewISNewReplicas``): Recreate → replicas;
+    RollingUpdate and Auto InPlaceUpdate → grow by what the surge budget leaves (replicas +
+    maxSurge − machines of all sets), never beyond replicas; Manual InPlaceUpdate → 0: the new set
+    holds only the machines an operator had updated and the deployment moved to it."""
     replicas = deployment.spec.replicas
+    if is_manual_in_place(deployment):
+        return 0
     if not is_rolling(deployment):
         return replicas
     room = replicas + max_surge(deployment) - sum(occupancy(ms) for ms in all_sets)
