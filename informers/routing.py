@@ -61,7 +61,11 @@ from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout
 from mcm_tasks.controllers.machine.watches import cleaned_up_after_itself, wakes_machine
-from mcm_tasks.controllers.machinedeployment.watches import waits_for_machines_gone, wakes_machine_deployment
+from mcm_tasks.controllers.machinedeployment.watches import (
+    in_place_wakes_machine_deployment,
+    waits_for_machines_gone,
+    wakes_machine_deployment,
+)
 from mcm_tasks.controllers.machineset.watches import seen_by_set, wakes_machine_set
 from mcm_tasks.controllers.safety.watches import (
     jobs_on_machine_added,
@@ -176,6 +180,8 @@ def _machine(ev: Event, view: View, out: Routing) -> None:
             out.add(Queue.MACHINE_CLASS, _class_key(new))
         for job in jobs_on_machine_updated(old, new):
             out.add(Queue.SAFETY, job)
+        if in_place_wakes_machine_deployment(old, new):
+            out.add(Queue.MACHINE_DEPLOYMENT, _deployment_of(view, new))
     else:
         assert old is not None
         released = cleaned_up_after_itself(old)
@@ -282,14 +288,19 @@ def _owner_moved(
             out.add(queue, candidate, batched=batched)
 
 
-def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None:
-    """Upstream ``deleteMachineToMachineDeployment``: a deployment that waits for its machines to be
-    gone (``waits_for_machines_gone``) is woken by the deletion of the last one."""
+def _deployment_of(view: View, machine: Obj) -> str | None:
+    """Upstream ``getMachineDeploymentForMachine``: the deployment controlling the machine's set."""
     ms_key = resolve_controller(view, kinds.MACHINE_SET.mirror, machine, controller_ref(machine))
     ms = view.get(kinds.MACHINE_SET.mirror, ms_key) if ms_key else None
     if ms is None:
-        return
-    mcd_key = resolve_controller(view, kinds.MACHINE_DEPLOYMENT.mirror, ms, controller_ref(ms))
+        return None
+    return resolve_controller(view, kinds.MACHINE_DEPLOYMENT.mirror, ms, controller_ref(ms))
+
+
+def _recreate_deployment_emptied(view: View, machine: Obj, out: Routing) -> None:
+    """Upstream ``deleteMachineToMachineDeployment``: a deployment that waits for its machines to be
+    gone (``waits_for_machines_gone``) is woken by the deletion of the last one."""
+    mcd_key = _deployment_of(view, machine)
     mcd = view.get(kinds.MACHINE_DEPLOYMENT.mirror, mcd_key) if mcd_key else None
     if mcd is None or not waits_for_machines_gone(mcd):
         return

@@ -265,6 +265,18 @@ def test_rolling_deployment_is_not_woken_by_machine_deletion() -> None:
     assert ("machinedeployment", k("d")) not in world().given(M, last).then(M, DELETED, last).items()
 
 
+def test_a_machine_whose_in_place_update_succeeded_wakes_its_deployment() -> None:
+    """Upstream ``updateMachineToMachineDeployment``: the deployment moves it to the new set at once."""
+    ready = [{"type": "InPlaceUpdate", "status": "True", "reason": "ReadyForUpdate"}]
+    done = [{"type": "InPlaceUpdate", "status": "True", "reason": "UpdateSuccessful"}]
+    before = fx.machine("m", machine_set="s", labels={"app": "d"}, conditions=ready)
+    after = fx.machine("m", rv="2", machine_set="s", labels={"app": "d"}, conditions=done)
+    w = world().given(M, before)
+    assert ("machinedeployment", k("d")) in w.then(M, MODIFIED, after).items()
+    again = fx.machine("m", rv="3", machine_set="s", labels={"app": "d", "x": "y"}, conditions=done)
+    assert ("machinedeployment", k("d")) not in w.then(M, MODIFIED, again).items()
+
+
 # --- machine sets and deployments --------------------------------------------------------------------------
 
 
