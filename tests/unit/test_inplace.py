@@ -12,7 +12,12 @@ import pytest
 
 from mcm_tasks.api import Machine, MachineDeployment, MachineSet
 from mcm_tasks.controllers.common import inplace as ip
-from mcm_tasks.controllers.machinedeployment.inplace import moved_labels, selection_budget
+from mcm_tasks.controllers.machinedeployment.inplace import (
+    moved_labels,
+    node_needs_clearing,
+    selection_budget,
+    stale_preserve_annotations,
+)
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SELECTED = "node.machine.sapcloud.io/selected-for-update"
@@ -22,6 +27,8 @@ UPDATE, HEALTH = 600.0, 600.0
 
 CANDIDATE = "node.machine.sapcloud.io/candidate-for-update"
 REASON_ANNOTATION = "node.machine.sapcloud.io/update-failed-reason"
+PRESERVE = "node.machine.sapcloud.io/preserve"
+UPDATED = {CANDIDATE: "true", SELECTED: "true", RESULT: "successful"}
 
 
 def machine(phase: str, since: timedelta = timedelta(0), *, disable_health_timeout: bool = False) -> Machine:
@@ -155,10 +162,11 @@ def test_moved_labels_swap_the_selector_and_mark_the_move() -> None:
     ("disable", "step"),
     [
         pytest.param(False, ip.Step.GIVE_UP,
-                     id="Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) should be marked Failed"),
+                     id="Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) "
+                     "should be marked Failed"),
         pytest.param(True, ip.Step.NONE,
-                     id="Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) should not be marked "
-                     "Failed if DisableHealthTimeout is set"),
+                     id="Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) "
+                     "should not be marked Failed if DisableHealthTimeout is set"),
     ],
 )  # fmt: skip
 def test_a_failed_update_honours_disable_health_timeout(disable: bool, step: ip.Step) -> None:
@@ -181,16 +189,17 @@ def labelled(
     [
         pytest.param(None, None, "", False, id="when node is not found"),
         pytest.param(labelled({}), None, "", False, id="ours: no candidate label, nothing to do"),
-        pytest.param(labelled({CANDIDATE: "true"}), "CandidateForUpdate", "Node is a candidate for in-place update",
-                     False, id="when node has LabelKeyNodeCandidateForUpdate"),
+        pytest.param(labelled({CANDIDATE: "true"}), "CandidateForUpdate",
+                     "Node is a candidate for in-place update", False,
+                     id="when node has LabelKeyNodeCandidateForUpdate"),
         pytest.param(labelled({CANDIDATE: "true"}, "CandidateForUpdate"), None, "", False,
                      id="when node has LabelKeyNodeCandidateForUpdate but still not selected for update"),
         pytest.param(labelled({CANDIDATE: "true"}, "UpdateSuccessful"), "CandidateForUpdate",
                      "Node is a candidate for in-place update", False,
                      id="when node has LabelKeyNodeCandidateForUpdate also the in-place update reason is "
                      "UpdateSuccessful"),
-        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true"}, "CandidateForUpdate"), "SelectedForUpdate",
-                     "Node is selected for in-place update", False,
+        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true"}, "CandidateForUpdate"),
+                     "SelectedForUpdate", "Node is selected for in-place update", False,
                      id="when node has LabelKeyNodeSelectedForUpdate"),
         pytest.param(labelled({CANDIDATE: "true", SELECTED: "true"}, "SelectedForUpdate"), None, "", True,
                      id="when node has LabelKeyNodeSelectedForUpdate but drain is not successful yet"),
@@ -204,7 +213,7 @@ def labelled(
         pytest.param(labelled({CANDIDATE: "true", SELECTED: "true"}), "CandidateForUpdate",
                      "Node is a candidate for in-place update", False,
                      id="ours: selected with no condition yet is a candidate first"),
-        pytest.param(labelled({CANDIDATE: "true", SELECTED: "true", RESULT: "successful"}, "UpdateSuccessful"),
+        pytest.param(labelled(UPDATED, "UpdateSuccessful"),
                      None, "", False, id="ours: an agent that wrote the condition itself is left alone"),
         pytest.param(labelled({CANDIDATE: "true", SELECTED: "true", RESULT: "failed"}, "UpdateFailed"),
                      None, "", False, id="ours: a failure already recorded is left alone"),
@@ -225,3 +234,35 @@ def test_the_pass_goes_on_with_the_condition_it_wrote() -> None:
     assert (ip.condition_of(after) or {}).get("reason") == "UpdateSuccessful"
     assert [c["type"] for c in after["status"]["conditions"]] == ["Ready", "InPlaceUpdate"]
     assert (ip.condition_of(before) or {}).get("reason") == "ReadyForUpdate"  # the read is not changed
+
+
+@pytest.mark.parametrize(
+    ("the_node", "clear"),
+    [
+        pytest.param(labelled(UPDATED, "UpdateSuccessful"), True,
+                     id="syncMachineSets: a new set's node with the update successful label and condition is "
+                     "cleared and uncordoned"),
+        pytest.param(labelled(UPDATED, "ReadyForUpdate"), False,
+                     id="syncMachineSets: isUpdateNotSuccessful (condition not UpdateSuccessful) is skipped"),
+        pytest.param(labelled({}, "UpdateSuccessful"), False,
+                     id="syncMachineSets: isUpdateNotSuccessful (no result label) is skipped"),
+        pytest.param(None, False, id="ours: no node"),
+    ],
+)  # fmt: skip
+def test_node_needs_clearing(the_node: dict[str, Any] | None, clear: bool) -> None:
+    assert node_needs_clearing(the_node) is clear
+
+
+@pytest.mark.parametrize(
+    ("annotations", "patch"),
+    [
+        pytest.param({PRESERVE: "auto-preserved"}, {PRESERVE: None},
+                     id="#1137: the old set's auto-preserved mark goes"),
+        pytest.param({PRESERVE: "when-failed"}, {}, id="#1137: manual preservation holds"),
+        pytest.param({PRESERVE: "now"}, {}, id="#1137: manual now holds"),
+        pytest.param({PRESERVE: "false"}, {}, id="ours: a user's false stays"),
+        pytest.param({}, {}, id="ours: nothing to clear"),
+    ],
+)  # fmt: skip
+def test_stale_preserve_annotations(annotations: dict[str, str], patch: dict[str, None]) -> None:
+    assert stale_preserve_annotations(annotations) == patch

@@ -13,7 +13,15 @@ them ``selected-for-update``). Then the status, and when the rollout is complete
 completion (protection off, taint off, old sets cleaned up).
 
 A machine being moved carries the label ``update-result=successful`` until the new set counts it;
-meanwhile neither set creates nor deletes machines (``machineset.replicas``).
+meanwhile neither set creates nor deletes machines (``machineset.replicas``). It leaves its old set
+without the preserve annotation ``auto-preserved`` (upstream MCM #1137: a stale mark, written by
+the old set's auto-preservation, that the new set would count against its own maximum); a user's
+``now``/``when-failed``/``false`` goes with it.
+
+Every pass also clears the update labels off the Node of each machine of the new set whose update
+succeeded and uncordons it (upstream ``syncMachineSets``): the move does it at once, and this
+catches a move whose Node write failed or whose pass died after the machine's patch, so that the
+Node's next in-place update is not blocked by a ``selected-for-update`` left behind.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from mcm_tasks.api import MachineDeployment, MachineSet, OrchestrationType
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     NODE_LABEL_KEY,
+    PRESERVE_ANNOTATION,
+    PRESERVE_AUTO_PRESERVED,
     SCALE_UP_DISABLED_LABEL_KEY,
     SELECTED_FOR_UPDATE_LABEL_KEY,
     UPDATE_RESULT_LABEL_KEY,
@@ -77,6 +87,23 @@ def selection_budget(
     return max(0, min(available - min_available, max(replicas - new_set.spec.replicas, 0)))
 
 
+def stale_preserve_annotations(machine_annotations: dict[str, str]) -> dict[str, None]:
+    """Upstream MCM #1137 (second half), as a merge patch: the preserve annotations of a machine
+    about to move to the new set that no longer mean anything there. ``auto-preserved`` is the old
+    set's own mark of a failure it preserved: the machine was since updated successfully, and the
+    new set would count it against its ``autoPreserveFailedMachineMax``. A user's values are kept:
+    manual preservation still holds."""
+    if machine_annotations.get(PRESERVE_ANNOTATION) == PRESERVE_AUTO_PRESERVED:
+        return {PRESERVE_ANNOTATION: None}
+    return {}
+
+
+def node_needs_clearing(node: Obj | None) -> bool:
+    """Upstream ``syncMachineSets``' node part: a Node of the new set whose update succeeded (the
+    condition and the label both say so) still carries the update labels: clear them, uncordon."""
+    return node is not None and ip.update_succeeded(node)
+
+
 def moved_labels(
     machine_labels: dict[str, str], old_set: MachineSet, new_set: MachineSet
 ) -> dict[str, str | None]:
@@ -106,6 +133,7 @@ def rollout_in_place(ctx: Context) -> float | None:
     old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
     new_set = machine_sets.current(ctx, new_set) or new_set
     _label_candidates(ctx, old_sets)
+    _clear_updated_nodes(ctx, new_set)
 
     if _count_arrivals(ctx, new_set) or _shrink_to_members(ctx, old_sets):
         return finish_rollout(ctx, new_set, old_sets, complete_actions=False)
@@ -148,6 +176,15 @@ def _label_candidates(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
     for name, node in ctx.get_nodes(names).items():
         if CANDIDATE_FOR_UPDATE_LABEL_KEY not in ip.labels_of(node):
             _patch_node(ctx, name, {"metadata": {"labels": {CANDIDATE_FOR_UPDATE_LABEL_KEY: "true"}}})
+
+
+def _clear_updated_nodes(ctx: Context, new_set: MachineSet) -> None:
+    """Upstream ``syncMachineSets``' node part (``node_needs_clearing``)."""
+    names = [_node_of(m) for m in ctx.machines_of(new_set) if _node_of(m)]
+    for name, node in ctx.get_nodes(names).items():
+        if node_needs_clearing(node):
+            _patch_node(ctx, name, _cleared_node())
+            log.info("MachineDeployment %s: node %s updated in place: update labels cleared", ctx.key, name)
 
 
 def _count_arrivals(ctx: Context, new_set: MachineSet) -> bool:
@@ -211,13 +248,16 @@ def _transfer(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet])
                 "controller": True,
                 "blockOwnerDeletion": True,
             }
-            body = {
+            body: Obj = {
                 "metadata": {
                     "labels": labels,
                     "ownerReferences": [ref],
                     "resourceVersion": meta.get("resourceVersion"),
                 }
             }
+            stale = stale_preserve_annotations(dict(meta.get("annotations") or {}))
+            if stale:
+                body["metadata"]["annotations"] = stale
             ops.patch(ctx.api, kinds.MACHINE.resource, str(meta["name"]), body, ctx.namespace)
             _patch_node(ctx, _node_of(machine), _cleared_node())
             log.info("MachineDeployment %s: machine %s updated in place, moved to %s",
