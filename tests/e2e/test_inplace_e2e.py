@@ -1,8 +1,10 @@
 """The InPlaceUpdate strategy end to end in the sandbox, with real workers and the kubelet
 simulator playing the node agent: a MachineDeployment rolls in place with Auto orchestration
 (machines keep their VMs and move to the new MachineSet, never more than maxUnavailable at once),
-with Manual orchestration (nothing moves until an operator selects a node), with a failed update
-(the machine is replaced) and with an update that never finishes (the in-place timeout)."""
+also with a node agent that writes only the ``update-result`` label (MCM writes the Node condition
+from it, as upstream's ``updateNodeConditionBasedOnLabel``), with Manual orchestration (the new set
+is created empty, nothing moves until an operator selects a node), with a failed update (the
+machine is replaced) and with an update that never finishes (the in-place timeout)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 import redis
 from kubernetes.client import ApiClient
 
-from mcm_sandbox.kubelet.inplace import INPLACE_ANNOTATION
+from mcm_sandbox.kubelet.inplace import AGENT_ANNOTATION, INPLACE_ANNOTATION, LABELS_ONLY
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
 from mcm_tasks import kinds
@@ -79,7 +81,9 @@ class Pool:
             for m in ops.list_(self.control, kinds.MACHINE.resource, NS)["items"]
         }
 
-    def deployment(self, name: str, replicas: int, orchestration: str, max_unavailable: int = 1) -> None:
+    def deployment(
+        self, name: str, replicas: int, orchestration: str, max_unavailable: int = 1, max_surge: int = 0
+    ) -> None:
         body = {
             "apiVersion": API_VERSION,
             "kind": "MachineDeployment",
@@ -90,7 +94,7 @@ class Pool:
                 "strategy": {
                     "type": "InPlaceUpdate",
                     "inPlaceUpdate": {
-                        "maxSurge": 0,
+                        "maxSurge": max_surge,
                         "maxUnavailable": max_unavailable,
                         "orchestrationType": orchestration,
                     },
@@ -240,11 +244,37 @@ def test_auto_rolls_in_place_within_max_unavailable(pool: Pool) -> None:
     )
 
 
-def test_manual_waits_for_an_operator(pool: Pool) -> None:
-    pool.deployment("manual", 2, "Manual")
+def test_auto_completes_with_a_labels_only_node_agent(pool: Pool) -> None:
+    """Upstream's node agent writes the ``update-result`` label and no condition: MCM turns it into
+    the Node's ``InPlaceUpdate`` condition and moves the machine from there."""
+    pool.deployment("agent", 2, "Auto", max_unavailable=1)
+    before = pool.running("agent")
+    for name in before:
+        annotations = {"metadata": {"annotations": {AGENT_ANNOTATION: LABELS_ONLY}}}
+        ops.patch(pool.target, kinds.NODE.resource, name, annotations)
+    pool.update("agent")
+    pool.wait(lambda: pool.rolled("agent", 2), "labels-only agent: every machine updated in place and moved")
+    assert pool.running("agent") == before, "the same machines, updated in place"
+    for name in before:
+        condition = next(
+            c for c in pool.node(name)["status"]["conditions"] if c.get("type") == "InPlaceUpdate"
+        )
+        assert (condition["reason"], condition["message"]) == (
+            "UpdateSuccessful",
+            "Node in-place update successful",
+        ), "written by MCM from the agent's label"
+        labels = pool.node_labels(name)
+        assert not {CANDIDATE_FOR_UPDATE_LABEL_KEY, SELECTED_FOR_UPDATE_LABEL_KEY} & set(labels)
+
+
+def test_manual_creates_the_new_set_empty_and_waits_for_an_operator(pool: Pool) -> None:
+    pool.deployment("manual", 2, "Manual", max_surge=1)
     first, second = pool.running("manual")
     pool.update("manual")
+    pool.wait(lambda: len(pool.sets("manual")) == 2, "the new set created")
     pool.wait(lambda: CANDIDATE_FOR_UPDATE_LABEL_KEY in pool.node_labels(first), "nodes are candidates")
+    assert pool.sets("manual")[-1]["spec"]["replicas"] == 0, "Manual: the new set is created empty"
+    assert len(pool.machines("manual")) == 2, "Manual: no machine of the new template, whatever maxSurge"
     assert SELECTED_FOR_UPDATE_LABEL_KEY not in pool.node_labels(first), "Manual: MCM selects nothing"
     ops.patch(
         pool.target,
