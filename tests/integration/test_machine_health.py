@@ -131,3 +131,56 @@ def _remove(env: Env, name: str) -> None:
     finalizers = [f for f in machine.metadata.finalizers if f != MCM_FINALIZER]
     ops.patch(env.api, kinds.MACHINE.resource, name, {"metadata": {"finalizers": finalizers}}, env.namespace)
     ops.delete(env.api, kinds.MACHINE.resource, name, env.namespace, missing_ok=True)
+
+
+def _in_place_failed(env: Env, name: str, seconds_ago: float) -> None:
+    """The state a failed in-place update leaves: phase InPlaceUpdateFailed, operation InPlaceUpdate."""
+    from datetime import timedelta
+
+    from mcm_tasks.api import format_time, now_utc
+
+    machine = ops.get(env.api, kinds.MACHINE.resource, name, env.namespace)
+    assert machine is not None
+    since = format_time(now_utc() - timedelta(seconds=seconds_ago))
+    machine["status"]["currentStatus"] = {"phase": "InPlaceUpdateFailed", "lastUpdateTime": since}
+    machine["status"]["lastOperation"] = {
+        "description": "Machine failed to update dependencies",
+        "state": "Failed",
+        "type": "InPlaceUpdate",
+        "lastUpdateTime": since,
+    }
+    ops.update_status(env.api, kinds.MACHINE.resource, machine, env.namespace)
+
+
+def test_a_failed_in_place_update_is_failed_through_the_permit_and_never_with_disable_health_timeout(
+    env: Env,
+) -> None:
+    """Upstream ``reconcileMachineHealth``: an InPlaceUpdateFailed machine past its health timeout
+    goes through ``tryMarkingMachineFailed`` (the deployment's permit: it waits while another
+    machine of its deployment is being replaced), and stays InPlaceUpdateFailed with
+    ``disableHealthTimeout``."""
+    env.settings(machine_health_timeout="1s")
+    env.start_kubelet()
+    cls = env.setup_class()
+    labels = {"name": env.name("inplace-deploy")}
+    updated, replaced = (running_machine(env, f"u{i}", cls, labels=labels) for i in range(2))
+    kept = running_machine(env, "u-kept", cls, labels={"name": env.name("other")}, disableHealthTimeout=True)
+    env.annotate_node(replaced, READY_FALSE)
+    env.reconcile_until(replaced, phase_is("Unknown"))
+    env.reconcile_until(replaced, phase_is("Failed"))  # a replacement in flight in the deployment
+    for name in (updated, kept):
+        _in_place_failed(env, name, seconds_ago=5)
+
+    for name in (updated, kept):
+        env.reconcile(name)
+    held = env.get(updated)
+    assert held.status.current_status.phase == "InPlaceUpdateFailed"
+    assert held.status.last_operation.description == (
+        f"Machine {updated} couldn't be marked FAILED, other machines are getting replaced"
+    )
+    _remove(env, replaced)
+    failed = env.reconcile_until(updated, phase_is("Failed"))
+    assert failed.status.last_operation.type == "InPlaceUpdate"
+    assert "health checks failing since last 1s minutes" in failed.status.last_operation.description
+    env.reconcile(kept)
+    assert env.get(kept).status.current_status.phase == "InPlaceUpdateFailed"

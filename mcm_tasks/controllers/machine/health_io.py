@@ -116,11 +116,12 @@ def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
         if can_mark_failed(peers, name):
             write_status(machine, failed)
             return Requeue.short()
+        # the operation's type stays: a failed in-place update waiting here is still one (the
+        # health check must leave it to its replacement, not revive it)
+        type_ = machine.status.last_operation.type or MachineOperationType.HEALTH_CHECK
         waiting = updated_status(
             machine,
-            last_op=last_operation(
-                not_marked_description(name), MachineState.PROCESSING, MachineOperationType.HEALTH_CHECK
-            ),
+            last_op=last_operation(not_marked_description(name), MachineState.PROCESSING, type_),
         )
         write_status(machine, waiting)
         return Requeue(settings.health_recheck_period)
