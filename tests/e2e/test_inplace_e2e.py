@@ -27,6 +27,7 @@ from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     SCALE_UP_DISABLED_LABEL_KEY,
     SELECTED_FOR_UPDATE_LABEL_KEY,
+    UPDATE_RESULT_LABEL_KEY,
 )
 from mcm_tasks.kube import ops
 from tests.e2e.support import connected, running_sandbox
@@ -265,6 +266,26 @@ def test_auto_completes_with_a_labels_only_node_agent(pool: Pool) -> None:
         ), "written by MCM from the agent's label"
         labels = pool.node_labels(name)
         assert not {CANDIDATE_FOR_UPDATE_LABEL_KEY, SELECTED_FOR_UPDATE_LABEL_KEY} & set(labels)
+
+    # a Node of the new set left with its update labels and cordoned (a move whose Node write was
+    # lost): the deployment clears them and uncordons it, as upstream's syncMachineSets
+    stuck = before[0]
+    left_behind = {
+        CANDIDATE_FOR_UPDATE_LABEL_KEY: "true",
+        SELECTED_FOR_UPDATE_LABEL_KEY: "true",
+        UPDATE_RESULT_LABEL_KEY: "successful",
+    }
+    body = {"metadata": {"labels": left_behind}, "spec": {"unschedulable": True}}
+    ops.patch(pool.target, kinds.NODE.resource, stuck, body)
+    wake = {"metadata": {"annotations": {"e2e.mcm-tasks.io/nudge": "1"}}}
+    ops.patch(pool.control, kinds.MACHINE_DEPLOYMENT.resource, "agent", wake, NS)
+    pool.wait(
+        lambda: (
+            not set(left_behind) & set(pool.node_labels(stuck))
+            and not pool.node(stuck).get("spec", {}).get("unschedulable")
+        ),
+        "the update labels left on a new set's Node cleared, the Node uncordoned",
+    )
 
 
 def test_manual_creates_the_new_set_empty_and_waits_for_an_operator(pool: Pool) -> None:
