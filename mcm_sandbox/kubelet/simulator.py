@@ -231,13 +231,15 @@ class KubeletSimulator:
         self.source.mark_registered(vm.id, now)
 
     def _finish_update(self, name: str, metadata: dict[str, Any], condition: dict[str, Any] | None) -> None:
-        """The node agent's result: the condition first (unless the agent writes labels only), then
-        the label MCM acts on."""
-        if condition is not None:
-            self._patch_node_status(name, {"conditions": [condition]})
+        """The node agent's result: the label first, then (unless the agent writes labels only) the
+        condition. Not the other way round: a Node whose condition says ``UpdateSuccessful`` while
+        its ``update-result`` label is missing reads, to MCM's ``updateNodeConditionBasedOnLabel``,
+        as one an earlier update left behind, and goes back to ``CandidateForUpdate``."""
         rest.request(
             self.api, "PATCH", f"/api/v1/nodes/{name}", body={"metadata": metadata}, content_type=STRATEGIC
         )
+        if condition is not None:
+            self._patch_node_status(name, {"conditions": [condition]})
 
     def _patch_node_status(self, name: str, status: dict[str, Any]) -> None:
         rest.request(
