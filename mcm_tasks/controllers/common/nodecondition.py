@@ -26,11 +26,18 @@ def condition(type_: str, status: str, reason: str, message: str, now: datetime)
     }
 
 
-def write(api: ApiClient, node_name: str, cond: dict[str, Any]) -> None:
+def write(
+    api: ApiClient, node_name: str, cond: dict[str, Any], *, resource_version: str | None = None
+) -> None:
     """Strategic merge on the status: the kubelet's own conditions stay as they are. A Node that is
-    gone is no error."""
+    gone is no error. With ``resource_version`` the write is a compare-and-swap (a Conflict when the
+    Node changed since it was read): for a condition decided from what the Node said, as upstream's
+    ``UpdateStatus`` of the lister's copy."""
+    body: dict[str, Any] = {"status": {"conditions": [cond]}}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
     try:
-        ops.patch(api, kinds.NODE.resource, node_name, {"status": {"conditions": [cond]}},
+        ops.patch(api, kinds.NODE.resource, node_name, body,
                   patch_type=ops.PatchType.STRATEGIC, subresource="status")  # fmt: skip
     except ApiException as err:
         if not is_not_found(err):

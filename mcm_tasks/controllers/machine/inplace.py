@@ -18,7 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks import kinds
 from mcm_tasks.api import (
     Machine,
     MachineOperationType,
@@ -35,6 +37,8 @@ from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.health import conditions_changed, health_timeout, node_conditions
 from mcm_tasks.controllers.machine.preserve import evict_pods
 from mcm_tasks.durations import format_duration
+from mcm_tasks.kube import ops
+from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
@@ -61,20 +65,42 @@ def update_node_condition_based_on_label(
 ) -> tuple[dict[str, Any] | None, Requeue | None]:
     """Upstream ``updateNodeConditionBasedOnLabel`` (``ip.update_node_condition_based_on_label``
     decides): write the Node's ``InPlaceUpdate`` condition its labels call for; the node as it is
-    now, for the rest of the pass, and a recheck while the Node waits for its drain."""
+    now, for the rest of the pass, and a recheck while the Node waits for its drain.
+
+    The write is a compare-and-swap on the Node as read (as upstream's ``UpdateStatus`` of its
+    lister's copy): a condition decided from a stale read (the mirror lags) would undo a later step,
+    e.g. put ``SelectedForUpdate`` back over ``ReadyForUpdate``, and the node agent would wait for
+    ever. On a Conflict the Node is read live and decided once more."""
     api = context.target_api()
     if api is None or node is None or machine.metadata.is_deleting:
         return node, None
-    decided = ip.update_node_condition_based_on_label(node)
-    if decided.reason is None:
-        return node, Requeue.medium() if decided.awaiting_drain else None
-    condition = nodecondition.condition(
-        ip.IN_PLACE_CONDITION, "True", decided.reason, decided.message, now_utc()
-    )
-    name = str(node["metadata"]["name"])
-    nodecondition.write(api, name, condition)
-    log.info("machine %s: node %s in-place condition %s", machine.key, name, decided.reason)
-    return ip.with_condition(node, condition), None
+    for attempt in range(2):
+        decided = ip.update_node_condition_based_on_label(node)
+        if decided.reason is None:
+            return node, Requeue.medium() if decided.awaiting_drain else None
+        stamp = now_utc()
+        condition = nodecondition.condition(
+            ip.IN_PLACE_CONDITION, "True", decided.reason, decided.message, stamp
+        )
+        name = str(node["metadata"]["name"])
+        try:
+            nodecondition.write(
+                api, name, condition, resource_version=node["metadata"].get("resourceVersion")
+            )
+        except ApiException as err:
+            if not is_conflict(err):
+                raise
+            live = ops.get(api, kinds.NODE.resource, name, missing_ok=True) if attempt == 0 else None
+            if live is None:
+                log.info(
+                    "machine %s: node %s keeps changing; its in-place condition next pass", machine.key, name
+                )
+                return node, Requeue(get_settings().conflict_retry)
+            node = live
+            continue
+        log.info("machine %s: node %s in-place condition %s", machine.key, name, decided.reason)
+        return ip.with_condition(node, condition), None
+    return node, None
 
 
 def copy_node_conditions(machine: Machine, node: dict[str, Any] | None) -> Machine:
