@@ -46,33 +46,48 @@ def node(labels: dict[str, str] | None = None, ready: str = "True", reason: str 
     return {"metadata": {"name": "n", "labels": labels or {}}, "status": {"conditions": conditions}}
 
 
+UP = "reconcileMachineHealth: "
+
+
 @pytest.mark.parametrize(
     ("phase", "since", "the_node", "step"),
     [
-        # upstream: InPlaceUpdating for over the in-place timeout → InPlaceUpdateFailed
-        ("InPlaceUpdating", timedelta(minutes=15), node(), ip.Step.TIMED_OUT),
-        # upstream: update-result=successful → InPlaceUpdateSuccessful
-        ("InPlaceUpdating", timedelta(0), node({RESULT: "successful"}), ip.Step.SUCCEEDED),
-        # upstream: update-result=failed → InPlaceUpdateFailed
-        ("InPlaceUpdating", timedelta(0), node({RESULT: "failed"}), ip.Step.FAILED),
-        ("InPlaceUpdating", timedelta(minutes=1), node(), ip.Step.WAIT),
-        # upstream: InPlaceUpdateFailed for over the health timeout → Failed
-        ("InPlaceUpdateFailed", timedelta(minutes=15), node(), ip.Step.GIVE_UP),
-        # ours: a successful result after a failure (the agent tried again) still succeeds
-        ("InPlaceUpdateFailed", timedelta(minutes=1), node({RESULT: "successful"}), ip.Step.SUCCEEDED),
-        ("InPlaceUpdateFailed", timedelta(minutes=1), node(), ip.Step.WAIT),
-        # Running again once moved (labels cleared) and Ready
-        ("InPlaceUpdateSuccessful", timedelta(0), node(), ip.Step.RUNNING),
-        ("InPlaceUpdateSuccessful", timedelta(0), node({SELECTED: "true"}), ip.Step.NONE),
-        ("InPlaceUpdateSuccessful", timedelta(0), node(ready="False"), ip.Step.NONE),
-        # a Running machine whose Node was selected is drained and handed to the agent
-        ("Running", timedelta(0), node({SELECTED: "true"}), ip.Step.PREPARE),
-        ("Running", timedelta(0), node({SELECTED: "true", RESULT: "failed"}), ip.Step.NONE),
-        ("Running", timedelta(0), node(), ip.Step.NONE),
-        ("Unknown", timedelta(0), node({SELECTED: "true"}), ip.Step.NONE),
-        ("Running", timedelta(0), None, ip.Step.NONE),
+        pytest.param("InPlaceUpdating", timedelta(minutes=15), node(), ip.Step.TIMED_OUT,
+                     id=UP + "Machine in InPlaceUpdating state for over 10min(InPlaceUpdateTimeout) "
+                     "should be marked InPlaceUpdateFailed"),
+        pytest.param("InPlaceUpdating", timedelta(0), node({RESULT: "successful"}), ip.Step.SUCCEEDED,
+                     id=UP + "Machine in InPlaceUpdating state with node label "
+                     "node.machine.sapcloud.io/update-result=successful "
+                     "should be marked InPlaceUpdateSuccessful"),
+        pytest.param("InPlaceUpdating", timedelta(0), node({RESULT: "failed"}), ip.Step.FAILED,
+                     id=UP + "Machine in InPlaceUpdating state with node label "
+                     "node.machine.sapcloud.io/update-result=failed should be marked InPlaceUpdateFailed"),
+        pytest.param("InPlaceUpdating", timedelta(minutes=1), node(), ip.Step.WAIT,
+                     id="ours: InPlaceUpdating within its timeout waits"),
+        pytest.param("InPlaceUpdateFailed", timedelta(minutes=15), node(), ip.Step.GIVE_UP,
+                     id=UP + "Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) "
+                     "should be marked Failed"),
+        pytest.param("InPlaceUpdateFailed", timedelta(minutes=1), node(), ip.Step.WAIT,
+                     id="ours: InPlaceUpdateFailed within its health timeout waits"),
+        pytest.param("InPlaceUpdateFailed", timedelta(minutes=1), node({RESULT: "successful"}),
+                     ip.Step.SUCCEEDED,
+                     id="ours (upstream's code, no upstream row): a success after a failure still succeeds"),
+        pytest.param("InPlaceUpdateSuccessful", timedelta(0), node(), ip.Step.RUNNING,
+                     id="ours: Running again once moved (labels cleared) and Ready"),
+        pytest.param("InPlaceUpdateSuccessful", timedelta(0), node({SELECTED: "true"}), ip.Step.NONE,
+                     id="ours: not Running while still selected"),
+        pytest.param("InPlaceUpdateSuccessful", timedelta(0), node(ready="False"), ip.Step.NONE,
+                     id="ours: not Running while the Node is not Ready"),
+        pytest.param("Running", timedelta(0), node({SELECTED: "true"}), ip.Step.PREPARE,
+                     id="ours: a Running machine whose Node was selected is drained and handed to the agent"),
+        pytest.param("Running", timedelta(0), node({SELECTED: "true", RESULT: "failed"}), ip.Step.NONE,
+                     id="ours: a Node with a result is not drained again"),
+        pytest.param("Running", timedelta(0), node(), ip.Step.NONE, id="ours: nothing selected"),
+        pytest.param("Unknown", timedelta(0), node({SELECTED: "true"}), ip.Step.NONE,
+                     id="ours: an Unknown machine is not drained for an update"),
+        pytest.param("Running", timedelta(0), None, ip.Step.NONE, id="ours: no Node"),
     ],
-)
+)  # fmt: skip
 def test_decide(phase: str, since: timedelta, the_node: dict[str, Any] | None, step: ip.Step) -> None:
     assert ip.decide(machine(phase, since), the_node, NOW, UPDATE, HEALTH).step is step
 
