@@ -198,7 +198,7 @@ def _prepare(
     machine: Machine, api: ApiClient, node: dict[str, Any], now: datetime
 ) -> tuple[Machine, Requeue]:
     """Cordon and drain the selected Node; once it is empty, tell the node agent and go
-    InPlaceUpdating."""
+    InPlaceUpdating (upstream ``drainNodeForInPlace``, ``updateMachineStatusAndNodeCondition``)."""
     io.cordon(api, node)
     name = str(node["metadata"]["name"])
     if evict_pods(api, name):

@@ -121,7 +121,8 @@ def moved_labels(
 
 
 def rollout_in_place(ctx: Context) -> float | None:
-    """One pass of the InPlaceUpdate strategy; seconds until the next deadline check, if any."""
+    """One pass of the InPlaceUpdate strategy (upstream ``rolloutInPlace``); seconds until the next
+    deadline check, if any."""
     new_set, old_sets = machine_sets.new_and_old(ctx, create=True)
     assert new_set is not None
     running = taints.rollout_running(old_sets)
@@ -147,6 +148,7 @@ def rollout_in_place(ctx: Context) -> float | None:
 
 
 def _label_sets(ctx: Context, machine_sets_: Sequence[MachineSet], *, present: bool) -> None:
+    """Upstream ``labelMachineSets``: the old sets' ``scale-up-disabled`` label on (or off)."""
     for ms in machine_sets_:
         if (SCALE_UP_DISABLED_LABEL_KEY in ms.metadata.labels) == present:
             continue
@@ -172,6 +174,7 @@ def _patch_node(ctx: Context, name: str, body: Obj) -> None:
 
 
 def _label_candidates(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
+    """Upstream ``labelNodesBackingMachineSets``: the old sets' Nodes are ``candidate-for-update``."""
     names = [_node_of(m) for ms in old_sets for m in ctx.machines_of(ms) if _node_of(m)]
     for name, node in ctx.get_nodes(names).items():
         if CANDIDATE_FOR_UPDATE_LABEL_KEY not in ip.labels_of(node):
@@ -291,7 +294,10 @@ def _shrink_to_members(ctx: Context, old_sets: Sequence[MachineSet]) -> bool:
 
 def _reconcile_old_sets(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet]) -> bool:
     """Upstream ``reconcileOldMachineSetsInPlace``: old sets to zero once the new set is full,
-    else (Auto) select Nodes for update within the budget."""
+    else (Auto) select Nodes for update within the budget: those selected already count as
+    undergoing one (``getMachinesUndergoingUpdate``), candidates not yet selected are labelled
+    ``selected-for-update``, oldest set first (``getMachinesForDrain``,
+    ``labelMachinesToSelectedForUpdate``)."""
     olds = [ms for ms in old_sets if ms.spec.replicas > 0]
     if not olds:
         return False
