@@ -12,7 +12,8 @@ Node (ignored altogether while annotated ``not-managed-by-mcm``), its Machine be
   handler does inline (delete the Machine, add the finalizer), since the informer never writes the
   API. The machine when an essential taint (critical-components-not-ready) came or went, an
   in-place-update label appeared or the update result changed, the conditions differ from its
-  status (not CrashLoopBackOff/Terminating), or the preserve annotation changed. A machine being
+  status (a type or a status, or the ``InPlaceUpdate`` reason; not CrashLoopBackOff/Terminating),
+  or the preserve annotation changed. A machine being
   deleted instead gets ``machine-termination`` when the node's attached volumes change (the drain
   waits for detaches).
 - DELETE: the node on ``node`` (its task deletes the machine) and the machine itself. Not when no

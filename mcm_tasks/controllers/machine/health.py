@@ -4,7 +4,8 @@ its node and the clock to the status it should have, without any I/O. ``health_i
 The matrix:
 
 - node missing, machine Running with conditions → Unknown ("Node object went missing");
-- node present: its conditions are copied when any status differs; then
+- node present: its conditions are copied when any status differs (or the ``InPlaceUpdate``
+  condition's reason); then
   healthy and not Running (and not Pending with the critical-components taint) → Running
   ("successfully joined" after a create, else "successfully re-joined");
   unhealthy and Running → Unknown;
