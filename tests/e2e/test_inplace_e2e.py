@@ -25,6 +25,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
+    PREFER_NO_SCHEDULE_KEY,
     SCALE_UP_DISABLED_LABEL_KEY,
     SELECTED_FOR_UPDATE_LABEL_KEY,
     UPDATE_RESULT_LABEL_KEY,
@@ -159,6 +160,9 @@ class Pool:
     def node(self, name: str) -> dict[str, Any]:
         return ops.get(self.target, kinds.NODE.resource, name) or {}
 
+    def taint_keys(self, name: str) -> set[str]:
+        return {str(t.get("key")) for t in (self.node(name).get("spec") or {}).get("taints") or ()}
+
     def node_labels(self, name: str) -> dict[str, str]:
         return dict(self.node(name)["metadata"].get("labels") or {})
 
@@ -232,6 +236,10 @@ def test_auto_rolls_in_place_within_max_unavailable(pool: Pool) -> None:
         labels = pool.node_labels(name)
         assert not {CANDIDATE_FOR_UPDATE_LABEL_KEY, SELECTED_FOR_UPDATE_LABEL_KEY} & set(labels)
         assert not pool.node(name).get("spec", {}).get("unschedulable")
+        pool.wait(
+            lambda name=name: PREFER_NO_SCHEDULE_KEY not in pool.taint_keys(name),
+            "the old set's PreferNoSchedule taint off a moved machine's Node",
+        )
     status = (ops.get(pool.control, kinds.MACHINE_DEPLOYMENT.resource, "auto", NS) or {}).get("status") or {}
     pool.wait(
         lambda: (

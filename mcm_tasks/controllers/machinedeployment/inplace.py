@@ -104,6 +104,19 @@ def node_needs_clearing(node: Obj | None) -> bool:
     return node is not None and ip.update_succeeded(node)
 
 
+def cleared_node() -> Obj:
+    """Upstream ``syncMachineSets``' node part as a merge patch: the update labels and the failure
+    reason off a Node whose update succeeded, and the Node schedulable again. (Upstream also adds
+    the ``critical-components-not-ready`` taint; we do not: nothing outside Gardener takes it off.)"""
+    return {
+        "metadata": {
+            "labels": {k: None for k in ip.NODE_UPDATE_LABELS},
+            "annotations": {ip.UPDATE_FAILED_REASON_ANNOTATION: None},
+        },
+        "spec": {"unschedulable": False},
+    }
+
+
 def moved_labels(
     machine_labels: dict[str, str], old_set: MachineSet, new_set: MachineSet
 ) -> dict[str, str | None]:
@@ -181,13 +194,33 @@ def _label_candidates(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
             _patch_node(ctx, name, {"metadata": {"labels": {CANDIDATE_FOR_UPDATE_LABEL_KEY: "true"}}})
 
 
+def _clear_node(ctx: Context, name: str, node: Obj) -> None:
+    """``cleared_node``, then the rollout's PreferNoSchedule taint off the Node (``_untaint``)."""
+    _patch_node(ctx, name, cleared_node())
+    _untaint(ctx, name, node)
+
+
+def _untaint(ctx: Context, name: str, node: Obj) -> None:
+    """The PreferNoSchedule taint the Node got while its machine was in an old set, off it now that
+    the machine is the new set's (upstream ``syncMachineSets``). The completion's
+    ``taints.untaint_set`` does not reach these Nodes (it untaints the sets it tainted), so each
+    pass looks again. The taint list is written guarded by the Node's resourceVersion, as every
+    taint write here, and apart from the labels: a Conflict is retried next pass."""
+    untaint = taints.remove_prefer_no_schedule(node)
+    if untaint is not None:
+        _patch_node(ctx, name, untaint)
+
+
 def _clear_updated_nodes(ctx: Context, new_set: MachineSet) -> None:
-    """Upstream ``syncMachineSets``' node part (``node_needs_clearing``)."""
+    """Upstream ``syncMachineSets``' node part (``node_needs_clearing``), and the old sets' taint off
+    the new set's Nodes."""
     names = [_node_of(m) for m in ctx.machines_of(new_set) if _node_of(m)]
     for name, node in ctx.get_nodes(names).items():
         if node_needs_clearing(node):
-            _patch_node(ctx, name, _cleared_node())
+            _clear_node(ctx, name, node)
             log.info("MachineDeployment %s: node %s updated in place: update labels cleared", ctx.key, name)
+        else:
+            _untaint(ctx, name, node)
 
 
 def _count_arrivals(ctx: Context, new_set: MachineSet) -> bool:
@@ -262,7 +295,7 @@ def _transfer(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet])
             if stale:
                 body["metadata"]["annotations"] = stale
             ops.patch(ctx.api, kinds.MACHINE.resource, str(meta["name"]), body, ctx.namespace)
-            _patch_node(ctx, _node_of(machine), _cleared_node())
+            _clear_node(ctx, _node_of(machine), node)
             log.info("MachineDeployment %s: machine %s updated in place, moved to %s",
                      ctx.key, meta["name"], new_set.metadata.name)  # fmt: skip
             moved += 1
@@ -271,13 +304,6 @@ def _transfer(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet])
             machine_sets.scale_set(ctx, current, max(0, current.spec.replicas - moved))
             moved_total += moved
     return moved_total
-
-
-def _cleared_node() -> Obj:
-    """The update labels and the failure reason off a Node, and the Node schedulable again."""
-    labels: dict[str, None] = {k: None for k in ip.NODE_UPDATE_LABELS}
-    annotations = {ip.UPDATE_FAILED_REASON_ANNOTATION: None}
-    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": {"unschedulable": False}}
 
 
 def _shrink_to_members(ctx: Context, old_sets: Sequence[MachineSet]) -> bool:
