@@ -13,6 +13,7 @@ import pytest
 from mcm_tasks.api import Machine, MachineDeployment, MachineSet
 from mcm_tasks.controllers.common import inplace as ip
 from mcm_tasks.controllers.machinedeployment.inplace import (
+    cleared_node,
     moved_labels,
     node_needs_clearing,
     selection_budget,
@@ -281,3 +282,12 @@ def test_node_needs_clearing(the_node: dict[str, Any] | None, clear: bool) -> No
 )  # fmt: skip
 def test_stale_preserve_annotations(annotations: dict[str, str], patch: dict[str, None]) -> None:
     assert stale_preserve_annotations(annotations) == patch
+
+
+def test_cleared_node_is_what_sync_machine_sets_expects_of_a_node() -> None:
+    """Upstream's syncMachineSets table checks every node after it: schedulable, and none of the
+    candidate-for-update, selected-for-update, update-result labels (nor the failure reason)."""
+    patch = cleared_node()
+    assert patch["spec"] == {"unschedulable": False}
+    assert patch["metadata"]["labels"] == {CANDIDATE: None, SELECTED: None, RESULT: None}
+    assert patch["metadata"]["annotations"] == {REASON_ANNOTATION: None}
