@@ -134,3 +134,22 @@ BOOTSTRAP_TOKEN_SECRET_PREFIX: Final = "bootstrap-token-"
 USER_DATA_SECRET_KEY: Final = "userData"
 BOOTSTRAP_TOKEN_PLACEHOLDER: Final = "<<BOOTSTRAP_TOKEN>>"
 MACHINE_NAME_PLACEHOLDER: Final = "<<MACHINE_NAME>>"
+
+# --- mcm-tasks's own API (``mcm-tasks.io``): what Cluster API users have, MCM's CRDs unchanged ---
+#: Machine annotation prefixes of lifecycle hooks (Cluster API's ``pre-drain.delete.hook.machine.
+#: cluster.x-k8s.io/`` and ``pre-terminate.…``): the rest of the key names the hook's owner, the value
+#: is free text. While one is present a deleting machine is not drained, or its VM not deleted.
+PRE_DRAIN_HOOK_PREFIX: Final = "pre-drain.delete.hook.mcm-tasks.io/"
+PRE_TERMINATE_HOOK_PREFIX: Final = "pre-terminate.delete.hook.mcm-tasks.io/"
+#: MachineDeployment or MachineSet: ``Random``, ``Newest`` or ``Oldest`` (Cluster API's deletePolicy)
+DELETION_ORDER_ANNOTATION: Final = "mcm-tasks.io/deletion-order"
+#: MachineDeployment or MachineSet, Go durations: per-deployment bounds of the volume-detach wait and
+#: of the Node deletion's retries (Cluster API's nodeVolumeDetachTimeout, nodeDeletionTimeout)
+NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION: Final = "mcm-tasks.io/node-volume-detach-timeout"
+NODE_DELETION_TIMEOUT_ANNOTATION: Final = "mcm-tasks.io/node-deletion-timeout"
+#: Pod label: ``skip`` or ``wait-completed`` (Cluster API's ``cluster.x-k8s.io/drain``)
+POD_DRAIN_LABEL_KEY: Final = "mcm-tasks.io/drain"
+POD_DRAIN_SKIP: Final = "skip"
+POD_DRAIN_WAIT_COMPLETED: Final = "wait-completed"
+#: Machine condition (in ``status.conditions``, Node-condition shaped) while the machine is deleted
+MACHINE_DELETING_CONDITION: Final = "Deleting"

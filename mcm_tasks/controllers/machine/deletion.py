@@ -40,8 +40,10 @@ from __future__ import annotations
 
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks.api import Machine, MachineStatus, now_utc
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.registration import scoped
+from mcm_tasks.controllers.machine.deleting import with_deleting_condition
 from mcm_tasks.controllers.machine.deletion_io import Continue, Stop, step
 from mcm_tasks.controllers.machine.drain.state_io import DrainStore
 from mcm_tasks.controllers.machine.scope import MachineScope
@@ -92,11 +94,17 @@ def terminate(scope: MachineScope) -> Requeue | None:
             scope.machine, unwritten = result.machine, unwritten or result.unwritten
             continue
         if isinstance(result, Stop):  # a status where the previous one was written: never de-duplicated
-            status.write_status(machine, result.status, dedup=not (result.moves or unwritten))
+            _write(machine, result.status, dedup=not (result.moves or unwritten))
             return result.requeue
         if result is not None and unwritten:  # waits, or requeues, at the step it moved on to
-            status.write_status(machine, machine.status, dedup=False)
+            _write(machine, machine.status, dedup=False)
         return result  # None: the finalizer is gone, and the Machine with it: nothing left to write
     if unwritten:
-        status.write_status(scope.machine, scope.machine.status, dedup=False)
+        _write(scope.machine, scope.machine.status, dedup=False)
     return Requeue.conflict()
+
+
+def _write(machine: Machine, new: MachineStatus, *, dedup: bool) -> None:
+    """Every status the flow writes carries its ``Deleting`` condition, derived from its description
+    (``deleting.with_deleting_condition``, the one place)."""
+    status.write_status(machine, with_deleting_condition(new, now_utc()), dedup=dedup)

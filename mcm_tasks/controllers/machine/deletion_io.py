@@ -36,7 +36,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.finalizers import with_finalizer
-from mcm_tasks.controllers.machine import metrics
+from mcm_tasks.controllers.machine import deleting, metrics
 from mcm_tasks.controllers.machine.deletion_steps import (
     NO_TARGET_SKIP,
     Retry,
@@ -65,7 +65,7 @@ from mcm_tasks.controllers.machine.drain.volumes import live_attachments_on
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
-from mcm_tasks.kube.events import WARNING
+from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue
 from providers import UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
@@ -176,6 +176,7 @@ def _set_terminating(scope: MachineScope) -> StepResult:
     new = status.updated_status(
         machine, last_op=op, current=status.current_status(MachinePhase.TERMINATING, now=now)
     )
+    new = deleting.with_deleting_condition(new, now)
     # its own write, even when alike (a restart): the phase says Terminating while the node drains
     written = status.write_status(machine, new, dedup=False)
     return Requeue.conflict() if written is None else Continue(written, unwritten=False)
@@ -214,7 +215,25 @@ def _get_vm_status(scope: MachineScope) -> StepResult:
     return _write(machine, transition)
 
 
+def _held_by_hooks(scope: MachineScope, names: list[str], description: str, reason: str) -> Stop:
+    """A hook holds the flow at its step: lastOperation says which (Processing, the step kept), the
+    ``Deleting`` condition gets the hook's reason, and an Event names the hooks when the wait begins or
+    its hooks change. No requeue is needed (removing a hook wakes the machine); LongRetry is the net."""
+    machine = scope.machine
+    changed = machine.status.last_operation.description != description
+    if changed:
+        status.record_event(machine, NORMAL, reason, description.rsplit(". ", 1)[0])
+    op = status.last_operation(description, MachineState.PROCESSING, MachineOperationType.DELETE)
+    return Stop(status.updated_status(machine, last_op=op), Requeue.long(), moves=changed)
+
+
 def _drain(scope: MachineScope) -> StepResult:
+    """Upstream: ``drainNode``; a pre-drain hook holds it before the cordon."""
+    names = deleting.pre_drain_hooks(scope.machine)
+    if names:
+        return _held_by_hooks(
+            scope, names, deleting.pre_drain_wait(names), deleting.WAITING_FOR_PRE_DRAIN_HOOK_REASON
+        )
     machine_class = scope.machine_class()  # without its secrets: the volume IDs and metrics need it
     driver = None
     if machine_class is not None:
@@ -254,8 +273,13 @@ def _delete_volume_attachments(scope: MachineScope) -> StepResult:
 
 
 def _delete_vm(scope: MachineScope) -> StepResult:
-    """Upstream: ``deleteVM``."""
+    """Upstream: ``deleteVM``; a pre-terminate hook holds it before the Driver is called."""
     machine = scope.machine
+    names = deleting.pre_terminate_hooks(machine)
+    if names:
+        return _held_by_hooks(
+            scope, names, deleting.pre_terminate_wait(names), deleting.WAITING_FOR_PRE_TERMINATE_HOOK_REASON
+        )
     found = _driver(scope)
     if found is None:
         return Requeue.long()

@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcm_tasks.api.constants import DELETED_BY_FLOW_ANNOTATION, PRESERVE_ANNOTATION
+from mcm_tasks.api.constants import (
+    DELETED_BY_FLOW_ANNOTATION,
+    PRE_DRAIN_HOOK_PREFIX,
+    PRE_TERMINATE_HOOK_PREFIX,
+    PRESERVE_ANNOTATION,
+)
 from mcm_tasks.controllers.machine.descriptions import INITIATE_FINALIZER_REMOVAL, INITIATE_NODE_DELETION
 
 Obj = Mapping[str, Any]
@@ -23,14 +28,23 @@ def _meta(obj: Obj | None) -> Mapping[str, Any]:
 
 def wakes_machine(old: Obj | None, new: Obj | None) -> bool:
     """An update of a Machine that its own reconcile must see: the spec changed (generation), the
-    preserve annotation changed, or a deletion started."""
+    preserve annotation changed, a deletion started, or a lifecycle hook came or went (removing the
+    last one resumes a held deletion at once)."""
     before, after = _meta(old), _meta(new)
     return (
-        before.get("generation") != after.get("generation")
+        _hooks(before.get("annotations") or {}) != _hooks(after.get("annotations") or {})
+        or before.get("generation") != after.get("generation")
         or (before.get("annotations") or {}).get(PRESERVE_ANNOTATION)
         != (after.get("annotations") or {}).get(PRESERVE_ANNOTATION)
         or bool(before.get("deletionTimestamp")) != bool(after.get("deletionTimestamp"))
+        or _hooks(before.get("annotations") or {}) != _hooks(after.get("annotations") or {})
     )
+
+
+def _hooks(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The lifecycle hook annotations (``deleting``'s prefixes)."""
+    prefixes = (PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX)
+    return {k: v for k, v in annotations.items() if k.startswith(prefixes)}
 
 
 def _description(machine: Obj | None) -> str:

@@ -6,7 +6,8 @@ afterwards, and a failure no longer blocks the VM's deletion) when:
 - the Machine carries the ``force-deletion`` label with any value Go's ``strconv.ParseBool`` reads as
   true (``1``, ``t``, ``T``, ``true``, ``TRUE``, ``True``) — MCM's docs promise a boolean, so every
   spelling of one counts, while upstream's ``force-drain`` wants exactly "True";
-- the deletion is older than the drain timeout (``deletionTimestamp`` + timeout);
+- the deletion is older than the drain timeout (``deletionTimestamp`` + timeout; time a pre-drain
+  hook held the machine does not count: ``deleting.drain_clock_start``);
 - the node's Ready condition has not been True for longer than ``force_drain_unhealthy_after``;
 - its ReadonlyFilesystem condition has not been False for longer than that.
 
@@ -30,6 +31,7 @@ from typing import Any, Final
 
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import FORCE_DELETION_LABEL_KEY
+from mcm_tasks.controllers.machine.deleting import drain_clock_start
 from mcm_tasks.settings import Settings
 
 #: what ``strconv.ParseBool`` accepts as true
@@ -111,7 +113,7 @@ def force_reason(
     """(why the drain is forced or "", whether that also shortens it)."""
     if is_true(machine.metadata.labels.get(FORCE_DELETION_LABEL_KEY)):
         return f'label "{FORCE_DELETION_LABEL_KEY}" is set', True
-    deleted = machine.metadata.deletion_timestamp
+    deleted = drain_clock_start(machine, now)
     timeout = effective_drain_timeout(machine, settings)
     if deleted is not None and (now - deleted).total_seconds() > timeout:
         return f"drain timeout of {timeout:g}s exceeded", True
@@ -133,7 +135,7 @@ def force_due_in(
     """Seconds until a condition above would force the drain (None: nothing pending), so a waiting
     drain comes back in time instead of at its next poll."""
     candidates: list[float] = []
-    deleted = machine.metadata.deletion_timestamp
+    deleted = drain_clock_start(machine, now)
     if deleted is not None:
         candidates.append(effective_drain_timeout(machine, settings) - (now - deleted).total_seconds())
     conditions = _conditions(machine, node)

@@ -1,0 +1,140 @@
+"""What a deleting machine shows and what holds it: lifecycle hooks and the ``Deleting`` condition.
+
+**Hooks** (Cluster API's ``pre-drain.delete.hook.machine.cluster.x-k8s.io/`` and
+``pre-terminate.…``, under our own ``mcm-tasks.io``): an annotation on the Machine whose key begins
+with ``PRE_DRAIN_HOOK_PREFIX`` holds the flow before the node is cordoned and drained; one beginning
+with ``PRE_TERMINATE_HOOK_PREFIX`` holds it before the VM is deleted (after the drain and the volume
+detach). The rest of the key names the hook's owner; the value is free text. The controller that set
+a hook removes it when it is done; the annotation's change wakes the machine (``watches``), so the
+flow resumes at once.
+
+**The ``Deleting`` condition**: one Node-condition-shaped entry in ``status.conditions`` while the
+machine is deleted, derived in one place (``deleting_condition``) from the description the flow writes:
+the description is the flow's state, so the condition can never disagree with it. Its reason names the
+step (``REASON_OF_STEP``) or the hook it waits for; its ``lastTransitionTime`` changes only with the
+reason, so it says since when the machine waits there (how long a hook has held it, and when the drain
+began: ``drain_clock_start``). A later step gets its own reason by a row of ``REASON_OF_STEP``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Final
+
+from mcm_tasks.api import Machine, MachineStatus, NodeCondition
+from mcm_tasks.api.constants import (
+    MACHINE_DELETING_CONDITION,
+    PRE_DRAIN_HOOK_PREFIX,
+    PRE_TERMINATE_HOOK_PREFIX,
+)
+from mcm_tasks.controllers.machine.deletion_steps import Step, step_of_description
+from mcm_tasks.controllers.machine.descriptions import (
+    INITIATE_DRAIN,
+    INITIATE_VM_DELETION,
+    WAITING_FOR_PRE_DRAIN_HOOK,
+    WAITING_FOR_PRE_TERMINATE_HOOK,
+)
+
+WAITING_FOR_PRE_DRAIN_HOOK_REASON: Final = "WaitingForPreDrainHook"
+WAITING_FOR_PRE_TERMINATE_HOOK_REASON: Final = "WaitingForPreTerminateHook"
+DRAINING_REASON: Final = "DrainingNode"
+
+#: the reason of each step the flow stands at (a wait of its own, a hook, is told by its description)
+REASON_OF_STEP: Final[dict[Step, str]] = {
+    Step.SET_TERMINATING: "Terminating",
+    Step.GET_VM_STATUS: "GettingVMStatus",
+    Step.DRAIN: DRAINING_REASON,
+    Step.DELETE_VOLUME_ATTACHMENTS: "DetachingVolumes",
+    Step.DELETE_VM: "DeletingVM",
+    Step.DELETE_NODE: "DeletingNode",
+    Step.REMOVE_FINALIZER: "RemovingFinalizer",
+}
+
+#: hook names listed in a description or an Event; more are counted
+_NAMES_SHOWN: Final = 5
+
+
+# --- hooks ---------------------------------------------------------------------------------------------
+
+
+def hooks(annotations: Mapping[str, str], prefix: str) -> list[str]:
+    """The owners of the hooks with ``prefix`` on an object (the key after the prefix), sorted."""
+    return sorted(key[len(prefix) :] or key for key in annotations if key.startswith(prefix))
+
+
+def pre_drain_hooks(machine: Machine) -> list[str]:
+    return hooks(machine.metadata.annotations, PRE_DRAIN_HOOK_PREFIX)
+
+
+def pre_terminate_hooks(machine: Machine) -> list[str]:
+    return hooks(machine.metadata.annotations, PRE_TERMINATE_HOOK_PREFIX)
+
+
+def named(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    more = len(names) - _NAMES_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def pre_drain_wait(names: list[str]) -> str:
+    """The description of a flow held before its drain; it stays at the drain step."""
+    return f"{WAITING_FOR_PRE_DRAIN_HOOK} {named(names)}. {INITIATE_DRAIN}"
+
+
+def pre_terminate_wait(names: list[str]) -> str:
+    """The description of a flow held before its VM's deletion; it stays at that step."""
+    return f"{WAITING_FOR_PRE_TERMINATE_HOOK} {named(names)}. {INITIATE_VM_DELETION}"
+
+
+# --- the Deleting condition ----------------------------------------------------------------------------
+
+
+def deleting_reason(description: str) -> str:
+    """The ``Deleting`` condition's reason for the flow standing at ``description``."""
+    if description.startswith(WAITING_FOR_PRE_DRAIN_HOOK):
+        return WAITING_FOR_PRE_DRAIN_HOOK_REASON
+    if description.startswith(WAITING_FOR_PRE_TERMINATE_HOOK):
+        return WAITING_FOR_PRE_TERMINATE_HOOK_REASON
+    return REASON_OF_STEP[step_of_description(description)]
+
+
+def deleting_condition(status: MachineStatus) -> NodeCondition | None:
+    """The machine's ``Deleting`` condition, None when it has none."""
+    return next((c for c in status.conditions if c.type == MACHINE_DELETING_CONDITION), None)
+
+
+def with_deleting_condition(status: MachineStatus, now: datetime) -> MachineStatus:
+    """``status`` with its ``Deleting`` condition derived from its lastOperation: the reason and message
+    follow the description; the transition time moves only when the reason does (the heartbeat is
+    left alone, so a status otherwise alike stays alike to the de-duplication)."""
+    description = status.last_operation.description
+    reason = deleting_reason(description)
+    old = deleting_condition(status)
+    since = old.last_transition_time if old is not None and old.reason == reason else None
+    condition = NodeCondition(
+        type=MACHINE_DELETING_CONDITION,
+        status="True",
+        reason=reason,
+        message=description,
+        last_transition_time=since or now,
+        last_heartbeat_time=now if old is None or old.reason != reason else old.last_heartbeat_time,
+    )
+    rest = [c for c in status.conditions if c.type != MACHINE_DELETING_CONDITION]
+    return status.model_copy(update={"conditions": [*rest, condition]})
+
+
+def drain_clock_start(machine: Machine, now: datetime) -> datetime | None:
+    """Since when the drain timeout runs: the deletion (``deletionTimestamp``, as upstream), but never
+    before the drain began after a pre-drain hook held it (the condition's transition to
+    ``DrainingNode``), and ``now`` in the pass a hook let go (the condition still says it waits).
+    A hook's hold so never counts against ``--machine-drain-timeout``."""
+    deleted = machine.metadata.deletion_timestamp
+    condition = deleting_condition(machine.status)
+    if condition is None or deleted is None:
+        return deleted
+    if condition.reason == WAITING_FOR_PRE_DRAIN_HOOK_REASON:
+        return now
+    if condition.reason == DRAINING_REASON and condition.last_transition_time is not None:
+        return max(deleted, condition.last_transition_time)
+    return deleted
