@@ -23,7 +23,9 @@ from mcm_tasks.controllers.machineset.replicas import (
     BURST_REPLICAS,
     SKIP_FROZEN,
     SKIP_SCALE_UP_DISABLED,
+    DeletionOrder,
     deletion_order,
+    deletion_order_of,
     is_preserved,
     machine_priority,
     marked_for_deletion,
@@ -364,3 +366,116 @@ def test_the_nodes_of_failed_machines_are_read_and_an_unreadable_one_keeps_its_m
     assert values == {"asks": "when-failed", "plain": ""}
     assert unread == {"broken"}
     assert "n-running" not in read
+
+
+# --- mcm-tasks.io/deletion-order (issue 31) ----------------------------------------------------------
+
+#: ages in minutes before T0: o is the oldest, n the newest; p is joining (Pending), u unhealthy
+ORDER_FLEET = [
+    ("o", "Running", 50),
+    ("m", "Running", 30),
+    ("n", "Running", 10),
+    ("p", "Pending", 5),
+    ("u", "Unknown", 1),
+]
+
+
+def fleet(**extra: dict[str, Any]) -> list[Machine]:
+    return [machine(name, phase, age=age, **extra.get(name, {})) for name, phase, age in ORDER_FLEET]
+
+
+@pytest.mark.parametrize(
+    ("order", "extra", "first"),
+    [
+        # upstream: unhealthy, then joining, then the oldest Running
+        (None, {}, ["u", "p", "o", "m", "n"]),
+        # Oldest: the unhealthy first, then by age whatever the healthy phase (the joining one last)
+        (DeletionOrder.OLDEST, {}, ["u", "o", "m", "n", "p"]),
+        (DeletionOrder.NEWEST, {}, ["u", "p", "n", "m", "o"]),
+        # marks still go first: priority, then the autoscaler's marked time, whatever the order
+        (DeletionOrder.OLDEST, {"n": {"priority": "1"}}, ["n", "u", "o", "m", "p"]),
+        (DeletionOrder.NEWEST, {"o": {"priority": "2"}}, ["o", "u", "p", "n", "m"]),
+        (
+            DeletionOrder.OLDEST,
+            {"n": {"priority": "1", "marked": "2026-03-01T10:00:00Z"}, "m": {"priority": "1"}},
+            ["n", "m", "u", "o", "p"],
+        ),
+        # preserved machines go last under any order
+        (
+            DeletionOrder.OLDEST,
+            {"o": {"preserve": "now", "preserve_until": NOW + timedelta(hours=1)}},
+            ["u", "m", "n", "p", "o"],
+        ),
+    ],
+)
+def test_deletion_order_with_a_policy(
+    order: DeletionOrder | None, extra: dict[str, dict[str, Any]], first: list[str]
+) -> None:
+    assert names(deletion_order(fleet(**extra), NOW, order)) == first
+
+
+def test_random_order_is_arbitrary_yet_the_same_on_every_pass() -> None:
+    machines = [machine(f"r{i}", age=i) for i in range(12)]
+    for m in machines:
+        m.metadata.uid = f"uid-{m.metadata.name}"
+    once = names(deletion_order(machines, NOW, DeletionOrder.RANDOM))
+    assert names(deletion_order(list(reversed(machines)), NOW, DeletionOrder.RANDOM)) == once
+    assert once != names(deletion_order(machines, NOW)) and sorted(once) == sorted(names(machines))
+    sick = machine("sick", "CrashLoopBackOff")
+    assert names(deletion_order([*machines, sick], NOW, DeletionOrder.RANDOM))[0] == "sick"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, None), ("Random", DeletionOrder.RANDOM), ("Newest", DeletionOrder.NEWEST), ("Oldest", "Oldest")],
+)
+def test_deletion_order_values(value: str | None, expected: Any) -> None:
+    assert deletion_order_of(value) == expected
+
+
+@pytest.mark.parametrize("value", ["oldest", "", "Youngest", "x" * 10_000])
+def test_an_invalid_deletion_order_is_refused_with_a_short_message(value: str) -> None:
+    with pytest.raises(ValueError, match="is not one of Random, Newest, Oldest") as err:
+        deletion_order_of(value)
+    assert len(str(err.value)) < 200
+
+
+def test_plan_deletes_the_excess_in_the_sets_order() -> None:
+    plan = plan_replicas(machine_set(3), fleet(), NOW, order=DeletionOrder.OLDEST)
+    assert names(plan.delete) == ["u", "o"]
+    assert names(plan_replicas(machine_set(3), fleet(), NOW).delete) == ["u", "p"]
+
+
+# --- MCM #1078: priority 1 at unchanged replicas ---------------------------------------------------
+
+MARK_OLD = (NOW - timedelta(seconds=60)).isoformat()
+MARK_FRESH = (NOW - timedelta(seconds=3)).isoformat()
+
+
+@pytest.mark.parametrize(
+    ("scaler", "marked", "delete", "recheck_in"),
+    [
+        # no replica change accounts for the mark: replaced once the mark is older than the grace
+        (None, MARK_OLD, ["b"], None),
+        (None, MARK_FRESH, [], 12.0),
+        # a replica change before the mark does not account for it
+        ((NOW - timedelta(hours=1)).isoformat(), MARK_OLD, ["b"], None),
+        # a change at or after the mark does: upstream's rule deletes it at once (the count dropped)
+        (NOW.isoformat(), MARK_FRESH, ["b"], None),
+        # a priority without a marked time is a hint for the next scale-down, not a deletion
+        (None, None, [], None),
+    ],
+)
+def test_a_machine_marked_with_priority_1_is_replaced_at_unchanged_replicas(
+    scaler: str | None, marked: str | None, delete: list[str], recheck_in: float | None
+) -> None:
+    machines = [machine("a"), machine("b", priority="1", marked=marked), machine("c")]
+    plan = plan_replicas(machine_set(3, scaler=scaler), machines, NOW, marked_grace=15.0)
+    assert names(plan.delete) == delete
+    assert plan.create == 0
+    assert plan.recheck_in == (pytest.approx(recheck_in) if recheck_in is not None else None)
+
+
+def test_a_replaced_marked_machine_is_not_deleted_twice_with_the_excess() -> None:
+    machines = [machine("a"), machine("b", priority="1", marked=MARK_OLD), machine("c")]
+    assert names(plan_replicas(machine_set(2), machines, NOW, marked_grace=15.0).delete) == ["b"]

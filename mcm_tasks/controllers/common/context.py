@@ -21,7 +21,14 @@ import redis
 from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
-from mcm_tasks.api import K8sObject, Machine, MachineClass, SecretReference
+from mcm_tasks.api import (
+    K8sObject,
+    Machine,
+    MachineClass,
+    MachineDeployment,
+    MachineSet,
+    SecretReference,
+)
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.cache.layout import BY_CLASS, split_key
@@ -156,6 +163,39 @@ def get_machine(key: str) -> Machine | None:
 def get_machine_live(name: str, namespace: str) -> Machine | None:
     data = ops.get(control_api(), kinds.MACHINE.resource, name, namespace, missing_ok=True)
     return None if data is None else parse_object(Machine, data)
+
+
+def get_machine_set(name: str, namespace: str) -> MachineSet | None:
+    return get_object(_listers().machine_sets, kinds.MACHINE_SET.resource, MachineSet, name, namespace)
+
+
+def get_machine_deployment(name: str, namespace: str) -> MachineDeployment | None:
+    return get_object(
+        _listers().machine_deployments, kinds.MACHINE_DEPLOYMENT.resource, MachineDeployment, name, namespace
+    )
+
+
+def set_setting(machine_set: MachineSet, key: str) -> str | None:
+    """An mcm-tasks setting (annotation ``key``) a MachineDeployment or MachineSet carries for its
+    machines: the deployment's value when it has one (it is what people edit; the set's copy may be
+    older), else the set's own; None when neither sets it. The owner is found by the controller
+    reference and read like every other object (the mirror, else the API server)."""
+    ref = machine_set.metadata.controller_ref()
+    if ref is not None and ref.kind == "MachineDeployment":
+        namespace = machine_set.metadata.namespace or get_settings().namespace
+        deployment = get_machine_deployment(ref.name, namespace)
+        if deployment is not None and key in deployment.metadata.annotations:
+            return deployment.metadata.annotations[key]
+    return machine_set.metadata.annotations.get(key)
+
+
+def machine_setting(machine: Machine, key: str) -> str | None:
+    """``set_setting`` for the machine's MachineSet (None for a machine without one)."""
+    ref = machine.metadata.controller_ref()
+    if ref is None or ref.kind != "MachineSet":
+        return None
+    owner = get_machine_set(ref.name, machine.metadata.namespace or get_settings().namespace)
+    return None if owner is None else set_setting(owner, key)
 
 
 def get_machine_class(name: str, namespace: str) -> MachineClass | None:

@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineSet, now_utc
 from mcm_tasks.api.constants import (
+    DELETION_ORDER_ANNOTATION,
     MCM_FINALIZER,
     NODE_LABEL_KEY,
     PRESERVE_ANNOTATION,
@@ -44,6 +45,7 @@ from mcm_tasks.controllers.common.context import (
     get_object,
     list_objects,
     mirror_has,
+    set_setting,
 )
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
@@ -51,6 +53,9 @@ from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machineset import control, status
 from mcm_tasks.controllers.machineset.replicas import (
     SKIP_FROZEN,
+    DeletionOrder,
+    ReplicaPlan,
+    deletion_order_of,
     is_failed,
     is_terminating,
     plan_replicas,
@@ -67,6 +72,7 @@ from mcm_tasks.settings import get_settings
 log = logging.getLogger(__name__)
 
 INVALID_REASON: Final = "ValidationFailed"
+INVALID_DELETION_ORDER_REASON: Final = "InvalidDeletionOrder"
 CLASS_NOT_FOUND_REASON: Final = "MachineClassNotFound"
 AUTO_PRESERVATION_STOPPED_REASON: Final = "AutoPreservationStopped"
 
@@ -220,9 +226,11 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         requeue = preservation_wake_up(machines, now_utc()) or requeue
         if satisfied:
             node_values, unread = failed_machines_node_values(machines)
-            failure = manage_replicas(scope, machines, node_values, unread)
+            failure, recheck_in = manage_replicas(scope, machines, node_values, unread)
             if unread:  # the Failed machines kept for want of their Node are decided again soon
                 requeue = Requeue.short()
+            if recheck_in is not None:  # a machine marked for deletion comes of age (MCM #1078)
+                requeue = Requeue(after=min(requeue.after, recheck_in + 0.05))
         else:
             log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
             # back when they expire (within a short grace when their pass died mid-way)
@@ -379,17 +387,44 @@ def _warn_missing_class(scope: MachineSetScope) -> None:
         scope.recorder.event(machine_set, WARNING, CLASS_NOT_FOUND_REASON, message)
 
 
+def deletion_order(scope: MachineSetScope) -> DeletionOrder | None:
+    """The set's ``mcm-tasks.io/deletion-order`` (its deployment's first); an invalid value is told by a
+    Warning Event on the set and upstream's order is kept."""
+    raw = set_setting(scope.machine_set, DELETION_ORDER_ANNOTATION)
+    try:
+        return deletion_order_of(raw)
+    except ValueError as err:
+        scope.recorder.event(
+            scope.machine_set, WARNING, INVALID_DELETION_ORDER_REASON, f"{err}; upstream's order kept"
+        )
+        return None
+
+
 def manage_replicas(
     scope: MachineSetScope,
     machines: list[Machine],
     node_values: dict[str, str] | None = None,
     unread: set[str] | None = None,
-) -> status.ReplicaFailure | None:
-    """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any.
+) -> tuple[status.ReplicaFailure | None, float | None]:
+    """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any, and
+    when a machine marked for deletion comes of age (``replicas.marked_without_replica_change``).
     ``node_values`` and ``unread``: the preserve annotations of the Failed machines' Nodes, and the
     Failed machines whose Node could not be read (``failed_machines_node_values``)."""
+    plan = plan_replicas(
+        scope.machine_set,
+        machines,
+        now_utc(),
+        node_values,
+        unread or set(),
+        order=deletion_order(scope),
+        marked_grace=scope.settings.short_retry,
+    )
+    failure = _carry_out(scope, plan)
+    return failure, plan.recheck_in
+
+
+def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailure | None:
     api, machine_set, key = scope.api, scope.machine_set, scope.key
-    plan = plan_replicas(machine_set, machines, now_utc(), node_values, unread or set())
     if plan.skipped:
         level = logging.INFO if plan.skipped == SKIP_FROZEN else logging.DEBUG
         log.log(

@@ -14,6 +14,19 @@ Deletion order, first deleted first: not preserved before preserved; lower ``mac
 Pending < Available < Running (a machine still being created, with no phase, ranks with Terminating,
 as in MCM where an unknown phase ranks 0); older first; then by name, so the order is total.
 
+The annotation ``mcm-tasks.io/deletion-order`` on the set or its deployment (Cluster API's
+``deletePolicy``) changes the last part of that order among machines that are healthy or joining
+(Pending, Available, Running): ``Oldest`` deletes the oldest of them first, whatever their phase;
+``Newest`` the newest; ``Random`` an arbitrary one (a hash of the machine's uid: arbitrary, yet the same
+choice on every pass, so a scale-down in batches never changes its mind). Preserved machines, the
+priority annotation, the autoscaler's marks and the unhealthy phases still come first, as upstream;
+absent (or invalid), the order is upstream's.
+
+MCM #1078: a machine marked for deletion with priority 1 that no replica change accounts for (the
+replica count did not drop, or dropped before it was marked) is deleted all the same, and so replaced,
+once its mark is ``short_retry`` old: the grace lets a deployment that marks machines and then lowers
+the set's replicas finish its pass, so the mark and the scale-down remain one deletion.
+
 Deliberate difference: a machine with a deletionTimestamp counts as terminating even before its phase
 says so. MCM counts it as active until the phase changes, which can hold a replacement back and, when
 the status write after the DELETE fails, leaves the set waiting on an expectation nothing will meet.
@@ -21,9 +34,11 @@ the status write after the DELETE fails, leaves the set waiting on an expectatio
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Final
 
 from mcm_tasks.api import Machine, MachinePhase, MachineSet
@@ -113,20 +128,66 @@ def marked_for_deletion_time(machine: Machine) -> datetime | None:
 # --- deletion order --------------------------------------------------------------------------------------
 
 
-def deletion_key(machine: Machine, now: datetime) -> tuple[bool, int, datetime, int, datetime, str]:
+class DeletionOrder(StrEnum):
+    """The values of ``mcm-tasks.io/deletion-order`` (Cluster API's deletePolicy)."""
+
+    RANDOM = "Random"
+    NEWEST = "Newest"
+    OLDEST = "Oldest"
+
+
+def deletion_order_of(value: str | None) -> DeletionOrder | None:
+    """The order an annotation's value asks for; None when absent. Raises ValueError for another
+    value (the set's pass reports it and keeps upstream's order)."""
+    if value is None:
+        return None
+    try:
+        return DeletionOrder(value)
+    except ValueError:
+        allowed = ", ".join(o.value for o in DeletionOrder)
+        raise ValueError(f"deletion order {value[:64]!r} is not one of {allowed}") from None
+
+
+#: the rank the healthy or joining phases share under a deletion order
+_HEALTHY_RANK: Final = PHASE_DELETION_RANK[MachinePhase.PENDING]
+
+
+def _policy_key(machine: Machine, order: DeletionOrder) -> tuple[int, float | str]:
+    """(phase rank, the order's own key): unhealthy phases keep their ranks, healthy ones share one."""
+    rank = min(PHASE_DELETION_RANK.get(phase_of(machine), 0), _HEALTHY_RANK)
+    created = (machine.metadata.creation_timestamp or _LATEST).timestamp()
+    if order is DeletionOrder.OLDEST:
+        return rank, created
+    if order is DeletionOrder.NEWEST:
+        return rank, -created
+    seed = machine.metadata.uid or machine.metadata.name or ""
+    return rank, hashlib.sha256(seed.encode()).hexdigest()
+
+
+def deletion_key(
+    machine: Machine, now: datetime, order: DeletionOrder | None = None
+) -> tuple[bool, int, datetime, tuple[int, float | str], str]:
+    if order is None:
+        rest: tuple[int, float | str] = (
+            PHASE_DELETION_RANK.get(phase_of(machine), 0),
+            (machine.metadata.creation_timestamp or _LATEST).timestamp(),
+        )
+    else:
+        rest = _policy_key(machine, order)
     return (
         is_preserved(machine, now),
         machine_priority(machine),
         marked_for_deletion_time(machine) or _LATEST,
-        PHASE_DELETION_RANK.get(phase_of(machine), 0),
-        machine.metadata.creation_timestamp or _LATEST,
+        rest,
         machine.metadata.name or "",
     )
 
 
-def deletion_order(machines: Iterable[Machine], now: datetime) -> list[Machine]:
-    """Upstream: ``getMachinesToDelete``."""
-    return sorted(machines, key=lambda m: deletion_key(m, now))
+def deletion_order(
+    machines: Iterable[Machine], now: datetime, order: DeletionOrder | None = None
+) -> list[Machine]:
+    """Upstream: ``getMachinesToDelete``; ``order`` is the set's ``mcm-tasks.io/deletion-order``."""
+    return sorted(machines, key=lambda m: deletion_key(m, now, order))
 
 
 def marked_for_deletion(machines: Iterable[Machine], machine_set: MachineSet) -> list[Machine]:
@@ -147,6 +208,34 @@ def marked_for_deletion(machines: Iterable[Machine], machine_set: MachineSet) ->
     return out
 
 
+def marked_without_replica_change(
+    machines: Iterable[Machine], machine_set: MachineSet, now: datetime, grace: float
+) -> tuple[list[Machine], float | None]:
+    """MCM #1078: machines triggered for deletion (priority 1) that no replica change by the scaler
+    accounts for, once their mark is ``grace`` seconds old (a priority without a marked time is
+    someone's hint for the next scale-down, and stays one); and
+    the seconds until the next younger mark comes of age (None: none waits)."""
+    changed = parse_rfc3339(
+        machine_set.metadata.annotations.get(LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION)
+    )
+    out: list[Machine] = []
+    due: list[float] = []
+    for machine in machines:
+        if machine.metadata.annotations.get(MACHINE_PRIORITY_ANNOTATION) != MACHINE_PRIORITY_TRIGGERED:
+            continue
+        marked = marked_for_deletion_time(machine)
+        if marked is None:  # a priority set by hand only ranks the machine first at a scale-down
+            continue
+        if changed is not None and marked <= changed:
+            continue  # the replica change accounts for it: ``marked_for_deletion``
+        age = (now - marked).total_seconds()
+        if age >= grace:
+            out.append(machine)
+        else:
+            due.append(grace - age)
+    return out, (min(due) if due else None)
+
+
 # --- the plan --------------------------------------------------------------------------------------------
 
 
@@ -160,6 +249,8 @@ class ReplicaPlan:
     skipped: str = ""
     #: non-terminating machines − replicas
     diff: int = 0
+    #: seconds until a machine marked for deletion without a replica change is due (None: none waits)
+    recheck_in: float | None = None
 
 
 def is_frozen(machine_set: MachineSet) -> bool:
@@ -174,10 +265,14 @@ def plan_replicas(
     now: datetime,
     node_values: Mapping[str, str] | None = None,
     unread: Collection[str] = (),
+    *,
+    order: DeletionOrder | None = None,
+    marked_grace: float = 0.0,
 ) -> ReplicaPlan:
-    """manageReplicas' decision over the set's claimed machines. A machine an in-place update is
-    moving between sets (labelled ``update-result``) holds the set still: its deployment counts it
-    into the new set's replicas next, and until then neither creating nor deleting would be right.
+    """manageReplicas' decision over the set's claimed machines, in the set's deletion ``order``. A
+    machine an in-place update is moving between sets (labelled ``update-result``) holds the set
+    still: its deployment counts it into the new set's replicas next, and until then neither creating
+    nor deleting would be right.
 
     A Failed machine is replaced unless ``should_failed_machine_be_terminated`` keeps it, on its
     Node's preserve annotation (``node_values``: machine name → the Node's value, "" for none; a
@@ -196,8 +291,10 @@ def plan_replicas(
         return ReplicaPlan(create=min(-diff, BURST_REPLICAS), diff=diff)
     stale: list[Machine] = []
     if diff > 0:
-        stale += deletion_order(active, now)[: min(diff, BURST_REPLICAS)]
+        stale += deletion_order(active, now, order)[: min(diff, BURST_REPLICAS)]
     stale += marked_for_deletion(active, machine_set)
+    replaced, recheck_in = marked_without_replica_change(active, machine_set, now, marked_grace)
+    stale += replaced
     values = node_values or {}
     stale += [
         m
@@ -209,7 +306,7 @@ def plan_replicas(
     unique: dict[str, Machine] = {}
     for machine in stale:
         unique.setdefault(machine.metadata.name or "", machine)
-    return ReplicaPlan(delete=tuple(list(unique.values())[:BURST_REPLICAS]), diff=diff)
+    return ReplicaPlan(delete=tuple(list(unique.values())[:BURST_REPLICAS]), diff=diff, recheck_in=recheck_in)
 
 
 # --- slow start ------------------------------------------------------------------------------------------
