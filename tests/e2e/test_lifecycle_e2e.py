@@ -6,7 +6,7 @@ unchanged replicas; per-deployment timeouts bound the volume detach and the Node
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,12 +15,15 @@ from mcm_sandbox.runner import Sandbox
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import (
+    DELETION_ORDER_ANNOTATION,
     MACHINE_DELETING_CONDITION,
+    MACHINE_PRIORITY_ANNOTATION,
+    MARKED_FOR_DELETION_TIME_ANNOTATION,
     PRE_DRAIN_HOOK_PREFIX,
     PRE_TERMINATE_HOOK_PREFIX,
 )
 from mcm_tasks.kube import ops
-from tests.e2e.support import connected, running_sandbox
+from tests.e2e.support import connected, machine_set, running_sandbox
 from tests.e2e.test_deletion_e2e import ENV, NS, Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -105,3 +108,88 @@ def test_a_pre_terminate_hook_keeps_the_vm_after_the_drain(cluster: Cluster) -> 
 
     annotate(c, name, {hook: None})
     c.wait_gone(name)
+
+
+# --- deletion order and MCM #1078 ------------------------------------------------------------------
+
+
+def set_members(c: Cluster, set_name: str) -> list[Machine]:
+    items = ops.list_(c.control, kinds.MACHINE.resource, NS, label_selector=f"set={set_name}")["items"]
+    return [Machine.model_validate(m) for m in items]
+
+
+def running_members(c: Cluster, set_name: str) -> list[Machine]:
+    return [
+        m
+        for m in set_members(c, set_name)
+        if m.status.current_status.phase == "Running" and not m.metadata.is_deleting
+    ]
+
+
+def scale(c: Cluster, set_name: str, replicas: int) -> None:
+    ops.patch(c.control, kinds.MACHINE_SET.resource, set_name, {"spec": {"replicas": replicas}}, NS)
+
+
+def settle(c: Cluster, set_name: str, replicas: int) -> list[str]:
+    """Wait until the set has exactly ``replicas`` machines, all Running; their names."""
+    c.wait(
+        lambda: len(running_members(c, set_name)) == replicas == len(set_members(c, set_name)),
+        f"{set_name}: {replicas} machines Running and no other",
+        120,
+    )
+    return sorted(str(m.metadata.name) for m in running_members(c, set_name))
+
+
+def by_age(c: Cluster, set_name: str) -> list[str]:
+    """The set's machines, oldest first (creation time, then name: the order's tie-break)."""
+    members = sorted(set_members(c, set_name), key=lambda m: (m.metadata.creation_timestamp, m.metadata.name))
+    return [str(m.metadata.name) for m in members]
+
+
+def test_deletion_order_oldest_then_newest(cluster: Cluster) -> None:
+    c = cluster
+    body = machine_set("ordered", 3, "drain")
+    body["metadata"]["annotations"] = {DELETION_ORDER_ANNOTATION: "Oldest"}
+    ops.create(c.control, kinds.MACHINE_SET.resource, body)
+    first = settle(c, "ordered", 3)
+    # the next two are created at least a second later: creation times are whole seconds
+    newest = max(m.metadata.creation_timestamp for m in set_members(c, "ordered"))
+    c.wait(lambda: datetime.now(UTC) > newest + timedelta(seconds=1.1), "a new second", 5)
+    scale(c, "ordered", 5)
+    settle(c, "ordered", 5)
+    ages = by_age(c, "ordered")
+    assert set(ages[:3]) == set(first)
+
+    scale(c, "ordered", 3)  # 5 -> 3 with Oldest: the two oldest go
+    assert settle(c, "ordered", 3) == sorted(ages[2:])
+    # Newest: the newest goes, where upstream's order would take the oldest left
+    ops.patch(c.control, kinds.MACHINE_SET.resource, "ordered",
+              {"metadata": {"annotations": {DELETION_ORDER_ANNOTATION: "Newest"}}}, NS)  # fmt: skip
+    scale(c, "ordered", 2)
+    left = settle(c, "ordered", 2)
+    assert ages[2] in left and len(set(left) & set(ages[3:])) == 1  # one of the two newest went
+
+    ops.patch(c.control, kinds.MACHINE_SET.resource, "ordered",
+              {"metadata": {"annotations": {DELETION_ORDER_ANNOTATION: "Eldest"}}}, NS)  # fmt: skip
+    scale(c, "ordered", 1)
+    c.wait(lambda: bool(c.messages("ordered", "InvalidDeletionOrder")), "the bad value is reported")
+    assert "'Eldest' is not one of Random, Newest, Oldest" in c.messages("ordered", "InvalidDeletionOrder")[0]
+    assert settle(c, "ordered", 1) == sorted(set(left) - {ages[2]})  # upstream's order: the oldest goes
+    ops.delete(c.control, kinds.MACHINE_SET.resource, "ordered", NS)
+    c.wait(lambda: not set_members(c, "ordered"), "the set's machines gone", 120)
+
+
+def test_a_machine_marked_with_priority_1_is_replaced_at_unchanged_replicas(cluster: Cluster) -> None:
+    c = cluster
+    ops.create(c.control, kinds.MACHINE_SET.resource, machine_set("marked", 2, "drain"))
+    before = settle(c, "marked", 2)
+    victim = before[0]
+    marked = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    annotate(c, victim, {MACHINE_PRIORITY_ANNOTATION: "1", MARKED_FOR_DELETION_TIME_ANNOTATION: marked})
+    c.wait_gone(victim, timeout=120)
+    after = settle(c, "marked", 2)
+    assert victim not in after and before[1] in after
+    ms = ops.get(c.control, kinds.MACHINE_SET.resource, "marked", NS)
+    assert ms is not None and ms["spec"]["replicas"] == 2
+    ops.delete(c.control, kinds.MACHINE_SET.resource, "marked", NS)
+    c.wait(lambda: not set_members(c, "marked"), "the set's machines gone", 120)
