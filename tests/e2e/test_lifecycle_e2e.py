@@ -5,9 +5,12 @@ unchanged replicas; per-deployment timeouts bound the volume detach and the Node
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +22,8 @@ from mcm_tasks.api.constants import (
     MACHINE_DELETING_CONDITION,
     MACHINE_PRIORITY_ANNOTATION,
     MARKED_FOR_DELETION_TIME_ANNOTATION,
+    NODE_DELETION_TIMEOUT_ANNOTATION,
+    NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION,
     PRE_DRAIN_HOOK_PREFIX,
     PRE_TERMINATE_HOOK_PREFIX,
 )
@@ -193,3 +198,64 @@ def test_a_machine_marked_with_priority_1_is_replaced_at_unchanged_replicas(clus
     assert ms is not None and ms["spec"]["replicas"] == 2
     ops.delete(c.control, kinds.MACHINE_SET.resource, "marked", NS)
     c.wait(lambda: not set_members(c, "marked"), "the set's machines gone", 120)
+
+
+# --- per-deployment timeouts ---------------------------------------------------------------------
+
+
+def target_faults(sandbox: Sandbox, rule: dict[str, Any] | None) -> None:
+    """A fault rule on the sandbox's target API server, or none."""
+    url = sandbox.target_url + "/sandbox/faults"
+    data = None if rule is None else json.dumps(rule).encode()
+    method = "DELETE" if rule is None else "POST"
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def one_machine_set(c: Cluster, name: str, annotations: dict[str, str]) -> str:
+    body = machine_set(name, 1, "drain")
+    body["metadata"]["annotations"] = annotations
+    ops.create(c.control, kinds.MACHINE_SET.resource, body)
+    [machine] = settle(c, name, 1)
+    c.wait(lambda: c.node(machine) is not None, f"node {machine}")
+    return machine
+
+
+def test_the_sets_volume_detach_timeout_bounds_the_drains_wait(cluster: Cluster, sandbox: Sandbox) -> None:
+    c = cluster
+    name = one_machine_set(c, "detach", {NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION: "2s"})
+    c.volume(f"{name}-data")
+    c.run_pod("detach-app", name, claim=f"{name}-data")
+    c.wait(lambda: c.ready("detach-app") and bool(c.attached(name)), "pod Ready with its volume attached")
+    target_faults(sandbox, {"action": "error", "status_code": 500, "verbs": ["delete"],
+                            "resources": ["volumeattachments"]})  # fmt: skip
+    try:
+        scale(c, "detach", 0)
+        c.wait(lambda: c.get(name) is None and not c.live_vms(name), "machine and VM gone", 60)
+    finally:
+        target_faults(sandbox, None)
+    warnings = c.messages(name, "DrainWarning")
+    assert any("after 2s" in w for w in warnings), warnings
+    assert not any("after 20s" in w for w in warnings), warnings  # the flag's 20 s did not apply
+    ops.delete(c.control, kinds.MACHINE_SET.resource, "detach", NS)
+
+
+def test_the_sets_node_deletion_timeout_gives_up_on_the_node(cluster: Cluster, sandbox: Sandbox) -> None:
+    c = cluster
+    name = one_machine_set(c, "nodedel", {NODE_DELETION_TIMEOUT_ANNOTATION: "2s"})
+    target_faults(
+        sandbox, {"action": "error", "status_code": 500, "verbs": ["delete"], "resources": ["nodes"]}
+    )
+    try:
+        scale(c, "nodedel", 0)
+        c.wait(lambda: c.get(name) is None and not c.live_vms(name), "machine and VM gone", 60)
+        assert c.node(name) is not None  # given up on, left behind
+    finally:
+        target_faults(sandbox, None)
+    [note] = c.messages(name, "NodeDeletionTimeout")
+    assert "gave up after the node deletion timeout of 2s" in note and "the Node is left behind" in note
+    ops.delete(c.target, kinds.NODE.resource, name, missing_ok=True)
+    c.wait(lambda: c.node(name) is None, "the Node deleted by hand")
+    ops.delete(c.control, kinds.MACHINE_SET.resource, "nodedel", NS)

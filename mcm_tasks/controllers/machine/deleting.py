@@ -14,6 +14,14 @@ the description is the flow's state, so the condition can never disagree with it
 step (``REASON_OF_STEP``) or the hook it waits for; its ``lastTransitionTime`` changes only with the
 reason, so it says since when the machine waits there (how long a hook has held it, and when the drain
 began: ``drain_clock_start``). A later step gets its own reason by a row of ``REASON_OF_STEP``.
+
+**Per-deployment timeouts** (Cluster API's ``nodeVolumeDetachTimeout`` and ``nodeDeletionTimeout``):
+the annotations ``mcm-tasks.io/node-volume-detach-timeout`` and ``mcm-tasks.io/node-deletion-timeout``
+on a machine's MachineDeployment (or MachineSet) bound how long the flow waits for the node's volumes
+to detach (the drain's per-pod wait, else ``--machine-pv-detach-timeout``, and the "Delete Volume
+Attachments" step, else forever) and how long it retries a failing Node deletion (else forever, as
+upstream). Each runs from the start of its step (``waiting_since``): Cluster API counts the node
+deletion's from the machine's deletion, which a long drain would use up before the Node is tried.
 """
 
 from __future__ import annotations
@@ -35,19 +43,22 @@ from mcm_tasks.controllers.machine.descriptions import (
     WAITING_FOR_PRE_DRAIN_HOOK,
     WAITING_FOR_PRE_TERMINATE_HOOK,
 )
+from mcm_tasks.durations import parse_duration
 
 WAITING_FOR_PRE_DRAIN_HOOK_REASON: Final = "WaitingForPreDrainHook"
 WAITING_FOR_PRE_TERMINATE_HOOK_REASON: Final = "WaitingForPreTerminateHook"
 DRAINING_REASON: Final = "DrainingNode"
+DETACHING_VOLUMES_REASON: Final = "DetachingVolumes"
+DELETING_NODE_REASON: Final = "DeletingNode"
 
 #: the reason of each step the flow stands at (a wait of its own, a hook, is told by its description)
 REASON_OF_STEP: Final[dict[Step, str]] = {
     Step.SET_TERMINATING: "Terminating",
     Step.GET_VM_STATUS: "GettingVMStatus",
     Step.DRAIN: DRAINING_REASON,
-    Step.DELETE_VOLUME_ATTACHMENTS: "DetachingVolumes",
+    Step.DELETE_VOLUME_ATTACHMENTS: DETACHING_VOLUMES_REASON,
     Step.DELETE_VM: "DeletingVM",
-    Step.DELETE_NODE: "DeletingNode",
+    Step.DELETE_NODE: DELETING_NODE_REASON,
     Step.REMOVE_FINALIZER: "RemovingFinalizer",
 }
 
@@ -138,3 +149,37 @@ def drain_clock_start(machine: Machine, now: datetime) -> datetime | None:
     if condition.reason == DRAINING_REASON and condition.last_transition_time is not None:
         return max(deleted, condition.last_transition_time)
     return deleted
+
+
+# --- per-deployment timeouts ---------------------------------------------------------------------------
+
+
+def parse_timeout(raw: str | None) -> float | None:
+    """A per-deployment timeout annotation's value in seconds; None when absent or 0 (wait forever, as
+    upstream and as Cluster API's 0). Raises ValueError, with a short message, for anything but a
+    non-negative Go duration."""
+    if raw is None:
+        return None
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        raise ValueError(f"{raw[:64]!r} is not a duration (e.g. 10s, 5m)") from None
+    if seconds < 0 or seconds != seconds or seconds == float("inf"):
+        raise ValueError(f"{raw[:64]!r} is not a non-negative duration")
+    return seconds or None
+
+
+def waiting_since(machine: Machine, reason: str, now: datetime) -> datetime:
+    """Since when the flow stands where ``reason`` says: the ``Deleting`` condition's transition time
+    when it already says so, else ``now`` (the step begins in this pass)."""
+    condition = deleting_condition(machine.status)
+    if condition is not None and condition.reason == reason and condition.last_transition_time is not None:
+        return condition.last_transition_time
+    return now
+
+
+def timed_out(machine: Machine, reason: str, timeout: float | None, now: datetime) -> bool:
+    """Whether the flow has stood at ``reason``'s step for longer than ``timeout`` (None: never)."""
+    if timeout is None:
+        return False
+    return (now - waiting_since(machine, reason, now)).total_seconds() > timeout

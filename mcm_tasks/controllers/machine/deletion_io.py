@@ -31,8 +31,10 @@ from mcm_tasks.api import (
 from mcm_tasks.api.constants import (
     DELETED_BY_FLOW_ANNOTATION,
     MCM_FINALIZER,
+    NODE_DELETION_TIMEOUT_ANNOTATION,
     NODE_LABEL_KEY,
     NODE_TERMINATING_REASON_UNHEALTHY,
+    NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION,
 )
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.finalizers import with_finalizer
@@ -67,6 +69,7 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import get_settings
 from providers import UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
 
@@ -121,6 +124,21 @@ def step(scope: MachineScope) -> StepResult:
     if current is Step.DELETE_NODE:
         return _delete_node(scope)
     return _remove_finalizer(scope)
+
+
+def _deployment_timeout(scope: MachineScope, key: str) -> float | None:
+    """A per-deployment timeout (``key`` on the machine's MachineDeployment or MachineSet), read once
+    per pass; None when unset or 0. An invalid value is a Warning Event and counts as unset."""
+
+    def read() -> float | None:
+        raw = context.machine_setting(scope.machine, key)
+        try:
+            return deleting.parse_timeout(raw)
+        except ValueError as err:
+            status.record_event(scope.machine, WARNING, "InvalidTimeout", f"{key}: {err}; ignored")
+            return None
+
+    return scope.remember(f"timeout:{key}", read)
 
 
 def _drain_store(scope: MachineScope) -> DrainStore:
@@ -241,7 +259,11 @@ def _drain(scope: MachineScope) -> StepResult:
             driver = get_driver(machine_class.provider)
         except UnknownProviderError:
             driver = None  # volumes then go untracked; the detach barrier still holds the drain
-    result = drain_mod.drain_step(scope, machine_class, driver, _drain_store(scope))
+    settings = get_settings()
+    detach_timeout = _deployment_timeout(scope, NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION)
+    if detach_timeout is not None:  # the deployment's bound of the volume-detach waits
+        settings = settings.model_copy(update={"machine_pv_detach_timeout": detach_timeout})
+    result = drain_mod.drain_step(scope, machine_class, driver, _drain_store(scope), settings)
     transition = drain_transition(result)
     if transition is None:
         return Requeue(after=result.wake_in)
@@ -266,6 +288,14 @@ def _delete_volume_attachments(scope: MachineScope) -> StepResult:
     if not live:
         text = f"No Live VolumeAttachments for node: {node_name}. Moving to VM Deletion."
         return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
+    timeout = _deployment_timeout(scope, NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION)
+    if deleting.timed_out(machine, deleting.DETACHING_VOLUMES_REASON, timeout, now_utc()):
+        names = ", ".join(sorted(str(va["metadata"]["name"]) for va in live))
+        text = f"VolumeAttachments of node {node_name} still live after {timeout:g}s: {names}"
+        status.record_event(
+            machine, WARNING, "VolumeDetachTimeout", f"{text} ({NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION})"
+        )
+        return _write(machine, moving_on(f"{text}. Moving to VM Deletion. {INITIATE_VM_DELETION}"))
     for va in live:
         ops.delete(api, kinds.VOLUME_ATTACHMENT.resource, str(va["metadata"]["name"]), missing_ok=True)
     log.info("machine %s: deleted %d VolumeAttachments of node %s", machine.key, len(live), node_name)
@@ -318,11 +348,16 @@ def _delete_node(scope: MachineScope) -> StepResult:
     except ApiException as err:
         if is_conflict(err):
             raise
-        text = (
-            f"Deletion of Node Object {go_q(node_name)} failed due to error: {describe(err)}. "
-            f"{INITIATE_NODE_DELETION}"
+        failed = f"Deletion of Node Object {go_q(node_name)} failed due to error: {describe(err)}"
+        timeout = _deployment_timeout(scope, NODE_DELETION_TIMEOUT_ANNOTATION)
+        if deleting.timed_out(machine, deleting.DELETING_NODE_REASON, timeout, now_utc()):
+            given_up = f"{failed}; gave up after the node deletion timeout of {timeout:g}s"
+            note = f"{given_up} ({NODE_DELETION_TIMEOUT_ANNOTATION}); the Node is left behind"
+            status.record_event(machine, WARNING, "NodeDeletionTimeout", note)
+            return _write(machine, moving_on(f"{given_up}. {INITIATE_FINALIZER_REMOVAL}"))
+        return _write(
+            machine, Transition(f"{failed}. {INITIATE_NODE_DELETION}", MachineState.FAILED, Retry.SHORT)
         )
-        return _write(machine, Transition(text, MachineState.FAILED, Retry.SHORT))
     if gone:
         text = no_node_found(node_name)
     else:

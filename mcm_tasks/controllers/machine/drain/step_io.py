@@ -68,11 +68,13 @@ def drain_step(
     machine_class: MachineClass | None,
     driver: Driver | None,
     store: DrainStore | None = None,
+    settings: Settings | None = None,
 ) -> DrainResult:
     """One reconcile's worth of draining the machine's node: the scope's machine, its Node as the pass
-    holds it (and holds it after the condition and the cordon, as the API server answered them)."""
+    holds it (and holds it after the condition and the cordon, as the API server answered them).
+    ``settings``: the flags as they apply to this machine (its deployment's timeouts), else the process's."""
     machine = scope.machine
-    settings = get_settings()
+    settings = settings or get_settings()
     store = store or DrainStore()
     api = context.target_api()
     node_name = scope.node_name()
