@@ -8,7 +8,7 @@ from typing import Any, cast
 from kubernetes import client
 
 from mcm_sandbox.procs import wait_until
-from mcm_tasks.api.constants import GROUP, VERSION
+from mcm_tasks.api.constants import VERSION
 from mcm_tasks.api.crds import all_crds
 
 
@@ -33,11 +33,12 @@ def install_crds(api_client: Any, timeout: float = 30.0) -> None:
     def served() -> bool:
         for crd in all_crds():
             try:
-                objects.list_cluster_custom_object(GROUP, VERSION, crd["spec"]["names"]["plural"], limit=1)
+                group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+                objects.list_cluster_custom_object(group, VERSION, plural, limit=1)
             except client.ApiException as err:
                 if err.status == 404:
                     return False
                 raise
         return True
 
-    wait_until(served, timeout, what="machine.sapcloud.io CRDs served")
+    wait_until(served, timeout, what="the CRDs served")

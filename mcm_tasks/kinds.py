@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Final
 
 from mcm_tasks.api import Machine, MachineClass, MachineDeployment, MachineSet
+from mcm_tasks.api.drainrule import OWN_GROUP, OWN_VERSION, MachineDrainRule
 from mcm_tasks.api.meta import K8sObject
 from mcm_tasks.kube.resources import MACHINE_GROUP, MACHINE_VERSION, Resource
 
@@ -123,6 +124,10 @@ VOLUME_ATTACHMENT: Final = Kind(
     None,
     (BY_NODE, BY_PERSISTENT_VOLUME),
 )
+#: mcm-tasks's own (``mcm-tasks.io``), not mirrored: the drain reads the rules when it needs them
+MACHINE_DRAIN_RULE: Final = Kind(
+    Resource(OWN_GROUP, OWN_VERSION, "machinedrainrules", "MachineDrainRule"), MachineDrainRule
+)
 # not mirrored: written (Events, the leader Lease) or looked up (Namespaces) only
 NAMESPACE: Final = Kind(Resource("", "v1", "namespaces", "Namespace", namespaced=False))
 EVENT: Final = Kind(Resource("", "v1", "events", "Event"))
@@ -148,7 +153,7 @@ ALL: Final = CONTROL + TARGET
 BY_MIRROR: Final[dict[str, Kind]] = {k.mirror: k for k in ALL}
 #: ``kind`` string of an object (``"Machine"``) → its resource, for every kind above
 _RESOURCE_OF_KIND: Final[dict[str, Resource]] = {
-    k.resource.kind: k.resource for k in (*ALL, NAMESPACE, EVENT, LEASE)
+    k.resource.kind: k.resource for k in (*ALL, MACHINE_DRAIN_RULE, NAMESPACE, EVENT, LEASE)
 }
 #: queue → the kind of the objects its keys name (the safety queue's keys name jobs)
 OF_QUEUE: Final[dict[Queue, Kind]] = {

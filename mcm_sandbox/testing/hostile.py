@@ -1,4 +1,5 @@
-"""Generated invalid and hostile MCM objects, for the fuzz test (``tests/e2e/test_hostile_e2e.py``).
+"""Generated invalid and hostile MCM objects (and mcm-tasks's MachineDrainRules), for the fuzz test
+(``tests/e2e/test_hostile_e2e.py``).
 
 Every object is wrong in at least one way a controller must notice: wrong types where the schema
 lets them through, unknown selector operators and enum values, huge and deeply nested values,
@@ -70,7 +71,7 @@ class Generator:
             *[
                 getattr(self, name)
                 for name in dir(self)
-                if name.startswith(("class_", "machine_", "set_", "md_"))
+                if name.startswith(("class_", "machine_", "set_", "md_", "rule_"))
             ]
         ]
         makers.sort(key=lambda f: f.__name__)
@@ -346,3 +347,48 @@ class Generator:
 
     def md_negative_replicas(self) -> Hostile:
         return self._md("negative replicas", replicas=-1)
+
+    # --- MachineDrainRules (mcm-tasks.io) --------------------------------------------------------------
+
+    def _rule(self, why: str, drain: Obj, **spec: Any) -> Hostile:
+        body: Obj = {
+            "apiVersion": kinds.MACHINE_DRAIN_RULE.resource.api_version,
+            "kind": "MachineDrainRule",
+            "metadata": self._meta("mdr"),
+            "spec": {"drain": drain, **spec},
+        }
+        return Hostile(kinds.MACHINE_DRAIN_RULE.resource, body, why)
+
+    def rule_unknown_behavior(self) -> Hostile:
+        behavior = self.rnd.choice(["Evict", "drain", "", UNICODE, huge(self.rnd, 5000)])
+        return self._rule("drain behavior not one of Drain, Skip, WaitCompleted", {"behavior": behavior})
+
+    def rule_huge_order(self) -> Hostile:
+        order = self.rnd.choice([2**31, -(2**31) - 1, 2**62, -(2**62)])
+        return self._rule("drain order outside int32", {"behavior": "Drain", "order": order})
+
+    def rule_order_without_drain(self) -> Hostile:
+        return self._rule(
+            "an order on a Skip rule", {"behavior": "Skip", "order": self.rnd.randrange(1, 100)}
+        )
+
+    def rule_bad_pod_selector(self) -> Hostile:
+        pods = [
+            {"selector": {"matchExpressions": [{"key": "app", "operator": self._operator(), "values": []}]}}
+        ]
+        return self._rule("pod selector with a bad operator", {"behavior": "Skip"}, pods=pods)
+
+    def rule_bad_namespace_selector(self) -> Hostile:
+        req = {"key": UNICODE, "operator": "In", "values": []}
+        pods = [{"namespaceSelector": {"matchExpressions": [req]}}]
+        return self._rule("namespace selector In without values", {"behavior": "Drain"}, pods=pods)
+
+    def rule_bad_machine_selector(self) -> Hostile:
+        machines = [{"selector": {"matchExpressions": [{"key": "pool", "operator": self._operator()}]}}]
+        return self._rule("machine selector with a bad operator", {"behavior": "Drain"}, machines=machines)
+
+    def rule_wrong_types(self) -> Hostile:
+        drain = self.rnd.choice(
+            [{"behavior": ["Drain"]}, {"behavior": "Drain", "order": "first"}, {"order": 1.5}]
+        )
+        return self._rule("wrong types in spec.drain (the schema refuses them)", drain)

@@ -174,6 +174,8 @@ class ResourceInfo:
     status: bool = True
     scale: bool = False
     printer_columns: tuple[PrinterColumn, ...] = ()
+    #: the API group, when not MCM's (``machine.sapcloud.io``): mcm-tasks's own kinds
+    group: str = ""
 
 
 AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the object was created.")

@@ -18,7 +18,7 @@ import yaml
 from mcm_tasks.api.base import PRESERVE_UNKNOWN_FIELDS
 from mcm_tasks.api.constants import GROUP, VERSION
 from mcm_tasks.api.meta import K8sObject
-from mcm_tasks.api.registry import OBJECT_KINDS
+from mcm_tasks.api.registry import OBJECT_KINDS, OWN_KINDS
 
 JsonSchema = dict[str, Any]
 
@@ -90,6 +90,7 @@ def _printer_columns(model: type[K8sObject]) -> list[JsonSchema]:
 def crd_for(model: type[K8sObject]) -> JsonSchema:
     """The CustomResourceDefinition of one kind."""
     info = model.RESOURCE
+    group = info.group or GROUP
     version: JsonSchema = {"name": VERSION, "served": True, "storage": True}
     columns = _printer_columns(model)
     if columns:
@@ -108,9 +109,9 @@ def crd_for(model: type[K8sObject]) -> JsonSchema:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{info.plural}.{GROUP}"},
+        "metadata": {"name": f"{info.plural}.{group}"},
         "spec": {
-            "group": GROUP,
+            "group": group,
             "names": {
                 "kind": model.model_fields["kind"].default,
                 "listKind": info.list_kind,
@@ -125,7 +126,8 @@ def crd_for(model: type[K8sObject]) -> JsonSchema:
 
 
 def all_crds() -> list[JsonSchema]:
-    return [crd_for(model) for model in OBJECT_KINDS]
+    """MCM's four kinds, then mcm-tasks's own (``mcm-tasks.io``)."""
+    return [crd_for(model) for model in (*OBJECT_KINDS, *OWN_KINDS)]
 
 
 def crd_file_name(crd: JsonSchema) -> str:

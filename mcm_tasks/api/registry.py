@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mcm_tasks.api.drainrule import MachineDrainRule
 from mcm_tasks.api.machine import Machine, MachineList
 from mcm_tasks.api.machineclass import MachineClass, MachineClassList
 from mcm_tasks.api.machinedeployment import MachineDeployment, MachineDeploymentList
@@ -14,6 +15,8 @@ from mcm_tasks.api.meta import K8sList, K8sObject
 #: the four kinds, in the order controllers depend on each other (class → machine → set → deployment)
 OBJECT_KINDS: tuple[type[K8sObject], ...] = (MachineClass, Machine, MachineSet, MachineDeployment)
 LIST_KINDS: tuple[type[K8sList], ...] = (MachineClassList, MachineList, MachineSetList, MachineDeploymentList)
+#: mcm-tasks's own kinds (``mcm-tasks.io``): CRDs of their own, beside MCM's unchanged ones
+OWN_KINDS: tuple[type[K8sObject], ...] = (MachineDrainRule,)
 
 _BY_KIND: dict[str, type[K8sObject] | type[K8sList]] = {
     **{cls.model_fields["kind"].default: cls for cls in OBJECT_KINDS},

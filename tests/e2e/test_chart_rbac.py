@@ -49,6 +49,8 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
         ("", "nodes", "list"): "a reconcile while the mirror is not synced",
         ("", "pods", "list"): "a drain while the mirror is not synced",
         ("policy", "poddisruptionbudgets", "list"): "a drain while the mirror is not synced",
+        ("mcm-tasks.io", "machinedrainrules/status", "update"): "a drain rule's Valid condition",
+        ("", "namespaces", "list"): "a drain rule selecting pods by their Namespace's labels",
     },
 }
 

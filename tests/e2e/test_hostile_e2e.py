@@ -5,7 +5,8 @@ through the official client beside a healthy MachineDeployment, with the informe
 beat running the safety jobs on compressed periods. Then:
 - no process died or restarted, and no log holds a traceback;
 - every bad object the API server accepted is answered: a Warning Event on it, a problem on its
-  status, or it is gone (the garbage collector removes what a missing owner left behind);
+  status (a MachineDrainRule's ``Valid=False``), or it is gone (the garbage collector removes what
+  a missing owner left behind);
 - the healthy deployment scales 1 → 3 as usual, and no bad object got a VM.
 """
 
@@ -29,7 +30,6 @@ from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox, _alive
 from mcm_sandbox.testing.hostile import Generator, Hostile
 from mcm_tasks import kinds
-from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
 from providers.local import LocalCloud
 from tests.e2e.support import connected, running_sandbox
@@ -49,7 +49,6 @@ ENV = {
     "MCM_MACHINE_SAFETY_APISERVER_STATUSCHECK_TIMEOUT": "2s",
     "MCM_SAFETY_EVENT_MIN_INTERVAL": "1s",
 }
-GROUP, VERSION = API_VERSION.split("/")
 #: in the pool secret's userData, which many bad classes reference: it must reach no log and no Event
 SECRET_MARKER = b"hostile-fuzz-secret-7d1f"
 USER_DATA = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>> " + SECRET_MARKER + b"\n")
@@ -99,7 +98,8 @@ def _apply(control: ApiClient, objects: list[Hostile]) -> tuple[list[Hostile], l
     accepted, rejected = [], []
     for obj in objects:
         try:
-            custom.create_namespaced_custom_object(GROUP, VERSION, NS, obj.resource.plural, obj.body)
+            res = obj.resource
+            custom.create_namespaced_custom_object(res.group, res.version, NS, res.plural, obj.body)
         except ApiException as err:
             assert err.status in (400, 413, 422), f"{obj.why}: {err.status} {err.reason}"
             rejected.append(obj)
@@ -122,7 +122,9 @@ def _status_problem(obj: dict[str, Any]) -> bool:
     operation = status.get("lastOperation") or {}
     conditions = status.get("conditions") or status.get("machineSetCondition") or []
     return operation.get("state") == "Failed" or any(
-        c.get("status") == "True" and c.get("type") == "ReplicaFailure" for c in conditions
+        (c.get("status") == "True" and c.get("type") == "ReplicaFailure")
+        or (c.get("status") == "False" and c.get("type") == "Valid")  # a MachineDrainRule
+        for c in conditions
     )
 
 
@@ -134,7 +136,8 @@ def _unanswered(control: ApiClient, accepted: list[Hostile]) -> list[Hostile]:
         if (obj.kind, obj.name) in warned:
             continue
         try:
-            live = custom.get_namespaced_custom_object(GROUP, VERSION, NS, obj.resource.plural, obj.name)
+            res = obj.resource
+            live = custom.get_namespaced_custom_object(res.group, res.version, NS, res.plural, obj.name)
         except ApiException as err:
             if err.status == 404:
                 continue

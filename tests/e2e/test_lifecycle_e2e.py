@@ -6,6 +6,7 @@ unchanged replicas; per-deployment timeouts bound the volume detach and the Node
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from mcm_tasks.api.constants import (
     MARKED_FOR_DELETION_TIME_ANNOTATION,
     NODE_DELETION_TIMEOUT_ANNOTATION,
     NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION,
+    POD_DRAIN_LABEL_KEY,
     PRE_DRAIN_HOOK_PREFIX,
     PRE_TERMINATE_HOOK_PREFIX,
 )
@@ -34,9 +36,14 @@ from tests.e2e.test_deletion_e2e import ENV, NS, Cluster
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 
+#: the deletion e2e's compressed time, and beat running the drain-rules job every second
+LIFECYCLE_ENV = {**ENV, "MCM_MACHINE_SAFETY_OVERSHOOTING_PERIOD": "1s"}
+
+
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    with running_sandbox(Path(tmp_path_factory.mktemp("lifecycle-e2e")), ENV, with_beat=False) as started:
+    directory = Path(tmp_path_factory.mktemp("lifecycle-e2e"))
+    with running_sandbox(directory, LIFECYCLE_ENV, with_beat=True) as started:
         yield started
 
 
@@ -259,3 +266,168 @@ def test_the_sets_node_deletion_timeout_gives_up_on_the_node(cluster: Cluster, s
     ops.delete(c.target, kinds.NODE.resource, name, missing_ok=True)
     c.wait(lambda: c.node(name) is None, "the Node deleted by hand")
     ops.delete(c.control, kinds.MACHINE_SET.resource, "nodedel", NS)
+
+
+# --- drain rules ---------------------------------------------------------------------------------
+
+
+def drain_rule(c: Cluster, name: str, drain: dict[str, Any], pods: list[dict[str, Any]] | None = None,
+               machines: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
+    body = {
+        "apiVersion": kinds.MACHINE_DRAIN_RULE.resource.api_version,
+        "kind": "MachineDrainRule",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"drain": drain, "pods": pods or [], "machines": machines or []},
+    }
+    ops.create(c.control, kinds.MACHINE_DRAIN_RULE.resource, body)
+
+
+def rule_valid(c: Cluster, name: str) -> tuple[str, str]:
+    """(status, message) of the rule's ``Valid`` condition, or empty."""
+    rule = ops.get(c.control, kinds.MACHINE_DRAIN_RULE.resource, name, NS) or {}
+    found = [x for x in (rule.get("status") or {}).get("conditions") or [] if x.get("type") == "Valid"]
+    return (str(found[0]["status"]), str(found[0].get("message"))) if found else ("", "")
+
+
+def wait_valid(c: Cluster, name: str, status: str = "True") -> str:
+    c.wait(lambda: rule_valid(c, name)[0] == status, f"rule {name} Valid={status}")
+    return rule_valid(c, name)[1]
+
+
+def delete_rule(c: Cluster, name: str) -> None:
+    ops.delete(c.control, kinds.MACHINE_DRAIN_RULE.resource, name, NS, missing_ok=True)
+
+
+def namespace(c: Cluster, name: str, labels: dict[str, str]) -> None:
+    ops.create(c.target, kinds.NAMESPACE.resource, {"metadata": {"name": name, "labels": labels}})
+
+
+def run_in(c: Cluster, namespace_: str, name: str, node: str, labels: dict[str, str] | None = None) -> None:
+    body = {
+        "metadata": {"name": name, "namespace": namespace_, "labels": labels or {}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "c", "image": "busybox"}]},
+    }  # fmt: skip
+    ops.create(c.target, kinds.POD.resource, body)
+
+
+def pod_in(c: Cluster, namespace_: str, name: str) -> dict[str, Any] | None:
+    return ops.get(c.target, kinds.POD.resource, name, namespace_, missing_ok=True)
+
+
+def ready_in(c: Cluster, namespace_: str, name: str) -> bool:
+    conditions = ((pod_in(c, namespace_, name) or {}).get("status") or {}).get("conditions") or []
+    return any(x.get("type") == "Ready" and x.get("status") == "True" for x in conditions)
+
+
+class Lifetimes(threading.Thread):
+    """For each pod, the sample at which it was first seen leaving and first seen gone."""
+
+    def __init__(self, c: Cluster, pods: list[tuple[str, str]]) -> None:
+        super().__init__(daemon=True)
+        self.c, self.pods = c, pods
+        self.stop = threading.Event()
+        self.leaving: dict[tuple[str, str], int] = {}
+        self.gone: dict[tuple[str, str], int] = {}
+
+    def run(self) -> None:
+        sample = 0
+        while not self.stop.is_set() and len(self.gone) < len(self.pods):
+            sample += 1
+            for key in self.pods:
+                found = pod_in(self.c, *key)
+                if found is None or found["metadata"].get("deletionTimestamp"):
+                    self.leaving.setdefault(key, sample)
+                if found is None:
+                    self.gone.setdefault(key, sample)
+            self.stop.wait(0.05)
+
+
+def test_a_drain_rule_with_order_minus_100_empties_namespace_a_before_b(cluster: Cluster) -> None:
+    c = cluster
+    namespace(c, "team-a", {"team": "a"})
+    namespace(c, "team-b", {"team": "b"})
+    drain_rule(c, "team-a-first", {"behavior": "Drain", "order": -100},
+               pods=[{"namespaceSelector": {"matchLabels": {"team": "a"}}}])  # fmt: skip
+    assert wait_valid(c, "team-a-first") == "the rule is used by drains"
+    name = c.launch("ordered-drain")
+    pods = [("team-a", "a1"), ("team-a", "a2"), ("team-b", "b1"), ("team-b", "b2")]
+    for ns, pod in pods:
+        run_in(c, ns, pod, name)
+    c.wait(lambda: all(ready_in(c, ns, pod) for ns, pod in pods), "pods Ready")
+    watch = Lifetimes(c, pods)
+    watch.start()
+    try:
+        c.delete(name)
+        c.wait_gone(name)
+    finally:
+        watch.stop.set()
+        watch.join(10)
+    a_gone = max(watch.gone[("team-a", p)] for p in ("a1", "a2"))
+    b_leaving = min(watch.leaving[("team-b", p)] for p in ("b1", "b2"))
+    assert a_gone <= b_leaving, (watch.leaving, watch.gone)
+    delete_rule(c, "team-a-first")
+
+
+def test_wait_completed_pods_are_not_evicted_and_skip_pods_stay(cluster: Cluster) -> None:
+    c = cluster
+    drain_rule(
+        c, "batch-jobs", {"behavior": "WaitCompleted"}, pods=[{"selector": {"matchLabels": {"app": "batch"}}}]
+    )
+    wait_valid(c, "batch-jobs")
+    hook = f"{PRE_TERMINATE_HOOK_PREFIX}e2e"
+    name = c.launch("waitjob")
+    annotate(c, name, {hook: ""})  # holds the flow after the drain, to look at what it left
+    c.run_pod("job", name, labels={"app": "batch"})
+    c.run_pod("cache", name, labels={POD_DRAIN_LABEL_KEY: "skip"})
+    c.run_pod("web", name)
+    c.wait(lambda: c.ready("job", "cache", "web"), "pods Ready")
+    c.delete(name)
+    c.wait(lambda: c.pod("web") is None, "the plain pod drained")
+    c.wait(lambda: bool(c.messages(name, "DrainStarted")), "the drain under way")
+    # the drain waits for the job: never evicted, the flow stays at the drain
+    assert deleting(c, name)[0] == "DrainingNode"
+    assert not c.leaving("job") and not c.leaving("cache")
+    ops.patch(
+        c.target, kinds.POD.resource, "job", {"status": {"phase": "Succeeded"}}, NS, subresource="status"
+    )
+    c.wait(
+        lambda: deleting(c, name)[0] == "WaitingForPreTerminateHook", "the drain over once the job completed"
+    )
+    assert c.pod("job") is not None and not c.leaving("job")  # completed, never evicted
+    assert c.pod("cache") is not None and not c.leaving("cache")  # skipped: left on the node
+    assert f"Drain of node {name} successful" in c.messages(name, "DrainSucceeded")
+    annotate(c, name, {hook: None})
+    c.wait_gone(name)
+    delete_rule(c, "batch-jobs")
+    for pod in ("job", "cache"):
+        ops.delete(c.target, kinds.POD.resource, pod, NS, missing_ok=True)
+
+
+def test_hostile_drain_rules_get_their_condition_and_harm_nothing(cluster: Cluster) -> None:
+    c = cluster
+    hostile = {
+        "bad-selector": (
+            {"behavior": "Skip"},
+            [{"selector": {"matchExpressions": [{"key": "app", "operator": "Near", "values": ["x"]}]}}],
+        ),
+        "huge-order": ({"behavior": "Drain", "order": 10**15}, []),
+        "unknown-behavior": ({"behavior": "Evaporate"}, []),
+    }  # fmt: skip
+    for rule_name, (drain, pods) in hostile.items():
+        drain_rule(c, rule_name, drain, pods=pods)
+    said = {rule_name: wait_valid(c, rule_name, "False") for rule_name in hostile}
+    assert "'Near' is not a valid selector operator" in said["bad-selector"]
+    assert "1000000000000000 is outside the int32 range" in said["huge-order"]
+    assert "'Evaporate' is not one of Drain, Skip, WaitCompleted" in said["unknown-behavior"]
+    for rule_name in hostile:
+        c.wait(lambda n=rule_name: bool(c.messages(n, "InvalidDrainRule")), f"{rule_name}'s Event")
+    # ignored: a machine drains as MCM drains it (the Skip rule with a bad selector skips nothing)
+    name = c.launch("beside-hostile")
+    c.run_pod("plain-app", name, labels={"app": "x"})
+    c.wait(lambda: c.ready("plain-app"), "pod Ready")
+    c.delete(name)
+    c.wait_gone(name)
+    assert c.pod("plain-app") is None
+    for rule_name in hostile:
+        delete_rule(c, rule_name)

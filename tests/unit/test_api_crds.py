@@ -50,6 +50,7 @@ def test_crds_command_prints_all_documents_or_writes_files(
         "machine.sapcloud.io_machinedeployments.yaml",
         "machine.sapcloud.io_machines.yaml",
         "machine.sapcloud.io_machinesets.yaml",
+        "mcm-tasks.io_machinedrainrules.yaml",
     ]
 
 

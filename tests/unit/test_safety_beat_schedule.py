@@ -26,6 +26,8 @@ def test_one_entry_per_job_with_its_period_from_the_settings() -> None:
         "safety-orphan-vms": (timedelta(minutes=7), ("orphan-vms",)),
         "safety-apiserver": (timedelta(seconds=45), ("apiserver",)),
         "safety-overshooting": (timedelta(seconds=1.5), ("overshooting",)),
+        # mcm-tasks's own job, on the overshooting check's period
+        "safety-drain-rules": (timedelta(seconds=1.5), ("drain-rules",)),
     }
     for entry in schedule.values():
         assert entry["task"] == "mcm.reconcile.safety"
@@ -38,12 +40,14 @@ def test_mcm_defaults() -> None:
         "safety-orphan-vms": timedelta(minutes=15),
         "safety-apiserver": timedelta(minutes=1),
         "safety-overshooting": timedelta(minutes=1),
+        "safety-drain-rules": timedelta(minutes=1),
     }
 
 
 def test_a_zero_period_turns_a_job_off() -> None:
     settings = load_settings({"machine_safety_overshooting_period": "0s"})
     assert "safety-overshooting" not in beat_schedule(settings)
+    assert "safety-drain-rules" not in beat_schedule(settings)
 
 
 @pytest.mark.parametrize(

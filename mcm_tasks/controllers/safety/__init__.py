@@ -1,7 +1,7 @@
 """The safety controllers (upstream ``machine_safety.go``): jobs over the whole installation rather than one
 object each.
 
-They run on the ``safety`` queue under three keys, enqueued by beat every period (and at its start)
+They run on the ``safety`` queue under four keys, enqueued by beat every period (and at its start)
 and by the informer on the events that make a check urgent:
 
 - ``orphan-vms``: VMs no Machine accounts for are deleted from the cloud; Nodes no Machine backs are
@@ -11,7 +11,9 @@ and by the informer on the events that make a check urgent:
   decides, ``apiserver_io`` acts);
 - ``overshooting``: a MachineSet with far more machines than its deployment allows is frozen (no
   scale-up) together with its deployment, and unfrozen once back under the lower threshold
-  (``overshooting`` decides, ``overshooting_io`` acts).
+  (``overshooting`` decides, ``overshooting_io`` acts);
+- ``drain-rules`` (mcm-tasks's own): each ``MachineDrainRule`` gets its ``Valid`` condition, and an
+  invalid one a Warning Event (``common.drainrules_io.validate_rules``).
 
 ``reads`` lists what the jobs look at (the informers' mirror once synced, else the API server),
 ``register`` wires the jobs into the queue contract, and ``debounce`` folds the informer's bursts of
@@ -26,10 +28,14 @@ from typing import Final
 ORPHAN_VMS: Final = "orphan-vms"
 OVERSHOOTING: Final = "overshooting"
 APISERVER: Final = "apiserver"
+#: mcm-tasks's own: every MachineDrainRule's ``Valid`` condition (not a safety check, a job over the
+#: installation like them: it runs on their queue, with the overshooting check's period)
+DRAIN_RULES: Final = "drain-rules"
 
 #: each job's key → the setting that holds its period
 JOB_PERIODS: Final[dict[str, str]] = {
     ORPHAN_VMS: "machine_safety_orphan_vms_period",
     APISERVER: "machine_safety_apiserver_statuscheck_period",
     OVERSHOOTING: "machine_safety_overshooting_period",
+    DRAIN_RULES: "machine_safety_overshooting_period",
 }

@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from mcm_tasks.controllers.common.drainrules_io import validate_rules
 from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.common.registration import scoped
-from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, debounce
+from mcm_tasks.controllers.safety import APISERVER, DRAIN_RULES, ORPHAN_VMS, OVERSHOOTING, debounce
 from mcm_tasks.controllers.safety.apiserver_io import check_apiservers
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.overshooting_io import check_overshooting
@@ -33,11 +34,17 @@ def _overshooting(scope: SafetyScope) -> Requeue | None:
     return None
 
 
+def _drain_rules(scope: SafetyScope) -> Requeue | None:
+    validate_rules(scope.settings.namespace)
+    return None
+
+
 #: each job by its key; a job runs in the ``SafetyScope`` registration built for its pass
 JOBS: dict[str, Callable[[SafetyScope], Requeue | None]] = {
     ORPHAN_VMS: _orphan_vms,
     OVERSHOOTING: _overshooting,
     APISERVER: check_apiservers,
+    DRAIN_RULES: _drain_rules,
 }
 
 

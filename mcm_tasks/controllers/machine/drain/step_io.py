@@ -25,10 +25,10 @@ from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import NODE_TERMINATING_REASON_SCALE_DOWN
-from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common import context, drainrules_io, status
 from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain import cluster_io as io
-from mcm_tasks.controllers.machine.drain import plan
+from mcm_tasks.controllers.machine.drain import plan, rules
 from mcm_tasks.controllers.machine.drain import pods as dp
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.force import DrainParams, drain_params, force_due_in
@@ -125,7 +125,8 @@ def drain_step(
             return _finish(machine, machine_class, store, progress, result, now, starting)
 
     pods = io.pods_on_node(api, node_name)
-    selected = ds.pods_for_deletion(pods, node_name)
+    by_rules = _rules_plan(api, machine, ds.pods_for_deletion(pods, node_name), params)
+    selected = by_rules.now  # the lowest order group of the drain rules (all of them, without rules)
     progress = plan.track(progress, selected, _volume_infos(api, driver, progress, selected, params))
     by_key = {ds.pod_key(p): p for p in selected}
     tracked_pvs = [pv for r in progress.pods.values() for pv in r.pv_names]
@@ -138,7 +139,7 @@ def drain_step(
         status.record_event(machine, WARNING, "EvictionUnsupported", message)
     budget = _issue_removals(api, progress, by_key, node, params, settings, now, eviction)
 
-    staying = [p for p in pods if ds.node_name_of(p) == node_name and ds.skip_reason(p)]
+    staying = [p for p in pods if ds.node_name_of(p) == node_name and ds.skip_reason(p)] + by_rules.held
     pvs_in_use = [pv for names in io.pv_names_by_pod(api, staying).values() for pv in names]
     conclusion = plan.conclude(
         progress, node, vas, pvs_in_use, params, timing(settings), poll_interval(settings), now
@@ -148,11 +149,13 @@ def drain_step(
         starting = None
     for warning in conclusion.warnings:
         status.record_event(machine, WARNING, "DrainWarning", warning)
-    if not conclusion.done:
+    if not conclusion.done or by_rules.holds_the_drain:
         progress.barrier_since = conclusion.barrier_since
         if progress.fingerprint() != before:
             store.save(machine.key, progress, state_ttl(params.timeout))
         wake = 0.0 if budget <= 0 else conclusion.wake_in
+        if conclusion.done:  # held by the rules: a later group, or a pod that must complete first
+            wake = 0.0 if by_rules.later else poll_interval(settings)
         due = force_due_in(machine, node, now_dt, settings)
         if due is not None and not params.force:
             wake = min(wake, due + 0.001)
@@ -160,6 +163,16 @@ def drain_step(
     outcome = Outcome.FAILED if conclusion.errors else Outcome.SUCCEEDED
     result = DrainResult(outcome, params.force, conclusion.errors)
     return _finish(machine, machine_class, store, progress, result, now, starting)
+
+
+def _rules_plan(
+    api: ApiClient, machine: Machine, selected: Sequence[Mapping[str, Any]], params: DrainParams
+) -> rules.DrainPlan:
+    """The selected pods sorted by the machine's drain rules (``rules``), read for this round."""
+    namespace = machine.metadata.namespace or get_settings().namespace
+    usable = rules.rules_for_machine(drainrules_io.drain_rules(namespace), machine.metadata.labels)
+    labels = drainrules_io.namespace_labels(api) if rules.needs_namespaces(usable) else {}
+    return rules.plan(selected, usable, labels, forced=params.force)
 
 
 def _kept(scope: MachineScope, node: Obj, answer: Obj | None) -> Obj:
