@@ -192,7 +192,9 @@ def deletion_order(
 
 def marked_for_deletion(machines: Iterable[Machine], machine_set: MachineSet) -> list[Machine]:
     """Machines the autoscaler triggered for deletion (priority 1) whose marked time is not after the
-    set's last-deployment-replica-change-by-scaler time: the replica count already accounts for them."""
+    set's last-deployment-replica-change-by-scaler time: the replica count already accounts for them.
+
+    Upstream: ``getMachinesMarkedForDeletion``."""
     changed = parse_rfc3339(
         machine_set.metadata.annotations.get(LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION)
     )

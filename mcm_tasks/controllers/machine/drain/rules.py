@@ -137,7 +137,8 @@ def plan(
     *,
     forced: bool = False,
 ) -> DrainPlan:
-    """Sort the selected pods of a drain by the rules of its machine (``rules_for_machine``).
+    """Sort the selected pods of a drain by the rules of its machine (``rules_for_machine``); Cluster
+    API: ``machineDrainRulesFilter`` and the order groups of ``EvictPods``.
 
     A forced drain keeps the order groups but waits for no ``WaitCompleted`` pod."""
     draining: list[tuple[int, Pod]] = []
