@@ -388,7 +388,10 @@ class Generator:
         return self._rule("machine selector with a bad operator", {"behavior": "Drain"}, machines=machines)
 
     def rule_wrong_types(self) -> Hostile:
-        drain = self.rnd.choice(
-            [{"behavior": ["Drain"]}, {"behavior": "Drain", "order": "first"}, {"order": 1.5}]
-        )
+        choices: list[Obj] = [
+            {"behavior": ["Drain"]},
+            {"behavior": "Drain", "order": "first"},
+            {"order": 1.5},
+        ]
+        drain = self.rnd.choice(choices)
         return self._rule("wrong types in spec.drain (the schema refuses them)", drain)
