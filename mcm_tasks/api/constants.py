@@ -141,6 +141,9 @@ MACHINE_NAME_PLACEHOLDER: Final = "<<MACHINE_NAME>>"
 #: is free text. While one is present a deleting machine is not drained, or its VM not deleted.
 PRE_DRAIN_HOOK_PREFIX: Final = "pre-drain.delete.hook.mcm-tasks.io/"
 PRE_TERMINATE_HOOK_PREFIX: Final = "pre-terminate.delete.hook.mcm-tasks.io/"
+#: Machine, RFC 3339: when the last pre-drain hook went and the drain began (the drain timeout runs
+#: from then, not from the deletion); written by the deletion flow
+PRE_DRAIN_HOOKS_RELEASED_ANNOTATION: Final = "mcm-tasks.io/pre-drain-hooks-released-at"
 #: MachineDeployment or MachineSet: ``Random``, ``Newest`` or ``Oldest`` (Cluster API's deletePolicy)
 DELETION_ORDER_ANNOTATION: Final = "mcm-tasks.io/deletion-order"
 #: MachineDeployment or MachineSet, Go durations: per-deployment bounds of the volume-detach wait and

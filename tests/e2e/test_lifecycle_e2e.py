@@ -99,6 +99,7 @@ def test_a_pre_drain_hook_keeps_the_node_uncordoned_until_it_is_removed(cluster:
     started = c.messages(name, "DrainStarted")
     assert any(m.startswith(f"Draining node {name} (timeout 3s") for m in started), started
     assert not any("drain timeout" in m for m in started), started
+    assert c.messages(name, "PreDrainHooksReleased") == ["No pre-drain hook is left: draining the node"]
 
 
 def test_a_pre_terminate_hook_keeps_the_vm_after_the_drain(cluster: Cluster) -> None:

@@ -131,23 +131,44 @@ def test_the_condition_keeps_its_transition_time_while_its_reason_holds() -> Non
 # --- the drain clock -----------------------------------------------------------------------------------
 
 
+RELEASED = "mcm-tasks.io/pre-drain-hooks-released-at"
+
+
 @pytest.mark.parametrize(
-    ("conditions", "start"),
+    ("annotations", "conditions", "start"),
     [
-        ([], DELETED),  # upstream: from the deletion
-        ([deleting_condition("GettingVMStatus", DELETED)], DELETED),
+        ({}, [], DELETED),  # upstream: from the deletion
+        ({}, [deleting_condition("DrainingNode", NOW - timedelta(minutes=1))], DELETED),  # no hook held it
         # the pass in which the last hook went: the drain begins now
-        ([deleting_condition("WaitingForPreDrainHook", DELETED)], NOW),
-        # draining after a hold: from the drain's start
-        ([deleting_condition("DrainingNode", NOW - timedelta(minutes=1))], NOW - timedelta(minutes=1)),
-        # never before the deletion
-        ([deleting_condition("DrainingNode", DELETED - timedelta(hours=1))], DELETED),
+        ({}, [deleting_condition("WaitingForPreDrainHook", DELETED)], NOW),
+        # draining after a hold: from the release
+        (
+            {RELEASED: "2026-11-29T11:59:00Z"},
+            [deleting_condition("DrainingNode", NOW)],
+            NOW - timedelta(minutes=1),
+        ),
+        # never before the deletion; an unreadable stamp counts for nothing
+        ({RELEASED: "2026-11-29T01:00:00Z"}, [], DELETED),
+        ({RELEASED: "yesterday"}, [], DELETED),
     ],
 )
 def test_the_drain_clock_does_not_run_while_a_hook_holds(
-    conditions: list[dict[str, Any]], start: datetime
+    annotations: dict[str, str], conditions: list[dict[str, Any]], start: datetime
 ) -> None:
-    assert d.drain_clock_start(machine(conditions=conditions), NOW) == start
+    assert d.drain_clock_start(machine(annotations, conditions), NOW) == start
+
+
+@pytest.mark.parametrize(
+    ("annotations", "reason", "released"),
+    [
+        ({}, "WaitingForPreDrainHook", True),
+        ({f"{PRE_DRAIN_HOOK_PREFIX}x": ""}, "WaitingForPreDrainHook", False),
+        ({}, "DrainingNode", False),
+    ],
+)
+def test_released_from_pre_drain_hooks(annotations: dict[str, str], reason: str, released: bool) -> None:
+    m = machine(annotations, [deleting_condition(reason, DELETED)])
+    assert d.released_from_pre_drain_hooks(m) is released
 
 
 # --- per-deployment timeouts ---------------------------------------------------------------------------

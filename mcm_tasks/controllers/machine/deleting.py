@@ -12,8 +12,8 @@ flow resumes at once.
 machine is deleted, derived in one place (``deleting_condition``) from the description the flow writes:
 the description is the flow's state, so the condition can never disagree with it. Its reason names the
 step (``REASON_OF_STEP``) or the hook it waits for; its ``lastTransitionTime`` changes only with the
-reason, so it says since when the machine waits there (how long a hook has held it, and when the drain
-began: ``drain_clock_start``). A later step gets its own reason by a row of ``REASON_OF_STEP``.
+reason, so it says since when the machine waits there (how long a hook has held it, how long a
+step has been tried: ``waiting_since``). A later step gets its own reason by a row of ``REASON_OF_STEP``.
 
 **Per-deployment timeouts** (Cluster API's ``nodeVolumeDetachTimeout`` and ``nodeDeletionTimeout``):
 the annotations ``mcm-tasks.io/node-volume-detach-timeout`` and ``mcm-tasks.io/node-deletion-timeout``
@@ -27,13 +27,14 @@ deletion's from the machine's deletion, which a long drain would use up before t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final
 
 from mcm_tasks.api import Machine, MachineStatus, NodeCondition
 from mcm_tasks.api.constants import (
     MACHINE_DELETING_CONDITION,
     PRE_DRAIN_HOOK_PREFIX,
+    PRE_DRAIN_HOOKS_RELEASED_ANNOTATION,
     PRE_TERMINATE_HOOK_PREFIX,
 )
 from mcm_tasks.controllers.machine.deletion_steps import Step, step_of_description
@@ -135,20 +136,37 @@ def with_deleting_condition(status: MachineStatus, now: datetime) -> MachineStat
     return status.model_copy(update={"conditions": [*rest, condition]})
 
 
+def _time(raw: str | None) -> datetime | None:
+    """An RFC 3339 annotation value as an aware datetime; None when absent or unreadable."""
+    if not raw:
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def released_from_pre_drain_hooks(machine: Machine) -> bool:
+    """The machine's flow waited for pre-drain hooks and none is left: the drain starts now."""
+    condition = deleting_condition(machine.status)
+    held = condition is not None and condition.reason == WAITING_FOR_PRE_DRAIN_HOOK_REASON
+    return held and not pre_drain_hooks(machine)
+
+
 def drain_clock_start(machine: Machine, now: datetime) -> datetime | None:
     """Since when the drain timeout runs: the deletion (``deletionTimestamp``, as upstream), but never
-    before the drain began after a pre-drain hook held it (the condition's transition to
-    ``DrainingNode``), and ``now`` in the pass a hook let go (the condition still says it waits).
-    A hook's hold so never counts against ``--machine-drain-timeout``."""
+    before the last pre-drain hook went (``PRE_DRAIN_HOOKS_RELEASED_ANNOTATION``, written when the
+    drain then began), and ``now`` while the condition still says a hook holds it. A hook's hold so
+    never counts against ``--machine-drain-timeout``; a machine no hook held drains as upstream."""
     deleted = machine.metadata.deletion_timestamp
+    if deleted is None:
+        return None
     condition = deleting_condition(machine.status)
-    if condition is None or deleted is None:
-        return deleted
-    if condition.reason == WAITING_FOR_PRE_DRAIN_HOOK_REASON:
+    if condition is not None and condition.reason == WAITING_FOR_PRE_DRAIN_HOOK_REASON:
         return now
-    if condition.reason == DRAINING_REASON and condition.last_transition_time is not None:
-        return max(deleted, condition.last_transition_time)
-    return deleted
+    released = _time(machine.metadata.annotations.get(PRE_DRAIN_HOOKS_RELEASED_ANNOTATION))
+    return max(deleted, released) if released is not None else deleted
 
 
 # --- per-deployment timeouts ---------------------------------------------------------------------------

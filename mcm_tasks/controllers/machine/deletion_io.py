@@ -26,6 +26,7 @@ from mcm_tasks.api import (
     MachinePhase,
     MachineState,
     MachineStatus,
+    format_time,
     now_utc,
 )
 from mcm_tasks.api.constants import (
@@ -35,6 +36,7 @@ from mcm_tasks.api.constants import (
     NODE_LABEL_KEY,
     NODE_TERMINATING_REASON_UNHEALTHY,
     NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION,
+    PRE_DRAIN_HOOKS_RELEASED_ANNOTATION,
 )
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.finalizers import with_finalizer
@@ -245,6 +247,24 @@ def _held_by_hooks(scope: MachineScope, names: list[str], description: str, reas
     return Stop(status.updated_status(machine, last_op=op), Requeue.long(), moves=changed)
 
 
+def _mark_released(machine: Machine) -> Machine:
+    """The last pre-drain hook went: the drain begins now, and its timeout runs from now (the
+    annotation outlives the pass and any failure the drain then writes). Later writes of the pass
+    carry the patch's resourceVersion; the status stays the pass's own."""
+    stamp = {PRE_DRAIN_HOOKS_RELEASED_ANNOTATION: format_time(now_utc())}
+    patched = ops.patch(
+        context.control_api(),
+        kinds.MACHINE.resource,
+        machine.metadata.name or "",
+        {"metadata": {"annotations": stamp}},
+        machine.metadata.namespace,
+    )
+    status.record_event(
+        machine, NORMAL, "PreDrainHooksReleased", "No pre-drain hook is left: draining the node"
+    )
+    return Machine.model_validate(patched).model_copy(update={"status": machine.status})
+
+
 def _drain(scope: MachineScope) -> StepResult:
     """Upstream: ``drainNode``; a pre-drain hook holds it before the cordon."""
     names = deleting.pre_drain_hooks(scope.machine)
@@ -252,6 +272,8 @@ def _drain(scope: MachineScope) -> StepResult:
         return _held_by_hooks(
             scope, names, deleting.pre_drain_wait(names), deleting.WAITING_FOR_PRE_DRAIN_HOOK_REASON
         )
+    if deleting.released_from_pre_drain_hooks(scope.machine):
+        scope.machine = _mark_released(scope.machine)
     machine_class = scope.machine_class()  # without its secrets: the volume IDs and metrics need it
     driver = None
     if machine_class is not None:
