@@ -5,13 +5,15 @@ the autoscaler's marked machines."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineSet
+from mcm_tasks.api import API_VERSION, Machine, MachineSet
 from mcm_tasks.api.constants import (
+    DELETION_ORDER_ANNOTATION,
     LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
     MACHINE_PRIORITY_ANNOTATION,
     MARKED_FOR_DELETION_TIME_ANNOTATION,
@@ -189,27 +191,85 @@ def test_failed_machine_is_deleted_and_replaced(harness: Harness) -> None:
     assert len(active) == 2 and victim not in names(active)
 
 
+def _mark(harness: Harness, name: str, when: datetime) -> None:
+    annotations = {
+        MACHINE_PRIORITY_ANNOTATION: "1",
+        MARKED_FOR_DELETION_TIME_ANNOTATION: when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    ops.patch(
+        harness.api, kinds.MACHINE.resource, name, {"metadata": {"annotations": annotations}}, harness.ns
+    )
+
+
 def test_marked_machines_are_deleted_at_the_scaler_change(harness: Harness) -> None:
     harness.create_set("as", 3)
     harness.settle("as")
     marked = names(harness.machines("as"))[1]
-    annotations = {
-        MACHINE_PRIORITY_ANNOTATION: "1",
-        MARKED_FOR_DELETION_TIME_ANNOTATION: "2026-02-01T10:00:00Z",
-    }
-    ops.patch(
-        harness.api, kinds.MACHINE.resource, marked, {"metadata": {"annotations": annotations}}, harness.ns
-    )
+    now = datetime.now(UTC)
+    _mark(harness, marked, now)
     harness.settle("as")
-    assert marked in names(harness.machines("as"))  # the set has not been told yet
+    # the set has not been told yet, and the mark is fresh: the scale-down is on its way (MCM #1078)
+    assert marked in names(harness.machines("as"))
+    # the pass asks to come back when the mark comes of age
+    assert harness.reconcile("as") == Requeue(pytest.approx(get_settings().short_retry + 0.05, abs=2))
+    changed = (now + timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     harness.patch_set(
         "as",
-        {"metadata": {"annotations": {LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION: "2026-02-01T10:00:05Z"}},
+        {"metadata": {"annotations": {LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION: changed}},
          "spec": {"replicas": 2}},
     )  # fmt: skip
     harness.settle("as")
     remaining = names(harness.machines("as"))
     assert len(remaining) == 2 and marked not in remaining
+
+
+def test_a_marked_machine_no_replica_change_accounts_for_is_replaced(harness: Harness) -> None:
+    """MCM #1078: the autoscaler marked a machine and the replica count did not change; upstream
+    keeps it forever, here it is deleted once its mark is short_retry old and the set replaces it."""
+    harness.create_set("stuck", 3)
+    harness.settle("stuck")
+    marked = names(harness.machines("stuck"))[1]
+    _mark(harness, marked, datetime.now(UTC) - timedelta(seconds=get_settings().short_retry + 1))
+    harness.settle("stuck")
+    harness.release_held()
+    harness.settle("stuck")
+    remaining = names(harness.active("stuck"))
+    assert len(remaining) == 3 and marked not in remaining
+    ms = harness.get_set("stuck")
+    assert ms is not None and ms["spec"]["replicas"] == 3
+
+
+def test_a_deployments_deletion_order_applies_to_its_sets(harness: Harness) -> None:
+    """``mcm-tasks.io/deletion-order`` on the owning MachineDeployment (the set has none): under
+    ``Oldest`` a joining machine is kept where upstream's order deletes it first."""
+    deployment = ops.create(
+        harness.api,
+        kinds.MACHINE_DEPLOYMENT.resource,
+        {"apiVersion": API_VERSION, "kind": "MachineDeployment",
+         "metadata": {"name": "dep", "namespace": harness.ns,
+                      "annotations": {DELETION_ORDER_ANNOTATION: "Oldest"}},
+         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "ordered"}},
+                  "template": {"metadata": {"labels": {"app": "ordered"}},
+                               "spec": {"class": {"kind": "MachineClass", "name": "cls"}}}}},
+        harness.ns,
+    )  # fmt: skip
+    harness.create_set("ordered", 3)
+    uid = deployment["metadata"]["uid"]
+    owner = {"apiVersion": API_VERSION, "kind": "MachineDeployment", "name": "dep", "uid": uid,
+             "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    harness.patch_set("ordered", {"metadata": {"ownerReferences": [owner]}})
+    harness.settle("ordered")
+    by_age = [
+        str(m["metadata"]["name"])
+        for m in sorted(harness.machines("ordered"),
+                        key=lambda m: (m["metadata"]["creationTimestamp"], m["metadata"]["name"]))
+    ]  # fmt: skip
+    for name in by_age[:2]:
+        harness.set_phase(name, "Running")
+    harness.set_phase(by_age[2], "Pending")  # the newest joins: upstream's order deletes it first
+    harness.scale("ordered", 2)
+    harness.settle("ordered")
+    assert names(harness.active("ordered")) == sorted(by_age[1:])  # Oldest: the oldest goes
 
 
 class Killed(BaseException):
