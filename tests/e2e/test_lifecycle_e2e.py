@@ -30,10 +30,13 @@ from mcm_tasks.api.constants import (
     PRE_TERMINATE_HOOK_PREFIX,
 )
 from mcm_tasks.kube import ops
+from mcm_tasks.kube.resources import Resource
 from tests.e2e.support import connected, machine_set, running_sandbox
 from tests.e2e.test_deletion_e2e import ENV, NS, Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+JOBS = Resource("batch", "v1", "jobs", "Job")
 
 
 #: the deletion e2e's compressed time, and beat running the drain-rules job every second
@@ -371,6 +374,9 @@ def test_a_drain_rule_with_order_minus_100_empties_namespace_a_before_b(cluster:
 
 
 def test_wait_completed_pods_are_not_evicted_and_skip_pods_stay(cluster: Cluster) -> None:
+    """A Job's pod under a WaitCompleted rule stays until it has succeeded, and the drain waits for
+    it; a pod labelled ``mcm-tasks.io/drain: skip`` stays; a pre-terminate hook holds the flow after
+    the drain so that what the drain left can be looked at."""
     c = cluster
     drain_rule(
         c, "batch-jobs", {"behavior": "WaitCompleted"}, pods=[{"selector": {"matchLabels": {"app": "batch"}}}]
@@ -379,7 +385,13 @@ def test_wait_completed_pods_are_not_evicted_and_skip_pods_stay(cluster: Cluster
     hook = f"{PRE_TERMINATE_HOOK_PREFIX}e2e"
     name = c.launch("waitjob")
     annotate(c, name, {hook: ""})  # holds the flow after the drain, to look at what it left
-    c.run_pod("job", name, labels={"app": "batch"})
+    job = {"metadata": {"name": "batch-job", "namespace": NS},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "c", "image": "busybox"}]}}}}  # fmt: skip
+    uid = ops.create(c.target, JOBS, job)["metadata"]["uid"]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "batch-job", "uid": uid, "controller": True}
+    c.run_pod("job", name, labels={"app": "batch", "job-name": "batch-job"})
+    ops.patch(c.target, kinds.POD.resource, "job", {"metadata": {"ownerReferences": [owner]}}, NS)
     c.run_pod("cache", name, labels={POD_DRAIN_LABEL_KEY: "skip"})
     c.run_pod("web", name)
     c.wait(lambda: c.ready("job", "cache", "web"), "pods Ready")
@@ -403,6 +415,7 @@ def test_wait_completed_pods_are_not_evicted_and_skip_pods_stay(cluster: Cluster
     delete_rule(c, "batch-jobs")
     for pod in ("job", "cache"):
         ops.delete(c.target, kinds.POD.resource, pod, NS, missing_ok=True)
+    ops.delete(c.target, JOBS, "batch-job", NS, missing_ok=True)
 
 
 def test_hostile_drain_rules_get_their_condition_and_harm_nothing(cluster: Cluster) -> None:
