@@ -318,8 +318,16 @@ def _delete_volume_attachments(scope: MachineScope) -> StepResult:
             machine, WARNING, "VolumeDetachTimeout", f"{text} ({NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION})"
         )
         return _write(machine, moving_on(f"{text}. Moving to VM Deletion. {INITIATE_VM_DELETION}"))
-    for va in live:
-        ops.delete(api, kinds.VOLUME_ATTACHMENT.resource, str(va["metadata"]["name"]), missing_ok=True)
+    try:
+        for va in live:
+            ops.delete(api, kinds.VOLUME_ATTACHMENT.resource, str(va["metadata"]["name"]), missing_ok=True)
+    except ApiException as err:  # upstream logs it and retries after ShortRetry, the flow at this step
+        if is_conflict(err):
+            raise
+        log.warning(
+            "machine %s: VolumeAttachments of node %s not deleted: %s", machine.key, node_name, describe(err)
+        )
+        return Requeue.short()
     log.info("machine %s: deleted %d VolumeAttachments of node %s", machine.key, len(live), node_name)
     return Requeue.short()
 
