@@ -228,13 +228,25 @@ def test_a_marked_machine_no_replica_change_accounts_for_is_replaced(harness: Ha
     keeps it forever, here it is deleted once its mark is short_retry old and the set replaces it."""
     harness.create_set("stuck", 3)
     harness.settle("stuck")
-    marked = names(harness.machines("stuck"))[1]
-    _mark(harness, marked, datetime.now(UTC) - timedelta(seconds=get_settings().short_retry + 1))
+    first = names(harness.machines("stuck"))
+    for name in first:
+        harness.set_phase(name, "Running")
+    old_mark = datetime.now(UTC) - timedelta(seconds=get_settings().short_retry + 1)
+    for name in first[:2]:
+        _mark(harness, name, old_mark)
     harness.settle("stuck")
-    harness.release_held()
+    # one at a time: one marked machine went, and its replacement is still joining
+    gone = [n for n in first[:2] if n not in names(harness.active("stuck"))]
+    assert len(gone) == 1 and len(harness.active("stuck")) == 3
+    [event] = harness.events("ReplacingMarkedMachine")
+    assert f"Replacing machine {gone[0]}: marked for deletion (priority 1)" in event["message"]
+    harness.settle("stuck")
+    assert len(harness.events("ReplacingMarkedMachine")) == 1  # held while the replacement joins
+    for name in names(harness.active("stuck")):
+        harness.set_phase(name, "Running")
     harness.settle("stuck")
     remaining = names(harness.active("stuck"))
-    assert len(remaining) == 3 and marked not in remaining
+    assert len(remaining) == 3 and not set(first[:2]) & set(remaining)
     ms = harness.get_set("stuck")
     assert ms is not None and ms["spec"]["replicas"] == 3
 

@@ -479,3 +479,28 @@ def test_a_machine_marked_with_priority_1_is_replaced_at_unchanged_replicas(
 def test_a_replaced_marked_machine_is_not_deleted_twice_with_the_excess() -> None:
     machines = [machine("a"), machine("b", priority="1", marked=MARK_OLD), machine("c")]
     assert names(plan_replicas(machine_set(2), machines, NOW, marked_grace=15.0).delete) == ["b"]
+
+
+def test_marked_machines_are_replaced_one_at_a_time() -> None:
+    machines = [
+        machine("a", priority="1", marked=MARK_OLD),
+        machine("b", priority="1", marked=MARK_OLD),
+        machine("c"),
+    ]
+    plan = plan_replicas(machine_set(3), machines, NOW, marked_grace=15.0)
+    assert names(plan.delete) == ["a"] and names(plan.replacing) == ["a"]
+
+
+@pytest.mark.parametrize(
+    "busy", [machine("new", ""), machine("joining", "Pending"), machine("going", deleting=True)]
+)
+def test_no_replacement_while_a_machine_of_the_set_comes_or_goes(busy: Machine) -> None:
+    machines = [machine("a", priority="1", marked=MARK_OLD), machine("c"), busy]
+    plan = plan_replicas(machine_set(3), machines, NOW, marked_grace=15.0)
+    assert "a" not in names(plan.delete) and not plan.replacing
+
+
+def test_a_marked_machine_the_excess_takes_is_no_replacement() -> None:
+    machines = [machine("a"), machine("b", priority="1", marked=MARK_OLD), machine("c")]
+    plan = plan_replicas(machine_set(2), machines, NOW, marked_grace=15.0)
+    assert names(plan.delete) == ["b"] and not plan.replacing

@@ -28,6 +28,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineSet, now_utc
 from mcm_tasks.api.constants import (
     DELETION_ORDER_ANNOTATION,
+    MARKED_FOR_DELETION_TIME_ANNOTATION,
     MCM_FINALIZER,
     NODE_LABEL_KEY,
     PRESERVE_ANNOTATION,
@@ -73,6 +74,7 @@ log = logging.getLogger(__name__)
 
 INVALID_REASON: Final = "ValidationFailed"
 INVALID_DELETION_ORDER_REASON: Final = "InvalidDeletionOrder"
+REPLACING_MARKED_REASON: Final = "ReplacingMarkedMachine"
 CLASS_NOT_FOUND_REASON: Final = "MachineClassNotFound"
 AUTO_PRESERVATION_STOPPED_REASON: Final = "AutoPreservationStopped"
 
@@ -436,6 +438,13 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
                  key, machine_set.spec.replicas, plan.create)  # fmt: skip
         _, error = control.create_machines(api, machine_set, key, plan.create)
         return None if error is None else status.ReplicaFailure(status.FAILED_CREATE, describe(error))
+    for machine in plan.replacing:
+        marked = machine.metadata.annotations.get(MARKED_FOR_DELETION_TIME_ANNOTATION, "")
+        message = (
+            f"Replacing machine {machine.metadata.name}: marked for deletion (priority 1) at {marked[:40]} "
+            "and no replica change accounts for it (MCM #1078)"
+        )
+        scope.recorder.event(machine_set, NORMAL, REPLACING_MARKED_REASON, message)
     if plan.delete:
         log.info("MachineSet %s: deleting %d machines (replicas %d): %s", key, len(plan.delete),
                  machine_set.spec.replicas, [m.metadata.name for m in plan.delete])  # fmt: skip

@@ -25,7 +25,9 @@ absent (or invalid), the order is upstream's.
 MCM #1078: a machine marked for deletion with priority 1 that no replica change accounts for (the
 replica count did not drop, or dropped before it was marked) is deleted all the same, and so replaced,
 once its mark is ``short_retry`` old: the grace lets a deployment that marks machines and then lowers
-the set's replicas finish its pass, so the mark and the scale-down remain one deletion.
+the set's replicas finish its pass, so the mark and the scale-down remain one deletion. Such
+replacements go one at a time, none while another machine of the set is going or coming
+(``one_replacement_at_a_time``).
 
 Deliberate difference: a machine with a deletionTimestamp counts as terminating even before its phase
 says so. MCM counts it as active until the phase changes, which can hold a replacement back and, when
@@ -238,6 +240,18 @@ def marked_without_replica_change(
     return out, (min(due) if due else None)
 
 
+def one_replacement_at_a_time(
+    machines: Sequence[Machine], due: Sequence[Machine], now: datetime, order: DeletionOrder | None
+) -> list[Machine]:
+    """The budget of MCM #1078's replacements: one at a time, and none while any machine of the set
+    is going (terminating) or coming (no phase yet, Pending): a fleet the autoscaler marked wholesale
+    is replaced machine by machine, never emptied at once. The set's own machine events wake it."""
+    if not due:
+        return []
+    busy = any(is_terminating(m) or phase_of(m) in ("", MachinePhase.PENDING) for m in machines)
+    return [] if busy else deletion_order(due, now, order)[:1]
+
+
 # --- the plan --------------------------------------------------------------------------------------------
 
 
@@ -253,6 +267,8 @@ class ReplicaPlan:
     diff: int = 0
     #: seconds until a machine marked for deletion without a replica change is due (None: none waits)
     recheck_in: float | None = None
+    #: of ``delete``, the marked machines replaced at unchanged replicas (MCM #1078), for their Event
+    replacing: tuple[Machine, ...] = ()
 
 
 def is_frozen(machine_set: MachineSet) -> bool:
@@ -296,6 +312,7 @@ def plan_replicas(
         stale += deletion_order(active, now, order)[: min(diff, BURST_REPLICAS)]
     stale += marked_for_deletion(active, machine_set)
     replaced, recheck_in = marked_without_replica_change(active, machine_set, now, marked_grace)
+    replaced = one_replacement_at_a_time(machines, [m for m in replaced if m not in stale], now, order)
     stale += replaced
     values = node_values or {}
     stale += [
@@ -308,7 +325,12 @@ def plan_replicas(
     unique: dict[str, Machine] = {}
     for machine in stale:
         unique.setdefault(machine.metadata.name or "", machine)
-    return ReplicaPlan(delete=tuple(list(unique.values())[:BURST_REPLICAS]), diff=diff, recheck_in=recheck_in)
+    return ReplicaPlan(
+        delete=tuple(list(unique.values())[:BURST_REPLICAS]),
+        diff=diff,
+        recheck_in=recheck_in,
+        replacing=tuple(replaced),
+    )
 
 
 # --- slow start ------------------------------------------------------------------------------------------
