@@ -17,6 +17,11 @@ MCM's order:
 6. remove the node finalizer and delete the Node → "… Initiate machine object finalizer removal";
 7. remove the Machine's finalizer: the API server then deletes it.
 
+mcm-tasks's own on top (``deleting``): a pre-drain hook annotation holds the flow at step 3 before the
+cordon, a pre-terminate hook at step 5 before the Driver is called; the deployment's timeouts bound
+the waits of steps 4 and 6; and every status the flow writes carries the machine's ``Deleting``
+condition, derived from its description (``_write``).
+
 A step that moves on runs the next one at once, in the same pass, on the Machine as it left it (up
 to ``deletion_steps_per_pass`` steps), and the pass writes the status once, where it stops: at the
 step it waits at, a failure (its description and state), a requeue, or the end of its step budget.
