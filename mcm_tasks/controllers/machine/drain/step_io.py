@@ -5,8 +5,8 @@ issues what is due, saves the progress (``state_io``) and says when to come back
 What a call does, in MCM's order: decide the drain's parameters and whether it is forced
 (``force``); set the node's ``Terminating`` condition and cordon it; select the pods
 (``select``) and sort them by the machine's drain rules (``rules``: the order group removed in this
-round; the pods left, waited for or due later); bring their progress up to date and issue the due evictions or deletions
-(``plan``, ``pods``, ``volumes``); conclude. It never sleeps: waits are progress
+round; the pods left, waited for or due later); bring their progress up to date and issue the due
+evictions or deletions (``plan``, ``pods``, ``volumes``); conclude. It never sleeps: waits are progress
 plus the returned ``wake_in``.
 
 The outcome goes back to the deletion flow, which owns ``lastOperation`` (MCM's descriptions); the
