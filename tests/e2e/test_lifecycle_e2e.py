@@ -325,7 +325,8 @@ def ready_in(c: Cluster, namespace_: str, name: str) -> bool:
 
 
 class Lifetimes(threading.Thread):
-    """For each pod, the sample at which it was first seen leaving and first seen gone."""
+    """For each pod, the sample at which it was first seen leaving and first seen gone (``pods`` in
+    the order they must go)."""
 
     def __init__(self, c: Cluster, pods: list[tuple[str, str]]) -> None:
         super().__init__(daemon=True)
@@ -338,7 +339,9 @@ class Lifetimes(threading.Thread):
         sample = 0
         while not self.stop.is_set() and len(self.gone) < len(self.pods):
             sample += 1
-            for key in self.pods:
+            # the later pods first: one seen leaving in a sample was leaving before the earlier pods
+            # were looked at, so an earlier pod that had to be gone first is seen gone in that sample
+            for key in reversed(self.pods):
                 found = pod_in(self.c, *key)
                 if found is None or found["metadata"].get("deletionTimestamp"):
                     self.leaving.setdefault(key, sample)
