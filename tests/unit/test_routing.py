@@ -12,7 +12,13 @@ from informers.routing import full_resync
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks import kinds
-from mcm_tasks.api.constants import DELETED_BY_FLOW_ANNOTATION, MCM_FINALIZER, PRESERVE_ANNOTATION
+from mcm_tasks.api.constants import (
+    DELETED_BY_FLOW_ANNOTATION,
+    MCM_FINALIZER,
+    PRE_DRAIN_HOOK_PREFIX,
+    PRE_TERMINATE_HOOK_PREFIX,
+    PRESERVE_ANNOTATION,
+)
 
 NS = fx.NS
 M, MS, MCD, CLS, SEC = (
@@ -459,3 +465,24 @@ def test_an_immediate_wakeup_in_the_same_batch_wins() -> None:
     merged.add("machineset", "c")
     merged.merge(r)
     assert merged.split()[1] == []
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "wakes"),
+    [
+        ({f"{PRE_DRAIN_HOOK_PREFIX}owner": ""}, {}, True),  # the last pre-drain hook went
+        (
+            {f"{PRE_TERMINATE_HOOK_PREFIX}a": "", f"{PRE_TERMINATE_HOOK_PREFIX}b": ""},
+            {f"{PRE_TERMINATE_HOOK_PREFIX}b": ""},
+            True,
+        ),
+        ({"unrelated": "1"}, {"unrelated": "2"}, False),
+    ],
+)
+def test_a_hook_removed_from_a_deleting_machine_wakes_its_termination(
+    before: dict[str, str], after: dict[str, str], wakes: bool
+) -> None:
+    """Issue 31: removing a lifecycle hook resumes a held deletion at once, not at its LongRetry."""
+    base = fx.machine("m", machine_set="s", deleting=True, annotations=before)
+    r = world().given(M, base).then(M, MODIFIED, fx.bump(base, "2", annotations=after))
+    assert (("machine-termination", k("m")) in r.items()) is wakes
