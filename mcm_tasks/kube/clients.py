@@ -1,9 +1,9 @@
 """Clients of the control cluster (Machines, MachineSets, … and their Secrets) and the target
 cluster (Nodes, Pods, volumes), built the way MCM builds them from its flags.
 
-``--control-kubeconfig`` / ``--target-kubeconfig``: a path, ``""`` for the in-cluster service
-account, or (target only) ``none`` for no target cluster. Each cluster gets one ``ApiClient`` per
-process, rate limited through the cluster's shared bucket in Redis (``ratelimit``).
+``--control-kubeconfig`` / ``--target-kubeconfig``: a path, ``inClusterConfig`` (upstream's word) or
+``""`` for the pod's ServiceAccount, or (target only) ``none`` for no target cluster. Each cluster
+gets one ``ApiClient`` per process, rate limited through the cluster's shared bucket in Redis (``ratelimit``).
 
 Processes fork (Celery prefork): a urllib3 pool inherited from the parent would share sockets with
 it, so ``get_clusters()`` builds new clients in each process and never hands a child its
@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.kube import rest
+from mcm_tasks.kube import credentials_io, rest
+from mcm_tasks.kube.credentials import IN_CLUSTER, ClusterConfigError
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.ratelimit import cluster_bucket, install_rate_limit
 from mcm_tasks.kube.resources import MACHINE_API_VERSION, Resource
@@ -34,12 +35,9 @@ from mcm_tasks.settings import Settings, get_settings
 log = logging.getLogger(__name__)
 
 TARGET_DISABLED = "none"
+__all__ = ["IN_CLUSTER", "ClusterConfigError", "ControlPlaneNotReady", "load_configuration"]
 CONTROL = "control"
 TARGET = "target"
-
-
-class ClusterConfigError(RuntimeError):
-    """A kubeconfig setting that cannot be turned into a client; the message names the setting."""
 
 
 class ControlPlaneNotReady(RuntimeError):
@@ -47,30 +45,14 @@ class ControlPlaneNotReady(RuntimeError):
 
 
 def load_configuration(kubeconfig: str, setting: str, environ: dict[str, str] | None = None) -> Configuration:
-    """A client configuration from a kubeconfig path, or in-cluster when the path is empty.
+    """A client configuration from a kubeconfig path, or the pod's ServiceAccount for
+    ``inClusterConfig`` (and for an empty path inside a pod), carrying credentials that the request
+    edge keeps current (``credentials_io``: token files re-read, exec plugins re-run, a 401 retried).
 
     Outside a pod an empty path is an error, as it is for MCM (clientcmd falls back to an empty
     configuration there, which cannot reach anything).
     """
-    env = os.environ if environ is None else environ
-    flag = f"--{setting.replace('_', '-')} (MCM_{setting.upper()})"
-    cfg = Configuration()
-    try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg, persist_config=False)
-        elif env.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            raise ClusterConfigError(
-                f"{flag} is empty, which means in-cluster, but this process is not running in a pod "
-                "(KUBERNETES_SERVICE_HOST is not set); give a kubeconfig path"
-            )
-    except ClusterConfigError:
-        raise
-    except (config.ConfigException, OSError, ValueError, TypeError) as err:
-        where = repr(kubeconfig) if kubeconfig else "in-cluster"
-        raise ClusterConfigError(f"{flag}: cannot load {where}: {err}") from err
-    return cfg
+    return credentials_io.load_configuration(kubeconfig, setting, environ)
 
 
 @dataclass

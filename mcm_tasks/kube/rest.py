@@ -25,6 +25,7 @@ the refresh hook re-read the process's environment for a proxy before every requ
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,8 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import RESTClientObject, RESTResponse
 from urllib3.connectionpool import HTTPConnectionPool
+
+from mcm_tasks.kube.credentials_io import ClusterCredentials, credentials_of
 
 Query = Mapping[str, Any] | Sequence[tuple[str, Any]]
 Timeout = float | tuple[float, float] | None
@@ -61,7 +64,14 @@ class EdgeRESTClient(RESTClientObject):
         # request with 35-70 variables (a pod's service links add more), as much as the rest of
         # the request. Pinned, the host setter leaves the proxy alone.
         configuration.proxy = configuration.proxy
-        host = str(configuration.host)
+        self._route()
+        #: the credentials this client's configuration carries (``credentials_io``), kept current
+        self.credentials = credentials_of(configuration)
+        self.generation = self.credentials.generation if self.credentials else 0
+        self._rebuild_lock = threading.Lock()
+
+    def _route(self) -> None:
+        host = str(self.configuration.host)
         scheme_end = host.find("://")
         path_start = host.find("/", scheme_end + 3) if scheme_end >= 0 else -1
         #: ``scheme://authority`` of the configured host: URLs under it use its pool directly
@@ -69,6 +79,18 @@ class EdgeRESTClient(RESTClientObject):
         # a ProxyManager (a configured proxy) rewrites requests: it keeps the whole of them
         self.direct = scheme_end >= 0 and type(self.pool_manager) is urllib3.PoolManager
         self._pool: HTTPConnectionPool | None = None
+
+    def _follow_credentials(self, credentials: ClusterCredentials) -> None:
+        """A new host or new TLS material (a replaced client certificate, CA, or an exec plugin's
+        new certificate): a new pool manager from the configuration. The old one is not closed:
+        another thread may be in a request on it; its connections close when it is collected."""
+        with self._rebuild_lock:
+            generation = credentials.generation
+            if generation == self.generation:
+                return
+            RESTClientObject.__init__(self, self.configuration)
+            self._route()
+            self.generation = generation
 
     def request(
         self,
@@ -79,6 +101,35 @@ class EdgeRESTClient(RESTClientObject):
         post_params: Any = None,
         _request_timeout: Timeout = None,
     ) -> RESTResponse:
+        """One request; with credentials that rotate (``credentials_io``), the current ones, and on
+        a 401 the credentials read again and the request sent once more if they changed."""
+        credentials = self.credentials
+        if credentials is None:
+            return self._request(method, url, headers, body, post_params, _request_timeout)
+        credentials.maybe_reload()
+        headers = dict(headers or {})
+        credentials.authorize(headers)
+        generation = self.generation
+        resp = self._request(method, url, headers, body, post_params, _request_timeout, credentials)
+        if resp.status != 401 or not credentials.unauthorized(credentials_sent(headers), generation):
+            return resp
+        resp.response.drain_conn()
+        resp.response.release_conn()
+        credentials.authorize(headers)
+        return self._request(method, url, headers, body, post_params, _request_timeout, credentials)
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, Any] | None,
+        body: Any,
+        post_params: Any,
+        _request_timeout: Timeout,
+        credentials: ClusterCredentials | None = None,
+    ) -> RESTResponse:
+        if credentials is not None and credentials.generation != self.generation:
+            self._follow_credentials(credentials)
         if (
             post_params
             or not (body is None or isinstance(body, bytes))
@@ -108,6 +159,14 @@ class EdgeRESTClient(RESTClientObject):
         return pool.urlopen(
             method, uri or "/", body=body, headers=headers, timeout=timeout, preload_content=False
         )
+
+
+def credentials_sent(headers: Mapping[str, Any]) -> str | None:
+    """The ``Authorization`` a request went out with."""
+    for name, value in headers.items():
+        if name.lower() == "authorization":
+            return str(value)
+    return None
 
 
 def _timeout(value: Timeout) -> urllib3.Timeout | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -288,9 +289,11 @@ def test_a_wrong_token_and_an_untrusted_server_fail_as_with_the_official_client(
     secure_server: ApiServer,
 ) -> None:
     admin = client.ApiClient(clients.load_configuration(str(secure_server.kubeconfig), "control_kubeconfig"))
-    forged = client.ApiClient(clients.load_configuration(str(secure_server.kubeconfig), "control_kubeconfig"))
-    forged.configuration.refresh_api_key_hook = None  # else it puts the kubeconfig's token back
-    forged.configuration.api_key = {"authorization": "Bearer forged"}
+    doc = yaml.safe_load(secure_server.kubeconfig.read_text())
+    doc["users"][0]["user"]["token"] = "forged"
+    forged_kubeconfig = secure_server.kubeconfig.with_name("forged-kubeconfig")
+    forged_kubeconfig.write_text(yaml.safe_dump(doc))
+    forged = client.ApiClient(clients.load_configuration(str(forged_kubeconfig), "control_kubeconfig"))
     with pytest.raises(ApiException) as err:
         rest.request(forged, "GET", "/api/v1/namespaces/default/configmaps")
     assert err.value.status == 401
