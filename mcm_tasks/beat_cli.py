@@ -40,7 +40,7 @@ from redbeat import RedBeatScheduler
 from redis.exceptions import LockError
 
 from beat_schedule import beat_schedule, job_of
-from mcm_tasks.cli_support import command_settings
+from mcm_tasks.cli_support import command_settings, log_level
 from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
 from mcm_tasks.queue import enqueue
 from mcm_tasks.redisdb import get_redis, redbeat_options, rkey
@@ -254,7 +254,7 @@ def run_beat(settings: Settings, identity: str = "", loglevel: str = "info") -> 
 def beat(
     ctx: typer.Context,
     identity: str = typer.Option("", help="This replica's name in the lock and the fire log."),
-    loglevel: str = typer.Option("info", help="Log level."),
+    loglevel: str = typer.Option("", help="Log level (default: from --v, info)."),
 ) -> None:
     """Run Celery beat for the safety jobs; one replica leads, the others stand by. MCM flags
     (--machine-safety-overshooting-period=30s …) follow."""
@@ -262,7 +262,7 @@ def beat(
     from mcm_tasks.observability import serve
 
     serve(settings, standard_probes(settings, apiserver=False))
-    run_beat(settings, identity, loglevel)
+    run_beat(settings, identity, log_level(loglevel))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from types import FrameType
 
 import typer
 
-from mcm_tasks.cli_support import command_settings
+from mcm_tasks.cli_support import command_settings, log_level
 
 app = typer.Typer(add_completion=False)
 log = logging.getLogger("informers")
@@ -28,14 +28,14 @@ def informer(
     ctx: typer.Context,
     identity: str = typer.Option("", help="Leader-election identity (default: <hostname>_<uuid>)."),
     sink: str = typer.Option("queue", help="Where routed keys go: queue (Celery), list (a Redis list)."),
-    loglevel: str = typer.Option("info", help="Log level."),
+    loglevel: str = typer.Option("", help="Log level (default: from --v, info)."),
 ) -> None:
     """Mirror the control and target clusters into Redis and enqueue what changed. MCM flags
     (--namespace=…, --min-resync-period=…, --leader-elect=false …) follow."""
-    settings = command_settings(ctx.args)
+    settings = command_settings(ctx.args, clusters=True)
     from mcm_tasks.logs import setup_logging
 
-    setup_logging(loglevel, settings.log_format)
+    setup_logging(log_level(loglevel), settings.log_format)
 
     from informers.leader import LeaderElector
     from informers.runner import Informer

@@ -36,7 +36,11 @@ UPSTREAM_IGNORED_FLAGS: dict[str, bool] = {
     "kube-api-content-type": False,
     "controller-start-interval": False,
     "machine-replace-cycle-count-threshold": False,
-    "v": False,
+    # older upstream releases' flags, still on seeds' command lines
+    "delete-migrated-machine-class": True,
+    "autoscaler-scaldown-annotation-during-rollout": True,
+    "machine-safety-apiserver-period": False,
+    "machine-safety-apiserver-timeout": False,
     "vmodule": False,
     "log-flush-frequency": False,
     "logging-format": False,
@@ -397,6 +401,38 @@ def _field_name(flag: str) -> str:
     return name
 
 
+#: klog's verbosity flag (``--v=3`` on Gardener's command lines): not a setting, it picks the log level
+VERBOSITY_FLAG = "v"
+
+
+def take_verbosity(args: Sequence[str]) -> tuple[int | None, list[str]]:
+    """Upstream's ``--v`` (or ``-v``, ``--v 3``) out of a command line: (its value or None, the
+    other arguments). A value that is not a number is a SettingsError, as pflag refuses it."""
+    rest: list[str] = []
+    value: str | None = None
+    it = iter(args)
+    for arg in it:
+        name, eq, given = arg.lstrip("-").partition("=")
+        if not arg.startswith("-") or name != VERBOSITY_FLAG:
+            rest.append(arg)
+            continue
+        if not eq:
+            nxt = next(it, None)
+            if nxt is None:
+                raise SettingsError("flag --v needs a value")
+            given = nxt
+        value = given
+    if value is None:
+        return None, rest
+    try:
+        level = int(value)
+    except ValueError:
+        raise SettingsError(f"flag --v: {value!r} is not a number") from None
+    if level < 0:
+        raise SettingsError(f"flag --v: {value!r} must not be negative")
+    return level, rest
+
+
 def parse_flags(args: Sequence[str]) -> dict[str, str]:
     """MCM-style flags (``--machine-health-timeout=5m`` or ``--safety-up 3``) to overrides; the
     upstream flags we do not act on are dropped (see :func:`split_flags`)."""
@@ -405,7 +441,8 @@ def parse_flags(args: Sequence[str]) -> dict[str, str]:
 
 def split_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """Flags to (overrides, upstream flags accepted and ignored), with pflag's syntax: ``--f=v``,
-    ``--f v``, single-dash long names (``-v=3``), and booleans that take a value only after ``=``."""
+    ``--f v``, single-dash long names (``-v=3``), and booleans that take a value only after ``=``.
+    ``--v`` is passed over (``take_verbosity`` reads it)."""
     out: dict[str, str] = {}
     ignored: list[str] = []
     it = iter(args)
@@ -413,7 +450,7 @@ def split_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         if not arg.startswith("-") or arg in ("-", "--"):
             raise SettingsError(f"unexpected argument {arg!r}")
         name, eq, value = arg.lstrip("-").partition("=")
-        boolean = UPSTREAM_IGNORED_FLAGS.get(name)
+        boolean = UPSTREAM_IGNORED_FLAGS.get(name, False if name == VERBOSITY_FLAG else None)
         field = None if boolean is not None else _field_name(f"--{name}")
         if field is not None and Settings.model_fields[field].annotation is bool:
             boolean = True
@@ -426,7 +463,7 @@ def split_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
                     raise SettingsError(f"flag --{name} needs a value")
                 value = nxt
         if field is None:
-            if name not in ignored:
+            if name not in ignored and name != VERBOSITY_FLAG:  # --v: take_verbosity's
                 ignored.append(name)
         else:
             out[field] = value

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from mcm_tasks.admin.cli import admin_app
-from mcm_tasks.cli_support import command_settings
+from mcm_tasks.cli_support import command_settings, log_level
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.observability import MULTIPROC_ENV, serve
 from mcm_tasks.probes import standard_probes
@@ -101,7 +101,7 @@ def _ensure_multiprocess_metrics() -> None:
 def prepare_worker(flags: list[str], reconcilers: str = "") -> Settings:
     """Settings from MCM flags, applied to the Celery app before it starts (pool processes fork
     from this process, so they inherit both)."""
-    settings = command_settings(flags)
+    settings = command_settings(flags, clusters=True)
     if reconcilers:
         os.environ["MCM_RECONCILER_MODULES"] = reconcilers
     from mcm_tasks.celery_app import apply_settings
@@ -119,7 +119,7 @@ def worker(
     queues: str = typer.Option("", help="Kinds to consume, comma-separated (default: all queues)."),
     concurrency: int = typer.Option(0, help="Pool processes (default: the worker-concurrency setting)."),
     hostname: str = typer.Option("", help="Celery node name (default: mcm-<pid>@<host>)."),
-    loglevel: str = typer.Option("info", help="Celery log level."),
+    loglevel: str = typer.Option("", help="Celery log level (default: from --v, info)."),
     reconcilers: str = typer.Option("", help="Reconciler modules to load (sets MCM_RECONCILER_MODULES)."),
 ) -> None:
     """Run a Celery worker on the reconcile queues. MCM flags (--reconcile-lock-ttl=30s …) follow;
@@ -135,7 +135,7 @@ def worker(
             queue_names(queues),
             concurrency or settings.worker_concurrency,
             name,
-            loglevel,
+            log_level(loglevel),
             settings.log_format,
             settings.worker_pool,
             event_heartbeat_interval(settings),

@@ -1,5 +1,7 @@
-"""An upstream command line: every flag Go MCM (machine-controller-manager) and the machine
-controller (machine-controller) take, with values a Gardener deployment would pass."""
+"""Upstream command lines: every flag Go MCM (machine-controller-manager) and the machine
+controller (machine-controller) take, with values a Gardener deployment would pass; Gardener's own
+two command lines (gardener/gardener, component machine-controller-manager) as a seed runs them;
+and flags of older upstream releases still found on seeds."""
 
 from __future__ import annotations
 
@@ -49,3 +51,50 @@ def upstream_command_line(control: Path, target: Path) -> list[str]:
         "--leader-elect-retry-period=2s",
         "--leader-elect-resource-lock=leases",
     ]
+
+
+#: where Gardener mounts the shoot's generic kubeconfig (its user has ``tokenFile:``)
+GARDENER_TARGET_KUBECONFIG = "/var/run/secrets/gardener.cloud/shoot/generic-kubeconfig/kubeconfig"
+
+
+def gardener_manager_command_line(namespace: str, target: str = GARDENER_TARGET_KUBECONFIG) -> list[str]:
+    """The manager container (``machine-controller-manager``) of Gardener's deployment."""
+    return [
+        "--control-kubeconfig=inClusterConfig",
+        "--machine-safety-overshooting-period=1m",
+        f"--namespace={namespace}",
+        "--port=10258",
+        "--safety-up=2",
+        "--safety-down=1",
+        f"--target-kubeconfig={target}",
+        "--concurrent-syncs=30",
+        "--kube-api-qps=150",
+        "--kube-api-burst=200",
+        "--v=3",
+    ]
+
+
+def gardener_provider_command_line(namespace: str, target: str = GARDENER_TARGET_KUBECONFIG) -> list[str]:
+    """The provider sidecar (``machine-controller``) of Gardener's deployment."""
+    return [
+        "--control-kubeconfig=inClusterConfig",
+        "--machine-creation-timeout=20m",
+        "--machine-drain-timeout=2h",
+        "--machine-health-timeout=10m",
+        "--machine-safety-apiserver-statuscheck-timeout=30s",
+        "--machine-safety-apiserver-statuscheck-period=1m",
+        "--machine-safety-orphan-vms-period=30m",
+        f"--namespace={namespace}",
+        "--port=10259",
+        f"--target-kubeconfig={target}",
+        "--v=3",
+    ]
+
+
+#: flags of older upstream releases that seeds' command lines still carry
+OLDER_UPSTREAM_FLAGS = [
+    "--delete-migrated-machine-class=true",
+    "--autoscaler-scaldown-annotation-during-rollout=false",
+    "--machine-safety-apiserver-period=1m",
+    "--machine-safety-apiserver-timeout=30s",
+]

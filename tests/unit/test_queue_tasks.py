@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,15 +71,25 @@ def test_histogram_is_cumulative_with_inf() -> None:
     assert h.count == 4
 
 
-def test_worker_flags_reach_the_celery_app(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_flags_reach_the_celery_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from mcm_sandbox.apiserver.kubeconfig import write_kubeconfig
     from mcm_tasks.celery_app import app, apply_settings
     from mcm_tasks.queue.registry import ENV
     from mcm_tasks.settings import get_settings, reset_settings
 
     monkeypatch.delenv(ENV, raising=False)
     try:
+        kubeconfig = tmp_path / "kubeconfig"  # the worker loads it at start: a bad one stops it there
+        write_kubeconfig(kubeconfig, "http://127.0.0.1:1", "t0ken")
         settings = prepare_worker(
-            ["--reconcile-lock-ttl=10s", "--visibility-timeout", "2h"], "my.reconcilers"
+            [
+                "--reconcile-lock-ttl=10s",
+                "--visibility-timeout",
+                "2h",
+                f"--control-kubeconfig={kubeconfig}",
+                "--target-kubeconfig=none",
+            ],
+            "my.reconcilers",
         )
         assert settings.reconcile_lock_ttl == 10
         assert app.conf.task_time_limit == pytest.approx(9.5)

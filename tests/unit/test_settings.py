@@ -126,10 +126,12 @@ def test_an_upstream_command_line_is_accepted() -> None:
     from pathlib import Path
 
     from mcm_tasks.cli_support import startup_warnings
-    from mcm_tasks.settings import split_flags
+    from mcm_tasks.settings import split_flags, take_verbosity
     from tests.upstream_flags import upstream_command_line
 
-    overrides, ignored = split_flags(upstream_command_line(Path("/c"), Path("/t")))
+    verbosity, flags = take_verbosity(upstream_command_line(Path("/c"), Path("/t")))
+    assert verbosity == 3
+    overrides, ignored = split_flags(flags)
     s = load_settings(overrides)
     assert (s.concurrent_syncs, s.machine_preserve_timeout, s.machine_inplace_update_timeout) == (
         30,
@@ -144,7 +146,6 @@ def test_an_upstream_command_line_is_accepted() -> None:
         "kube-api-content-type",
         "controller-start-interval",
         "machine-replace-cycle-count-threshold",
-        "v",
         "vmodule",
         "log-flush-frequency",
     ]
@@ -158,7 +159,7 @@ def test_an_upstream_command_line_is_accepted() -> None:
         (["--leader-elect", "--safety-up", "3"], {"leader_elect": "true", "safety_up": "3"}, []),
         (["--leader-elect=false"], {"leader_elect": "false"}, []),
         (["--profiling", "--safety-up=4"], {"safety_up": "4"}, ["profiling"]),
-        (["-v", "2", "--v=3"], {}, ["v"]),
+        (["-v", "2", "--v=3"], {}, []),
         (["--cloud-provider", "aws"], {}, ["cloud-provider"]),
     ],
 )
@@ -193,3 +194,81 @@ def test_preserve_and_inplace_timeouts_default_as_upstream_code(monkeypatch: pyt
             monkeypatch.delenv(var)
     s = load_settings()
     assert (s.machine_preserve_timeout, s.machine_inplace_update_timeout) == (3 * 3600, 20 * 60)
+
+
+@pytest.mark.parametrize("which", ["manager", "provider", "merged"])
+def test_gardeners_command_lines_are_accepted(which: str) -> None:
+    """Gardener's two command lines, and both at once (one of our processes plays both upstream
+    binaries: later flags win, as pflag's do), with older releases' flags: every flag parsed, the
+    ones we do not act on named in one warning."""
+    from mcm_tasks.cli_support import startup_warnings
+    from mcm_tasks.settings import split_flags, take_verbosity
+    from tests.upstream_flags import (
+        GARDENER_TARGET_KUBECONFIG,
+        OLDER_UPSTREAM_FLAGS,
+        gardener_manager_command_line,
+        gardener_provider_command_line,
+    )
+
+    manager, provider = (
+        gardener_manager_command_line("shoot--p--s"),
+        gardener_provider_command_line("shoot--p--s"),
+    )
+    line = {"manager": manager, "provider": provider, "merged": manager + provider}[
+        which
+    ] + OLDER_UPSTREAM_FLAGS
+    verbosity, flags = take_verbosity(line)
+    overrides, ignored = split_flags(flags)
+    s = load_settings(overrides)
+    assert verbosity == 3
+    assert (s.control_kubeconfig, s.target_kubeconfig, s.namespace) == (
+        "inClusterConfig",
+        GARDENER_TARGET_KUBECONFIG,
+        "shoot--p--s",
+    )
+    if which != "provider":
+        assert (s.concurrent_syncs, s.kube_api_qps, s.kube_api_burst, s.safety_up) == (30, 150, 200, 2)
+    if which != "manager":
+        assert (s.machine_safety_orphan_vms_period, s.machine_drain_timeout) == (1800, 7200)
+    assert s.port == (10258 if which == "manager" else 10259)
+    assert ignored == [
+        "delete-migrated-machine-class",
+        "autoscaler-scaldown-annotation-during-rollout",
+        "machine-safety-apiserver-period",
+        "machine-safety-apiserver-timeout",
+    ]
+    (warning,) = startup_warnings(s, ignored)
+    assert "--delete-migrated-machine-class" in warning
+
+
+@pytest.mark.parametrize(
+    ("args", "level", "rest"),
+    [
+        (["--v=3", "--port=1"], 3, ["--port=1"]),
+        (["-v", "5"], 5, []),
+        (["--v", "0", "--v=4"], 4, []),
+        (["--port=1"], None, ["--port=1"]),
+    ],
+)
+def test_verbosity_is_taken_out(args: list[str], level: int | None, rest: list[str]) -> None:
+    from mcm_tasks.settings import take_verbosity
+
+    assert take_verbosity(args) == (level, rest)
+
+
+@pytest.mark.parametrize("args", [["--v=x"], ["--v"], ["--v=-1"]])
+def test_a_bad_verbosity_is_a_settings_error(args: list[str]) -> None:
+    from mcm_tasks.settings import SettingsError, take_verbosity
+
+    with pytest.raises(SettingsError, match="--v"):
+        take_verbosity(args)
+
+
+def test_verbosity_picks_the_log_level_unless_loglevel_does() -> None:
+    from mcm_tasks import cli_support
+
+    cli_support.command_settings(["--v=3"])
+    assert cli_support.log_level("") == "info"
+    cli_support.command_settings(["--v=4"])
+    assert cli_support.log_level("") == "debug"
+    assert cli_support.log_level("warning") == "warning"
