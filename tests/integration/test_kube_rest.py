@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 import urllib3
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

@@ -1,0 +1,249 @@
+"""Credentials that rotate under a running client, against the sandbox API server with RBAC and
+TLS (a revoked token gets 401 there, as on a real cluster): Gardener's ``tokenFile`` kubeconfig, the
+pod's ServiceAccount token as the kubelet rotates it, an exec credential plugin, and client
+certificates replaced on disk (against a TLS server that authenticates them)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_tasks.kube import clients, credentials_io, rest
+from mcm_tasks.kube.credentials import EXPIRY_LEEWAY
+from tests.credentials_support import (
+    CertificateAuthority,
+    ProjectedServiceAccount,
+    bound_token,
+    client_cert_kubeconfig,
+    client_cert_server,
+    exec_kubeconfig,
+    generic_kubeconfig,
+    reloads,
+    replace_client_cert,
+    revoke,
+    server_and_ca,
+    service_account_with,
+    write_atomically,
+)
+from tests.integration.test_apiserver_support import unique
+
+pytestmark = pytest.mark.integration
+
+NS = "default"
+SA = "rotating"
+CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
+READ_CONFIGMAPS = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    server = ApiServer(tmp_path_factory.mktemp("credentials"), extra_args=["--authorization-mode", "RBAC"])
+    server.start()
+    service_account_with(server.kubeconfig, NS, SA, READ_CONFIGMAPS)
+    yield server
+    server.stop()
+
+
+def token(sandbox: ApiServer) -> tuple[str, str]:
+    """A fresh token of the test's ServiceAccount and the Secret that revokes it."""
+    secret = unique("tok")
+    return bound_token(sandbox.kubeconfig, NS, SA, secret), secret
+
+
+def test_a_rotated_token_file_is_read_again_at_once_on_a_401(
+    sandbox: ApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Gardener's token-requestor rewrites the generic kubeconfig's token file and the old token
+    dies: the next request meets a 401, the file is read again and the request retried once, and
+    the reload is counted and logged once, for the typed API as for our own requests."""
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    first, first_secret = token(sandbox)
+    (tmp_path / "token").write_text(first + "\n")
+    kubeconfig = generic_kubeconfig(tmp_path / "kubeconfig", server, ca)
+    api = client.ApiClient(clients.load_configuration(str(kubeconfig), "target_kubeconfig"))
+    try:
+        assert rest.request(api, "GET", CONFIGMAPS)["kind"] == "ConfigMapList"
+        second, _ = token(sandbox)
+        write_atomically(tmp_path / "token", second)
+        revoke(sandbox.kubeconfig, NS, first_secret)
+        before = reloads("target", "unauthorized")
+        with caplog.at_level(logging.WARNING, logger="mcm_tasks.kube.credentials_io"):
+            assert rest.request(api, "GET", CONFIGMAPS)["kind"] == "ConfigMapList"
+            for _ in range(3):
+                client.CoreV1Api(api).list_namespaced_config_map(NS)
+        assert reloads("target", "unauthorized") == before + 1
+        warnings = [r.getMessage() for r in caplog.records if "401" in r.getMessage()]
+        assert len(warnings) == 1, warnings
+        assert (
+            str(tmp_path / "token") in warnings[0] and second not in warnings[0] and first not in warnings[0]
+        )
+    finally:
+        api.close()
+
+
+def test_a_token_that_stays_refused_is_not_retried_forever(sandbox: ApiServer, tmp_path: Path) -> None:
+    """A revoked token nobody replaced: one re-read, no retry (the credential did not change), and
+    the caller gets the 401."""
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    first, first_secret = token(sandbox)
+    (tmp_path / "token").write_text(first)
+    api = client.ApiClient(
+        clients.load_configuration(
+            str(generic_kubeconfig(tmp_path / "kubeconfig", server, ca)), "target_kubeconfig"
+        )
+    )
+    try:
+        revoke(sandbox.kubeconfig, NS, first_secret)
+        with pytest.raises(ApiException) as err:
+            rest.request(api, "GET", CONFIGMAPS)
+        assert err.value.status == 401
+    finally:
+        api.close()
+
+
+def test_a_token_file_is_read_again_each_period(sandbox: ApiServer, tmp_path: Path) -> None:
+    """Without a 401 (the old token still valid), a rewritten token file is used from the first
+    request after the period (client-go's minute; compressed here): the old token can then be
+    revoked without a single refused request."""
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    first, first_secret = token(sandbox)
+    (tmp_path / "token").write_text(first)
+    kubeconfig = generic_kubeconfig(tmp_path / "kubeconfig", server, ca)
+    cfg = credentials_io.load_configuration(str(kubeconfig), "target_kubeconfig", period=0.5)
+    api = client.ApiClient(cfg)
+    try:
+        rest.request(api, "GET", CONFIGMAPS)
+        second, _ = token(sandbox)
+        write_atomically(tmp_path / "token", second)
+        refused, renewed = reloads("target", "unauthorized"), reloads("target", "period")
+        time.sleep(0.6)  # the period itself is what is under test
+        rest.request(api, "GET", CONFIGMAPS)
+        credentials = credentials_io.credentials_of(cfg)
+        assert credentials is not None and credentials.authorization == f"Bearer {second}"
+        revoke(sandbox.kubeconfig, NS, first_secret)
+        rest.request(api, "GET", CONFIGMAPS)
+        assert reloads("target", "unauthorized") == refused
+        assert reloads("target", "period") == renewed + 1
+    finally:
+        api.close()
+
+
+def test_the_in_cluster_token_is_read_again_after_the_kubelet_rotates_it(
+    sandbox: ApiServer, tmp_path: Path
+) -> None:
+    """``inClusterConfig``: the ServiceAccount's files as a pod sees them (``MCM_INCLUSTER_ROOT``
+    points the loader at this test's copy), rotated as the kubelet rotates a projected token."""
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    mount = ProjectedServiceAccount(tmp_path / "pod", NS, ca)
+    first, first_secret = token(sandbox)
+    mount.write(first)
+    cfg = clients.load_configuration("inClusterConfig", "control_kubeconfig", environ=mount.environ(server))
+    assert cfg.host == server and cfg.ssl_ca_cert == str(mount.directory / "ca.crt")
+    api = client.ApiClient(cfg)
+    try:
+        assert rest.request(api, "GET", CONFIGMAPS)["kind"] == "ConfigMapList"
+        second, _ = token(sandbox)
+        mount.write(second)
+        revoke(sandbox.kubeconfig, NS, first_secret)
+        before = reloads("control", "unauthorized")
+        assert rest.request(api, "GET", CONFIGMAPS)["kind"] == "ConfigMapList"
+        assert reloads("control", "unauthorized") == before + 1
+    finally:
+        api.close()
+
+
+def runs(counter: Path) -> int:
+    return len(counter.read_text())
+
+
+def test_an_exec_plugin_runs_again_when_its_credential_expires(sandbox: ApiServer, tmp_path: Path) -> None:
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    lifetime = EXPIRY_LEEWAY + 3  # renewed some 3 s after it is handed out
+    kubeconfig, token_file, counter = exec_kubeconfig(tmp_path, server, ca, lifetime)
+    token_file.write_text(token(sandbox)[0])
+    api = client.ApiClient(clients.load_configuration(str(kubeconfig), "control_kubeconfig"))
+    try:
+        rest.request(api, "GET", CONFIGMAPS)
+        rest.request(api, "GET", CONFIGMAPS)
+        assert runs(counter) == 1  # one run serves every request while the credential is valid
+        before = reloads("control", "expiry")
+        second = token(sandbox)[0]
+        write_atomically(token_file, second)
+
+        def renewed() -> bool:
+            rest.request(api, "GET", CONFIGMAPS)
+            return runs(counter) == 2
+
+        wait_until(renewed, 15, interval=0.5, what="the plugin run again at its credential's expiry")
+        assert reloads("control", "expiry") == before + 1
+    finally:
+        api.close()
+
+
+def test_an_exec_plugin_runs_again_after_a_401(sandbox: ApiServer, tmp_path: Path) -> None:
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    kubeconfig, token_file, counter = exec_kubeconfig(tmp_path, server, ca, 3600)
+    first, first_secret = token(sandbox)
+    token_file.write_text(first)
+    api = client.ApiClient(clients.load_configuration(str(kubeconfig), "control_kubeconfig"))
+    try:
+        rest.request(api, "GET", CONFIGMAPS)
+        assert runs(counter) == 1
+        write_atomically(token_file, token(sandbox)[0])
+        revoke(sandbox.kubeconfig, NS, first_secret)
+        before = reloads("control", "unauthorized")
+        assert rest.request(api, "GET", CONFIGMAPS)["kind"] == "ConfigMapList"
+        assert runs(counter) == 2 and reloads("control", "unauthorized") == before + 1
+    finally:
+        api.close()
+
+
+def test_a_failing_exec_plugin_names_the_flag_the_kubeconfig_and_the_plugin(
+    sandbox: ApiServer, tmp_path: Path
+) -> None:
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    kubeconfig, _, _ = exec_kubeconfig(tmp_path, server, ca, 600, env={"MCM_TEST_PLUGIN_FAIL": "1"})
+    with pytest.raises(clients.ClusterConfigError) as err:
+        clients.load_configuration(str(kubeconfig), "target_kubeconfig")
+    assert str(err.value) == (
+        f"--target-kubeconfig (MCM_TARGET_KUBECONFIG): exec plugin './bin/token-plugin' of {kubeconfig} "
+        "failed with exit code 3: plugin: cannot reach the identity provider"
+    )
+
+
+def test_replaced_client_certificates_are_picked_up(tmp_path: Path) -> None:
+    """Certificate and key files replaced on disk: used from the next period on without a single
+    refused request, and at once when the server refuses the old one (401)."""
+    authority = CertificateAuthority()
+    with client_cert_server(tmp_path / "server", authority) as server:
+        server.allowed = {"first"}
+        kubeconfig = client_cert_kubeconfig(tmp_path / "kc", server, *authority.issue("first"))
+        cfg = credentials_io.load_configuration(str(kubeconfig), "control_kubeconfig", period=2.0)
+        api = client.ApiClient(cfg)
+        try:
+            answer: dict[str, Any] = rest.request(api, "GET", "/whoami")
+            assert answer["message"] == "first"
+
+            # on schedule: both names valid, the new certificate is used after the period
+            server.allowed = {"first", "second"}
+            replace_client_cert(tmp_path / "kc", *authority.issue("second"))
+            time.sleep(2.1)  # the period itself is what is under test
+            assert rest.request(api, "GET", "/whoami")["message"] == "second"
+
+            # on a 401: the server stops accepting "second" as "third" replaces it
+            replace_client_cert(tmp_path / "kc", *authority.issue("third"))
+            server.allowed = {"third"}
+            before = reloads("control", "unauthorized")
+            assert rest.request(api, "GET", "/whoami")["message"] == "third"
+            assert reloads("control", "unauthorized") == before + 1
+            assert server.seen[-2:] == ["second", "third"]
+        finally:
+            api.close()
