@@ -247,3 +247,54 @@ def test_replaced_client_certificates_are_picked_up(tmp_path: Path) -> None:
             assert server.seen[-2:] == ["second", "third"]
         finally:
             api.close()
+
+
+def bad_control_kubeconfig(case: str, tmp_path: Path) -> tuple[str, str]:
+    """A --control-kubeconfig for each kind of bad input, and what its error line must say."""
+    server = "https://127.0.0.1:1"
+    if case == "in-cluster outside a pod":
+        return (
+            "inClusterConfig",
+            "--control-kubeconfig (MCM_CONTROL_KUBECONFIG)=inClusterConfig: not running in a pod",
+        )
+    if case == "missing tokenFile":
+        kubeconfig = generic_kubeconfig(tmp_path / "missing" / "kubeconfig", server, b"")
+        return str(kubeconfig), f"{tmp_path / 'missing' / 'token'} does not exist"
+    if case == "empty tokenFile":
+        kubeconfig = generic_kubeconfig(tmp_path / "empty" / "kubeconfig", server, b"")
+        (tmp_path / "empty" / "token").write_text("")
+        return str(kubeconfig), f"{tmp_path / 'empty' / 'token'} is empty"
+    kubeconfig, _, _ = exec_kubeconfig(tmp_path / "exec", server, b"", 600, {"MCM_TEST_PLUGIN_FAIL": "1"})
+    return str(kubeconfig), f"exec plugin './bin/token-plugin' of {kubeconfig} failed with exit code 3"
+
+
+@pytest.mark.parametrize("command", ["informer", "worker"])
+@pytest.mark.parametrize(
+    "case", ["in-cluster outside a pod", "missing tokenFile", "empty tokenFile", "exec fails"]
+)
+def test_bad_credentials_stop_a_command_with_one_line(command: str, case: str, tmp_path: Path) -> None:
+    """Bad credential input at start: one line naming the flag and the path, exit 2, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from mcm_sandbox.apiserver.kubeconfig import write_kubeconfig
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "MCM_", "PROMETHEUS_"))}
+    target = tmp_path / "target-kubeconfig"
+    write_kubeconfig(target, "http://127.0.0.1:1", "t0ken")
+    control, expected = bad_control_kubeconfig(case, tmp_path)
+    argv = [f"--control-kubeconfig={control}", f"--target-kubeconfig={target}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "mcm_tasks.cli", command, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("Error: --control-kubeconfig (MCM_CONTROL_KUBECONFIG)"), lines[0]
+    assert expected in lines[0], lines[0]
