@@ -40,6 +40,7 @@ from redbeat import RedBeatScheduler
 from redis.exceptions import LockError
 
 from beat_schedule import beat_schedule, job_of
+from mcm_tasks import standby
 from mcm_tasks.cli_support import command_settings, log_level
 from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
 from mcm_tasks.queue import enqueue
@@ -215,6 +216,10 @@ class SafetyScheduler(RedBeatScheduler):  # type: ignore[misc]
     def _fire(self, entry: Any) -> None:
         job = job_of(entry.task, entry.args)
         if job is None:
+            return
+        held = standby.read(get_redis())
+        if held is not None:  # a Go MCM holds upstream's Lease: its safety jobs are its own
+            log.info("beat %s: %s not run, %s", self.identity, entry.name, held.describe())
             return
         published = enqueue(*job)
         record_fire(get_redis(), entry.name, self.identity)

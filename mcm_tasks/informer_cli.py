@@ -40,6 +40,7 @@ def informer(
     from informers.leader import LeaderElector
     from informers.runner import Informer
     from informers.sink import make_sink
+    from informers.upstream import UpstreamLeases
     from mcm_tasks.kube.clients import build_clusters, check_control_cluster, leader_election_client
     from mcm_tasks.observability import serve
     from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
@@ -56,11 +57,11 @@ def informer(
     runner = Informer(settings, apis, client, make_sink(sink, client), me)
     LEADING["informer"] = False
 
-    def lead(leading: threading.Event) -> None:
+    def act(acting: threading.Event) -> None:
         """The informer leads (mcm_leader, /readyz, the fleet metrics) while this runs."""
         LEADING["informer"] = True
         try:
-            runner.lead(leading)
+            runner.lead(acting)
         finally:
             LEADING["informer"] = False
             PROGRESS.forget("writer")  # a standby's writer does not turn
@@ -75,6 +76,13 @@ def informer(
     signal.signal(signal.SIGINT, on_signal)
     if settings.leader_elect:
         election_api = leader_election_client(settings)  # outside the shared budget, as upstream
+        # holding our Lease, the informer also takes upstream's two, and acts only with both: a
+        # Go MCM still running (a rolling swap) keeps every process of ours standing by
+        upstream = UpstreamLeases(election_api, settings.namespace, me, client)
+
+        def lead(leading: threading.Event) -> None:
+            upstream.run(act, leading)
+
         elector = LeaderElector(
             election_api,
             settings.namespace,
@@ -86,5 +94,5 @@ def informer(
         elector.run(lead, stop)
         election_api.close()
     else:
-        lead(stop)
+        act(stop)
     clusters.close()

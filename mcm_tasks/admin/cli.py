@@ -20,7 +20,9 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from mcm_tasks import standby
 from mcm_tasks.admin.keys import NotFound, check_kind, exists, inspect_key, when, worker_of
+from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure
 
 admin_app = typer.Typer(
@@ -149,10 +151,17 @@ def admin_queues(output: Output = OUTPUT) -> None:
     columns = ("queue", "messages", "waiting", "delayed", "running", "dirty", "failing", "adds", "retries",
                "recovered")  # fmt: skip
 
+    held = standby.read(get_redis())
+
     def table() -> Any:
+        if held is not None:  # first: the one line that explains every other number here
+            console.print(held.describe(), style="bold", markup=False, highlight=False, soft_wrap=True)
         console.print(_table(columns, rows, ""))
         return QUEUE_LEGEND
 
+    if held is not None and output is Output.JSON:
+        # on stderr: the JSON on stdout keeps its shape
+        errors.print(held.describe(), markup=False, highlight=False, soft_wrap=True)
     emit(output, [dict(zip(columns, row, strict=True)) for row in rows], table)
 
 

@@ -13,7 +13,8 @@ Four duties, each leader-free and idempotent (any number of workers run them at 
    interval); as a backstop (a notification missed while reconnecting) the keeper that repairs
    (duty 4) also reads the delayed sets, not every keeper at every sweep: at rest that read (one
    ZRANGE per kind) was most of a worker's Redis commands. (A keeper that resubscribes reads them
-   at once itself.)
+   at once itself.) While upstream's MCM holds its Lease (``mcm_tasks.standby``) nothing is
+   published: the keeper looks again every ``UPSTREAM_RETRY_PERIOD``.
 2. **Heartbeat and lease renewal**: kombu's Redis transport keeps each delivered, unacknowledged
    message in ``<prefix>:broker:unacked`` (tag → message) and ``…:unacked_index`` (tag → time of
    delivery) until its ack. The keeper sets the index time of every message this process holds
@@ -48,12 +49,14 @@ import time
 
 import redis
 
+from mcm_tasks import standby
 from mcm_tasks.broker import held_delivery_tags
 from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, wake_channel, workers_key
 from mcm_tasks.queue.producer import publish_due, scripts_for
 from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, Settings, get_settings
+from mcm_tasks.standby import UPSTREAM_RETRY_PERIOD, Standby
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +236,8 @@ class Keeper(threading.Thread):
         self.sweeps = 0
         #: repairs (with the backstop read) this keeper ran: its turns, one per period fleet-wide
         self.repairs = 0
+        #: the standby in force at the last publish pass (``mcm_tasks.standby``): nothing published
+        self.standing_by: Standby | None = None
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
@@ -278,10 +283,20 @@ class Keeper(threading.Thread):
                         next_due = min(next_due, now)  # the backstop of a missed notification
                     next_repair = now + repair_every
                 if now >= next_due:
-                    published, first_due = publish_due(client, now)
-                    self.published += published
-                    self.due_reads += 1
-                    next_due = float("inf") if first_due is None else first_due
+                    held = standby.read(client)
+                    if held is not None:  # a Go MCM holds upstream's Lease: no key of ours moves
+                        if self.standing_by is None:
+                            log.warning("keeper: %s", held.describe())
+                        self.standing_by = held
+                        next_due = now + UPSTREAM_RETRY_PERIOD
+                    else:
+                        if self.standing_by is not None:
+                            log.info("keeper: standby over, publishing delayed keys again")
+                        self.standing_by = None
+                        published, first_due = publish_due(client, now)
+                        self.published += published
+                        self.due_reads += 1
+                        next_due = float("inf") if first_due is None else first_due
                 if down:
                     log.info("keeper: Redis is back")
                     down = False
