@@ -1,0 +1,205 @@
+"""Upstream's Leases during a swap, against the sandbox API server and a real Redis: while another
+holder (a Go MCM) renews ``machine-controller-manager``, our leading informer does not act and the
+standby marker names the holder; keepers publish no delayed key and beat fires no safety job; once
+the holder stops renewing, ours takes both Leases and acts; a takeover stops the acting."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import redis
+from kubernetes.client import ApiClient
+
+from informers.leader import micro_time
+from informers.upstream import UpstreamLeases
+from mcm_sandbox.procs import wait_until
+from mcm_tasks import kinds, standby
+from mcm_tasks.kube import ops, rest
+from mcm_tasks.standby import Standby
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def namespace(kube_api: ApiClient) -> str:
+    name = f"swap-{uuid.uuid4().hex[:8]}"
+    ops.create(kube_api, kinds.NAMESPACE.resource, {"metadata": {"name": name}})
+    return name
+
+
+class Rival:
+    """A Go MCM holding one Lease: renews it every ``every`` seconds until stopped (it then neither
+    renews nor releases, as a killed pod)."""
+
+    def __init__(
+        self, api: ApiClient, namespace: str, name: str, duration: int = 2, every: float = 0.3
+    ) -> None:
+        self.api, self.namespace, self.name = api, namespace, name
+        self.duration, self.every = duration, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def write(self) -> None:
+        now = micro_time(datetime.now(UTC))
+        spec = {"holderIdentity": "go-mcm", "leaseDurationSeconds": self.duration, "acquireTime": now,
+                "renewTime": now}  # fmt: skip
+        lease: dict[str, Any] | None = ops.get(
+            self.api, kinds.LEASE.resource, self.name, self.namespace, missing_ok=True
+        )
+        if lease is None:
+            meta = {"name": self.name, "namespace": self.namespace}
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+            rest.request(self.api, "POST", kinds.LEASE.resource.path(self.namespace), body=body)
+        else:
+            path = kinds.LEASE.resource.path(self.namespace, self.name)
+            rest.request(self.api, "PUT", path, body={**lease, "spec": {**lease["spec"], **spec}})
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            with contextlib.suppress(Exception):  # a conflict with ours: the next round writes again
+                self.write()
+
+    def __enter__(self) -> Rival:
+        self.write()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.fixture()
+def leases(kube_api: ApiClient, namespace: str, redis_client: redis.Redis) -> Iterator[UpstreamLeases]:
+    yield UpstreamLeases(kube_api, namespace, "ours", redis_client, retry_period=0.3, renew_deadline=2.0)
+
+
+def test_ours_stand_by_while_a_go_mcm_holds_its_lease_then_act(
+    kube_api: ApiClient, namespace: str, leases: UpstreamLeases, redis_client: redis.Redis
+) -> None:
+    acting: list[threading.Event] = []
+    leading = threading.Event()
+
+    def act(event: threading.Event) -> None:
+        acting.append(event)
+        event.wait()
+
+    with Rival(kube_api, namespace, "machine-controller-manager"):
+        runner = threading.Thread(target=leases.run, args=(act, leading), daemon=True)
+        runner.start()
+        wait_until(lambda: standby.read(redis_client) is not None, 10, what="the standby marker")
+        held = standby.read(redis_client)
+        assert held is not None and (held.lease, held.holder) == (
+            f"{namespace}/machine-controller-manager",
+            "go-mcm",
+        )
+        time.sleep(1.0)  # a second of standing by: ours must not act during it
+        assert not acting
+    stopped = time.monotonic()
+    wait_until(lambda: bool(acting), 10, what="ours acting after the holder stopped renewing")
+    assert time.monotonic() - stopped >= 1.0  # not before the rival's 2 s lease ran out
+    assert standby.read(redis_client) is None
+    for name in ("machine-controller-manager", "machine-controller"):
+        lease = ops.get(kube_api, kinds.LEASE.resource, name, namespace)
+        assert lease["spec"]["holderIdentity"] == "ours"
+        assert lease["spec"]["leaseDurationSeconds"] == 15  # upstream's timing, whatever ours are
+
+    # a Go MCM taking the Lease over (ours not yet expired: it writes over it) stops the acting
+    rival = Rival(kube_api, namespace, "machine-controller", duration=15)
+    with rival:
+        wait_until(lambda: acting[0].is_set(), 10, what="acting stopped on the takeover")
+        wait_until(lambda: standby.read(redis_client) is not None, 10, what="the standby marker again")
+        leading.set()
+    runner.join(10)
+    assert not runner.is_alive()
+
+
+def test_keepers_and_beat_do_nothing_while_standing_by(redis_url: str, redis_client: redis.Redis) -> None:
+    """The marker holds back a keeper's publishing of due keys and beat's safety jobs."""
+    from mcm_tasks.queue import state
+    from mcm_tasks.queue.keeper import Keeper
+    from mcm_tasks.queue.producer import enqueue_after
+    from mcm_tasks.settings import configure, reset_settings
+
+    settings = configure({"redis_url": redis_url})
+    try:
+        standby.mark(redis_client, Standby("ns/machine-controller-manager", "go-mcm", time.time(), "test"))
+        enqueue_after("machine", "ns/m1", 0.2)
+        keeper = Keeper("w1", settings)
+        keeper.start()
+        try:
+            wait_until(lambda: keeper.standing_by is not None, 10, what="the keeper standing by")
+            time.sleep(0.5)
+            assert keeper.published == 0 and [d.key for d in state.delayed("machine")] == ["ns/m1"]
+            standby.clear(redis_client)
+            wait_until(lambda: keeper.published == 1, 10, what="published once the standby is over")
+        finally:
+            keeper.stop()
+    finally:
+        reset_settings()
+
+
+def test_beat_fires_no_safety_job_while_standing_by(redis_url: str, redis_client: redis.Redis) -> None:
+    from mcm_tasks.beat_cli import SafetyScheduler, beat_config, read_fires
+    from mcm_tasks.celery_app import app as celery
+    from mcm_tasks.celery_app import apply_settings
+    from mcm_tasks.redisdb import get_redis
+    from mcm_tasks.settings import configure, get_settings, reset_settings
+
+    configure(
+        {"redis_url": redis_url, "leader_elect_retry_period": 0.05, "machine_safety_overshooting_period": 0.5}
+    )
+    scheduler: SafetyScheduler | None = None
+    try:
+        standby.mark(redis_client, Standby("ns/machine-controller-manager", "go-mcm", time.time(), "test"))
+        apply_settings(get_settings())
+        celery.conf.update(beat_config(get_settings(), "standing-by"))
+        scheduler = SafetyScheduler(app=celery, max_interval=0.05)
+        client = get_redis()
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:  # leads, and would fire every job at once and every 0.5 s
+            scheduler.tick()
+            time.sleep(0.05)
+        assert read_fires(client) == []
+        standby.clear(redis_client)
+
+        def fired() -> bool:
+            scheduler.tick()
+            return bool(read_fires(client))
+
+        wait_until(fired, 10, interval=0.05, what="a safety job once the standby is over")
+    finally:
+        if scheduler is not None:
+            scheduler.close()
+        reset_settings()
+
+
+def test_admin_queues_says_who_holds_the_lease(redis_url: str, redis_client: redis.Redis) -> None:
+    import os
+    import subprocess
+    import sys
+
+    standby.mark(
+        redis_client, Standby("shoot--p--s/machine-controller-manager", "go-mcm-7f9", time.time(), "inf-1")
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCM_")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "mcm_tasks.cli", "admin", "--redis-url", redis_url, "queues", *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
+
+    said = "standing by: Lease shoot--p--s/machine-controller-manager is held by 'go-mcm-7f9'"
+    table = run()
+    assert said in table.stdout.splitlines()[0]
+    as_json = run("-o", "json")
+    assert isinstance(json.loads(as_json.stdout), list) and said in as_json.stderr
+    standby.clear(redis_client)
+    assert "standing by" not in run().stdout
