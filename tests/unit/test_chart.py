@@ -114,7 +114,7 @@ def test_control_and_target_render_apart() -> None:
     worker = _pods(control)["mcm-tasks-worker"]
     env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
     assert env["MCM_TARGET_KUBECONFIG"] == "/etc/mcm/target/kubeconfig"
-    assert env["MCM_CONTROL_KUBECONFIG"] == ""
+    assert env["MCM_CONTROL_KUBECONFIG"] == "inClusterConfig"
     assert env["MCM_REDIS_URL"] == "rediss://redis.infra.svc:6380/0", "no credentials in the URL"
     assert env["MCM_REDIS_TLS_CA_FILE"] == "/etc/mcm/redis-ca/ca.crt"
     assert env["MCM_REDIS_TLS_CERT_FILE"] == "/etc/mcm/redis-client/tls.crt"

@@ -127,9 +127,9 @@ app.kubernetes.io/component: {{ .component }}
 - name: MCM_PORT
   value: {{ .root.Values.metrics.port | quote }}
 - name: MCM_CONTROL_KUBECONFIG
-  value: {{ ternary "/etc/mcm/control/kubeconfig" "" (not (empty (index .root.Values.controlCluster.kubeconfigSecrets .component | default ""))) | quote }}
+  value: {{ ternary "/etc/mcm/control/kubeconfig" "inClusterConfig" (not (empty (index .root.Values.controlCluster.kubeconfigSecrets .component | default ""))) | quote }}
 - name: MCM_TARGET_KUBECONFIG
-  value: {{ if .root.Values.targetCluster.none }}"none"{{ else }}{{ ternary "/etc/mcm/target/kubeconfig" "" (not (empty (index .root.Values.targetCluster.kubeconfigSecrets .component | default ""))) | quote }}{{ end }}
+  value: {{ if .root.Values.targetCluster.none }}"none"{{ else }}{{ ternary "/etc/mcm/target/kubeconfig" "inClusterConfig" (not (empty (index .root.Values.targetCluster.kubeconfigSecrets .component | default ""))) | quote }}{{ end }}
 {{- end -}}
 
 {{- define "mcm-tasks.kubeconfigVolumes" -}}
