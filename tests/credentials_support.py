@@ -85,6 +85,11 @@ def bound_token(admin_kubeconfig: Path, namespace: str, service_account: str, se
     api = admin_client(admin_kubeconfig)
     try:
         core = client.CoreV1Api(api)
+        try:
+            core.create_namespaced_service_account(namespace, {"metadata": {"name": service_account}})
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
         core.create_namespaced_secret(namespace, {"metadata": {"name": secret}, "type": "Opaque"})
         request = client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from informers.leader import micro_time
 from informers.upstream import UpstreamLeases
@@ -68,7 +69,16 @@ class Rival:
                 self.write()
 
     def __enter__(self) -> Rival:
-        self.write()
+        def written() -> bool:
+            try:
+                self.write()
+            except ApiException as err:  # a renewal of ours came between our read and write
+                if err.status != 409:
+                    raise
+                return False
+            return True
+
+        wait_until(written, 10, interval=0.1, what=f"{self.name} written by the rival")
         self.thread.start()
         return self
 
