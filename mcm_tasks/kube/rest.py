@@ -3,8 +3,14 @@
 The generated typed APIs (``CoreV1Api``…) turn responses into per-kind model classes; the
 controller works on plain API dicts and pydantic models, for built-in and custom kinds alike. So
 the operations helpers go one level down, to the ``ApiClient``'s own request path: the same
-configuration, authentication (token refresh included), TLS, connection pool, retries and rate
-limit as the typed APIs, without a per-kind method table.
+configuration, authentication, TLS, connection pool, retries and rate limit as the typed APIs,
+without a per-kind method table.
+
+Credentials rotate under a running process (a ``tokenFile`` rewritten by Gardener, the pod's bound
+ServiceAccount token, an exec plugin's expiring credential, replaced client certificates): the
+``ClusterCredentials`` a configuration carries (``credentials_io``) are asked before every request
+of ``EdgeRESTClient``, typed or ours, and after a 401, when the request is sent once more if they
+changed. So a process outlives its first token.
 
 A machine costs 15-20 requests over its life, so the client's CPU per request is paid by every
 reconcile. Measured (bench/api_request.py), the generic path spent it on work our plain-dict
@@ -13,13 +19,13 @@ and the REST layer encodes it again with ``json``; ``PoolManager.request`` parse
 looks its pool up again on every request. So this edge builds the headers, the URL and the body
 itself (the body once, with orjson; ``sanitize_for_serialization`` and ``json`` only for what
 orjson cannot encode), still asking the ``ApiClient`` for the parts with semantics (default headers, cookie,
-``update_params_for_auth`` which refreshes the token, ``parameters_to_url_query``), and
+``update_params_for_auth``, ``parameters_to_url_query``), and
 ``EdgeRESTClient`` sends an encoded body through the host's urllib3 pool directly, the pool the
 ``PoolManager`` made from the configuration (TLS, ``retries``, ``connection_pool_maxsize``). Anything
 else (a proxy, form posts, client-go read retries, a URL of another host) takes the official path.
 The costliest part was elsewhere: with a token from a kubeconfig or the in-cluster service account,
-the refresh hook re-read the process's environment for a proxy before every request (see
-``EdgeRESTClient.__init__``).
+the official loaders' refresh hook re-read the process's environment for a proxy before every
+request (see ``EdgeRESTClient.__init__``; our configurations have no such hook).
 """
 
 from __future__ import annotations
