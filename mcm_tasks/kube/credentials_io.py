@@ -66,6 +66,8 @@ CREDENTIALS_ATTR = "mcm_credentials"
 EXEC_TIMEOUT = 60.0
 #: after a failed reload (a token file caught mid-rewrite, a plugin failing) the next try waits this
 RETRY_AFTER_FAILURE = 5.0
+#: what a new credential may change of a configuration beyond its Authorization (a new pool then)
+TLS_ATTRS = ("host", "ssl_ca_cert", "cert_file", "key_file", "verify_ssl", "tls_server_name")
 #: user fields that are credentials: read here, never handed to the official loader
 _AUTH_FIELDS = ("token", "tokenFile", "exec", "username", "password")
 
@@ -358,9 +360,21 @@ class ClusterCredentials:
         self._unauthorized_at = float("-inf")
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ClusterCredentials:
+        """A copied configuration (a probe's client without retries) shares its credentials: one
+        rotation serves both, and a lock cannot be copied anyway."""
+        return self
+
     @property
     def authorization(self) -> str | None:
         return self.credential.authorization
+
+    def apply_tls(self, cfg: Configuration) -> None:
+        """Give another configuration carrying these credentials (a copy) the current host and TLS
+        material, before its REST client builds a new pool."""
+        if cfg is not self.configuration:
+            for attr in TLS_ATTRS:
+                setattr(cfg, attr, getattr(self.configuration, attr))
 
     def authorize(self, headers: dict[str, Any]) -> None:
         """Put the current ``Authorization`` into a request's headers (whatever the client's auth
@@ -414,7 +428,7 @@ class ClusterCredentials:
         cfg, fresh = self.configuration, new.configuration
         cfg.api_key = dict(fresh.api_key)
         if tls_changed:
-            for attr in ("host", "ssl_ca_cert", "cert_file", "key_file", "verify_ssl", "tls_server_name"):
+            for attr in TLS_ATTRS:
                 setattr(cfg, attr, getattr(fresh, attr))
             self.generation += 1
         renewed = auth_changed or tls_changed

@@ -94,6 +94,7 @@ class EdgeRESTClient(RESTClientObject):
             generation = credentials.generation
             if generation == self.generation:
                 return
+            credentials.apply_tls(self.configuration)
             RESTClientObject.__init__(self, self.configuration)
             self._route()
             self.generation = generation

@@ -298,3 +298,26 @@ def test_bad_credentials_stop_a_command_with_one_line(command: str, case: str, t
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert lines[0].startswith("Error: --control-kubeconfig (MCM_CONTROL_KUBECONFIG)"), lines[0]
     assert expected in lines[0], lines[0]
+
+
+def test_a_copied_configuration_shares_the_rotating_credentials(sandbox: ApiServer, tmp_path: Path) -> None:
+    """The API-server probe copies a client's configuration (``copy.deepcopy``) to drop retries:
+    the copy keeps working across a rotation, with the same credentials."""
+    import copy
+
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    first, first_secret = token(sandbox)
+    (tmp_path / "token").write_text(first)
+    cfg = clients.load_configuration(
+        str(generic_kubeconfig(tmp_path / "kubeconfig", server, ca)), "target_kubeconfig"
+    )
+    copied = copy.deepcopy(cfg)
+    assert credentials_io.credentials_of(copied) is credentials_io.credentials_of(cfg)
+    api = client.ApiClient(copied)
+    try:
+        rest.request(api, "GET", CONFIGMAPS)
+        write_atomically(tmp_path / "token", token(sandbox)[0])
+        revoke(sandbox.kubeconfig, NS, first_secret)
+        assert rest.request(api, "GET", CONFIGMAPS)["kind"] == "ConfigMapList"
+    finally:
+        api.close()
