@@ -25,10 +25,17 @@ from mcm_tasks.settings import (
 log = logging.getLogger(__name__)
 
 
-def command_settings(flags: Sequence[str], clusters: bool = False) -> Settings:
-    """Settings from the environment and ``flags``; with ``clusters``, the kubeconfigs loaded once
-    (a missing or empty token file, a failing exec plugin, ``inClusterConfig`` outside a pod) so
-    that a bad one is one line naming the flag and the path, and exit code 2, before anything runs."""
+#: ``command_settings(clusters=…)``: load no kubeconfig, only those given (not empty), or all
+NO_CLUSTERS, GIVEN_CLUSTERS, ALL_CLUSTERS = "none", "given", "all"
+
+
+def command_settings(flags: Sequence[str], clusters: str = NO_CLUSTERS) -> Settings:
+    """Settings from the environment and ``flags``; then the kubeconfigs ``clusters`` names loaded
+    once (a missing or empty token file, a failing exec plugin, ``inClusterConfig`` outside a pod),
+    so that a bad one is one line naming the flag and the path, and exit code 2, before anything
+    runs. The informer needs both clusters at once (``ALL_CLUSTERS``); a worker builds its clients
+    at its first reconcile that needs them, and some run none (a worker of only the safety queue in
+    a test), so it checks what is given (``GIVEN_CLUSTERS``): an empty setting stays lazy."""
     global _verbosity
     try:
         verbosity, flags = take_verbosity(flags)
@@ -39,18 +46,20 @@ def command_settings(flags: Sequence[str], clusters: bool = False) -> Settings:
     _verbosity = verbosity or 0
     for line in startup_warnings(settings, ignored):
         log.warning("%s", line)
-    if clusters:
-        check_kubeconfigs(settings)
+    if clusters != NO_CLUSTERS:
+        check_kubeconfigs(settings, only_given=clusters == GIVEN_CLUSTERS)
     return settings
 
 
-def check_kubeconfigs(settings: Settings) -> None:
+def check_kubeconfigs(settings: Settings, only_given: bool = False) -> None:
     from mcm_tasks.kube.clients import TARGET_DISABLED, ClusterConfigError, load_configuration
 
     try:
-        load_configuration(settings.control_kubeconfig, "control_kubeconfig")
-        if settings.target_kubeconfig != TARGET_DISABLED:
-            load_configuration(settings.target_kubeconfig, "target_kubeconfig")
+        for setting in ("control_kubeconfig", "target_kubeconfig"):
+            value = getattr(settings, setting)
+            if (setting == "target_kubeconfig" and value == TARGET_DISABLED) or (only_given and not value):
+                continue
+            load_configuration(value, setting)
     except ClusterConfigError as err:
         typer.echo(f"Error: {' '.join(str(err).split())}", err=True)
         raise typer.Exit(2) from None

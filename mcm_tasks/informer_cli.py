@@ -14,7 +14,7 @@ from types import FrameType
 
 import typer
 
-from mcm_tasks.cli_support import command_settings, log_level
+from mcm_tasks.cli_support import ALL_CLUSTERS, command_settings, log_level
 
 app = typer.Typer(add_completion=False)
 log = logging.getLogger("informers")
@@ -32,7 +32,7 @@ def informer(
 ) -> None:
     """Mirror the control and target clusters into Redis and enqueue what changed. MCM flags
     (--namespace=…, --min-resync-period=…, --leader-elect=false …) follow."""
-    settings = command_settings(ctx.args, clusters=True)
+    settings = command_settings(ctx.args, clusters=ALL_CLUSTERS)
     from mcm_tasks.logs import setup_logging
 
     setup_logging(log_level(loglevel), settings.log_format)

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from mcm_tasks.admin.cli import admin_app
-from mcm_tasks.cli_support import command_settings, log_level
+from mcm_tasks.cli_support import GIVEN_CLUSTERS, command_settings, log_level
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.observability import MULTIPROC_ENV, serve
 from mcm_tasks.probes import standard_probes
@@ -101,7 +101,7 @@ def _ensure_multiprocess_metrics() -> None:
 def prepare_worker(flags: list[str], reconcilers: str = "") -> Settings:
     """Settings from MCM flags, applied to the Celery app before it starts (pool processes fork
     from this process, so they inherit both)."""
-    settings = command_settings(flags, clusters=True)
+    settings = command_settings(flags, clusters=GIVEN_CLUSTERS)
     if reconcilers:
         os.environ["MCM_RECONCILER_MODULES"] = reconcilers
     from mcm_tasks.celery_app import apply_settings

@@ -141,3 +141,24 @@ def test_in_cluster_config(tmp_path: Path) -> None:
     assert cfg.host == "https://[fd00::1]:443"
     assert cfg.api_key == {"BearerToken": "Bearer s3cret"}
     assert cfg.ssl_ca_cert == str(directory / "ca.crt")
+
+
+def test_a_worker_checks_the_kubeconfigs_given_and_the_informer_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker builds its clients at its first reconcile that needs them (some never do: a
+    worker of the safety queue's recorder in a test), so an empty setting outside a pod is left to
+    then; the informer needs both at once, and an explicit ``inClusterConfig`` is checked by both."""
+    import typer
+
+    from mcm_tasks.cli_support import ALL_CLUSTERS, GIVEN_CLUSTERS, command_settings
+    from mcm_tasks.settings import reset_settings
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    try:
+        command_settings(["--control-kubeconfig=", "--target-kubeconfig="], clusters=GIVEN_CLUSTERS)
+        with pytest.raises(typer.Exit) as stopped:
+            command_settings(["--control-kubeconfig=", "--target-kubeconfig="], clusters=ALL_CLUSTERS)
+        assert stopped.value.exit_code == 2
+        with pytest.raises(typer.Exit):
+            command_settings(["--control-kubeconfig=inClusterConfig"], clusters=GIVEN_CLUSTERS)
+    finally:
+        reset_settings()
