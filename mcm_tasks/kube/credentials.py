@@ -63,17 +63,16 @@ class Credential:
     """What one cluster client authenticates with, as loaded at one moment.
 
     ``authorization``: the ``Authorization`` header value (``Bearer …`` or ``Basic …``), or None.
-    ``tls``: the files and settings that make the TLS context (CA, client certificate and key,
-    verification, server name); a change needs a new connection pool. ``stamps``: every file the
-    credential came from, looked at again each ``RELOAD_PERIOD``. ``expires``: wall-clock time an
-    exec plugin's credential expires, or None. ``source``: where it came from, for messages (a path
-    or ``exec <command>``; never the credential).
+    ``tls``: the files (with their ``FileStamp``: a file replaced at the same path differs) and
+    settings that make the TLS context (CA, client certificate and key, verification, server name);
+    a change needs a new connection pool. ``expires``: wall-clock time an exec plugin's credential
+    expires, or None. ``source``: where it came from, for messages (a path or the exec plugin's
+    command; never the credential).
     """
 
     host: str
     authorization: str | None
     tls: tuple[Any, ...]
-    stamps: tuple[FileStamp, ...]
     source: str
     expires: float | None = None
     uses_exec: bool = False

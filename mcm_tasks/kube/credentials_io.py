@@ -158,13 +158,8 @@ def _load_in_cluster(flag: str, env: Mapping[str, str]) -> Loaded:
     cfg.host = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     cfg.ssl_ca_cert = ca_path
     cfg.api_key = {"BearerToken": f"Bearer {token}"}
-    tls_stamp = stamp(ca_path)
     credential = Credential(
-        cfg.host,
-        f"Bearer {token}",
-        (ca_path, tls_stamp),
-        (stamp(token_path), tls_stamp),
-        f"ServiceAccount token {token_path}",
+        cfg.host, f"Bearer {token}", (ca_path, stamp(ca_path)), f"ServiceAccount token {token_path}"
     )
     return Loaded(cfg, credential)
 
@@ -207,7 +202,6 @@ def _load_kubeconfig(
     base = os.path.dirname(os.path.abspath(path))
     user = _current_user(doc, path, flag)
     auth = {k: user.pop(k) for k in _AUTH_FIELDS if k in user}
-    stamps = [stamp(path)]
     authorization = None
     source = f"kubeconfig {path}"
     exec_result = None
@@ -226,7 +220,6 @@ def _load_kubeconfig(
     elif auth.get("tokenFile"):
         token_path = os.path.join(base, os.path.expanduser(str(auth["tokenFile"])))
         authorization = f"Bearer {read_token(token_path, flag, f'tokenFile of {path}:')}"
-        stamps.append(stamp(token_path))
         source = f"tokenFile {token_path}"
     elif auth.get("username") and auth.get("password"):
         basic = urllib3.util.make_headers(basic_auth=f"{auth['username']}:{auth['password']}")
@@ -241,15 +234,8 @@ def _load_kubeconfig(
     tls_files = [f for f in (cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file) if f]
     tls_stamps = tuple(stamp(f) for f in tls_files)
     tls = (cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file, cfg.verify_ssl, cfg.tls_server_name, tls_stamps)
-    credential = Credential(
-        str(cfg.host),
-        authorization,
-        tls,
-        (*stamps, *tls_stamps),
-        source,
-        exec_result.expires if exec_result else None,
-        exec_result is not None,
-    )
+    expires = exec_result.expires if exec_result else None
+    credential = Credential(str(cfg.host), authorization, tls, source, expires, exec_result is not None)
     return Loaded(cfg, credential, exec_result)
 
 
@@ -358,6 +344,7 @@ class ClusterCredentials:
         self.loaded_at = time.monotonic()
         self._retry_at = 0.0
         self._unauthorized_at = float("-inf")
+        self._failing = False  # the last reload failed (its warning logged)
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ClusterCredentials:
@@ -418,9 +405,15 @@ class ClusterCredentials:
             self._retry_at = time.monotonic() + RETRY_AFTER_FAILURE
             if trigger == UNAUTHORIZED:
                 RELOADS.labels(self.cluster, trigger).inc()
-            log.warning("%s cluster: credentials not re-read (%s), keeping the current ones: %s",
-                        self.cluster, trigger, err)  # fmt: skip
+            # once per failing streak: a token file gone for good is retried every few seconds
+            report = log.debug if self._failing else log.warning
+            report("%s cluster: credentials not re-read (%s), keeping the current ones: %s",
+                   self.cluster, trigger, err)  # fmt: skip
+            self._failing = True
             return False
+        if self._failing:
+            log.info("%s cluster: credentials read again from %s", self.cluster, new.credential.source)
+            self._failing = False
         self.loaded_at = time.monotonic()
         self._retry_at = 0.0
         auth_changed, tls_changed = changed(old, new.credential)

@@ -321,3 +321,38 @@ def test_a_copied_configuration_shares_the_rotating_credentials(sandbox: ApiServ
         assert rest.request(api, "GET", CONFIGMAPS)["kind"] == "ConfigMapList"
     finally:
         api.close()
+
+
+def test_a_kubeconfig_replaced_on_disk_is_read_again(
+    sandbox: ApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubeconfig with an inline token, replaced by one with a new token (a Secret mount
+    updated): used after the period; a reload that fails meanwhile (the file gone for a moment)
+    keeps the current credential and warns once."""
+    import yaml
+
+    server, ca = server_and_ca(sandbox.kubeconfig)
+    first, first_secret = token(sandbox)
+    kubeconfig = generic_kubeconfig(tmp_path / "kubeconfig", server, ca)
+    doc = yaml.safe_load(kubeconfig.read_text())
+    doc["users"][0]["user"] = {"token": first}
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    cfg = credentials_io.load_configuration(str(kubeconfig), "control_kubeconfig", period=0.3)
+    api = client.ApiClient(cfg)
+    try:
+        rest.request(api, "GET", CONFIGMAPS)
+        kubeconfig.unlink()
+        with caplog.at_level(logging.WARNING, logger="mcm_tasks.kube.credentials_io"):
+            for _ in range(3):
+                time.sleep(0.35)  # past the period: each request would reload
+                rest.request(api, "GET", CONFIGMAPS)  # the current token still serves
+        assert len([r for r in caplog.records if "not re-read" in r.getMessage()]) == 1
+        second, _ = token(sandbox)
+        doc["users"][0]["user"] = {"token": second}
+        write_atomically(kubeconfig, yaml.safe_dump(doc))
+        revoke(sandbox.kubeconfig, NS, first_secret)
+        wait_until(lambda: rest.request(api, "GET", CONFIGMAPS) is not None, 15, what="the new token in use")
+        credentials = credentials_io.credentials_of(cfg)
+        assert credentials is not None and credentials.authorization == f"Bearer {second}"
+    finally:
+        api.close()

@@ -22,7 +22,7 @@ from mcm_tasks.kube.credentials import (
 
 
 def credential(expires: float | None = None) -> Credential:
-    return Credential("https://h", "Bearer t", (), (), "tokenFile /t", expires)
+    return Credential("https://h", "Bearer t", (), "tokenFile /t", expires)
 
 
 @pytest.mark.parametrize(
