@@ -6,7 +6,9 @@ of a Gardener seed, a Go MCM pod and ours run side by side; both acting would me
 on one set of machines. So our leading informer also holds upstream's two Leases
 (``informers/upstream.py``), with upstream's lease timings, and while either is held by someone
 else it stands by and writes the standby marker here. Every process of ours reads it: keepers
-publish no delayed keys, beat fires no safety job, ``mcm-tasks admin queues`` names the holder.
+publish no delayed keys, beat fires no safety job, a message already queued is handed back to the
+delayed set unrun (BEGIN reads the marker: ``queue.scripts``, ``queue.processing``), and
+``mcm-tasks admin queues`` names the holder.
 
 The marker lives in Redis with a TTL the standing-by informer renews every retry period: a
 standby informer that dies stops holding the fleet back within ``MARKER_TTL`` (its successor, once
@@ -55,6 +57,7 @@ class Standby:
 
 
 def marker_key() -> str:
+    """``<prefix>:standby`` (the queue scripts know it as ``QueueKeys.standby``)."""
     return rkey("standby")
 
 

@@ -53,6 +53,7 @@ class QueueKeys:
     history: str  # + key: list of the key's last runs (history.py)
     slots: str  # sorted set of the deliveries holding a --concurrent-syncs slot (concurrency.py)
     wake: str  # pub/sub channel: a due time earlier than its set's first (wake_channel)
+    standby: str  # the standby marker (mcm_tasks.standby): a Go MCM holds upstream's Lease
 
     def as_list(self) -> list[str]:
         return [self.pending, self.locks, self.dirty, self.delayed, self.failures, self.failing,
@@ -100,6 +101,7 @@ def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
         history=base + "history:",
         slots=f"{s.key_prefix}:syncs:{kind}",
         wake=wake_channel(s),
+        standby=f"{s.key_prefix}:standby",
     )
     _keys_cache[(s.key_prefix, kind)] = keys
     return keys

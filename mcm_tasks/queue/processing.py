@@ -27,6 +27,7 @@ from mcm_tasks.queue.policy import (
 from mcm_tasks.queue.producer import scripts_for
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import get_settings
+from mcm_tasks.standby import UPSTREAM_RETRY_PERIOD
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def _text(value: str | bytes) -> str:
 
 def process(kind: str, key: str, message_id: str, client: redis.Redis | None = None) -> str:
     """Run the contract around the kind's reconciler; the status of this delivery (``run`` when
-    the reconciler ran, else why it did not: ``busy``, ``duplicate``, ``quarantined``)."""
+    the reconciler ran, else why it did not: ``busy``, ``duplicate``, ``quarantined``, ``standby``)."""
     return deliver(kind, key, message_id, client).status
 
 
@@ -82,7 +83,8 @@ def deliver(
     # BEGIN also takes a --concurrent-syncs slot and adds the run's start to the key's history
     start = history.entry(message_id, started, runner) if settings.history_length else ""
     reply = kind_scripts.begin(client, (), [key, message_id, started, start])
-    status, failures_text, recovered, previous_error, slot, seen_due = (_text(v) for v in reply)
+    status, failures_text, recovered, previous_error, slot, seen_due, *rest = (_text(v) for v in reply)
+    standing_by = rest == ["1"]
     failures_before = int(failures_text)
     if recovered == "1":
         _recovered(kind, key, status, failures_before, previous_error)
@@ -91,6 +93,12 @@ def deliver(
         return Delivery(status)
 
     entry = ""
+    if standing_by:
+        # a Go MCM holds upstream's Lease (a swap in progress; BEGIN saw the marker): hand the key
+        # back unrun (no failure counted); keepers publish it again once the standby is over
+        outcome = Outcome(Action.REQUEUE, after=UPSTREAM_RETRY_PERIOD)
+        _finish(client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, "")
+        return Delivery("standby", text="skipped: standing by, a Go MCM holds upstream's Lease")
     if slot == "0":
         # every --concurrent-syncs slot of this kind is busy across the fleet: hand the key back
         # (unlocked, no failure counted) to come back shortly

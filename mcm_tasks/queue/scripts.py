@@ -44,7 +44,7 @@ local FAILURES, FAILING, DEATHS, METRICS, LIST = @FAILURES@, @FAILING@, @DEATHS@
 local KIND, QUARANTINE = @KIND@, @QUARANTINE@
 local STALE, TTL, POISON_AFTER, LONG_RETRY = @STALE@, @TTL@, @POISON_AFTER@, @LONG_RETRY@
 local HISTORY, HISTORY_LENGTH, HISTORY_TTL = @HISTORY@, @HISTORY_LENGTH@, @HISTORY_TTL@
-local SLOTS, CAP, WAKE = @SLOTS@, @CAP@, @WAKE@
+local SLOTS, CAP, WAKE, STANDBY = @SLOTS@, @CAP@, @WAKE@, @STANDBY@
 local BUCKETS = {@BUCKETS@}
 local function split2(v)
   local p = string.find(v, '|', 1, true)
@@ -252,8 +252,10 @@ return published
 # A message arrives at a worker. ARGV: key, id, now, the run's history entry. Returns {status,
 # consecutive failures, recovered (1: the key's previous run died mid-reconcile), the
 # streak's error before, slot (1: a --concurrent-syncs slot taken, 0: every slot busy), the key's
-# due time in the delayed set as the run begins ('' none: END's ``stale``)}; status is
-# run | busy | duplicate | quarantined. A run that got its slot is added to the key's history.
+# due time in the delayed set as the run begins ('' none: END's ``stale``), standby (1: the
+# standby marker is set, a Go MCM holds upstream's Lease: the caller hands the key back unrun)};
+# status is run | busy | duplicate | quarantined. A run that got its slot is added to the key's
+# history.
 _BEGIN = """
 local key, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queued_at = nil
@@ -304,7 +306,7 @@ if queued_at then observe('queue', now - queued_at) end
 local slot = take_slot(SLOTS, id, now, TTL, CAP)
 if slot == 1 then history_start(key, ARGV[4]) end
 return {'run', tostring(failures), recovered, prev_error, tostring(slot),
-  redis.call('ZSCORE', DELAYED, key) or ''}
+  redis.call('ZSCORE', DELAYED, key) or '', tostring(redis.call('EXISTS', STANDBY))}
 """
 
 # A reconcile ended. ARGV: key, id, "now|started|action|due|immediate id|failures before|stale"
@@ -435,6 +437,7 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         "SLOTS": lua_string(keys.slots),
         "CAP": str(int(limits.concurrent_syncs)),
         "WAKE": lua_string(keys.wake),
+        "STANDBY": lua_string(keys.standby),
         "BUCKETS": ", ".join(repr(b) for b in BUCKETS),
     }
     prelude = TAKE_SLOT + _PRELUDE

@@ -213,3 +213,36 @@ def test_admin_queues_says_who_holds_the_lease(redis_url: str, redis_client: red
     assert isinstance(json.loads(as_json.stdout), list) and said in as_json.stderr
     standby.clear(redis_client)
     assert "standing by" not in run().stdout
+
+
+def test_a_message_already_queued_is_handed_back_unrun_while_standing_by(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """BEGIN reads the marker (no round trip of its own): a delivery hands its key back to the
+    delayed set, where it waits for the standby's end."""
+    from mcm_tasks.queue import enqueue, register_reconciler, registry, state
+    from mcm_tasks.queue.messages import queue_keys
+    from mcm_tasks.queue.processing import process
+    from mcm_tasks.settings import configure, reset_settings
+
+    configure({"redis_url": redis_url})
+    try:
+        assert queue_keys("machine").standby == standby.marker_key()
+        registry.unregister_all()
+        registry.load_reconciler_modules([])  # only the reconciler below
+        calls: list[str] = []
+        register_reconciler("machine", calls.append)
+        standby.mark(redis_client, Standby("ns/machine-controller-manager", "go-mcm", time.time(), "test"))
+        enqueue("machine", "ns/m1")
+        raw = redis_client.lpop(queue_keys("machine").broker_list)
+        message = json.loads(raw)
+        assert process("machine", "ns/m1", message["headers"]["id"]) == "standby"
+        assert calls == [] and [d.key for d in state.delayed("machine")] == ["ns/m1"]
+        standby.clear(redis_client)
+        enqueue("machine", "ns/m2")
+        raw = redis_client.lpop(queue_keys("machine").broker_list)
+        assert process("machine", "ns/m2", json.loads(raw)["headers"]["id"]) == "run"
+        assert calls == ["ns/m2"]
+    finally:
+        registry.unregister_all()
+        reset_settings()
