@@ -14,6 +14,7 @@ applies the result to the client.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -130,6 +131,19 @@ class ExecCredential:
     client_certificate_data: str | None
     client_key_data: str | None
     expires: float | None
+
+
+#: a run of characters long and opaque enough to be a token or key material
+_OPAQUE = re.compile(r"[A-Za-z0-9+/=_\-.]{32,}")
+
+
+def plugin_said(stderr: bytes) -> str:
+    """What a failed plugin said last (its stderr's last line), fit for one line of an error:
+    anything that looks like a token or key is left out, and it is cut at 200 characters."""
+    lines = [ln.strip() for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    return _OPAQUE.sub("<redacted>", lines[-1])[:200]
 
 
 def exec_info(api_version: str) -> str:

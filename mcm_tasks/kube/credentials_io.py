@@ -53,6 +53,7 @@ from mcm_tasks.kube.credentials import (
     exec_info,
     flag_of,
     parse_exec_output,
+    plugin_said,
     reload_due,
     rerun_exec,
 )
@@ -302,8 +303,8 @@ def run_exec(spec: Any, base: str, flag: str, path: str, env: Mapping[str, str])
     except subprocess.TimeoutExpired:
         raise ClusterConfigError(f"{flag}: {what}: no answer after {EXEC_TIMEOUT:g}s") from None
     if done.returncode != 0:
-        lines = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
-        said = f": {lines[-1][:200]}" if lines else ""
+        said = plugin_said(done.stderr)
+        said = f": {said}" if said else ""
         raise ClusterConfigError(f"{flag}: {what} failed with exit code {done.returncode}{said}")
     try:
         return parse_exec_output(done.stdout, api_version)

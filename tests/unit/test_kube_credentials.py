@@ -162,3 +162,12 @@ def test_a_worker_checks_the_kubeconfigs_given_and_the_informer_all(monkeypatch:
             command_settings(["--control-kubeconfig=inClusterConfig"], clusters=GIVEN_CLUSTERS)
     finally:
         reset_settings()
+
+
+def test_what_a_failed_plugin_said_keeps_no_token() -> None:
+    from mcm_tasks.kube.credentials import plugin_said
+
+    token = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEyMyJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+    said = plugin_said(f"starting\nerror: token {token} was refused\n\n".encode())
+    assert said == "error: token <redacted> was refused"
+    assert plugin_said(b"") == ""
