@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mcm_tasks.cli_support import DEBUG_VERBOSITY
 from mcm_tasks.durations import format_duration
 from mcm_tasks.settings import UPSTREAM_IGNORED_FLAGS, Settings, _is_duration
 
@@ -142,7 +143,10 @@ def render() -> str:
         + "So that Go MCM's and the machine controller's command lines start as they are, these flags\n"
         + "are accepted and not acted on; one start-up warning names those given.\n\n"
         + "\n".join(ignored)
-        + "\n"
+        + "\n\n## Log verbosity\n\n"
+        + "`--v` (klog's verbosity, `--v=3` on Gardener's command lines) is not a setting: it picks the log\n"
+        + f"level of the process, {DEBUG_VERBOSITY} and above debug, below info, unless the command's own\n"
+        + "`--loglevel` is given.\n"
     )
 
 
