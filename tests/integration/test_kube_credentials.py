@@ -6,6 +6,7 @@ certificates replaced on disk (against a TLS server that authenticates them)."""
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -356,3 +357,44 @@ def test_a_kubeconfig_replaced_on_disk_is_read_again(
         assert credentials is not None and credentials.authorization == f"Bearer {second}"
     finally:
         api.close()
+
+
+CERT_PLUGIN = """#!{python}
+import json, os
+info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
+status = {{"clientCertificateData": open({cert!r}).read(), "clientKeyData": open({key!r}).read()}}
+print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential", "status": status}}))
+"""
+
+
+def test_an_exec_plugin_that_hands_out_client_certificates(tmp_path: Path) -> None:
+    """A plugin answering with ``clientCertificateData``/``clientKeyData`` (no token): the TLS
+    client presents them, and after a 401 the plugin's next certificate is used on a new pool."""
+    import yaml
+
+    authority = CertificateAuthority()
+    with client_cert_server(tmp_path / "server", authority) as server:
+        server.allowed = {"first"}
+        cert, key = tmp_path / "issued.crt", tmp_path / "issued.key"
+        pem, key_pem = authority.issue("first")
+        cert.write_bytes(pem)
+        key.write_bytes(key_pem)
+        plugin = tmp_path / "cert-plugin"
+        plugin.write_text(CERT_PLUGIN.format(python=sys.executable, cert=str(cert), key=str(key)))
+        plugin.chmod(0o755)
+        kubeconfig = client_cert_kubeconfig(tmp_path / "kc", server, pem, key_pem)
+        doc = yaml.safe_load(kubeconfig.read_text())
+        doc["users"][0]["user"] = {
+            "exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin)}
+        }
+        kubeconfig.write_text(yaml.safe_dump(doc))
+        api = client.ApiClient(clients.load_configuration(str(kubeconfig), "control_kubeconfig"))
+        try:
+            assert rest.request(api, "GET", "/whoami")["message"] == "first"
+            pem, key_pem = authority.issue("second")
+            write_atomically(key, key_pem.decode())
+            write_atomically(cert, pem.decode())
+            server.allowed = {"second"}
+            assert rest.request(api, "GET", "/whoami")["message"] == "second"
+        finally:
+            api.close()
