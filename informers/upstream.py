@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import redis
 from kubernetes.client import ApiClient
+from prometheus_client import Gauge
 
 from informers.leader import LeaderElector
 from mcm_tasks import standby
@@ -30,6 +31,13 @@ from mcm_tasks.standby import (
 )
 
 log = logging.getLogger(__name__)
+
+STANDING_BY = Gauge(
+    "mcm_upstream_lease_standby",
+    "1 while the leading informer stands by because this upstream Lease is held by someone else "
+    "(a Go MCM during a swap), else 0",
+    ["lease"],
+)
 
 
 class UpstreamLeases:
@@ -93,6 +101,8 @@ class UpstreamLeases:
                 elector.release()
 
     def _act(self, act: Callable[[threading.Event], None], leading: threading.Event) -> None:
+        for elector in self.electors:
+            STANDING_BY.labels(elector.name).set(0)
         if self.standing_by is not None:
             log.info("upstream's Leases %s are ours now: acting", ", ".join(e.name for e in self.electors))
         self.standing_by = None
@@ -130,6 +140,8 @@ class UpstreamLeases:
         acting.set()
 
     def _stand_by(self, elector: LeaderElector, holder: str) -> None:
+        for other in self.electors:
+            STANDING_BY.labels(other.name).set(1 if other is elector else 0)
         lease = f"{self.namespace}/{elector.name}"
         previous = self.standing_by
         if previous is None or (previous.lease, previous.holder) != (lease, holder):

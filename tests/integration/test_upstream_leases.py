@@ -18,6 +18,7 @@ import pytest
 import redis
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
 
 from informers.leader import micro_time
 from informers.upstream import UpstreamLeases
@@ -113,10 +114,17 @@ def test_ours_stand_by_while_a_go_mcm_holds_its_lease_then_act(
         )
         time.sleep(1.0)  # a second of standing by: ours must not act during it
         assert not acting
+        assert (
+            REGISTRY.get_sample_value("mcm_upstream_lease_standby", {"lease": "machine-controller-manager"})
+            == 1
+        )
     stopped = time.monotonic()
     wait_until(lambda: bool(acting), 10, what="ours acting after the holder stopped renewing")
     assert time.monotonic() - stopped >= 1.0  # not before the rival's 2 s lease ran out
     assert standby.read(redis_client) is None
+    assert (
+        REGISTRY.get_sample_value("mcm_upstream_lease_standby", {"lease": "machine-controller-manager"}) == 0
+    )
     for name in ("machine-controller-manager", "machine-controller"):
         lease = ops.get(kube_api, kinds.LEASE.resource, name, namespace)
         assert lease["spec"]["holderIdentity"] == "ours"
