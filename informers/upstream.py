@@ -20,8 +20,9 @@ import redis
 from kubernetes.client import ApiClient
 from prometheus_client import Gauge
 
-from informers.leader import LeaderElector
+from informers.leader import LeaderElector, observe
 from mcm_tasks import standby
+from mcm_tasks.kube import rest
 from mcm_tasks.standby import (
     UPSTREAM_LEASE_DURATION,
     UPSTREAM_LEASES,
@@ -66,11 +67,41 @@ class UpstreamLeases:
             for n in names
         ]
         self.renewed_at = dict.fromkeys(names, float("-inf"))
+        #: the electors' state is shared by ``run`` and ``observe_all`` (another thread)
+        self._lock = threading.Lock()
+        self._running = False
         #: the standby this informer reported last (logged once per holder, not every retry)
         self.standing_by: Standby | None = None
 
+    def observe_all(self) -> None:
+        """Look at upstream's Leases without taking them (an informer that does not lead ours).
+
+        Expiry is judged on this process's clock from the moment it first saw a record (client-go's
+        rule, ``leader.may_take``): an informer that began watching only once it led ours would wait
+        a whole upstream lease after our own failover. Watching while it waits for ours, a new
+        leader finds a dead leader's upstream Leases expired as soon as it leads."""
+        with self._lock:
+            if self._running:
+                return
+            for elector in self.electors:
+                try:
+                    lease = rest.request(elector.api, "GET", elector.path)
+                except Exception:  # not there yet, or unreachable: nothing to observe
+                    continue
+                spec = (lease or {}).get("spec") or {}
+                elector.observed = observe(elector.observed, spec, self.clock(), elector.lease_duration)
+
+    def observe_until(self, stop: threading.Event) -> None:
+        """``observe_all`` every retry period until ``stop`` (a daemon thread of the informer)."""
+        while not stop.wait(self.retry_period):
+            self.observe_all()
+
     def attempt(self) -> tuple[LeaderElector, str] | None:
         """Take or renew every Lease; the first one not ours (and why), or None when all are."""
+        with self._lock:
+            return self._attempt()
+
+    def _attempt(self) -> tuple[LeaderElector, str] | None:
         blocked: tuple[LeaderElector, str] | None = None
         for elector in self.electors:
             try:
@@ -88,6 +119,8 @@ class UpstreamLeases:
     def run(self, act: Callable[[threading.Event], None], leading: threading.Event) -> None:
         """While ``leading`` is clear: stand by until both Leases are ours, then ``act`` until one is
         lost; release them at the end."""
+        with self._lock:
+            self._running = True
         try:
             while not leading.is_set():
                 blocked = self.attempt()
@@ -97,8 +130,10 @@ class UpstreamLeases:
                     continue
                 self._act(act, leading)
         finally:
-            for elector in self.electors:
-                elector.release()
+            with self._lock:
+                for elector in self.electors:
+                    elector.release()
+                self._running = False
 
     def _act(self, act: Callable[[threading.Event], None], leading: threading.Event) -> None:
         for elector in self.electors:

@@ -79,6 +79,11 @@ def informer(
         # holding our Lease, the informer also takes upstream's two, and acts only with both: a
         # Go MCM still running (a rolling swap) keeps every process of ours standing by
         upstream = UpstreamLeases(election_api, settings.namespace, me, client)
+        # while this replica waits for our Lease it watches upstream's, so that it can take them
+        # as soon as it leads after a failover
+        threading.Thread(
+            target=upstream.observe_until, args=(stop,), name="upstream-leases", daemon=True
+        ).start()
 
         def lead(leading: threading.Event) -> None:
             upstream.run(act, leading)

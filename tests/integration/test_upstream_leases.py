@@ -254,3 +254,27 @@ def test_a_message_already_queued_is_handed_back_unrun_while_standing_by(
     finally:
         registry.unregister_all()
         reset_settings()
+
+
+def test_a_new_leader_that_watched_upstreams_leases_takes_a_dead_leaders_at_once(
+    kube_api: ApiClient, namespace: str, redis_client: redis.Redis
+) -> None:
+    """Our informer failing over: its successor watched upstream's Leases while it waited for
+    ours (``observe_all``), so it does not wait another whole upstream lease once it leads."""
+    dead = Rival(kube_api, namespace, "machine-controller-manager", duration=2)
+    dead.write()  # a leader SIGKILLed right after renewing: never renews again
+    successor = UpstreamLeases(kube_api, namespace, "ours", redis_client, retry_period=0.2)
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:  # waiting for our own Lease, watching upstream's
+        successor.observe_all()
+        time.sleep(0.2)
+    acting: list[float] = []
+    leading = threading.Event()
+
+    def act(event: threading.Event) -> None:
+        acting.append(time.monotonic())
+        leading.set()
+
+    began = time.monotonic()
+    successor.run(act, leading)
+    assert acting and acting[0] - began < 1.0, "took the expired Lease at once"
