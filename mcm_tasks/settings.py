@@ -82,10 +82,14 @@ class Settings(BaseSettings):
         12 * 3600.0, description="period of the informer's full resync (every key enqueued again)"
     )
     control_kubeconfig: str = Field(
-        "", description='kubeconfig of the control cluster (machine objects, secrets); "" = in-cluster'
+        "",
+        description='kubeconfig of the control cluster (machine objects, secrets); `inClusterConfig` or "" = '
+        "the pod's ServiceAccount; a tokenFile, exec plugin or replaced file is re-read as it rotates",
     )
     target_kubeconfig: str = Field(
-        "", description='kubeconfig of the target cluster (nodes, pods); "" = in-cluster, `none` = no target'
+        "",
+        description='kubeconfig of the target cluster (nodes, pods); `inClusterConfig` or "" = the pod\'s '
+        "ServiceAccount, `none` = no target",
     )
     namespace: str = Field("default", description="namespace of the machine objects in the control cluster")
     kube_api_qps: float = Field(
