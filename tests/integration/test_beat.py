@@ -153,7 +153,12 @@ def test_one_replica_fires_once_per_period_and_a_standby_takes_over(beats: Beats
     start = min(f.at for f in wait_for_fires(r, 1, 0.0))
     fires = wait_for_fires(r, 6, start - 0.01)
     assert_once_per_period(fires, first)
-    assert {f.entry for f in read_fires(r)} == {"safety-orphan-vms", "safety-apiserver", OVERSHOOTING}
+    assert {f.entry for f in read_fires(r)} == {
+        "safety-orphan-vms",
+        "safety-apiserver",
+        OVERSHOOTING,
+        "safety-drain-rules",
+    }
     assert beats.alive(standby) and leader(r) == first
     assert beats.leads(first) == (True, 'mcm_leader{component="beat"} 1.0')
     assert beats.leads(standby) == (False, 'mcm_leader{component="beat"} 0.0')
@@ -162,8 +167,8 @@ def test_one_replica_fires_once_per_period_and_a_standby_takes_over(beats: Beats
     def reconciled() -> set[str]:
         return {run.key for run in read_runs(r) if run.kind == "safety"}
 
-    wait_until(lambda: reconciled() == {"orphan-vms", "apiserver", "overshooting"}, 60, interval=0.2,
-               what="the worker to reconcile every safety job")  # fmt: skip
+    jobs = {"orphan-vms", "apiserver", "overshooting", "drain-rules"}
+    wait_until(lambda: reconciled() == jobs, 60, interval=0.2, what="a worker to reconcile every safety job")
 
     # SIGKILL the leader: its lock expires within a lease, and the standby leads
     beats.procs[first].kill()
