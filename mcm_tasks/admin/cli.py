@@ -188,6 +188,74 @@ def admin_inspect(kind: str, key: str, output: Output = OUTPUT) -> None:
     emit(output, found, table)
 
 
+@admin_app.command(
+    "why", epilog="Example: mcm-tasks admin why machinedeployment/shoot--dev--demo/worker-a-z1 --output json"
+)
+@clean_errors
+def admin_why(
+    target: str = typer.Argument(
+        ..., metavar="KIND/NAMESPACE/NAME", help="machine, machineset, machinedeployment or node (node/NAME)."
+    ),
+    output: Output = OUTPUT,
+) -> None:
+    """What one object waits for and since when: its conditions, its queue state, its last runs, its
+    recent Events and, for a set or deployment, the machines that hold it up."""
+    from mcm_tasks.admin.why import gather, parse_target
+
+    found = gather(parse_target(target))
+
+    def table() -> Any:
+        say = functools.partial(console.print, markup=False, highlight=False)
+        where = f"{found.namespace}/{found.name}" if found.namespace else found.name
+        say(f"{found.kind} {where}: {found.status}")
+        say("waits for:")
+        for line in found.waits:
+            say(f"  - {line}")
+        if found.conditions:
+            say("conditions:")
+            console.print(
+                _table(
+                    ("type", "status", "reason", "since", "message"),
+                    [(c.type, c.status, c.reason, c.since, c.message) for c in found.conditions],
+                    "",
+                )
+            )
+        if found.holders:
+            say("machines holding it up:")
+            console.print(
+                _table(
+                    ("machine", "phase", "waits for", "for"),
+                    [(h.name, h.phase, h.waits_for, f"{h.seconds:.0f}s") for h in found.holders],
+                    "",
+                )
+            )
+        for k in found.queue:
+            say(f"queue {k.kind}: {k.state}")
+            runs = [
+                (
+                    when(r.start),
+                    "-" if r.duration is None else f"{r.duration:.3f}s",
+                    r.worker,
+                    r.outcome or ("running, or its worker died" if r.end is None else ""),
+                    r.error,
+                )
+                for r in k.history[:5]
+            ]
+            console.print(
+                _table(("started", "took", "worker", "outcome", "error"), runs, "  no runs recorded")
+            )
+        if not found.queue:
+            say("queue: never queued (or its history expired)")
+        say("recent events:" if found.events else "recent events: none")
+        return _table(
+            ("last", "type", "reason", "object", "count", "message"),
+            [(e.last, e.type, e.reason, e.object, e.count, e.message) for e in found.events],
+            "",
+        )
+
+    emit(output, found, table)
+
+
 @admin_app.command("running", epilog="Example: mcm-tasks admin running --kind machine-termination")
 @clean_errors
 def admin_running(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:

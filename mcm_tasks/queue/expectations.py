@@ -153,6 +153,14 @@ def satisfied(owner_key: str, client: redis.Redis | None = None) -> bool:
     return int(adds or 0) <= 0 and int(dels or 0) <= 0
 
 
+def pending(owner_key: str, client: redis.Redis | None = None) -> tuple[int, int] | None:
+    """(creations, deletions) still expected, or None without a record; for ``admin why``."""
+    adds, dels = _client(client).hmget(_key(owner_key), "add", "del")
+    if adds is None and dels is None:
+        return None
+    return int(adds or 0), int(dels or 0)
+
+
 def satisfied_for_pass(owner_key: str, client: redis.Redis | None = None) -> bool:
     """``satisfied`` as the owner's pass asks it at its start, holding the owner's reconcile lock
     (upstream: ``SatisfiedExpectations``). A record still open was left by a pass that died

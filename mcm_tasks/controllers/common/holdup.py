@@ -1,0 +1,109 @@
+"""Which machines hold a MachineSet or MachineDeployment up, and why, in words (pure).
+
+A set or deployment waits for its machines; MCM says so only as counts (``readyReplicas 1/3``). Both
+the rollout conditions (``RollingOut``, ``ScalingUp``, ``ScalingDown``) and ``mcm-tasks admin why``
+name the machines instead: "2 machines Pending: md-abc-x (creating VM, 40 s), md-abc-y (waiting for
+Node)". One function says what a single machine waits for (``machine_wait``), one groups them into
+the message (``holdup_message``), so the object and the CLI say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from mcm_tasks.api import Machine, MachinePhase
+
+#: at most this many machines are named in a condition message (the rest are counted)
+NAMED_IN_MESSAGE = 5
+
+
+@dataclass(frozen=True)
+class MachineWait:
+    """One machine that is not (yet) serving: its phase, what it waits for, for how long."""
+
+    name: str
+    #: the phase as MCM writes it, ``Pending`` for a machine that has none yet
+    phase: str
+    #: short words: "creating VM", "waiting for Node", "deleting: Drain the node"
+    waits_for: str
+    #: seconds since the wait began (the machine's creation, or its last status change)
+    seconds: float
+    #: MCM's ``lastOperation.description``, whole
+    description: str
+
+
+def _seconds(since: datetime | None, now: datetime) -> float:
+    return 0.0 if since is None else max((now - since).total_seconds(), 0.0)
+
+
+def machine_wait(machine: Machine, now: datetime) -> MachineWait | None:
+    """What the machine waits for, or None when it serves (Running, not being deleted)."""
+    status = machine.status
+    phase = str(status.current_status.phase or "")
+    description = status.last_operation.description
+    changed = status.current_status.last_update_time or status.last_operation.last_update_time
+    since = changed or machine.metadata.creation_timestamp
+    name = machine.metadata.name or ""
+    if machine.metadata.is_deleting:
+        step = description or "deletion begins"
+        return MachineWait(
+            name, phase or "Terminating", f"deleting: {step}", _seconds(since, now), description
+        )
+    if phase == MachinePhase.RUNNING:
+        return None
+    if phase in ("", MachinePhase.PENDING):
+        created = machine.metadata.creation_timestamp
+        if not machine.spec.provider_id:
+            return MachineWait(name, "Pending", "creating VM", _seconds(created, now), description)
+        return MachineWait(name, "Pending", "waiting for Node", _seconds(created, now), description)
+    words = {
+        MachinePhase.AVAILABLE: "node registered, waiting for Ready",
+        MachinePhase.UNKNOWN: "unhealthy, waiting for the health timeout",
+        MachinePhase.FAILED: "failed, to be replaced",
+        MachinePhase.CRASH_LOOP_BACK_OFF: "creation failing, retried until the creation timeout",
+        MachinePhase.TERMINATING: "terminating",
+        MachinePhase.IN_PLACE_UPDATING: "updating in place",
+        MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL: "updated in place, waiting to be uncordoned",
+        MachinePhase.IN_PLACE_UPDATE_FAILED: "in-place update failed",
+    }.get(phase, phase)  # type: ignore[call-overload]
+    return MachineWait(name, phase, words, _seconds(since, now), description)
+
+
+def holding(machines: Iterable[Machine], now: datetime) -> list[MachineWait]:
+    """The machines that do not serve, longest-waiting first."""
+    found = [w for m in machines if (w := machine_wait(m, now)) is not None]
+    return sorted(found, key=lambda w: (-w.seconds, w.name))
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h"
+
+
+def holdup_message(waits: Sequence[MachineWait], limit: int = NAMED_IN_MESSAGE) -> str:
+    """ "2 machines Pending: a (creating VM, 40 s), b (waiting for Node, 3 s); 1 machine Failed: c
+    (failed, to be replaced, 5 min)", phases in order of their first machine; at most ``limit``
+    machines are named, the rest counted."""
+    groups: dict[str, list[MachineWait]] = {}
+    for w in waits:
+        groups.setdefault(w.phase, []).append(w)
+    named = 0
+    parts = []
+    for phase, members in groups.items():
+        shown = []
+        for w in members:
+            if named >= limit:
+                break
+            shown.append(f"{w.name} ({w.waits_for}, {_duration(w.seconds)})")
+            named += 1
+        noun = "machine" if len(members) == 1 else "machines"
+        more = len(members) - len(shown)
+        tail = (", " if shown else "") + f"{more} more" if more else ""
+        parts.append(f"{len(members)} {noun} {phase}: " + ", ".join(shown) + tail)
+    return "; ".join(parts)
