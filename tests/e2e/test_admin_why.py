@@ -158,3 +158,79 @@ def test_only_redis_is_needed_for_the_queue_part(sandbox: Sandbox, control: ApiC
     """An unreachable Redis is one line and exit 1, never a traceback."""
     done = admin(sandbox, "--redis-url", "redis://127.0.0.1:1/0", "why", f"machineset/{NS}/why-run")
     assert done.returncode == 1 and done.stderr.startswith("error: cannot reach Redis"), done.stderr
+
+
+KUBECTL = str(Path(sys.executable).with_name("kubectl"))
+
+
+def deployment_body(name: str, replicas: int, class_name: str) -> dict[str, Any]:
+    labels = {"deployment": name}
+    return {
+        "apiVersion": API_VERSION, "kind": "MachineDeployment", "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": replicas, "progressDeadlineSeconds": 5, "selector": {"matchLabels": labels},
+                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"class": {"kind": "MachineClass", "name": class_name}}}},
+    }  # fmt: skip
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def kstatus(obj: dict[str, Any]) -> str:
+    """kstatus' generic rules for a custom resource: InProgress until the generation is observed or
+    while Reconciling is True, Failed while Stalled is True, else Current."""
+    found = conditions(obj)
+    if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation"):
+        return "InProgress"
+    if found.get("Stalled", {}).get("status") == "True":
+        return "Failed"
+    if found.get("Reconciling", {}).get("status") == "True":
+        return "InProgress"
+    return "Current"
+
+
+def test_a_rollout_is_available_current_and_a_stalled_one_names_its_machines(
+    sandbox: Sandbox, control: ApiClient
+) -> None:
+    ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, deployment_body("why-md", 2, "why-ok"))
+
+    def read() -> dict[str, Any]:
+        found = ops.get(control, kinds.MACHINE_DEPLOYMENT.resource, "why-md", NS)
+        assert found is not None
+        return found
+
+    wait = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(sandbox.kubeconfig), "-n", NS, "wait", "--for=condition=Available",
+         "machinedeployment/why-md", "--timeout=90s"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert wait.returncode == 0, wait.stderr
+    wait_until(lambda: kstatus(read()) == "Current", 90, interval=0.5, what="kstatus Current: rolled out")
+    settled = read()
+    assert settled["status"]["observedGeneration"] == settled["metadata"]["generation"]
+    assert settled["status"]["availableReplicas"] == 2
+    assert conditions(settled)["Available"]["status"] == "True"
+    assert conditions(settled)["RollingOut"]["status"] == "False"
+
+    # a new template whose Nodes never join: the rollout stalls on its first new machine
+    patch = {"spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": "why-stuck"}}}}}
+    ops.patch(control, kinds.MACHINE_DEPLOYMENT.resource, "why-md", patch, NS)
+
+    def rolling() -> dict[str, Any]:
+        return conditions(read()).get("RollingOut") or {}
+
+    wait_until(lambda: "waiting for Node" in rolling().get("message", ""), 90, interval=0.5,
+               what="RollingOut to name the new machine waiting for its Node")  # fmt: skip
+    assert rolling()["status"] == "True" and "on old MachineSets" in rolling()["message"]
+    assert kstatus(read()) in ("InProgress", "Failed")
+    wait_until(
+        lambda: kstatus(read()) == "Failed", 60, interval=0.5, what="Stalled after the progress deadline"
+    )
+    assert conditions(read())["Stalled"]["reason"] == "ProgressDeadlineExceeded"
+    about = why(sandbox, f"machinedeployment/{NS}/why-md")
+    assert any(h["waits_for"] == "waiting for Node" for h in about["holders"]), about["holders"]
+    assert any(line.startswith("RollingOut: RollingOut: Rolling out") for line in about["waits"]), about[
+        "waits"
+    ]

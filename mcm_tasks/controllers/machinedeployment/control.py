@@ -36,6 +36,7 @@ from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
 from mcm_tasks.controllers.common.template import merge_diff
+from mcm_tasks.controllers.machinedeployment.conditions import with_why
 from mcm_tasks.controllers.machinedeployment.seen import MACHINE_NODES
 from mcm_tasks.controllers.machinedeployment.status import status_key
 from mcm_tasks.kube import ops
@@ -224,6 +225,8 @@ class Context(PassScope[MachineDeployment]):
         """Write the accumulated (or given) status if it differs from what was read; whether it wrote."""
         if status is not None:
             self.deployment = self.deployment.model_copy(update={"status": status})
+        explained = with_why(self.deployment, self.deployment.status, self.sets, self.now)
+        self.deployment = self.deployment.model_copy(update={"status": explained})
         if status_key(self.deployment.status) == status_key(self.observed):
             return False
         written = ops.update_status(self.api, kinds.MACHINE_DEPLOYMENT.resource, dump(self.deployment))

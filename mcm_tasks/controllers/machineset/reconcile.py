@@ -52,6 +52,7 @@ from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machineset import control, status
+from mcm_tasks.controllers.machineset.conditions import scaling_conditions
 from mcm_tasks.controllers.machineset.replicas import (
     SKIP_FROZEN,
     DeletionOrder,
@@ -249,7 +250,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     now = now_utc()
 
     def compute(ms: MachineSet) -> status.MachineSetStatus:
-        return status.calculate_status(ms, machines, failure, now)
+        return scaling_conditions(ms, status.calculate_status(ms, machines, failure, now), machines, now)
 
     written = status.write_status(api, machine_set, compute)
     if written is not None and written is not machine_set and written.status.failed_machines:

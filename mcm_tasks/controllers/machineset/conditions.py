@@ -1,0 +1,66 @@
+"""A MachineSet's ``ScalingUp`` and ``ScalingDown`` conditions (pure), in MCM's condition list
+(``status.machineSetCondition``).
+
+- ``ScalingUp`` True (reason ``ScalingUp``) while fewer machines run than ``spec.replicas``; the
+  message counts the machines still to be created and names those on their way with what each waits
+  for ("2 machines Pending: ms-x (creating VM, 40 s), ms-y (waiting for Node, 3 s)"). False:
+  ``NotScalingUp``.
+- ``ScalingDown`` True (reason ``ScalingDown``) while the set has more machines than it wants,
+  naming the ones being deleted and their deletion step. False: ``NotScalingDown``.
+
+A set being deleted says neither (its deletion is what it waits for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from mcm_tasks.api import ConditionStatus, Machine, MachineSet, MachineSetCondition, MachineSetStatus
+from mcm_tasks.controllers.common.conditions import (
+    NOT_SCALING_DOWN,
+    NOT_SCALING_UP,
+    SCALING_DOWN,
+    SCALING_UP,
+    drop,
+    put,
+)
+from mcm_tasks.controllers.common.holdup import holding, holdup_message
+
+
+def scaling_conditions(
+    machine_set: MachineSet, status: MachineSetStatus, machines: Sequence[Machine], now: datetime
+) -> MachineSetStatus:
+    """``status`` with the set's ScalingUp and ScalingDown for its ``machines`` (the claimed ones)."""
+    conditions = list(status.conditions)
+    if machine_set.metadata.is_deleting:
+        for type_ in (SCALING_UP, SCALING_DOWN):
+            conditions = drop(conditions, type_)
+        return status.model_copy(update={"conditions": conditions})
+    desired = machine_set.spec.replicas
+    live = [m for m in machines if not m.metadata.is_deleting]
+    deleting = [m for m in machines if m.metadata.is_deleting]
+    ready = status.ready_replicas
+    if ready < desired:
+        parts = [f"Scaling up from {ready} to {desired} running machines"]
+        missing = desired - len(live)
+        if missing > 0:
+            parts.append(f"{missing} to be created")
+        waits = holdup_message(holding(live, now))
+        if waits:
+            parts.append(waits)
+        up = MachineSetCondition(type=SCALING_UP, status=ConditionStatus.TRUE, reason=SCALING_UP,
+                                 message="; ".join(parts))  # fmt: skip
+    else:
+        up = MachineSetCondition(type=SCALING_UP, status=ConditionStatus.FALSE, reason=NOT_SCALING_UP)
+    if len(machines) > desired:
+        parts = [f"Scaling down from {len(machines)} to {desired} machines"]
+        waits = holdup_message(holding(deleting, now))
+        if waits:
+            parts.append(waits)
+        down = MachineSetCondition(type=SCALING_DOWN, status=ConditionStatus.TRUE, reason=SCALING_DOWN,
+                                   message="; ".join(parts))  # fmt: skip
+    else:
+        down = MachineSetCondition(type=SCALING_DOWN, status=ConditionStatus.FALSE, reason=NOT_SCALING_DOWN)
+    conditions = put(put(conditions, up, now), down, now)
+    return status.model_copy(update={"conditions": conditions})
