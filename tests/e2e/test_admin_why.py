@@ -94,6 +94,7 @@ def test_a_settled_set_its_machine_and_its_node(sandbox: Sandbox, control: ApiCl
     node = machine["metadata"]["labels"]["node"]
     about = why(sandbox, f"machine/{NS}/{name}")
     assert about["status"].startswith("phase Running"), about
+    assert "Creating" not in {c["type"] for c in about["conditions"]}
     assert {c["type"] for c in about["conditions"]} >= {"Ready"}
     assert about["queue"] and about["queue"][0]["kind"] == "machine"
     assert about["waits"]
@@ -118,6 +119,18 @@ def test_a_held_up_set_names_its_machines_and_a_freeze(sandbox: Sandbox, control
     names = {m["metadata"]["name"] for m in machines_of(control, "why-stuck")}
     assert {h["name"] for h in holders()} == names
     assert all(h["phase"] == "Pending" for h in holders())
+    for m in machines_of(control, "why-stuck"):
+        found = {c["type"]: c for c in m["status"].get("conditions") or []}
+        assert found["Creating"]["status"] == "True" and found["Creating"]["reason"] == "WaitingForNode", (
+            found
+        )
+    stuck = ops.get(control, kinds.MACHINE_SET.resource, "why-stuck", NS) or {}
+    up = {c["type"]: c for c in stuck["status"]["machineSetCondition"]}["ScalingUp"]
+    assert (
+        up["status"] == "True"
+        and "2 machines Pending" in up["message"]
+        and "waiting for Node" in up["message"]
+    )
     table = admin(sandbox, "why", f"machineset/{NS}/why-stuck")
     assert "machines holding it up:" in table.stdout and "waiting for Node" in table.stdout
     assert "2 machine(s) not serving" in table.stdout

@@ -41,6 +41,7 @@ from mcm_tasks.api import (
 )
 from mcm_tasks.api.constants import API_VERSION
 from mcm_tasks.controllers.common import context, events
+from mcm_tasks.controllers.common.creating import with_creating_condition
 from mcm_tasks.controllers.common.metrics import observe_status_write
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef
@@ -232,6 +233,7 @@ def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True)
     other API error propagates.
     Upstream: ``updateMachineStatus``.
     """
+    status = with_creating_condition(machine, status, now_utc())
     if dedup and is_status_similar(status, machine.status, now_utc()):
         log.debug("machine %s: status similar to the current one, not written", machine.key)
         return None

@@ -9,7 +9,8 @@ MCM sets them, ``progress.py``).
 - ``ScalingDown`` True while the deployment has more machines than ``spec.replicas`` (a rolling
   update's surge included), with the sets' ScalingDown messages.
 - ``Reconciling`` (kstatus, abnormal-true) True while any of those is, the generation is not yet
-  observed, or ``Available`` is False; ``Stalled`` True once the progress deadline is exceeded. Both
+  observed, or ``Available`` is False; ``Stalled`` True once the progress deadline is exceeded or
+  while ``ReplicaFailure`` is (an invalid spec, machines that cannot be created or deleted). Both
   are absent when settled, so kstatus' ``Current`` means "this generation rolled out and available",
   and GitOps tools (Flux, Argo CD, kpt) wait for exactly that.
 
@@ -46,6 +47,7 @@ from mcm_tasks.controllers.machinedeployment.progress import (
     AVAILABLE,
     PROGRESS_DEADLINE_EXCEEDED,
     PROGRESSING,
+    REPLICA_FAILURE,
 )
 
 
@@ -111,9 +113,12 @@ def with_why(
     else:
         conditions = drop(conditions, RECONCILING)
     progressing = get_condition(conditions, PROGRESSING)
+    failure = get_condition(conditions, REPLICA_FAILURE)
     if progressing is not None and progressing.reason == PROGRESS_DEADLINE_EXCEEDED:
         message = "; ".join(m for m in (progressing.message, busy.message if busy else "") if m)
         conditions = put(conditions, _cond(STALLED, True, PROGRESS_DEADLINE_EXCEEDED, message), now)
+    elif failure is not None and failure.status == ConditionStatus.TRUE:
+        conditions = put(conditions, _cond(STALLED, True, failure.reason, failure.message), now)
     else:
         conditions = drop(conditions, STALLED)
     return status.model_copy(update={"conditions": conditions})
