@@ -4,8 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock redis-server test test-fast demo lint bench crds clean chart-render chart-schema \
-        docs docs-serve config-reference
+.PHONY: install lock redis-server promtool test test-fast demo lint bench crds clean chart-render \
+        chart-schema docs docs-serve config-reference
 
 # pinned by constraints.txt, as the Dockerfile installs (tests/unit/test_image.py checks they agree)
 $(STAMP): pyproject.toml constraints.txt
@@ -31,9 +31,18 @@ redis-server:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "warning: no redis-server on PATH: the TLS tests will fail (apt-get install redis-server)"; fi; }
 
+# The chart's alert rules are checked and unit-tested with promtool (Debian's prometheus package
+# ships it). Installed when missing and root with apt; the rule tests skip, with the reason, without it.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      prometheus >/dev/null; \
+	  else echo "warning: no promtool on PATH: the alert rule tests will skip (apt-get install prometheus)"; fi; }
+
 # The chart's tests render with helm when it is on PATH, else with build/chart-render (built on
 # demand; a machine that can do neither skips them, unless CI=true): tests/chart_support.py.
-test: $(STAMP) redis-server
+test: $(STAMP) redis-server promtool
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

@@ -12,7 +12,9 @@ figure):
   for it these go through prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``,
   which the worker command sets before anything creates a metric), aggregated without a ``pid``
   label;
-- ``mcm_leader{component}`` is 1 in the process that leads (informer, beat), 0 in a standby.
+- ``mcm_leader{component}`` is 1 in the process that leads (informer, beat), 0 in a standby;
+  ``mcm_redis_up`` is 1 where the process's Redis answers (``why_metrics``, with the fleet's
+  ``mcm_condition_seconds`` and ``mcm_workqueue_longest_failing_seconds``).
 
 A collector that reads Redis yields nothing while it fails (Redis unreachable), so ``/metrics`` keeps
 answering (with the process metrics) instead of failing the scrape. ``/healthz`` and ``/readyz``:
@@ -35,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from mcm_tasks.probes import LEADING, Probes
 from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.why_metrics import RedisUpCollector
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +94,12 @@ def fleet_collectors() -> list[Collector]:
     from mcm_tasks.controllers.machinedeployment.metrics import MachineDeploymentMetricsCollector
     from mcm_tasks.controllers.machineset.metrics import MachineSetMetricsCollector
     from mcm_tasks.queue.metrics import QueueMetricsCollector
+    from mcm_tasks.why_metrics import ConditionCollector, FailingAgeCollector
 
     return [
         QueueMetricsCollector(),
+        FailingAgeCollector(),
+        ConditionCollector(),
         MachineCollector(),
         MachineSetMetricsCollector(),
         MachineDeploymentMetricsCollector(),
@@ -109,6 +115,7 @@ def build_registry(fleet: Callable[[], bool] | None = None) -> CollectorRegistry
     else:
         registry.register(REGISTRY)  # type: ignore[arg-type]  # the process's metrics
     registry.register(LeaderCollector())
+    registry.register(RedisUpCollector())
     if fleet is not None:
         for collector in fleet_collectors():
             registry.register(Guarded(collector, fleet))

@@ -187,8 +187,10 @@ def schema() -> dict[str, Any]:
                                 "labels": MAP,
                                 "runbookBaseURL": STR,
                                 "queueDepthThreshold": INT1,
+                                "failingKeysMinutes": INT1,
                             }
                         ),
+                        "grafanaDashboard": _obj({"enabled": BOOL, "labels": MAP}),
                     }
                 ),
                 "probes": _obj({"liveness": probe, "readiness": probe}),
