@@ -10,6 +10,15 @@ is client-go's, on a shared token bucket.
 
 Events are best effort, as in client-go: a failure to write one is logged, never raised.
 
+**events.k8s.io/v1 where served.** A recorder asks the API server once whether it serves
+``events.k8s.io/v1`` and then records there (client-go's newer ``events`` broadcaster): ``action``
+(what the controller did), ``reason``, ``note``, ``regarding`` and ``related`` (the other object the
+event concerns: a Machine's Node, a MachineSet's Machine), ``reportingController`` and
+``reportingInstance``, ``eventTime``; a repeat raises ``series.count`` and ``series.lastObservedTime``.
+The deprecated core fields stay unset, as the API server's validation requires. Where the group is
+not served, Events are core/v1 as before (``involvedObject``, ``count``, ``lastTimestamp``). Both
+are one resource on the server: ``kubectl get events`` and core/v1 readers see either.
+
 Secrets: an Event copies only the involved object's identity (kind, name, namespace, uid, …) and
 the caller's reason and message. Callers must not put secret material (userData, credentials) in
 messages; the recorder refuses Secret objects outright so none ever travels through it.
@@ -32,8 +41,9 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.kube import ops
+from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.errors import describe, is_already_exists, is_not_found
+from mcm_tasks.kube.resources import Resource
 from mcm_tasks.ratelimit import BUCKET
 from mcm_tasks.redisdb import get_redis, rkey
 
@@ -43,6 +53,15 @@ NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
 EventType = Literal["Normal", "Warning"]
 DEFAULT_COMPONENT = "machine-controller-manager"
+
+#: the newer Events API and the recorder's choices of API
+EVENTS_V1: Final = Resource("events.k8s.io", "v1", "events", "Event")
+EVENTS_API_V1: Final = EVENTS_V1.api_version
+CORE_API: Final = "v1"
+AUTO: Final = "auto"
+#: events.k8s.io/v1's field limits (the API server refuses longer)
+NOTE_LIMIT: Final = 1024
+ACTION_LIMIT: Final = 128
 
 #: client-go's spam filter: 25 events per object at once, then one every 5 minutes
 SPAM_BURST = 25
@@ -193,6 +212,49 @@ def new_event(
     return event
 
 
+def micro_time(ts: float) -> str:
+    """A MicroTime, as events.k8s.io/v1's ``eventTime`` and ``series.lastObservedTime`` carry it."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_event_v1(
+    ref: ObjectRef,
+    type_: str,
+    reason: str,
+    message: str,
+    *,
+    name: str,
+    action: str,
+    related: ObjectRef | None,
+    now: float,
+    component: str,
+    host: str = "",
+) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event (its first occurrence: no ``series``)."""
+    event: dict[str, Any] = {
+        "apiVersion": EVENTS_API_V1,
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": ref.event_namespace},
+        "eventTime": micro_time(now),
+        "reportingController": component,
+        "reportingInstance": (host or component)[:128],
+        "action": (action or reason)[:ACTION_LIMIT],
+        "reason": reason[:ACTION_LIMIT],
+        "regarding": ref.as_involved_object(),
+        "note": message[:NOTE_LIMIT],
+        "type": type_,
+    }
+    if related is not None:
+        event["related"] = related.as_involved_object()
+    return event
+
+
+def _count_of(event: Mapping[str, Any]) -> int:
+    """How often the event happened, in either API's shape."""
+    series = event.get("series") or {}
+    return int(event.get("count") or series.get("count") or event.get("deprecatedCount") or 1)
+
+
 def _as_text(raw: Mapping[Any, Any]) -> dict[str, str]:
     """Redis answers in bytes unless the client decodes; the recorder accepts either client."""
     return {
@@ -205,7 +267,8 @@ class EventRecorder:
     """Writes Events through ``api`` (the control cluster's client, rate limited like the rest).
 
     ``redis_client=None`` uses the process's shared Redis; ``aggregate=False`` writes every event
-    as a new object (used where there is no Redis at all).
+    as a new object (used where there is no Redis at all). ``events_api``: ``auto`` (events.k8s.io/v1
+    where the API server serves it, else core/v1), or ``v1`` / ``events.k8s.io/v1`` to choose.
     """
 
     def __init__(
@@ -220,7 +283,11 @@ class EventRecorder:
         spam_filter: bool = True,
         lock_wait: float = 2.0,
         clock: Callable[[], float] = time.time,
+        events_api: str = AUTO,
     ) -> None:
+        if events_api not in (AUTO, CORE_API, EVENTS_API_V1):
+            raise ValueError(f"events_api must be {AUTO}, {CORE_API} or {EVENTS_API_V1}, not {events_api!r}")
+        self.events_api: str | None = None if events_api == AUTO else events_api
         self.api = api
         self.component = component
         self.host = host
@@ -238,18 +305,42 @@ class EventRecorder:
     # --- public ----------------------------------------------------------------------------------
 
     def event(
-        self, obj: ops.Obj | ObjectRef, type_: EventType, reason: str, message: str
+        self,
+        obj: ops.Obj | ObjectRef,
+        type_: EventType,
+        reason: str,
+        message: str,
+        *,
+        action: str = "",
+        related: ops.Obj | ObjectRef | None = None,
     ) -> dict[str, Any] | None:
-        """Record an event on ``obj``; the Event as written, or None when dropped or failed."""
+        """Record an event on ``obj``; the Event as written, or None when dropped or failed.
+        ``action`` (what was done; the reason when empty) and ``related`` (another object the event
+        concerns) reach events.k8s.io/v1 Events; core/v1 has no place for them."""
         if type_ not in (NORMAL, WARNING):
             raise ValueError(f"event type must be Normal or Warning, got {type_!r}")
         ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
+        other = related if related is None or isinstance(related, ObjectRef) else ObjectRef.of(related)
         try:
-            return self._record(ref, type_, reason, message)
+            return self._record(ref, type_, reason, message, action, other)
         except (ApiException, redis.RedisError, OSError) as err:
             log.warning("could not record event %s on %s %s/%s: %s",
                         reason, ref.kind, ref.namespace, ref.name, describe(err))  # fmt: skip
             return None
+
+    def api_version(self) -> str:
+        """The Events API this recorder writes: asked of the API server once (a failure to ask is
+        not remembered: core/v1 for this event, the question again for the next)."""
+        if self.events_api is None:
+            try:
+                found = rest.request(self.api, "GET", EVENTS_V1.group_version_path)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                found = {}
+            served = any(r.get("name") == EVENTS_V1.plural for r in (found or {}).get("resources") or [])
+            self.events_api = EVENTS_API_V1 if served else CORE_API
+        return self.events_api
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -258,12 +349,13 @@ class EventRecorder:
             return None
         return rkey("events", "spam", digest(spam_key(ref, self.component, self.host)))
 
-    def _record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> dict[str, Any] | None:
+    def _record(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, action: str, related: ObjectRef | None
+    ) -> dict[str, Any] | None:
         now = self.clock()
+        what = _What(ref, type_, reason, message, action, related, self.api_version())
         if self._redis is None:  # no Redis: neither spam filter nor correlation
-            return self._create(
-                ref, type_, reason, message, event_name(ref, time.time_ns()), 1, rfc3339(now), now
-            )
+            return self._create(what, event_name(ref, time.time_ns()), 1, rfc3339(now), now)
         state_key = rkey("events", digest(event_key(ref, type_, reason, message, self.component, self.host)))
         lock_key = state_key + ":lock"
         began = self._begin(lock_key, state_key, self._spam_key(ref))
@@ -272,11 +364,11 @@ class EventRecorder:
             return None
         token, state = began
         try:
-            if state.get("name"):
-                written = self._bump(ref, type_, reason, message, state, now)
-            else:
+            if state.get("name") and state.get("api", CORE_API) == what.api:
+                written = self._bump(what, state, now)
+            else:  # new, or recorded through the other API (an upgrade of the API server)
                 name = event_name(ref, time.time_ns())
-                written = self._create(ref, type_, reason, message, name, 1, rfc3339(now), now)
+                written = self._create(what, name, 1, rfc3339(now), now)
         except BaseException:
             if token:
                 self._redis.eval(_RELEASE, 1, lock_key, token)
@@ -285,54 +377,53 @@ class EventRecorder:
         fields = {
             "name": str(meta.get("name")),
             "namespace": str(meta.get("namespace") or ref.event_namespace),
-            "count": str(written.get("count") or 1),
-            "first": str(written.get("firstTimestamp") or rfc3339(now)),
+            "count": str(_count_of(written)),
+            "first": str(written.get("firstTimestamp") or written.get("eventTime") or rfc3339(now)),
+            "api": what.api,
         }
         args: list[str | int] = [token or "", max(1, int(self.window))]
         args += [x for pair in fields.items() for x in pair]
         self._end(keys=[lock_key, state_key], args=args)
         return written
 
-    def _bump(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, state: Mapping[str, str], now: float
-    ) -> dict[str, Any]:
-        """PATCH count and lastTimestamp; if the Event is gone (expired on the server), create it
-        again under the same name and count, as client-go does."""
+    def _bump(self, what: _What, state: Mapping[str, str], now: float) -> dict[str, Any]:
+        """PATCH the count (core/v1: ``count``, ``lastTimestamp``; events.k8s.io/v1: ``series``); if
+        the Event is gone (expired on the server), create it again under the same name and count, as
+        client-go does."""
         count = int(state.get("count") or 1) + 1
-        name, namespace = state["name"], state.get("namespace") or ref.event_namespace
-        body = {"count": count, "lastTimestamp": rfc3339(now), "message": message}
+        name, namespace = state["name"], state.get("namespace") or what.ref.event_namespace
         try:
-            return ops.patch(self.api, kinds.EVENT.resource, name, body, namespace)
+            return ops.patch(self.api, what.resource, name, what.repeat(count, now), namespace)
         except ApiException as err:
             if not is_not_found(err):
                 raise
         first = state.get("first") or rfc3339(now)
-        return self._create(ref, type_, reason, message, name, count, first, now)
+        return self._create(what, name, count, first, now)
 
-    def _create(
-        self,
-        ref: ObjectRef,
-        type_: str,
-        reason: str,
-        message: str,
-        name: str,
-        count: int,
-        first: str,
-        now: float,
-    ) -> dict[str, Any]:
-        event = new_event(
-            ref, type_, reason, message, name=name, count=count, first=first, last=rfc3339(now),
-            component=self.component, host=self.host,
-        )  # fmt: skip
+    def _create(self, what: _What, name: str, count: int, first: str, now: float) -> dict[str, Any]:
+        if what.api == EVENTS_API_V1:
+            event = new_event_v1(
+                what.ref, what.type_, what.reason, what.message, name=name, action=what.action,
+                related=what.related, now=now, component=self.component, host=self.host,
+            )  # fmt: skip
+            if count > 1:  # re-created after it expired: the series goes on
+                event["series"] = {"count": count, "lastObservedTime": micro_time(now)}
+        else:
+            event = new_event(
+                what.ref, what.type_, what.reason, what.message, name=name, count=count, first=first,
+                last=rfc3339(now), component=self.component, host=self.host,
+            )  # fmt: skip
+        namespace = what.ref.event_namespace
         try:
-            return ops.create(self.api, kinds.EVENT.resource, event, ref.event_namespace)
+            return ops.create(self.api, what.resource, event, namespace)
         except ApiException as err:
             if not is_already_exists(err):
                 raise
             # written meanwhile by a recorder that did not hold the lock: count on top of it
-            current = ops.get(self.api, kinds.EVENT.resource, name, ref.event_namespace) or event
-            body = {"count": int(current.get("count") or 0) + 1, "lastTimestamp": rfc3339(now)}
-            return ops.patch(self.api, kinds.EVENT.resource, name, body, ref.event_namespace)
+            current = ops.get(self.api, what.resource, name, namespace) or event
+            return ops.patch(
+                self.api, what.resource, name, what.repeat(_count_of(current) + 1, now), namespace
+            )
 
     def _begin(
         self, lock_key: str, state_key: str, spam: str | None
@@ -359,6 +450,29 @@ class EventRecorder:
                 log.debug("event lock %s still held after %ss; writing without it", lock_key, self.lock_wait)
                 return None, _as_text(self._redis.hgetall(state_key))  # type: ignore[arg-type]
             time.sleep(0.005)
+
+
+@dataclass(frozen=True)
+class _What:
+    """One event to record, and the API it goes to."""
+
+    ref: ObjectRef
+    type_: str
+    reason: str
+    message: str
+    action: str
+    related: ObjectRef | None
+    api: str
+
+    @property
+    def resource(self) -> Resource:
+        return EVENTS_V1 if self.api == EVENTS_API_V1 else kinds.EVENT.resource
+
+    def repeat(self, count: int, now: float) -> dict[str, Any]:
+        """The merge patch of a repeat."""
+        if self.api == EVENTS_API_V1:
+            return {"series": {"count": count, "lastObservedTime": micro_time(now)}}
+        return {"count": count, "lastTimestamp": rfc3339(now), "message": self.message}
 
 
 _recorders: dict[tuple[int, int, str], EventRecorder] = {}

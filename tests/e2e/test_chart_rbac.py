@@ -26,6 +26,9 @@ NOT_EXERCISED: dict[str, dict[tuple[str, str, str], str]] = {
     "worker": {
         ("", "events", "get"): "the event correlator's create racing another worker's (409, then read)",
         ("", "events", "patch"): "the event correlator's repeat of an Event (count, lastTimestamp)",
+        ("", "events", "create"): "core/v1 Events, where the API server does not serve events.k8s.io/v1",
+        ("events.k8s.io", "events", "get"): "the event correlator's create racing another worker's",
+        ("events.k8s.io", "events", "patch"): "the event correlator's repeat of an Event (series)",
         ("", "pods", "delete"): "a forced drain (force-deletion label, drain timeout, unhealthy node)",
         ("", "persistentvolumes", "get"): "the drain's volume reads while the mirror has not listed them",
         (

@@ -1,5 +1,6 @@
 """Event aggregation against the sandbox API server and a real Redis: repeats bump one Event's
-count, from one process or several."""
+count, from one process or several; through core/v1, and through events.k8s.io/v1 where the API
+server serves it (with action, regarding and related, and the count in ``series``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import redis
 from mcm_sandbox.procs import ApiServer
 from mcm_tasks import kinds
 from mcm_tasks.kube import clients, ops
-from mcm_tasks.kube.events import SPAM_BURST, WARNING, EventRecorder
+from mcm_tasks.kube.events import EVENTS_V1, SPAM_BURST, WARNING, EventRecorder
 from mcm_tasks.kube.ratelimit import limiter_of
 from mcm_tasks.settings import configure, load_settings
 
@@ -40,7 +41,8 @@ def control(apiserver: ApiServer, redis_url: str) -> Iterator[clients.Cluster]:
 
 @pytest.fixture()
 def recorder(control: clients.Cluster, redis_client: redis.Redis) -> EventRecorder:
-    return EventRecorder(control.api, redis_client=redis_client)
+    """A core/v1 recorder (these tests read core/v1's ``count``; events.k8s.io/v1 has its own below)."""
+    return EventRecorder(control.api, redis_client=redis_client, events_api="v1")
 
 
 def machine(name: str | None = None) -> dict[str, Any]:
@@ -52,6 +54,10 @@ def machine(name: str | None = None) -> dict[str, Any]:
             "resourceVersion": "1",
         },
     }  # fmt: skip
+
+
+def count_of(event: dict[str, Any]) -> int:
+    return int(event.get("count") or (event.get("series") or {}).get("count") or 1)
 
 
 def events_of(control: clients.Cluster, obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -128,7 +134,7 @@ def test_two_processes_share_one_event(
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
     (only,) = events_of(control, obj)
-    assert only["count"] == 8
+    assert count_of(only) == 8  # the recorders chose events.k8s.io/v1: the count is the series'
 
 
 def _calls(redis_client: redis.Redis, command: str) -> int:
@@ -166,3 +172,49 @@ def test_a_failed_write_releases_the_lock_and_keeps_no_state(
     obj["metadata"]["namespace"] = "default"
     written = recorder.event(obj, WARNING, "FailedCreate", "x")
     assert written is not None and written["count"] == 1
+
+
+def test_where_served_events_are_events_k8s_io_v1_with_action_and_related(
+    control: clients.Cluster, redis_client: redis.Redis
+) -> None:
+    recorder = EventRecorder(control.api, redis_client=redis_client)
+    assert recorder.api_version() == "events.k8s.io/v1"
+    obj = machine()
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a", "uid": "u-1"}}
+    first = recorder.event(
+        obj, WARNING, "DrainFailed", "pod p blocked by PDB b", action="Drain", related=node
+    )
+    assert first is not None and first["apiVersion"] == "events.k8s.io/v1"
+    assert (first["action"], first["reason"], first["note"]) == (
+        "Drain",
+        "DrainFailed",
+        "pod p blocked by PDB b",
+    )
+    assert first["regarding"]["name"] == obj["metadata"]["name"] and first["regarding"]["kind"] == "Machine"
+    assert first["related"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "u-1"}
+    assert first["reportingController"] == "machine-controller-manager" and first["eventTime"]
+    assert not {"count", "deprecatedCount", "firstTimestamp", "deprecatedFirstTimestamp"} & set(first)
+    again = recorder.event(
+        obj, WARNING, "DrainFailed", "pod p blocked by PDB b", action="Drain", related=node
+    )
+    assert again is not None and again["metadata"]["name"] == first["metadata"]["name"]
+    assert again["series"]["count"] == 2 and again["series"]["lastObservedTime"]
+    listed = ops.list_(control.api, EVENTS_V1, "default")["items"]
+    (only,) = [e for e in listed if e["regarding"]["name"] == obj["metadata"]["name"]]
+    assert only["series"]["count"] == 2 and only["action"] == "Drain"
+    # core/v1 readers (kubectl get events, admin why) see the same Event
+    (core,) = events_of(control, obj)
+    assert core["message"] == "pod p blocked by PDB b" and count_of(core) == 2
+
+
+def test_an_expired_v1_event_is_recreated_with_its_series(
+    control: clients.Cluster, redis_client: redis.Redis
+) -> None:
+    recorder = EventRecorder(control.api, redis_client=redis_client, events_api="events.k8s.io/v1")
+    obj = machine()
+    first = recorder.event(obj, "Normal", "Created", "VM created")
+    assert first is not None
+    ops.delete(control.api, EVENTS_V1, first["metadata"]["name"], "default")
+    again = recorder.event(obj, "Normal", "Created", "VM created")
+    assert again is not None and again["metadata"]["name"] == first["metadata"]["name"]
+    assert again["series"]["count"] == 2

@@ -39,7 +39,7 @@ from mcm_tasks.api import (
     dump,
     now_utc,
 )
-from mcm_tasks.api.constants import API_VERSION
+from mcm_tasks.api.constants import API_VERSION, NODE_LABEL_KEY
 from mcm_tasks.controllers.common import context, events
 from mcm_tasks.controllers.common.creating import with_creating_condition
 from mcm_tasks.controllers.common.metrics import observe_status_write
@@ -221,9 +221,17 @@ def machine_ref(machine: Machine) -> ObjectRef:
     )
 
 
+def node_ref(machine: Machine) -> ObjectRef | None:
+    """The machine's Node (its ``node`` label), as an Event's ``related`` object."""
+    node = machine.metadata.labels.get(NODE_LABEL_KEY, "")
+    return ObjectRef(api_version="v1", kind="Node", name=node) if node else None
+
+
 def record_event(machine: Machine, type_: EventType, reason: str, message: str) -> None:
-    """Best effort, as Kubernetes events are: never raises."""
-    recorder().event(machine_ref(machine), type_, reason, message)
+    """Best effort, as Kubernetes events are: never raises. A status change is the action; the
+    machine's Node is the related object (events.k8s.io/v1)."""
+    recorder().event(machine_ref(machine), type_, reason, message, action="UpdateStatus",
+                     related=node_ref(machine))  # fmt: skip
 
 
 def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True) -> Machine | None:

@@ -3,10 +3,12 @@
 
 - ``ScalingUp`` True (reason ``ScalingUp``) while fewer machines run than ``spec.replicas``; the
   message counts the machines still to be created and names those on their way with what each waits
-  for ("2 machines Pending: ms-x (creating VM, 40 s), ms-y (waiting for Node, 3 s)"). False:
-  ``NotScalingUp``.
+  for ("2 machines Pending: ms-x (creating VM, 40 s), ms-y (waiting for Node, 3 s)").
 - ``ScalingDown`` True (reason ``ScalingDown``) while the set has more machines than it wants,
-  naming the ones being deleted and their deletion step. False: ``NotScalingDown``.
+  naming the ones being deleted and their deletion step.
+
+Both are present only while True: MCM's list holds what is wrong (``ReplicaFailure``, ``Frozen``)
+and is empty on a settled set, and stays so.
 
 A set being deleted says neither (its deletion is what it waits for).
 """
@@ -18,8 +20,6 @@ from datetime import datetime
 
 from mcm_tasks.api import ConditionStatus, Machine, MachineSet, MachineSetCondition, MachineSetStatus
 from mcm_tasks.controllers.common.conditions import (
-    NOT_SCALING_DOWN,
-    NOT_SCALING_UP,
     SCALING_DOWN,
     SCALING_UP,
     drop,
@@ -52,7 +52,7 @@ def scaling_conditions(
         up = MachineSetCondition(type=SCALING_UP, status=ConditionStatus.TRUE, reason=SCALING_UP,
                                  message="; ".join(parts))  # fmt: skip
     else:
-        up = MachineSetCondition(type=SCALING_UP, status=ConditionStatus.FALSE, reason=NOT_SCALING_UP)
+        up = None
     if len(machines) > desired:
         parts = [f"Scaling down from {len(machines)} to {desired} machines"]
         waits = holdup_message(holding(deleting, now))
@@ -61,6 +61,7 @@ def scaling_conditions(
         down = MachineSetCondition(type=SCALING_DOWN, status=ConditionStatus.TRUE, reason=SCALING_DOWN,
                                    message="; ".join(parts))  # fmt: skip
     else:
-        down = MachineSetCondition(type=SCALING_DOWN, status=ConditionStatus.FALSE, reason=NOT_SCALING_DOWN)
-    conditions = put(put(conditions, up, now), down, now)
+        down = None
+    for type_, found in ((SCALING_UP, up), (SCALING_DOWN, down)):
+        conditions = drop(conditions, type_) if found is None else put(conditions, found, now)
     return status.model_copy(update={"conditions": conditions})

@@ -132,10 +132,13 @@ def create_machines(
             if is_timeout(err):
                 # it may exist after all: the informer will observe it, or the expectation expires
                 return
-            events.event(machine_set, WARNING, FAILED_CREATE, f"Error creating: {describe(err)}")
+            events.event(
+                machine_set, WARNING, FAILED_CREATE, f"Error creating: {describe(err)}", action="Create"
+            )
             raise
         name = (created.get("metadata") or {}).get("name")
-        events.event(machine_set, NORMAL, SUCCESSFUL_CREATE, f"Created Machine: {name}")
+        events.event(machine_set, NORMAL, SUCCESSFUL_CREATE, f"Created Machine: {name}", action="Create",
+                     related=created)  # fmt: skip
 
     created, error = slow_start(count, create_one, run_concurrently)
     skipped = count - created
@@ -178,9 +181,11 @@ def terminate_machines(
             if is_not_found(err) or is_conflict(err):
                 # gone already, or a namesake with another uid that is not ours to delete
                 return
-            events.event(machine_set, WARNING, FAILED_DELETE, f"Error deleting: {describe(err)}")
+            message = f"Error deleting: {describe(err)}"
+            events.event(machine_set, WARNING, FAILED_DELETE, message, action="Delete", related=machine)
             raise
-        events.event(machine_set, NORMAL, SUCCESSFUL_DELETE, f"Deleted machine: {name}")
+        events.event(machine_set, NORMAL, SUCCESSFUL_DELETE, f"Deleted machine: {name}", action="Delete",
+                     related=machine)  # fmt: skip
         if is_failed(machine) and machine.status.last_operation.type == MachineOperationType.HEALTH_CHECK:
             metrics.count_stale_machine_removed()
         if answer and answer.get("kind") == "Machine":
