@@ -31,6 +31,8 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common.frozen import is_frozen
 from mcm_tasks.controllers.common.holdup import MachineWait, holding
+from mcm_tasks.controllers.machine.drain.blockers import blockers, blockers_message
+from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainStore
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import build_clusters
@@ -211,6 +213,8 @@ class QueueFacts(BaseModel):
     expectations: tuple[int, int, float | None] | None = None
     #: (permit key, held) of a machine's deployment (meltdown protection)
     permit: tuple[str, int] | None = None
+    #: (node, what holds its drain) of a machine being drained (the drain's progress in Redis)
+    drain: tuple[str, str] | None = None
 
 
 def explain(
@@ -271,6 +275,9 @@ def explain(
             f"a replacement permit of deployment {facts.permit[0]} is held ({facts.permit[1]}): "
             "a failed machine waits for it before it is marked Failed"
         )
+    if facts.drain is not None:
+        node, holding_drain = facts.drain
+        waits.append(f"draining node {node}: " + (holding_drain or "no pod refused so far"))
     for c in conditions:
         if (
             c.type in ("Deleting", "Creating", "RollingOut", "ScalingUp", "ScalingDown")
@@ -344,6 +351,21 @@ def _owned(items: Sequence[Mapping[str, Any]], uids: set[str]) -> list[dict[str,
     ]
 
 
+def _drain_blockers(api: Any, progress: DrainProgress) -> str:
+    """What holds the drain, read from the target cluster: the refused pods and their budgets."""
+    waiting = [k for k, p in progress.pods.items() if not p.resolved]
+    pods: dict[str, Any] = {}
+    for key in waiting:
+        namespace, _, name = key.partition("/")
+        found = ops.get(api, kinds.POD.resource, name, namespace, missing_ok=True)
+        if found is not None:
+            pods[key] = found
+    pdbs: list[Any] = []
+    for namespace in sorted({k.partition("/")[0] for k in waiting}):
+        pdbs += ops.list_(api, kinds.POD_DISRUPTION_BUDGET.resource, namespace).get("items") or []
+    return blockers_message(blockers(progress, pods, pdbs))
+
+
 def gather(target: Target, client: redis.Redis | None = None, now: float | None = None) -> Why:
     """Read everything ``explain`` needs from the API servers and Redis."""
     client = client or get_redis()
@@ -392,6 +414,10 @@ def gather(target: Target, client: redis.Redis | None = None, now: float | None 
             node = labels.get(NODE_LABEL_KEY)
             if node and clusters.target is not None:
                 events += _events(clusters.target.api, "Node", node, None)
+            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            progress = DrainStore(client).load(target.key, uid)
+            if progress is not None and clusters.target is not None:
+                facts.drain = (progress.node, _drain_blockers(clusters.target.api, progress))
         return explain(target, obj, _keys(target, client), facts, holders, events_of(events), now)
     finally:
         clusters.close()

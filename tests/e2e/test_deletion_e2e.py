@@ -8,6 +8,10 @@ the Machine, its Node and its VM gone."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -350,3 +354,28 @@ def test_a_node_deleted_by_hand_deletes_its_machine_and_the_set_replaces_it(clus
     assert c.node(second) is not None and len(c.live_vms(second)) == 1
     ops.delete(c.control, kinds.MACHINE_SET.resource, "handdel", NS)
     c.wait_gone(second)
+
+
+def test_admin_why_names_the_pod_and_the_budget_that_hold_a_drain(cluster: Cluster, sandbox: Sandbox) -> None:
+    """``mcm-tasks admin why machine/NS/NAME`` (the console script, as an operator runs it) says which
+    pod's eviction is refused and by which PodDisruptionBudget, while the drain waits."""
+    c = cluster
+    name = c.launch("why")
+    c.run_pod("why-held", name, labels={"app": "why"})
+    c.wait(lambda: c.ready("why-held"), "pod Ready")
+    holding_budget(c, "why-hold", "why")
+    c.delete(name)
+    c.wait(lambda: c.evict_attempts(name, "why-held") >= 2, "eviction refused twice")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MCM_")}, **sandbox.env()}
+    command = [str(Path(sys.executable).with_name("mcm-tasks")), "admin", "why", f"machine/{NS}/{name}"]
+    done = subprocess.run([*command, "--output", "json"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    waits = json.loads(done.stdout)["waits"]
+    (drain,) = [w for w in waits if w.startswith("draining node")]
+    assert f"pod {NS}/why-held: eviction refused" in drain, drain
+    assert f"by PodDisruptionBudget {NS}/why-hold (0 disruptions allowed)" in drain, drain
+    table = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert "PodDisruptionBudget default/why-hold" in table.stdout, table.stdout
+
+    ops.patch(c.target, kinds.POD_DISRUPTION_BUDGET.resource, "why-hold", {"spec": {"minAvailable": 0}}, NS)
+    c.wait_gone(name)
