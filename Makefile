@@ -11,13 +11,13 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[test,dev,docs,sandbox]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,dev,docs,sandbox,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # re-pin constraints.txt to what the venv holds (after a change of pyproject.toml's dependencies:
-# `pip install -e '.[test,dev,docs,sandbox]'` without -c, then `make lock`)
+# `pip install -e '.[test,dev,docs,sandbox,otel]'` without -c, then `make lock`)
 lock:
 	{ echo "# Every package 'make install' and the Dockerfile install, pinned: regenerate with 'make lock'."; \
 	  echo "# Used as pip constraints (-c): extras not asked for are not installed."; \

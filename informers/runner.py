@@ -34,11 +34,12 @@ from informers.events import Routing
 from informers.informer import Backoff, Reflector
 from informers.mirror import Commit, Mirror
 from informers.problems import ProblemReporter
-from informers.processor import Item, Outcome, Processor
+from informers.processor import Item, Outcome, Processor, WatchEvent
 from informers.resources import BY_KIND, Obj, WatchedResource, watch_namespace, watched_resources
 from informers.routing import full_resync
 from informers.sink import Sink, deliver
 from informers.store import Store
+from mcm_tasks import kinds, tracing
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.probes import PROGRESS
 from mcm_tasks.queue.messages import queue_keys
@@ -216,6 +217,8 @@ class Informer:
                     for reflector in reflectors:
                         reflector.relist(initial=True)
                 self._deliver(outcome.routing, stop)
+                if tracing.enabled():
+                    tracing.informer_batch(machine_events(batch), set(outcome.routing.enqueue))
                 if epoch is not None:
                     self._after_failover(processor, stop)
                 self.counters["batches"] += bool(batch)
@@ -311,6 +314,17 @@ class Informer:
         self._published = fields if whole else {**self._published, **update}
         if whole:
             self._status_refresh = now + STATUS_REFRESH
+
+
+def machine_events(batch: list[Item]) -> list[tuple[str, str, str, str]]:
+    """The batch's Machine watch events as (type, uid, key, resourceVersion), for their traces."""
+    out = []
+    for item in batch:
+        if isinstance(item, WatchEvent) and item.obj.get("kind") == kinds.MACHINE.resource.kind:
+            meta = item.obj.get("metadata") or {}
+            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            out.append((item.type, str(meta.get("uid") or ""), key, str(meta.get("resourceVersion") or "")))
+    return out
 
 
 def status_update(published: Mapping[str, str], fields: Mapping[str, str], whole: bool) -> dict[str, str]:

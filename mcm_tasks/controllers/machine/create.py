@@ -41,6 +41,8 @@ from mcm_tasks.controllers.machine.health import creation_timeout
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.tracing import TRACE_ANNOTATION, trace_id_hex, traced_driver
+from mcm_tasks.tracing import enabled as tracing_enabled
 from providers import Code, MachineError, UnknownProviderError, get_driver
 from providers.driver import (
     CreateMachineRequest,
@@ -171,7 +173,7 @@ def _create_error(machine: Machine, err: BaseException, last_known_state: str = 
 
 def _driver(machine: Machine, cc: ClassContext) -> Driver | None:
     try:
-        return get_driver(cc.machine_class.provider)
+        return traced_driver(get_driver(cc.machine_class.provider))
     except UnknownProviderError as err:
         write_problem(machine, f"MachineClass {cc.machine_class.metadata.name}: {err}")
         return None
@@ -279,6 +281,9 @@ def _create(machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, 
         return Requeue.medium()
 
     patch = labels_patch(machine, vm.node_name, vm.provider_id, target_mode)
+    if patch is not None and tracing_enabled() and machine.metadata.uid:
+        # the trace's id, for an operator to go from kubectl to the trace (written with the labels)
+        patch["metadata"].setdefault("annotations", {})[TRACE_ANNOTATION] = trace_id_hex(machine.metadata.uid)
     if patch is not None:
         api = context.control_api()
         written = ops.patch(

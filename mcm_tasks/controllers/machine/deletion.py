@@ -56,6 +56,7 @@ from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
+from mcm_tasks.tracing import machine_span
 
 
 def termination_pass(scope: MachineScope) -> Requeue | None:
@@ -64,7 +65,9 @@ def termination_pass(scope: MachineScope) -> Requeue | None:
     if not scope.machine.metadata.is_deleting:
         return None
     try:
-        return terminate(scope)
+        uid = scope.machine.metadata.uid or ""
+        with machine_span("reconcile deletion", uid, machine_key=scope.key, queue="machine-termination"):
+            return terminate(scope)
     except ApiException as err:
         if is_conflict(err):
             return Requeue.conflict()

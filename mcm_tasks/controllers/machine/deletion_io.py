@@ -72,6 +72,7 @@ from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
+from mcm_tasks.tracing import child_span, traced_driver
 from providers import UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
 
@@ -172,7 +173,7 @@ def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
         scope.class_context = context.load_class_context(machine_class)
     found = scope.class_context
     try:
-        return found, get_driver(machine_class.provider)
+        return found, traced_driver(get_driver(machine_class.provider))
     except UnknownProviderError as err:
         status.record_event(machine, WARNING, "DeleteBlocked", str(err))
         return None
@@ -278,14 +279,15 @@ def _drain(scope: MachineScope) -> StepResult:
     driver = None
     if machine_class is not None:
         try:
-            driver = get_driver(machine_class.provider)
+            driver = traced_driver(get_driver(machine_class.provider))
         except UnknownProviderError:
             driver = None  # volumes then go untracked; the detach barrier still holds the drain
     settings = get_settings()
     detach_timeout = _deployment_timeout(scope, NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION)
     if detach_timeout is not None:  # the deployment's bound of the volume-detach waits
         settings = settings.model_copy(update={"machine_pv_detach_timeout": detach_timeout})
-    result = drain_mod.drain_step(scope, machine_class, driver, _drain_store(scope), settings)
+    with child_span("Drain", node=scope.machine.metadata.labels.get(NODE_LABEL_KEY)):
+        result = drain_mod.drain_step(scope, machine_class, driver, _drain_store(scope), settings)
     transition = drain_transition(result)
     if transition is None:
         return Requeue(after=result.wake_in)

@@ -9,6 +9,7 @@ and comes back after ShortRetry): the two write different objects, so nothing is
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Final
 
 from mcm_tasks import kinds
@@ -35,6 +36,7 @@ from mcm_tasks.kube import ops
 from mcm_tasks.permits import get_permit_giver
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
+from mcm_tasks.tracing import record_span
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,9 @@ def _after_join(machine: Machine, cc: ClassContext | None) -> None:
         return
     seconds = max((now_utc() - created).total_seconds(), 0.0)
     metrics.observe_duration("join", machine, seconds, cc.machine_class if cc is not None else None)
+    now_ns = time.time_ns()
+    record_span("Join", machine.metadata.uid or "", now_ns - int(seconds * 1e9), now_ns,
+                machine_key=machine.key, node=machine.metadata.labels.get(NODE_LABEL_KEY))  # fmt: skip
     patch = {"metadata": {"annotations": {MACHINE_JOIN_DURATION_ANNOTATION: format_duration(round(seconds))}}}
     ops.patch(
         context.control_api(),

@@ -53,6 +53,7 @@ from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.queue import Requeue, enqueue
+from mcm_tasks.tracing import machine_span
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ def machine_pass(scope: MachineScope) -> Requeue | None:
     """One pass of upstream ``reconcileClusterMachine`` over the machine its scope read; a Conflict
     (someone wrote the machine since) comes back soon to decide again on a fresh read."""
     try:
-        return _reconcile(scope)
+        with machine_span(
+            "reconcile", scope.machine.metadata.uid or "", machine_key=scope.key, queue="machine"
+        ):
+            return _reconcile(scope)
     except ApiException as err:
         if is_conflict(err):
             log.debug("machine %s: conflict, retrying soon", scope.key)
