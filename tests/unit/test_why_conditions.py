@@ -45,13 +45,14 @@ def a_set(replicas: int, ready: int, count: int) -> MachineSet:
 
 def test_a_set_scaling_up_names_its_pending_machines_and_counts_the_missing() -> None:
     ms = a_set(3, 0, 2)
-    machines = [machine("ms-x", age=40), machine("ms-y", "Pending", provider_id="p", age=3)]
+    machines = [machine("ms-x", age=200), machine("ms-y", "Pending", provider_id="p", age=3)]
     status = scaling_conditions(ms, ms.status, machines, NOW)
     up = get_condition(status.conditions, "ScalingUp")
     assert up is not None and (up.status, up.reason) == ("True", "ScalingUp")
+    # whole minutes in a condition: its message, and the status, change at most once a minute
     assert up.message == (
         "Scaling up from 0 to 3 running machines; 1 to be created; "
-        "2 machines Pending: ms-x (creating VM, 40 s), ms-y (waiting for Node, 3 s)"
+        "2 machines Pending: ms-x (creating VM, 3 min), ms-y (waiting for Node, under 1 min)"
     )
     assert get_condition(status.conditions, "ScalingDown") is None  # only while True, in MCM's list
 

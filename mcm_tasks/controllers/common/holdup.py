@@ -77,8 +77,12 @@ def holding(machines: Iterable[Machine], now: datetime) -> list[MachineWait]:
     return sorted(found, key=lambda w: (-w.seconds, w.name))
 
 
-def _duration(seconds: float) -> str:
+def _duration(seconds: float, coarse: bool = False) -> str:
     s = int(seconds)
+    if coarse and s < 60:
+        return "under 1 min"
+    if coarse and s < 120:
+        return "1 min"
     if s < 120:
         return f"{s} s"
     if s < 7200:
@@ -86,10 +90,14 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600} h"
 
 
-def holdup_message(waits: Sequence[MachineWait], limit: int = NAMED_IN_MESSAGE) -> str:
+def holdup_message(
+    waits: Sequence[MachineWait], limit: int = NAMED_IN_MESSAGE, *, coarse: bool = False
+) -> str:
     """ "2 machines Pending: a (creating VM, 40 s), b (waiting for Node, 3 s); 1 machine Failed: c
     (failed, to be replaced, 5 min)", phases in order of their first machine; at most ``limit``
-    machines are named, the rest counted."""
+    machines are named, the rest counted. ``coarse``: whole minutes ("under 1 min", "3 min"), for a
+    condition message, which is written whenever it changes: a message that ticked every second
+    would rewrite the status on every pass of a scale-up."""
     groups: dict[str, list[MachineWait]] = {}
     for w in waits:
         groups.setdefault(w.phase, []).append(w)
@@ -100,7 +108,7 @@ def holdup_message(waits: Sequence[MachineWait], limit: int = NAMED_IN_MESSAGE) 
         for w in members:
             if named >= limit:
                 break
-            shown.append(f"{w.name} ({w.waits_for}, {_duration(w.seconds)})")
+            shown.append(f"{w.name} ({w.waits_for}, {_duration(w.seconds, coarse)})")
             named += 1
         noun = "machine" if len(members) == 1 else "machines"
         more = len(members) - len(shown)

@@ -3,7 +3,8 @@
 
 - ``ScalingUp`` True (reason ``ScalingUp``) while fewer machines run than ``spec.replicas``; the
   message counts the machines still to be created and names those on their way with what each waits
-  for ("2 machines Pending: ms-x (creating VM, 40 s), ms-y (waiting for Node, 3 s)").
+  for ("2 machines Pending: ms-x (creating VM, 3 min), ms-y (waiting for Node, under 1 min)"; in
+  whole minutes, so the message, and with it the status, changes at most once a minute a machine).
 - ``ScalingDown`` True (reason ``ScalingDown``) while the set has more machines than it wants,
   naming the ones being deleted and their deletion step.
 
@@ -46,7 +47,7 @@ def scaling_conditions(
         missing = desired - len(live)
         if missing > 0:
             parts.append(f"{missing} to be created")
-        waits = holdup_message(holding(live, now))
+        waits = holdup_message(holding(live, now), coarse=True)
         if waits:
             parts.append(waits)
         up = MachineSetCondition(type=SCALING_UP, status=ConditionStatus.TRUE, reason=SCALING_UP,
@@ -55,7 +56,7 @@ def scaling_conditions(
         up = None
     if len(machines) > desired:
         parts = [f"Scaling down from {len(machines)} to {desired} machines"]
-        waits = holdup_message(holding(deleting, now))
+        waits = holdup_message(holding(deleting, now), coarse=True)
         if waits:
             parts.append(waits)
         down = MachineSetCondition(type=SCALING_DOWN, status=ConditionStatus.TRUE, reason=SCALING_DOWN,
