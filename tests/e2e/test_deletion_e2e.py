@@ -366,6 +366,17 @@ def test_admin_why_names_the_pod_and_the_budget_that_hold_a_drain(cluster: Clust
     holding_budget(c, "why-hold", "why")
     c.delete(name)
     c.wait(lambda: c.evict_attempts(name, "why-held") >= 2, "eviction refused twice")
+
+    def deleting() -> dict[str, Any]:
+        found = ops.get(c.control, kinds.MACHINE.resource, name, NS) or {}
+        return next((x for x in found["status"].get("conditions") or [] if x["type"] == "Deleting"), {})
+
+    c.wait(lambda: "PodDisruptionBudget default/why-hold" in deleting().get("message", ""),
+           "the Deleting condition to name the pod and its budget")  # fmt: skip
+    assert deleting()["reason"] == "DrainingNode"
+    assert (
+        f"pod {NS}/why-held: eviction refused by PodDisruptionBudget {NS}/why-hold" in deleting()["message"]
+    )
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MCM_")}, **sandbox.env()}
     command = [str(Path(sys.executable).with_name("mcm-tasks")), "admin", "why", f"machine/{NS}/{name}"]
     done = subprocess.run([*command, "--output", "json"], env=env, capture_output=True, text=True, timeout=60)
@@ -374,6 +385,7 @@ def test_admin_why_names_the_pod_and_the_budget_that_hold_a_drain(cluster: Clust
     (drain,) = [w for w in waits if w.startswith("draining node")]
     assert f"pod {NS}/why-held: eviction refused" in drain, drain
     assert f"by PodDisruptionBudget {NS}/why-hold (0 disruptions allowed)" in drain, drain
+    assert any(w.startswith("Deleting: DrainingNode: ") and "why-hold" in w for w in waits), waits
     table = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert "PodDisruptionBudget default/why-hold" in table.stdout, table.stdout
 

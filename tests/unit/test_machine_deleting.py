@@ -86,7 +86,7 @@ def test_a_hook_wait_keeps_the_flow_at_its_step(names: list[str], step: Step) ->
         (INITIATE_DRAIN, "DrainingNode"),
         ("Drain failed due to - x. Will retry in next sync. Initiate node drain", "DrainingNode"),
         (d.pre_drain_wait(["a"]), "WaitingForPreDrainHook"),
-        (f"Force Drain successful. {DELETE_VOLUME_ATTACHMENTS}", "DetachingVolumes"),
+        (f"Force Drain successful. {DELETE_VOLUME_ATTACHMENTS}", "WaitingForVolumeDetach"),
         (f"Drain successful. {INITIATE_VM_DELETION}", "DeletingVM"),
         (d.pre_terminate_wait(["a"]), "WaitingForPreTerminateHook"),
         (f"VM deletion was successful. {INITIATE_NODE_DELETION}", "DeletingNode"),

@@ -49,7 +49,8 @@ from mcm_tasks.durations import parse_duration
 WAITING_FOR_PRE_DRAIN_HOOK_REASON: Final = "WaitingForPreDrainHook"
 WAITING_FOR_PRE_TERMINATE_HOOK_REASON: Final = "WaitingForPreTerminateHook"
 DRAINING_REASON: Final = "DrainingNode"
-DETACHING_VOLUMES_REASON: Final = "DetachingVolumes"
+#: Cluster API's reason (and issue 30's contract): the flow waits for the node's volumes to detach
+DETACHING_VOLUMES_REASON: Final = "WaitingForVolumeDetach"
 DELETING_NODE_REASON: Final = "DeletingNode"
 
 #: the reason of each step the flow stands at (a wait of its own, a hook, is told by its description)
@@ -116,10 +117,17 @@ def deleting_condition(status: MachineStatus) -> NodeCondition | None:
     return next((c for c in status.conditions if c.type == MACHINE_DELETING_CONDITION), None)
 
 
-def with_deleting_condition(status: MachineStatus, now: datetime) -> MachineStatus:
+def deleting_message(description: str, detail: str = "") -> str:
+    """The condition's message: the flow's description, and what holds the step when the step knows
+    (a drain: the pods whose eviction is refused and the budgets that refuse them)."""
+    return f"{description}; {detail}" if detail else description
+
+
+def with_deleting_condition(status: MachineStatus, now: datetime, detail: str = "") -> MachineStatus:
     """``status`` with its ``Deleting`` condition derived from its lastOperation: the reason and message
-    follow the description; the transition time moves only when the reason does (the heartbeat is
-    left alone, so a status otherwise alike stays alike to the de-duplication)."""
+    follow the description (and ``detail``, what holds the step); the transition time moves only when
+    the reason does (the heartbeat is left alone, so a status otherwise alike stays alike to the
+    de-duplication)."""
     description = status.last_operation.description
     reason = deleting_reason(description)
     old = deleting_condition(status)
@@ -128,7 +136,7 @@ def with_deleting_condition(status: MachineStatus, now: datetime) -> MachineStat
         type=MACHINE_DELETING_CONDITION,
         status="True",
         reason=reason,
-        message=description,
+        message=deleting_message(description, detail),
         last_transition_time=since or now,
         last_heartbeat_time=now if old is None or old.reason != reason else old.last_heartbeat_time,
     )

@@ -102,7 +102,7 @@ def terminate(scope: MachineScope) -> Requeue | None:
             scope.machine, unwritten = result.machine, unwritten or result.unwritten
             continue
         if isinstance(result, Stop):  # a status where the previous one was written: never de-duplicated
-            _write(machine, result.status, dedup=not (result.moves or unwritten))
+            _write(machine, result.status, dedup=not (result.moves or unwritten), detail=result.detail)
             return result.requeue
         if result is not None and unwritten:  # waits, or requeues, at the step it moved on to
             _write(machine, machine.status, dedup=False)
@@ -112,7 +112,7 @@ def terminate(scope: MachineScope) -> Requeue | None:
     return Requeue.conflict()
 
 
-def _write(machine: Machine, new: MachineStatus, *, dedup: bool) -> None:
+def _write(machine: Machine, new: MachineStatus, *, dedup: bool, detail: str = "") -> None:
     """Every status the flow writes carries its ``Deleting`` condition, derived from its description
-    (``deleting.with_deleting_condition``, the one place)."""
-    status.write_status(machine, with_deleting_condition(new, now_utc()), dedup=dedup)
+    and what holds the step (``detail``; ``deleting.with_deleting_condition``, the one place)."""
+    status.write_status(machine, with_deleting_condition(new, now_utc(), detail), dedup=dedup)

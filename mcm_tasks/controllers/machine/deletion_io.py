@@ -64,6 +64,7 @@ from mcm_tasks.controllers.machine.descriptions import (
 )
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import step_io as drain_mod
+from mcm_tasks.controllers.machine.drain.outcome import DrainResult
 from mcm_tasks.controllers.machine.drain.state_io import DrainStore
 from mcm_tasks.controllers.machine.drain.volumes import live_attachments_on
 from mcm_tasks.controllers.machine.scope import MachineScope
@@ -95,6 +96,8 @@ class Stop:
     status: MachineStatus
     requeue: Requeue
     moves: bool
+    #: what holds the step, for the ``Deleting`` condition's message (``deleting.deleting_message``)
+    detail: str = ""
 
 
 StepResult = Requeue | Continue | Stop | None
@@ -290,8 +293,21 @@ def _drain(scope: MachineScope) -> StepResult:
         result = drain_mod.drain_step(scope, machine_class, driver, _drain_store(scope), settings)
     transition = drain_transition(result)
     if transition is None:
-        return Requeue(after=result.wake_in)
+        return _drain_waits(scope.machine, result)
     return _write(scope.machine, transition)
+
+
+def _drain_waits(machine: Machine, result: DrainResult) -> StepResult:
+    """The drain waits; when what holds it changed (a pod refused, by which budget), the ``Deleting``
+    condition says so: one status write per change, none per retry."""
+    wait = Requeue(after=result.wake_in)
+    current = deleting.deleting_condition(machine.status)
+    if current is None or current.reason != deleting.DRAINING_REASON:
+        return wait  # the drain began in this pass: its first write is the pass's own
+    wanted = deleting.deleting_message(machine.status.last_operation.description, result.holding)
+    if current.message == wanted:
+        return wait
+    return Stop(machine.status, wait, moves=False, detail=result.holding)
 
 
 def _delete_volume_attachments(scope: MachineScope) -> StepResult:

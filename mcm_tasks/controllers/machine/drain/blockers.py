@@ -60,21 +60,23 @@ def blockers(progress: DrainProgress, pods: Mapping[str, Obj], pdbs: Iterable[Ob
     return sorted(out, key=lambda b: (b.terminating, -b.refused, b.pod))
 
 
-def describe(b: Blocker) -> str:
+def describe(b: Blocker, counted: bool = True) -> str:
+    """One blocker in words; ``counted=False`` leaves the refusals out (a condition's message, which
+    must not change with every retry)."""
     if b.terminating:
         return f"pod {b.pod}: evicted, waiting for it to terminate (and its volumes to detach)"
-    times = "once" if b.refused == 1 else f"{b.refused} times"
+    times = (" once" if b.refused == 1 else f" {b.refused} times") if counted else ""
     if not b.pdb:
-        return f"pod {b.pod}: eviction refused {times}"
+        return f"pod {b.pod}: eviction refused{times}"
     allowed = "" if b.allowed is None else f" ({b.allowed} disruptions allowed)"
-    return f"pod {b.pod}: eviction refused {times} by PodDisruptionBudget {b.pdb}{allowed}"
+    return f"pod {b.pod}: eviction refused{times} by PodDisruptionBudget {b.pdb}{allowed}"
 
 
-def blockers_message(found: list[Blocker], limit: int = NAMED) -> str:
+def blockers_message(found: list[Blocker], limit: int = NAMED, *, counted: bool = True) -> str:
     """The blockers in one line: "2 pods hold the drain: …; …", the first ``limit`` named."""
     if not found:
         return ""
     noun = "pod holds" if len(found) == 1 else "pods hold"
-    text = f"{len(found)} {noun} the drain: " + "; ".join(describe(b) for b in found[:limit])
+    text = f"{len(found)} {noun} the drain: " + "; ".join(describe(b, counted) for b in found[:limit])
     more = len(found) - limit
     return text + (f"; {more} more" if more > 0 else "")

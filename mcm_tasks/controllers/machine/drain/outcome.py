@@ -24,6 +24,9 @@ class DrainResult:
     errors: list[str] = field(default_factory=list)
     #: WAITING: seconds until the drain wants to look again
     wake_in: float = 0.0
+    #: WAITING: the pods that hold the drain and the budgets that refuse them, in words
+    #: (``blockers.blockers_message``, without counts), "" when none is refused
+    holding: str = ""
 
     @property
     def message(self) -> str:

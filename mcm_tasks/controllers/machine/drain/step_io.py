@@ -32,6 +32,7 @@ from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import plan, rules
 from mcm_tasks.controllers.machine.drain import pods as dp
 from mcm_tasks.controllers.machine.drain import select as ds
+from mcm_tasks.controllers.machine.drain.blockers import blockers, blockers_message
 from mcm_tasks.controllers.machine.drain.force import DrainParams, drain_params, force_due_in
 from mcm_tasks.controllers.machine.drain.outcome import DrainResult, Outcome
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainStore, state_ttl
@@ -160,10 +161,20 @@ def drain_step(
         due = force_due_in(machine, node, now_dt, settings)
         if due is not None and not params.force:
             wake = min(wake, due + 0.001)
-        return DrainResult(Outcome.WAITING, params.force, wake_in=wake)
+        return DrainResult(
+            Outcome.WAITING, params.force, wake_in=wake, holding=_holding(api, progress, by_key)
+        )
     outcome = Outcome.FAILED if conclusion.errors else Outcome.SUCCEEDED
     result = DrainResult(outcome, params.force, conclusion.errors)
     return _finish(machine, machine_class, store, progress, result, now, starting)
+
+
+def _holding(api: ApiClient, progress: DrainProgress, pods: Mapping[str, Mapping[str, Any]]) -> str:
+    """What holds the drain, for the ``Deleting`` condition: the refused pods with the budgets that
+    refuse them (the mirror's budgets, read only when a pod was refused)."""
+    refused = {k.partition("/")[0] for k, p in progress.pods.items() if not p.resolved and p.attempts > 0}
+    pdbs = [pdb for namespace in sorted(refused) for pdb in io.pdbs_in(api, namespace)]
+    return blockers_message(blockers(progress, pods, pdbs), counted=False)
 
 
 def _rules_plan(
