@@ -208,6 +208,8 @@ def admin_why(
         say = functools.partial(console.print, markup=False, highlight=False)
         where = f"{found.namespace}/{found.name}" if found.namespace else found.name
         say(f"{found.kind} {where}: {found.status}")
+        if found.trace_id:
+            say(f"trace: {found.trace_id}")
         say("waits for:")
         for line in found.waits:
             say(f"  - {line}")

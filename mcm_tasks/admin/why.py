@@ -41,6 +41,7 @@ from mcm_tasks.permits import PermitGiver
 from mcm_tasks.queue import expectations
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import get_settings
+from mcm_tasks.tracing import TRACE_ANNOTATION
 
 #: what ``why`` explains, and the queues each one's key may wait on (a machine being deleted is
 #: reconciled on ``machine-termination``)
@@ -104,6 +105,8 @@ class Why(BaseModel):
     quarantined: bool = False
     holders: list[Holder] = Field(default_factory=list)
     events: list[EventView] = Field(default_factory=list)
+    #: a Machine's trace id (``mcm-tasks.io/trace-id``, with tracing on): search the backend for it
+    trace_id: str = ""
 
 
 def parse_target(text: str) -> Target:
@@ -311,6 +314,7 @@ def explain(
             for h in holders
         ],
         events=list(events),
+        trace_id=str(((obj.get("metadata") or {}).get("annotations") or {}).get(TRACE_ANNOTATION) or ""),
     )
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,3 +111,17 @@ def test_a_scale_up_of_three_gives_three_traces_across_processes(
         create = next(s for s in mine if s["name"] == "CreateMachine")
         assert create["parent_id"] in ids, "a driver call hangs under its reconcile pass"
         assert machine["metadata"]["annotations"][TRACE_ANNOTATION] == trace_id
+    # admin why shows it, to go from the object to its trace
+    name = next(iter(expected.values()))["metadata"]["name"]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MCM_")}, **sandbox.env()}
+    command = [
+        str(Path(sys.executable).with_name("mcm-tasks")),
+        "admin",
+        "why",
+        f"machine/{NS}/{name}",
+        "-o",
+        "json",
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["trace_id"] == next(iter(expected))
