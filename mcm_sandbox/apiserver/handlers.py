@@ -315,6 +315,8 @@ class Api:
                 raise errors.invalid(rt.kind, rt.group, old.meta["name"], causes)
             self.admission.guard_escalation(rt, new)
         self.admission.on_update(rt, new, old.obj, sub)
+        if not system:
+            objects.bump_generation(rt, old.obj, new)
         if manager is not None:
             _record(rt, old.obj, new, manager, subresource or sub)
         elif "managedFields" not in new["metadata"] and "managedFields" in old.meta:

@@ -162,7 +162,9 @@ def spec_part(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
 def merge_for_update(
     rt: ResourceType, old: dict[str, Any], new: dict[str, Any], sub: str | None
 ) -> dict[str, Any]:
-    """The object an update writes: /status takes only status, the main endpoint everything but status."""
+    """The object an update writes: /status takes only status, the main endpoint everything but status.
+
+    ``generation`` stays the stored one here; ``bump_generation`` decides it once the body is pruned."""
     if sub == "status":
         merged = _clone_shallow(old)
         if "status" in new:
@@ -198,9 +200,16 @@ def merge_for_update(
                     )
                 ],
             )
-    if rt.has_generation and spec_part(rt, new) != spec_part(rt, old):
-        new_meta["generation"] = int(old_meta.get("generation") or 0) + 1
     return new
+
+
+def bump_generation(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Count a spec change in ``generation``. Called on the object as it will be stored (after CRD
+    pruning and defaulting), as kube-apiserver decodes, prunes and defaults a body before the
+    strategy's PrepareForUpdate compares it: a Go client's ``creationTimestamp: null`` in a nested
+    ObjectMeta, or an omitted defaulted field, is then no spec change."""
+    if rt.has_generation and spec_part(rt, new) != spec_part(rt, old):
+        new["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
 
 
 def _clone_shallow(obj: dict[str, Any]) -> dict[str, Any]:
