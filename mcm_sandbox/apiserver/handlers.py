@@ -86,10 +86,17 @@ class Api:
     def list(
         self, rt: ResourceType, namespace: str | None, query: dict[str, str]
     ) -> tuple[list[Entry], bytes, dict[str, Any]]:
-        """Items and the encoded list; limit/continue page over a snapshot taken by the first page."""
+        """Items and the encoded list; limit/continue page over a snapshot taken by the first page.
+
+        ``resourceVersion=0`` (any version will do) without a continue token is served whole, the
+        limit ignored, as kube-apiserver's watch cache serves it (the cacher delegates a list to etcd,
+        where limits apply, only when resourceVersion is not "0"): a Go reflector's first list
+        (``resourceVersion=0&limit=500``) gets every object in one response."""
         flt = compile_filter(rt, query.get("labelSelector", ""), query.get("fieldSelector", ""))
         limit = _int_param(query, "limit")
         token = query.get("continue", "")
+        if query.get("resourceVersion") == "0" and not token:
+            limit = 0
         if token:
             snap_id, offset, rv = _decode_continue(token)
             entries = self.store.snapshot(snap_id)

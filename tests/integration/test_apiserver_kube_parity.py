@@ -1,6 +1,6 @@
 """Where the sandbox differed from kube-apiserver when the upstream Go MCM ran against it (issue 33):
 a metadata-only or identical PUT bumped generation (compared before CRD pruning and defaulting) and
-was committed."""
+was committed, and a LIST with resourceVersion=0&limit=N came in pages."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kubernetes.dynamic import DynamicClient
 
 from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
+    core_fixture,
     ns_fixture,
     raw_request,
     session_api_fixture,
@@ -157,3 +158,17 @@ def test_a_put_identical_after_pruning_is_skipped(
     go_body["metadata"]["labels"] = {"now": "changed"}
     changed = _put(session_api, ns, go_body)["metadata"]["resourceVersion"]
     assert _events_after(session_api, ns, rv) == [("MODIFIED", changed)], "the no-op PUTs sent no event"
+
+
+def test_list_with_resource_version_0_ignores_the_limit(core: client.CoreV1Api, ns: str) -> None:
+    """``resourceVersion=0&limit=N`` is served whole from kube-apiserver's watch cache (a Go
+    reflector's first list); any other resourceVersion semantics still page."""
+    for i in range(5):
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"c{i}"}})
+    whole = core.list_namespaced_config_map(ns, resource_version="0", limit=2)
+    assert len(whole.items) == 5 and not whole.metadata._continue
+    assert whole.metadata.remaining_item_count is None
+    paged = core.list_namespaced_config_map(ns, limit=2)
+    assert len(paged.items) == 2 and paged.metadata._continue and paged.metadata.remaining_item_count == 3
+    rest = core.list_namespaced_config_map(ns, limit=10, _continue=paged.metadata._continue)
+    assert len(rest.items) == 3 and not rest.metadata._continue
