@@ -43,7 +43,10 @@ def apiserver(
     pod_grace_mode: str = typer.Option(
         "timer", help="Who ends graceful pod deletion: timer (grace period elapses), kubelet, immediate."
     ),
-    bookmark_interval: float = typer.Option(5.0, help="Seconds between BOOKMARK events on idle watches."),
+    bookmark_interval: float = typer.Option(
+        60.0,
+        help="Seconds between BOOKMARK events on watches that allow them (kube-apiserver: about a minute).",
+    ),
     authorization_mode: str = typer.Option(
         "AlwaysAllow",
         help="AlwaysAllow, or RBAC to enforce Roles and bindings as kube-apiserver's "

@@ -32,7 +32,7 @@ from mcm_sandbox.apiserver.impersonation import impersonate
 from mcm_sandbox.apiserver.resources import Registry
 from mcm_sandbox.apiserver.routing import Discovery, Target, resolve
 from mcm_sandbox.apiserver.store import DEFAULT_HISTORY_WINDOW, Store
-from mcm_sandbox.apiserver.watch import Watcher
+from mcm_sandbox.apiserver.watch import DEFAULT_BOOKMARK_INTERVAL, Watcher
 
 log = logging.getLogger("mcm_sandbox.apiserver")
 
@@ -45,7 +45,8 @@ class ServerOptions:
     token: str = ""
     history_window: int = DEFAULT_HISTORY_WINDOW
     pod_grace_mode: PodGraceMode = PodGraceMode.TIMER
-    bookmark_interval: float = 5.0
+    # kube-apiserver's cadence; tests that need bookmarks sooner ask for a shorter one
+    bookmark_interval: float = DEFAULT_BOOKMARK_INTERVAL
     server_address: str = "127.0.0.1:6443"
     # kube-apiserver's --authorization-mode: AlwaysAllow (the default here) or RBAC.
     authorization_mode: str = "AlwaysAllow"

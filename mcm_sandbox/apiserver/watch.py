@@ -22,6 +22,9 @@ from mcm_sandbox.apiserver.store import ADDED, DELETED, MODIFIED, Entry, Event, 
 
 INITIAL_CHUNK = 500
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+#: Seconds between BOOKMARK events on a watch that asked for them: kube-apiserver's watch cache
+#: sends one about once a minute (its cacher's bookmark frequency), and one as the watch times out.
+DEFAULT_BOOKMARK_INTERVAL = 60.0
 
 
 @dataclass(eq=False)

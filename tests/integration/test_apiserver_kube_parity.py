@@ -1,10 +1,11 @@
 """Where the sandbox differed from kube-apiserver when the upstream Go MCM ran against it (issue 33):
 a metadata-only or identical PUT bumped generation (compared before CRD pruning and defaulting) and
-was committed, and a LIST with resourceVersion=0&limit=N came in pages."""
+was committed, a LIST with resourceVersion=0&limit=N came in pages, and bookmarks came every 5 s."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,3 +173,29 @@ def test_list_with_resource_version_0_ignores_the_limit(core: client.CoreV1Api, 
     assert len(paged.items) == 2 and paged.metadata._continue and paged.metadata.remaining_item_count == 3
     rest = core.list_namespaced_config_map(ns, limit=10, _continue=paged.metadata._continue)
     assert len(rest.items) == 3 and not rest.metadata._continue
+
+
+def test_bookmarks_come_about_once_a_minute(core: client.CoreV1Api, ns: str) -> None:
+    """The session's server runs with the default cadence: a quiet 7 s watch gets no periodic
+    bookmark (it used to get one every 5 s), only the one as it times out, carrying its version."""
+    rv = core.list_namespaced_config_map(ns).metadata.resource_version
+    began = time.monotonic()
+    events = list(
+        watch.Watch().stream(
+            core.list_namespaced_config_map,
+            ns,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=7,
+        )
+    )
+    assert time.monotonic() - began >= 6.5, "the watch ran its course"
+    assert [e["type"] for e in events] == ["BOOKMARK"]
+    assert events[0]["raw_object"]["metadata"]["resourceVersion"] == rv
+
+
+def test_the_bookmark_interval_default_is_kube_apiservers() -> None:
+    from mcm_sandbox.apiserver.app import ServerOptions
+    from mcm_sandbox.apiserver.watch import DEFAULT_BOOKMARK_INTERVAL
+
+    assert DEFAULT_BOOKMARK_INTERVAL == 60.0 and ServerOptions().bookmark_interval == 60.0

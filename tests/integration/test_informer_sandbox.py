@@ -210,8 +210,8 @@ def test_cut_watches_recover_without_losing_an_event(
 def test_a_silent_watch_is_ended_by_the_client_read_timeout_and_watched_again(
     kube_api: ApiClient, apiserver: ApiServer, redis_url: str, namespace: str
 ) -> None:
-    """The server would keep the stream open for a minute without a byte (no events, bookmarks only
-    every 5 s): the client's 1 s read timeout ends it, and the next watch still gets events."""
+    """The server would keep the stream open for a minute without a byte (no events, bookmarks about
+    once a minute): the client's 1 s read timeout ends it, and the next watch still gets events."""
     settings = sandbox_settings(
         apiserver.kubeconfig, redis_url, namespace, watch_timeout=60, watch_client_timeout=1
     )
