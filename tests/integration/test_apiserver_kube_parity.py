@@ -177,7 +177,7 @@ def test_list_with_resource_version_0_ignores_the_limit(core: client.CoreV1Api, 
 
 def test_bookmarks_come_about_once_a_minute(core: client.CoreV1Api, ns: str) -> None:
     """The session's server runs with the default cadence: a quiet 7 s watch gets no periodic
-    bookmark (it used to get one every 5 s), only the one as it times out, carrying its version."""
+    bookmark (it used to get one every 5 s), only the one as it times out."""
     rv = core.list_namespaced_config_map(ns).metadata.resource_version
     began = time.monotonic()
     events = list(
@@ -191,7 +191,8 @@ def test_bookmarks_come_about_once_a_minute(core: client.CoreV1Api, ns: str) -> 
     )
     assert time.monotonic() - began >= 6.5, "the watch ran its course"
     assert [e["type"] for e in events] == ["BOOKMARK"]
-    assert events[0]["raw_object"]["metadata"]["resourceVersion"] == rv
+    # the store's version: at least the list's (another namespace's writes may have moved it on)
+    assert int(events[0]["raw_object"]["metadata"]["resourceVersion"]) >= int(rv)
 
 
 def test_the_bookmark_interval_default_is_kube_apiservers() -> None:
