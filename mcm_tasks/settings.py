@@ -161,6 +161,22 @@ class Settings(BaseSettings):
         description="orphan-VM and overshooting runs start at most once per this; requests in between "
         "(bursts of Machine events, beat) wait for its end (not in MCM; 0 = every request runs)",
     )
+    max_replacements: str = Field(
+        "1",
+        description="machines of one MachineDeployment being replaced at once (int or percent of its "
+        "replicas, rounded up; MCM's fixed maxReplacements is 1); annotation mcm-tasks.io/max-replacements",
+    )
+    max_unhealthy: str = Field(
+        "",
+        description="above this many Unknown or Failed machines of a MachineDeployment none is marked "
+        'Failed (int or percent of replicas, rounded down; "" = off, as MCM); annotation '
+        "mcm-tasks.io/max-unhealthy",
+    )
+    zone_unhealthy_threshold: str = Field(
+        "50%",
+        description="a zone with at least 3 machines of which this share (or number) is unhealthy is "
+        'in an outage: its machines are not marked Failed (not in MCM; "" or 0 = off)',
+    )
     node_conditions: str = Field(
         "KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable",
         description="node conditions that make a machine unhealthy when not False",
@@ -361,6 +377,10 @@ class Settings(BaseSettings):
                     "must be at least machine-safety-apiserver-statuscheck-timeout",
                 )
             )
+        for name in ("max_replacements", "max_unhealthy", "zone_unhealthy_threshold"):
+            problem = budget_problem(getattr(self, name))
+            if problem:
+                problems.append((name, problem))
         lock = self.leader_elect_resource_lock
         if lock not in LEASE_LOCKS:
             allowed = ", ".join(LEASE_LOCKS)
@@ -379,6 +399,17 @@ class Settings(BaseSettings):
         if problems:
             raise ValueError("; ".join(f"{_describe(n)}: {msg}" for n, msg in problems))
         return self
+
+
+def budget_problem(value: str) -> str:
+    """Why a budget (``3``, ``30%``, or empty for unset) is not one; empty when it is."""
+    text = value.strip()
+    if not text:
+        return ""
+    number = text[:-1] if text.endswith("%") else text
+    if not number.isdigit():
+        return f"{value!r} is neither a non-negative integer nor a percentage such as 30%"
+    return ""
 
 
 def _describe(field: str) -> str:

@@ -156,3 +156,13 @@ POD_DRAIN_SKIP: Final = "skip"
 POD_DRAIN_WAIT_COMPLETED: Final = "wait-completed"
 #: Machine condition (in ``status.conditions``, Node-condition shaped) while the machine is deleted
 MACHINE_DELETING_CONDITION: Final = "Deleting"
+
+# --- remediation budgets (mcm-tasks's own, issue 29) ---
+#: MachineDeployment: replacements in flight at once (int or percent of replicas, rounded up);
+#: overrides --max-replacements
+MAX_REPLACEMENTS_ANNOTATION: Final = "mcm-tasks.io/max-replacements"
+#: MachineDeployment: above this many Unknown or Failed machines none is marked Failed (int or
+#: percent of replicas, rounded down); overrides --max-unhealthy
+MAX_UNHEALTHY_ANNOTATION: Final = "mcm-tasks.io/max-unhealthy"
+#: Node label giving a machine's zone (Gardener, the cloud controllers)
+ZONE_LABEL_KEY: Final = "topology.kubernetes.io/zone"

@@ -18,9 +18,13 @@ MAX_MESSAGE = 300
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
-    """A reconciler's "come back in ``after`` seconds" (MCM's ShortRetry / MediumRetry / LongRetry)."""
+    """A reconciler's "come back in ``after`` seconds" (MCM's ShortRetry / MediumRetry / LongRetry).
+
+    ``note`` says why in a few words when the pass was held back rather than done (``held:
+    TooManyUnhealthy 7/10``); it leads the outcome Flower and ``admin inspect`` show."""
 
     after: float
+    note: str = ""
 
     @classmethod
     def short(cls) -> Requeue:
@@ -52,6 +56,8 @@ class Outcome:
     after: float = 0.0
     #: consecutive failures including this one (RETRY)
     failures: int = 0
+    #: the reconciler's word on why it comes back (Requeue.note)
+    note: str = ""
 
 
 def clamp_countdown(seconds: float) -> float:
@@ -91,7 +97,7 @@ def backoff(failures: int, settings: Settings) -> float:
 def outcome_of_result(result: object, settings: Settings) -> Outcome:
     """A reconciler returned: ``None`` is done, ``Requeue`` comes back; anything else counts as done."""
     if isinstance(result, Requeue):
-        return Outcome(Action.REQUEUE, after=clamp_countdown(result.after))
+        return Outcome(Action.REQUEUE, after=clamp_countdown(result.after), note=result.note)
     return Outcome(Action.DONE)
 
 
@@ -154,7 +160,8 @@ def describe(status: str, outcome: Outcome | None) -> str:
     if outcome.action is Action.DONE:
         return "done"
     if outcome.action is Action.REQUEUE:
-        return f"requeue in {seconds_text(outcome.after)}" if outcome.after > 0 else "requeue now"
+        text = f"requeue in {seconds_text(outcome.after)}" if outcome.after > 0 else "requeue now"
+        return f"{outcome.note}; {text}" if outcome.note else text
     return f"retry in {seconds_text(outcome.after)} (failure {outcome.failures})"
 
 

@@ -111,6 +111,10 @@ def test_earliest_requeue() -> None:
     try:
         assert earliest([]).after == 600
         assert earliest([None, Requeue(60), Requeue(5), None]).after == 5
+        # a hold's note survives a sooner requeue of the same pass
+        assert earliest([Requeue(60, "held: ZoneUnhealthy 4/4"), Requeue(5)]) == Requeue(
+            5, "held: ZoneUnhealthy 4/4"
+        )
     finally:
         reset_settings()
 

@@ -135,3 +135,12 @@ def test_redaction_keeps_ordinary_messages_and_truncates() -> None:
 
 def test_error_summary_names_the_class() -> None:
     assert error_summary(ValueError("password=x")) == ("ValueError", "password=<redacted>")
+
+
+def test_a_held_pass_says_why_before_when_it_comes_back() -> None:
+    from mcm_tasks.queue.policy import Requeue, describe, outcome_of_result
+    from mcm_tasks.settings import load_settings
+
+    outcome = outcome_of_result(Requeue(60.0, "held: TooManyUnhealthy 7/10"), load_settings())
+    assert describe("run", outcome) == "held: TooManyUnhealthy 7/10; requeue in 60s"
+    assert describe("run", outcome_of_result(Requeue(60.0), load_settings())) == "requeue in 60s"

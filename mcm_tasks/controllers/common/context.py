@@ -272,6 +272,21 @@ def machines_with_label(key: str, value: str, namespace: str) -> list[Machine]:
     return [Machine.model_validate(i) for i in items]
 
 
+def machines_in_namespace(namespace: str) -> list[Machine]:
+    """Every readable machine of a namespace, through ``list_objects`` (the zone view of the
+    remediation budgets, which spans deployments)."""
+    raws = list_objects(_listers().machines, control_api(), kinds.MACHINE.resource, namespace)
+    return readable(Machine, raws)
+
+
+def all_nodes() -> list[Obj]:
+    """Every Node of the target cluster (API dicts), through ``list_objects``; [] in no-target mode."""
+    api = target_api()
+    if api is None:
+        return []
+    return list_objects(_listers().nodes, api, kinds.NODE.resource)
+
+
 # --- secrets ---------------------------------------------------------------------------------------------
 
 

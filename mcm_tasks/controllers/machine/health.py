@@ -39,15 +39,14 @@ from mcm_tasks.api.constants import (
     NODE_IN_PLACE_UPDATE_CONDITION,
     TAINT_EFFECT_NO_SCHEDULE,
 )
+from mcm_tasks.controllers.common.remediation import SETTLED_PHASES as SETTLED_PHASES
+from mcm_tasks.controllers.common.remediation import can_mark_machine_failed
+from mcm_tasks.controllers.common.remediation import replacements_in_flight as replacements_in_flight
 from mcm_tasks.controllers.common.status import current_status, last_operation
 from mcm_tasks.durations import format_duration, parse_duration
 from mcm_tasks.settings import Settings
 
 NODE_READY: Final = "Ready"
-#: phases that do not count as a replacement in flight (meltdown protection)
-SETTLED_PHASES: Final = frozenset({MachinePhase.UNKNOWN, MachinePhase.RUNNING})
-#: MCM's maxReplacements: failed machines being replaced at once per MachineDeployment
-MAX_REPLACEMENTS: Final = 1
 
 
 # --- effective configuration -----------------------------------------------------------------------------
@@ -246,31 +245,10 @@ def _timeouts(machine: Machine, now: datetime, settings: Settings) -> HealthDeci
 
 
 # --- meltdown protection ---------------------------------------------------------------------------------
+# upstream's ``canMarkMachineFailed`` and its count live with the other remediation budgets in
+# ``controllers/common/remediation.py``; kept importable here under the names the machine controller used.
 
-
-def replacements_in_flight(machines: Iterable[Machine], exclude: str = "") -> int:
-    """Upstream's count in ``canMarkMachineFailed``: machines of one deployment that are neither
-    Running nor Unknown (Terminating ones twice: they are a machine leaving and, soon, one being
-    created). A preserved machine (one with a ``preserveExpiryTime``) is not being replaced while it
-    is preserved, so its own count is left out, as upstream; a Terminating one still adds the
-    replacement that follows it. Counting a preserved Failed machine made one auto-preservation hold
-    back every other replacement of its deployment for the whole preservation."""
-    count = 0
-    for m in machines:
-        if m.metadata.name == exclude:
-            continue
-        current = m.status.current_status
-        if current.phase in SETTLED_PHASES:
-            continue
-        if current.preserve_expiry_time is None:
-            count += 1
-        if current.phase == MachinePhase.TERMINATING:
-            count += 1
-    return count
-
-
-def can_mark_failed(machines: Iterable[Machine], name: str, max_replacements: int = MAX_REPLACEMENTS) -> bool:
-    return replacements_in_flight(machines, exclude=name) < max_replacements
+can_mark_failed = can_mark_machine_failed
 
 
 def not_marked_description(name: str) -> str:

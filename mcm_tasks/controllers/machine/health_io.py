@@ -22,14 +22,10 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.common.status import last_operation, updated_status, write_status
-from mcm_tasks.controllers.machine import bootstrap, metrics
-from mcm_tasks.controllers.machine.health import (
-    MAX_REPLACEMENTS,
-    can_mark_failed,
-    decide_health,
-    not_marked_description,
-)
+from mcm_tasks.controllers.machine import bootstrap, metrics, remediation_io
+from mcm_tasks.controllers.machine.health import decide_health, not_marked_description
 from mcm_tasks.controllers.machine.nodesync import node_sync_patch, virtual_capacity_patches
 from mcm_tasks.durations import format_duration
 from mcm_tasks.kube import ops
@@ -44,6 +40,9 @@ Obj = dict[str, Any]
 
 #: how long a health check waits for the deployment's permit (MCM's lockAcquireTimeout)
 PERMIT_TIMEOUT: Final = 1.0
+#: one permit per deployment, as MCM: it serializes the count and the mark; the replacement budget
+#: is in the count (``--max-replacements``), not in the number of permits
+PERMITS: Final = 1
 
 
 def reconcile_health(
@@ -62,6 +61,8 @@ def reconcile_health(
     if decision.joined:
         _after_join(written, cc)
     phase = written.status.current_status.phase
+    if phase != machine.status.current_status.phase:
+        refresh_remediation(written)
     if phase in (MachinePhase.PENDING, MachinePhase.UNKNOWN):
         return written, Requeue(settings.health_recheck_period)
     return written, None
@@ -94,23 +95,34 @@ def _after_join(machine: Machine, cc: ClassContext | None) -> None:
     )
 
 
-def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
-    """Mark a machine Failed after its health timeout, at most one replacement in flight per
-    MachineDeployment (the ``name`` label) across all workers (MCM's ``tryMarkingMachineFailed``).
-
-    The count of replacements in flight is read from the API server while the permit is held, so a
-    second worker cannot miss a Failed mark that the mirror has not seen yet. A machine without a
-    ``name`` label belongs to no deployment and is marked at once.
-    """
-    settings = get_settings()
+def _permit(machine: Machine) -> tuple[str, str, str] | None:
+    """(namespace, deployment, permit key) of a machine's deployment; None without a ``name`` label."""
     deployment = machine.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, "")
     if not deployment:
+        return None
+    namespace = machine.metadata.namespace or get_settings().namespace
+    return namespace, deployment, f"{namespace}/{deployment}"
+
+
+def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
+    """Mark a machine Failed after its health timeout, within its MachineDeployment's remediation
+    budgets (``common.remediation``: zone outage, unhealthy short-circuit, replacement budget) across
+    all workers (MCM's ``tryMarkingMachineFailed``, whose budget is a fixed 1).
+
+    The deployment's one permit serializes the count and the mark, so two workers cannot both see
+    room for one more; the count is read from the API server while the permit is held, so a Failed
+    mark the mirror has not seen yet is counted. A machine without a ``name`` label belongs to no
+    deployment and is marked at once. A held machine says why in its lastOperation and in the pass's
+    outcome (``held: TooManyUnhealthy 7/10``), and the deployment's condition says it too.
+    """
+    settings = get_settings()
+    where = _permit(machine)
+    if where is None:
         write_status(machine, failed)
         return Requeue.short()
-    namespace = machine.metadata.namespace or settings.namespace
-    permit_key = f"{namespace}/{deployment}"
+    namespace, deployment, permit_key = where
     giver = get_permit_giver()
-    giver.register_permits(permit_key, MAX_REPLACEMENTS)
+    giver.register_permits(permit_key, PERMITS)
     token = giver.try_permit(permit_key, PERMIT_TIMEOUT)
     if token is None:
         log.info("machine %s: permit of deployment %s busy; will try again", machine.key, deployment)
@@ -118,18 +130,46 @@ def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
     try:
         peers = context.machines_with_label(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace)
         name = machine.metadata.name or ""
-        if can_mark_failed(peers, name):
+        view = remediation_io.read_view(namespace, deployment, peers)
+        verdict = view.verdict(name)
+        remediation_io.report(view)
+        if verdict.allowed:
             write_status(machine, failed)
             return Requeue.short()
         # the operation's type stays: a failed in-place update waiting here is still one (the
         # health check must leave it to its replacement, not revive it)
         type_ = machine.status.last_operation.type or MachineOperationType.HEALTH_CHECK
+        description = (
+            not_marked_description(name) if verdict.reason == MAX_REPLACEMENTS_REACHED else
+            f"Machine {name} couldn't be marked FAILED: {verdict.message}"
+        )  # fmt: skip
         waiting = updated_status(
             machine,
-            last_op=last_operation(not_marked_description(name), MachineState.PROCESSING, type_),
+            last_op=last_operation(description, MachineState.PROCESSING, type_),
         )
         write_status(machine, waiting)
-        return Requeue(settings.health_recheck_period)
+        return Requeue(settings.health_recheck_period, verdict.held)
+    finally:
+        giver.release_permit(permit_key, token)
+
+
+def refresh_remediation(machine: Machine) -> None:
+    """After a machine of a blocked deployment changed phase (re-joined, joined, went Unknown): bring
+    the deployment's condition up to date under its permit, so an episode ends when the machines
+    recover even if none is waiting to be marked Failed. Best effort: a busy permit means another
+    pass is at it."""
+    where = _permit(machine)
+    if where is None or not remediation_io.is_blocked(machine):
+        return
+    namespace, deployment, permit_key = where
+    giver = get_permit_giver()
+    giver.register_permits(permit_key, PERMITS)
+    token = giver.try_permit(permit_key, PERMIT_TIMEOUT)
+    if token is None:
+        return
+    try:
+        peers = context.machines_with_label(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace)
+        remediation_io.report(remediation_io.read_view(namespace, deployment, peers))
     finally:
         giver.release_permit(permit_key, token)
 

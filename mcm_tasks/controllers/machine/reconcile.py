@@ -87,8 +87,13 @@ def needs_health_check(machine: Machine) -> bool:
 
 
 def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
+    """The soonest requeue, carrying every note (a hold's reason) of the pass."""
     found = [r for r in requeues if r is not None]
-    return min(found, key=lambda r: r.after) if found else Requeue.long()
+    if not found:
+        return Requeue.long()
+    soonest = min(found, key=lambda r: r.after)
+    note = "; ".join(r.note for r in found if r.note)
+    return Requeue(soonest.after, note) if note != soonest.note else soonest
 
 
 # --- the reconcile ---------------------------------------------------------------------------------------
