@@ -90,6 +90,7 @@ class LeaderCollector(Collector):
 
 
 def fleet_collectors() -> list[Collector]:
+    from mcm_tasks.controllers.common.remediation_metrics import RemediationCollector
     from mcm_tasks.controllers.machine.metrics import MachineCollector
     from mcm_tasks.controllers.machinedeployment.metrics import MachineDeploymentMetricsCollector
     from mcm_tasks.controllers.machineset.metrics import MachineSetMetricsCollector
@@ -103,6 +104,7 @@ def fleet_collectors() -> list[Collector]:
         MachineCollector(),
         MachineSetMetricsCollector(),
         MachineDeploymentMetricsCollector(),
+        RemediationCollector(),
     ]
 
 

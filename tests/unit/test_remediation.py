@@ -264,3 +264,27 @@ def test_deployment_condition(
     verdict = deployment_condition(peers, budgets, zones, OUTAGE)
     assert (verdict.status, verdict.reason) == (status, reason)
     assert in_message in verdict.message
+
+
+def test_the_blocked_gauge_per_deployment() -> None:
+    from mcm_tasks.api import MachineDeployment
+    from mcm_tasks.controllers.common.remediation_metrics import remediation_blocked
+
+    def deployment(name: str, conditions: list[dict[str, str]]) -> MachineDeployment:
+        return MachineDeployment.model_validate(
+            {"metadata": {"name": name, "namespace": "ns"}, "status": {"conditions": conditions}}
+        )
+
+    family = remediation_blocked(
+        [
+            deployment(
+                "held", [{"type": "RemediationAllowed", "status": "False", "reason": TOO_MANY_UNHEALTHY}]
+            ),
+            deployment(
+                "resumed", [{"type": "RemediationAllowed", "status": "True", "reason": WITHIN_BUDGET}]
+            ),
+            deployment("never", []),
+        ]
+    )
+    values = {s.labels["name"]: (s.value, s.labels["reason"]) for s in family.samples}
+    assert values == {"held": (1.0, TOO_MANY_UNHEALTHY), "resumed": (0.0, ""), "never": (0.0, "")}
