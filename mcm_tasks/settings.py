@@ -177,6 +177,15 @@ class Settings(BaseSettings):
         description="a zone with at least 3 machines of which this share (or number) is unhealthy is "
         'in an outage: its machines are not marked Failed (not in MCM; "" or 0 = off)',
     )
+    node_deletion_storm_threshold: str = Field(
+        "20%",
+        description="machines of one MachineDeployment whose deleted Nodes may delete them within the "
+        "window (int, or percent of its machines and at least 3); the rest are held, listed by `mcm-tasks "
+        'admin held` (not in MCM; "" or 0 = off)',
+    )
+    node_deletion_storm_window: Duration = Field(
+        5 * 60.0, description="the window of --node-deletion-storm-threshold (not in MCM)"
+    )
     node_conditions: str = Field(
         "KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable",
         description="node conditions that make a machine unhealthy when not False",
@@ -377,7 +386,12 @@ class Settings(BaseSettings):
                     "must be at least machine-safety-apiserver-statuscheck-timeout",
                 )
             )
-        for name in ("max_replacements", "max_unhealthy", "zone_unhealthy_threshold"):
+        for name in (
+            "max_replacements",
+            "max_unhealthy",
+            "zone_unhealthy_threshold",
+            "node_deletion_storm_threshold",
+        ):
             problem = budget_problem(getattr(self, name))
             if problem:
                 problems.append((name, problem))

@@ -363,6 +363,36 @@ def admin_unfreeze(kind: str, key: str, output: Output = OUTPUT) -> None:
     _freeze(kind, key, False, output)
 
 
+@admin_app.command("held", epilog="Example: mcm-tasks admin held -n shoot--foo--bar")
+@clean_errors
+def admin_held(
+    namespace: str = typer.Option("", "--namespace", "-n", help="Namespace (default: MCM_NAMESPACE)."),
+    output: Output = OUTPUT,
+) -> None:
+    """Machines held by a node-deletion storm (kept, with their VMs, although their Node was deleted)."""
+    from mcm_tasks.admin.holds import list_held
+
+    found = list_held(namespace or None)
+    rows = [(h.namespace, h.machine, h.deployment, h.node, h.reason, h.since) for h in found]
+    columns = ("namespace", "machine", "deployment", "node", "reason", "since")
+    emit(output, found, lambda: _table(columns, rows, "no machine is held"))
+
+
+@admin_app.command("release", epilog="Example: mcm-tasks admin release deployment/worker-a-z1")
+@clean_errors
+def admin_release(
+    target: str = typer.Argument(..., help="deployment/<name> or machine/<name>"),
+    namespace: str = typer.Option("", "--namespace", "-n", help="Namespace (default: MCM_NAMESPACE)."),
+    output: Output = OUTPUT,
+) -> None:
+    """End a node-deletion storm's hold: the machines stay, their health check decides again."""
+    from mcm_tasks.admin.holds import release
+
+    released = release(target, namespace or None)
+    text = f"released {len(released)} machines of {target}" + (f": {', '.join(released)}" if released else "")
+    emit(output, {"target": target, "released": released}, lambda: text)
+
+
 @deadletter_app.command("ls", epilog="Example: mcm-tasks admin deadletter ls")
 @clean_errors
 def deadletter_ls(output: Output = OUTPUT) -> None:

@@ -166,3 +166,9 @@ MAX_REPLACEMENTS_ANNOTATION: Final = "mcm-tasks.io/max-replacements"
 MAX_UNHEALTHY_ANNOTATION: Final = "mcm-tasks.io/max-unhealthy"
 #: Node label giving a machine's zone (Gardener, the cloud controllers)
 ZONE_LABEL_KEY: Final = "topology.kubernetes.io/zone"
+#: Machine (ours): why the machine is held instead of deleted (``NodeDeletionStorm``); removed by
+#: ``mcm-tasks admin release`` or by its Node coming back
+HELD_ANNOTATION: Final = "mcm-tasks.io/held"
+#: Machine (ours), RFC 3339: an operator released the hold; the loss of its Node no longer deletes it
+#: (the health check decides its fate, within the remediation budgets) until the Node is back
+NODE_DELETION_RELEASED_ANNOTATION: Final = "mcm-tasks.io/node-deletion-released"

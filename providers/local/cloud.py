@@ -270,6 +270,12 @@ class LocalCloud:
         key = self.vm_key(vm_id)
         self.r.transaction(lambda pipe: self._set_if_present(pipe, key, "registered_at", str(when)), key)
 
+    def restart_kubelet(self, vm_id: str) -> None:
+        """The sandbox's order "this VM's kubelet starts again": its registration is forgotten, so the
+        kubelet simulator registers its Node again if the Node is gone (a real kubelet does so when it
+        restarts; the simulator otherwise registers a VM's Node once)."""
+        self.r.hdel(self.vm_key(vm_id), "registered_at")
+
     def mark_initialized(self, vm_id: str) -> None:
         key = self.vm_key(vm_id)
         self.r.transaction(lambda pipe: self._set_if_present(pipe, key, "initialized", "1"), key)

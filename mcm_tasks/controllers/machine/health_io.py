@@ -24,8 +24,8 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.common.status import last_operation, updated_status, write_status
-from mcm_tasks.controllers.machine import bootstrap, metrics, remediation_io
-from mcm_tasks.controllers.machine.health import decide_health, not_marked_description
+from mcm_tasks.controllers.machine import bootstrap, metrics, remediation_io, storm
+from mcm_tasks.controllers.machine.health import HealthDecision, decide_health, not_marked_description
 from mcm_tasks.controllers.machine.nodesync import node_sync_patch, virtual_capacity_patches
 from mcm_tasks.durations import format_duration
 from mcm_tasks.kube import ops
@@ -52,6 +52,8 @@ def reconcile_health(
     now and when to come back (None: no timer needed)."""
     settings = get_settings()
     decision = decide_health(machine, node, now_utc(), settings)
+    if storm.is_held(machine):
+        return _held_by_storm(machine, decision, settings.health_recheck_period, node_back=node is not None)
     if decision.status is None:
         recheck = None if decision.recheck_after is None else Requeue(decision.recheck_after)
         return machine, recheck
@@ -66,6 +68,24 @@ def reconcile_health(
     if phase in (MachinePhase.PENDING, MachinePhase.UNKNOWN):
         return written, Requeue(settings.health_recheck_period)
     return written, None
+
+
+def _held_by_storm(
+    machine: Machine, decision: HealthDecision, recheck: float, *, node_back: bool
+) -> tuple[Machine, Requeue]:
+    """A machine a node-deletion storm holds: its Node is gone, so the health check's transition to
+    Unknown is written with the hold's explanation as its description, and it is never marked Failed
+    (the hold ends when its Node is back or an operator releases it). Every pass says so."""
+    written = machine
+    if decision.status is not None and not decision.failed_by_health_timeout:
+        why = "" if node_back else storm.hold_description(machine)
+        status = decision.status
+        if why:
+            status = status.model_copy(
+                update={"last_operation": status.last_operation.model_copy(update={"description": why})}
+            )
+        written = write_status(machine, status) or machine
+    return written, Requeue(recheck, f"held: {storm.NODE_DELETION_STORM}")
 
 
 def _after_join(machine: Machine, cc: ClassContext | None) -> None:
@@ -117,9 +137,13 @@ def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
     """
     settings = get_settings()
     where = _permit(machine)
+    if where is None and storm.is_held(machine):
+        return Requeue(settings.health_recheck_period, f"held: {storm.NODE_DELETION_STORM}")
     if where is None:
         write_status(machine, failed)
         return Requeue.short()
+    if storm.is_held(machine):  # its Node was deleted in a storm: kept until released or back
+        return Requeue(settings.health_recheck_period, f"held: {storm.NODE_DELETION_STORM}")
     namespace, deployment, permit_key = where
     giver = get_permit_giver()
     giver.register_permits(permit_key, PERMITS)
@@ -181,7 +205,10 @@ def sync_node(machine: Machine, cc: ClassContext | None, node: Obj | None) -> Re
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
     if target is None or node is None:
         return None
-    patch = node_sync_patch(node, machine, add_finalizer=not machine.metadata.is_deleting)
+    # a Node being deleted gets no finalizer back (a storm hold lets it go)
+    node_leaving = bool((node.get("metadata") or {}).get("deletionTimestamp"))
+    keep = not (machine.metadata.is_deleting or node_leaving or storm.is_held(machine))
+    patch = node_sync_patch(node, machine, add_finalizer=keep)
     if patch is not None:
         metadata = patch["metadata"]
         if "finalizers" not in metadata and "spec" not in patch:

@@ -4,7 +4,9 @@
 - the machine of a node is the single machine whose ``node`` label names it (MCM's
   ``getMachineFromNode``; no match or several → nothing to do);
 - a node that is gone, being deleted, or annotated ``trigger-deletion-by-mcm: "true"`` deletes its
-  machine (which then drains and deletes the rest through the deletion flow);
+  machine (which then drains and deletes the rest through the deletion flow); a Node lost (gone or
+  being deleted, not the annotation) does so within the node-deletion storm guard (``storm``): past
+  its threshold the machine is held, and the Node coming back ends the hold;
 - otherwise the node carries the node finalizer while its machine is not being deleted.
 """
 
@@ -23,6 +25,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.machine import storm, storm_io
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
@@ -61,9 +64,15 @@ def reconcile_node(key: str) -> Requeue | None:
         return None
     machine = machines[0]
     if wants_machine_deleted(node):
-        _delete_machine(machine, name, "is gone" if node is None else "is being deleted")
+        if machine.metadata.is_deleting:
+            return None  # a deletion under way is never stopped
+        if node is not None and not (node.get("metadata") or {}).get("deletionTimestamp"):
+            _delete_machine(machine, name, "asks for it (trigger-deletion-by-mcm)")  # deliberate: no storm
+            return None
+        _node_lost(machine, node, name)
         return None
     assert node is not None
+    machine = storm_io.node_returned(machine, name)
     if not machine.metadata.is_deleting:
         meta = node.get("metadata") or {}
         patch = finalizers_patch(
@@ -72,6 +81,24 @@ def reconcile_node(key: str) -> Requeue | None:
         if patch is not None:
             ops.patch(target, kinds.NODE.resource, name, patch)
     return None
+
+
+def _node_lost(machine: Machine, node: Mapping[str, Any] | None, node_name: str) -> None:
+    """The Node is gone or being deleted: delete its machine, within the node-deletion storm guard
+    (``storm``): a held machine stays held, a released one is left to its health check."""
+    why = "is gone" if node is None else "is being deleted"
+    if storm.is_held(machine):
+        storm_io.release_node(dict(node) if node is not None else None, node_name)
+        return
+    if storm.is_released(machine):
+        log.info("node %s %s: machine %s was released from a storm hold; kept", node_name, why, machine.key)
+        storm_io.release_node(dict(node) if node is not None else None, node_name)
+        return
+    admitted, deleted, limit = storm_io.admit(machine)
+    if admitted or limit is None:
+        _delete_machine(machine, node_name, why)
+        return
+    storm_io.hold(machine, dict(node) if node is not None else None, node_name, deleted, limit)
 
 
 def _delete_machine(machine: Machine, node_name: str, why: str) -> None:
