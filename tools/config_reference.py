@@ -77,6 +77,7 @@ UPSTREAM_CONSTANTS: dict[str, str] = {
     "force-drain-unhealthy-after": "`nodeNotReadyDuration` (`machine_util.go`)",
     "force-drain-timeout": "`timeOutDuration` of a forced drain (`machine_util.go`)",
     "expectations-timeout": "`ExpectationsTimeout` (`controller_utils.go`)",
+    "max-replacements": "`maxReplacements` (1, `machine_util.go`)",
 }
 
 INTRO = """\

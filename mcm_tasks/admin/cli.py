@@ -363,7 +363,7 @@ def admin_unfreeze(kind: str, key: str, output: Output = OUTPUT) -> None:
     _freeze(kind, key, False, output)
 
 
-@admin_app.command("held", epilog="Example: mcm-tasks admin held -n shoot--foo--bar")
+@admin_app.command("held", epilog="Example: mcm-tasks admin held -n shoot--dev--demo")
 @clean_errors
 def admin_held(
     namespace: str = typer.Option("", "--namespace", "-n", help="Namespace (default: MCM_NAMESPACE)."),
@@ -378,7 +378,7 @@ def admin_held(
     emit(output, found, lambda: _table(columns, rows, "no machine is held"))
 
 
-@admin_app.command("release", epilog="Example: mcm-tasks admin release deployment/worker-a-z1")
+@admin_app.command("release", epilog="Example: mcm-tasks admin release deployment/worker-a-z1 -n shoot--dev--demo")
 @clean_errors
 def admin_release(
     target: str = typer.Argument(..., help="deployment/<name> or machine/<name>"),
