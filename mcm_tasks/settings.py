@@ -126,6 +126,12 @@ class Settings(BaseSettings):
     machine_creation_timeout: Duration = Field(
         20 * 60.0, description="a machine that has not joined after this is Failed"
     )
+    machine_creation_timeout_max: Duration = Field(
+        0.0,
+        description="ceiling of the adaptive creation timeout: repeated join timeouts of a MachineDeployment "
+        "raise its effective-creation-timeout annotation in steps up to this (0 = 2 x the declared timeout; "
+        "not in MCM)",
+    )
     machine_health_timeout: Duration = Field(
         10 * 60.0, description="an Unknown machine unhealthy this long is Failed (rate-limited)"
     )

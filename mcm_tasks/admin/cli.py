@@ -378,7 +378,9 @@ def admin_held(
     emit(output, found, lambda: _table(columns, rows, "no machine is held"))
 
 
-@admin_app.command("release", epilog="Example: mcm-tasks admin release deployment/worker-a-z1 -n shoot--dev--demo")
+@admin_app.command(
+    "release", epilog="Example: mcm-tasks admin release deployment/worker-a-z1 -n shoot--dev--demo"
+)
 @clean_errors
 def admin_release(
     target: str = typer.Argument(..., help="deployment/<name> or machine/<name>"),

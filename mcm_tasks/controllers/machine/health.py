@@ -9,9 +9,11 @@ The matrix:
   healthy and not Running (and not Pending with the critical-components taint) → Running
   ("successfully joined" after a create, else "successfully re-joined");
   unhealthy and Running → Unknown;
-- when nothing changed: Pending past the creation timeout (from creationTimestamp) → Failed; Unknown
-  past the health timeout (from currentStatus.lastUpdateTime) → Failed through the permit giver,
-  unless ``disableHealthTimeout``; otherwise look again after ``health_recheck_period``.
+- when nothing changed: Pending past the creation timeout (from creationTimestamp, not from the last
+  status update: MCM #1009) → Failed; Unknown past the health timeout (from
+  currentStatus.lastUpdateTime) → Failed through the permit giver, unless ``disableHealthTimeout``;
+  otherwise look again after ``health_recheck_period``, or at the deadline if it comes first (so
+  Failed is not up to a period late: MCM #790).
 
 Healthy means: conditions present, Ready is True, and every condition in the effective node-condition
 list is False (Unknown counts as unhealthy).
@@ -71,6 +73,13 @@ def creation_timeout(machine: Machine, settings: Settings) -> float:
         if seconds is not None:
             return seconds
     return settings.machine_creation_timeout
+
+
+def declared_creation_timeout(machine: Machine, settings: Settings) -> float:
+    """The creation timeout as declared (the machine's ``spec.creationTimeout``, else the flag),
+    the floor of the adaptive one."""
+    seconds = _seconds(machine.spec.creation_timeout)
+    return settings.machine_creation_timeout if seconds is None else seconds
 
 
 def health_timeout(machine: Machine, settings: Settings) -> float:
@@ -219,7 +228,7 @@ def _timeouts(machine: Machine, now: datetime, settings: Settings) -> HealthDeci
                 }
             )
             return HealthDecision(status=failed)
-        return HealthDecision(recheck_after=settings.health_recheck_period)
+        return HealthDecision(recheck_after=_until(since, timeout, now, settings))
     if phase == MachinePhase.UNKNOWN:
         if machine.spec.disable_health_timeout:
             return HealthDecision(recheck_after=settings.health_recheck_period)
@@ -240,8 +249,21 @@ def _timeouts(machine: Machine, now: datetime, settings: Settings) -> HealthDeci
                 }
             )
             return HealthDecision(status=failed, failed_by_health_timeout=True)
-        return HealthDecision(recheck_after=settings.health_recheck_period)
+        return HealthDecision(recheck_after=_until(since, timeout, now, settings))
     return HealthDecision()
+
+
+#: how far past a deadline its recheck is due (the timeouts fire on "more than")
+DEADLINE_SLACK: Final = 0.05
+
+
+def _until(since: datetime | None, timeout: float, now: datetime, settings: Settings) -> float:
+    """When to look again at a timer running since ``since``: at its deadline if that comes before
+    the recheck period, so a machine is Failed on time rather than up to a period late (MCM #790)."""
+    if since is None:
+        return settings.health_recheck_period
+    remaining = timeout - (now - since).total_seconds()
+    return max(0.0, min(settings.health_recheck_period, remaining + DEADLINE_SLACK))
 
 
 # --- meltdown protection ---------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.common.status import last_operation, updated_status, write_status
-from mcm_tasks.controllers.machine import bootstrap, metrics, remediation_io, storm
+from mcm_tasks.controllers.machine import bootstrap, creation_timeout_io, metrics, remediation_io, storm
 from mcm_tasks.controllers.machine.health import HealthDecision, decide_health, not_marked_description
 from mcm_tasks.controllers.machine.nodesync import node_sync_patch, virtual_capacity_patches
 from mcm_tasks.durations import format_duration
@@ -62,6 +62,11 @@ def reconcile_health(
     written = write_status(machine, decision.status) or machine
     if decision.joined:
         _after_join(written, cc)
+    elif (
+        machine.status.current_status.phase == MachinePhase.PENDING
+        and written.status.current_status.phase == MachinePhase.FAILED
+    ):
+        creation_timeout_io.on_join_timeout(written)
     phase = written.status.current_status.phase
     if phase != machine.status.current_status.phase:
         refresh_remediation(written)
@@ -105,6 +110,7 @@ def _after_join(machine: Machine, cc: ClassContext | None) -> None:
     now_ns = time.time_ns()
     record_span("Join", machine.metadata.uid or "", now_ns - int(seconds * 1e9), now_ns,
                 machine_key=machine.key, node=machine.metadata.labels.get(NODE_LABEL_KEY))  # fmt: skip
+    creation_timeout_io.on_join(machine, seconds)
     patch = {"metadata": {"annotations": {MACHINE_JOIN_DURATION_ANNOTATION: format_duration(round(seconds))}}}
     ops.patch(
         context.control_api(),
