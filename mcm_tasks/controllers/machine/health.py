@@ -64,7 +64,8 @@ def _seconds(value: str | None) -> float | None:
 
 
 def creation_timeout(machine: Machine, settings: Settings) -> float:
-    """The deployment's effective-creation-timeout annotation, else the machine's, else the flag."""
+    """Upstream ``getEffectiveCreationTimeout``: the effective-creation-timeout annotation (the
+    deployment's, copied to the machine at its creation), else the machine's, else the flag."""
     for value in (
         machine.metadata.annotations.get(EFFECTIVE_CREATION_TIMEOUT_ANNOTATION),
         machine.spec.creation_timeout,
