@@ -7,8 +7,8 @@
   the streak, at the latest when the key recovers.
 
 A MachineSet whose pass died mid-creation needs no recovery hook: the set's next pass, whichever
-message runs it, finds the dead pass's expectations still open and waits for them only a short
-grace (``expectations.satisfied_for_pass``).
+message runs it, finds the dead pass's expectations still open and ends them on evidence: a live
+list of its machines (``expectations.state_for_pass``).
 
 Imported with the reconcilers (controllers/reconcilers.py).
 """

@@ -17,15 +17,18 @@ failed or were skipped lowered at the same time). A pass of the owner runs under
 reconcile lock, so a record still open when the next pass begins (``satisfied_for_pass``) was left
 by a pass that died mid-way (its worker SIGKILLed, its pool process killed at the hard time limit,
 an exception between the record and the writes), however the key came to run again (the dead
-message's redelivery, or another message after the dead pass's lock expired). Such a record is
-trusted for ``ABANDONED_GRACE`` more, for the informer to observe what the dead pass did create,
-then it expires, instead of after ``expectations_timeout``. A record whose pass finished stays
+message's redelivery, or another message after the dead pass's lock expired). Such a record ends on
+evidence (``state_for_pass`` → ABANDONED): the MachineSet lists its machines from the API server,
+which holds whatever the dead pass created, and drops the record, so a lagging informer cannot make
+it create again, and it waits for nothing. (``satisfied_for_pass`` keeps the older rule for callers
+without evidence: trusted for ``ABANDONED_GRACE``, then expired.) A record whose pass finished stays
 trusted until observed or timed out, as upstream, however long the informer lags.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 
 import redis
 
@@ -91,10 +94,32 @@ return {v[1] or '0', v[2] or '0'}
 """
 )
 
-#: how long expectations left open by a pass that died stay trusted: the informer mirrors what that
-#: pass created or deleted well within it (creates in flight when it died included), after which
-#: the owner's pass reads the cache afresh
+# KEYS[1] record. The counts and whether the record is still open, read by the owner's next pass:
+# {} without a record, else {add, del, open (0 or 1)}.
+_STATE = LuaScript(
+    """
+local v = redis.call('HMGET', KEYS[1], 'add', 'del', 'open')
+if not v[1] and not v[2] then return {} end
+return {v[1] or '0', v[2] or '0', v[3] and 1 or 0}
+"""
+)
+
+#: how long expectations left open by a pass that died stay trusted when the caller cannot read the
+#: evidence itself (``satisfied_for_pass``); the MachineSet reads it (``state_for_pass``)
 ABANDONED_GRACE = 2.0
+
+
+class PassState(StrEnum):
+    """What the owner's pass may trust, asked at its start under the owner's reconcile lock."""
+
+    #: nothing pending: the mirror's view may be acted on
+    SATISFIED = "satisfied"
+    #: a finished pass's creations or deletions are not observed yet: wait for them (upstream)
+    PENDING = "pending"
+    #: a pass died before issuing its writes: the mirror cannot be trusted to have seen them, and
+    #: waiting a fixed grace is a guess (a watch 3 s late outlasts 2 s); read the API server's own
+    #: list of the children, which holds whatever the dead pass created, and end the record
+    ABANDONED = "abandoned"
 
 
 def _key(owner_key: str) -> str:
@@ -171,6 +196,20 @@ def satisfied_for_pass(owner_key: str, client: redis.Redis | None = None) -> boo
         return True
     adds, dels = found
     return int(adds) <= 0 and int(dels) <= 0
+
+
+def state_for_pass(owner_key: str, client: redis.Redis | None = None) -> PassState:
+    """The owner's pass asks this at its start, holding its reconcile lock (upstream:
+    ``SatisfiedExpectations``, plus the dead pass's case): a record still open was left by a pass
+    that died mid-way. The caller answers ABANDONED with evidence (a live list of the children)
+    and then ``delete_expectations``. One round trip."""
+    found = _STATE(_client(client), [_key(owner_key)], [])
+    if not found:
+        return PassState.SATISFIED
+    adds, dels, open_ = found
+    if int(open_):
+        return PassState.ABANDONED
+    return PassState.SATISFIED if int(adds) <= 0 and int(dels) <= 0 else PassState.PENDING
 
 
 def delete_expectations(owner_key: str, client: redis.Redis | None = None) -> None:

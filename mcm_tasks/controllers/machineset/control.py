@@ -5,7 +5,7 @@ Expectations (``mcm_tasks.queue.expectations``) are recorded before the writes a
 write that will never be observed (a create skipped after a failing batch or refused, a DELETE that
 failed), so the informer's observations bring them to zero exactly when the cache has caught up.
 They are closed once every write was issued: a pass that dies mid-way leaves them open, which the
-set's next pass recognises (its recording pass is dead) and waits for only a short grace.
+set's next pass recognises (its recording pass is dead) and ends on a live list of its machines.
 Within a batch the calls run concurrently on a small per-process thread pool, as MCM runs them on
 goroutines; the rate limit shared through Redis still bounds them.
 """
@@ -120,7 +120,7 @@ def create_machines(
 
     The expectations are closed (``expectations.issued``) once every create was issued, the ones
     skipped or refused lowered with it: a pass that dies before leaves them open, and the set's
-    next pass waits for them only a short grace (``expectations.satisfied_for_pass``)."""
+    next pass ends them on a live list of its machines (``expectations.state_for_pass``)."""
     body = new_machine(machine_set)
     expectations.expect_creations(key, count)
     events = recorder(api)

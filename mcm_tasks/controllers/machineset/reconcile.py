@@ -105,7 +105,7 @@ def set_view(raw: dict[str, Any]) -> Machine:
     return parse_object(Machine, raw)
 
 
-def candidate_machines(machine_set: MachineSet) -> list[Machine]:
+def candidate_machines(machine_set: MachineSet, *, live: bool = False) -> list[Machine]:
     """The machines the set controls, and the orphans its selector picks (adoption candidates).
 
     From the mirror, the models are the process's shared ones (``Lister.shared``) in the set's view
@@ -113,9 +113,10 @@ def candidate_machines(machine_set: MachineSet) -> list[Machine]:
     again, and at a thousand machines parsing was most of the pass. They are read-only here, as
     everywhere in this controller (writes build patches; what the API server returns is parsed
     afresh). The synced check and the list are one read, so an emptied mirror never reads as "no
-    machines". Without the mirror, a live list.
+    machines". Without the mirror, or ``live`` (the evidence that ends a dead pass's expectations),
+    a list from the API server.
     """
-    listed = replace(get_listers().machines.shared, parse=set_view).list_if_synced()
+    listed = None if live else replace(get_listers().machines.shared, parse=set_view).list_if_synced()
     if listed is None:
         raws = ops.list_(control_api(), kinds.MACHINE.resource, machine_set.metadata.namespace)["items"]
         listed = [Machine.model_validate(raw) for raw in raws if _is_candidate_raw(raw, machine_set)]
@@ -209,13 +210,19 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
 
     # before the list, as upstream (client-go's rule): a creation observed after the list must not
     # make a list without it look trusted (a scale-up of a thousand overshot by a burst that way).
-    # Expectations an earlier pass left open (it died mid-creation) expire within a short grace.
-    satisfied = expectations.satisfied_for_pass(key)
+    # Expectations an earlier pass left open (it died mid-creation) end on evidence: this pass reads
+    # the set's machines from the API server, which holds whatever that pass created, and drops them.
+    state = expectations.state_for_pass(key)
+    live = state is expectations.PassState.ABANDONED
+    satisfied = state is not expectations.PassState.PENDING
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
-        candidate_machines(machine_set),
+        candidate_machines(machine_set, live=live),
         recheck_owner(api, kinds.MACHINE_SET.resource, machine_set),
     )  # fmt: skip
+    if live:
+        log.info("MachineSet %s: a pass died mid-way; its expectations end on a live list", key)
+        expectations.delete_expectations(key)
     if claim.adopted or claim.released:
         log.info("MachineSet %s: adopted %s, released %s", key, claim.adopted, claim.released)
     if claim.errors:
@@ -236,7 +243,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
                 requeue = Requeue(after=min(requeue.after, recheck_in + 0.05))
         else:
             log.debug("MachineSet %s: waiting for earlier creations/deletions to show in the cache", key)
-            # back when they expire (within a short grace when their pass died mid-way)
+            # back when they expire, unless observed first (the informer's events wake the set)
             expires = expectations.expires_in(key)
             wait = settings.expectations_timeout if expires is None else expires + 0.05
             requeue = Requeue(after=min(wait, settings.long_retry))
