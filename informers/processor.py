@@ -13,8 +13,11 @@ checked when they arrive, so the cause is reported on the object at fault.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from informers.events import (
     ADDED,
@@ -90,11 +93,32 @@ class Outcome:
     events: int = 0
     #: objects that could not be fully indexed or routed (mirrored all the same)
     problems: list[Problem] = field(default_factory=list)
+    #: per kind, the largest watch lag seen in the batch (``write_lag``), in seconds
+    lag: dict[str, float] = field(default_factory=dict)
+
+
+def write_lag(raw: Mapping[str, Any], now: float) -> float | None:
+    """How long after the API server wrote it an object's change reached the informer: now less the
+    newest ``metadata.managedFields[].time`` (the server stamps each write there). Whole seconds only,
+    so a lag reads up to 1 s high; None when the object carries no such time."""
+    entries = ((raw.get("metadata") or {}).get("managedFields")) or []
+    newest: float | None = None
+    for entry in entries:
+        stamp = entry.get("time") if isinstance(entry, Mapping) else None
+        if not isinstance(stamp, str):
+            continue
+        try:
+            when = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        newest = when if newest is None else max(newest, when)
+    return None if newest is None else max(0.0, now - newest)
 
 
 class Processor:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        self.clock = clock
 
     def process(self, items: Iterable[Item], into: Outcome | None = None) -> Outcome:
         """The outcome of a batch; ``into``: one that earlier items of the same batch began."""
@@ -133,6 +157,10 @@ class Processor:
         unchanged = old is not None and resource_version(old) == resource_version(new)
         if unchanged and not announce_added:
             return
+        if not unchanged and not announce_added:
+            lag = write_lag(raw, self.clock())
+            if lag is not None and lag > out.lag.get(kind, -1.0):
+                out.lag[kind] = lag
         encoded = b""
         if not unchanged:
             try:

@@ -41,7 +41,7 @@ from informers.sink import Sink, deliver
 from informers.store import Store
 from mcm_tasks import kinds, tracing
 from mcm_tasks.kinds import QUEUES
-from mcm_tasks.probes import PROGRESS
+from mcm_tasks.probes import INFORMER_LAG_KEY_PARTS, PROGRESS
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import master_address, rkey
 from mcm_tasks.settings import Settings
@@ -68,6 +68,16 @@ STATUS_REFRESH = STATUS_TTL / 3
 _RESTLESS = frozenset({"idle_wakeups"})
 
 T = TypeVar("T")
+
+
+def lag_key() -> str:
+    """The hash of the mirror's watch lag per kind (``mcm_informer_lag_seconds``): ``<kind>`` the
+    seconds, ``<kind>:at`` when it was seen (epoch seconds)."""
+    return rkey(*INFORMER_LAG_KEY_PARTS)
+
+
+#: the lag hash is written at most this often
+LAG_EVERY = 1.0
 
 
 def status_key(identity: str) -> str:
@@ -107,6 +117,9 @@ class Informer:
         #: the status hash as last written, and when it is next written whole
         self._published: dict[str, str] = {}
         self._status_refresh = 0.0
+        #: the largest watch lag per kind since the lag hash was last written
+        self._lag: dict[str, float] = {}
+        self._lag_due = 0.0
         self.problems = ProblemReporter(self._record_problem)
 
     def _record_problem(self, identity: Obj, reason: str, message: str) -> None:
@@ -224,6 +237,7 @@ class Informer:
                 self.counters["batches"] += bool(batch)
                 self.counters["idle_wakeups"] += not batch
                 self.counters["events"] += outcome.events
+                self._note_lag(outcome.lag)
                 now = time.monotonic()
                 if epoch is not None and now >= next_resync:
                     self.counters["resyncs"] += 1
@@ -287,6 +301,23 @@ class Informer:
                 PROGRESS.beat("writer")  # waiting for Redis is not being wedged
                 log.warning("Redis unavailable (%s); retrying in %.2fs", err, delay)
                 stop.wait(delay)
+
+    def _note_lag(self, lag: Mapping[str, float]) -> None:
+        """Keep the largest lag per kind; write them at most every ``LAG_EVERY`` (one command)."""
+        for kind, seconds in lag.items():
+            self._lag[kind] = max(seconds, self._lag.get(kind, 0.0))
+        now = time.monotonic()
+        if not self._lag or now < self._lag_due:
+            return
+        at = repr(time.time())
+        mapping = {kind: f"{seconds:.3f}" for kind, seconds in self._lag.items()}
+        mapping.update({f"{kind}:at": at for kind in self._lag})
+        try:
+            self.redis.hset(lag_key(), mapping=mapping)  # type: ignore[arg-type]
+        except (redis.RedisError, OSError):
+            log.debug("lag not published", exc_info=True)
+            return
+        self._lag, self._lag_due = {}, now + LAG_EVERY
 
     def _publish_status(
         self, reflectors: list[Reflector], leading: bool, epoch: str | None = None, whole: bool = False

@@ -35,7 +35,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app, multip
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mcm_tasks.probes import LEADING, Probes
+from mcm_tasks.probes import INFORMER_LAG_KEY_PARTS, LEADING, Probes
 from mcm_tasks.settings import Settings, get_settings
 from mcm_tasks.why_metrics import RedisUpCollector
 
@@ -89,6 +89,32 @@ class LeaderCollector(Collector):
         yield family
 
 
+def informer_lag(raw: dict[Any, Any]) -> GaugeMetricFamily:
+    """``mcm_informer_lag_seconds{kind}`` from the lag hash: how late the last watched change of each
+    kind reached the mirror, after the API server wrote it (1 s resolution)."""
+    family = GaugeMetricFamily(
+        "mcm_informer_lag_seconds",
+        "Seconds between the API server's write of an object and its arrival in the mirror (last seen)",
+        labels=["kind"],
+    )
+    values = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in raw.items()}
+    for kind, value in sorted(values.items()):
+        if ":" in kind:
+            continue
+        try:
+            family.add_metric([kind], float(value))
+        except (TypeError, ValueError):
+            continue
+    return family
+
+
+class InformerLagCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        from mcm_tasks.redisdb import get_redis, rkey
+
+        yield informer_lag(get_redis().hgetall(rkey(*INFORMER_LAG_KEY_PARTS)))  # type: ignore[arg-type]
+
+
 def fleet_collectors() -> list[Collector]:
     from mcm_tasks.controllers.common.remediation_metrics import RemediationCollector
     from mcm_tasks.controllers.machine.metrics import MachineCollector
@@ -105,6 +131,7 @@ def fleet_collectors() -> list[Collector]:
         MachineSetMetricsCollector(),
         MachineDeploymentMetricsCollector(),
         RemediationCollector(),
+        InformerLagCollector(),
     ]
 
 

@@ -34,6 +34,10 @@ CHECK_TIMEOUT: Final = 2.0
 #: a check: (ok, detail)
 Check = Callable[[], tuple[bool, str]]
 
+#: the Redis hash the informer writes its watch lag per kind into (``informers/runner.py``), read by
+#: ``mcm_informer_lag_seconds`` (``observability.InformerLagCollector``)
+INFORMER_LAG_KEY_PARTS = ("informer", "lag")
+
 
 class Progress:
     """When each named loop of this process last made progress (monotonic seconds)."""
