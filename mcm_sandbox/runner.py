@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mcm_sandbox.procs import ApiServer, ManagedProcess, RedisServer, free_port, wait_until
+from mcm_sandbox.procs import ApiServer, ManagedProcess, RedisServer, free_port, http_ok, wait_until
 
 if TYPE_CHECKING:
     from mcm_tasks.settings import Settings
@@ -130,6 +130,7 @@ def up(
     force: bool = False,
     redis_env: Mapping[str, str] | None = None,
     cloud_redis: bool = False,
+    informer_watch_delay: float = 0.0,
 ) -> Sandbox:
     """Start everything, telling ``echo`` what starts and how long it took; on any failure stop
     what was started and re-raise. ``controller_args`` (flags, e.g. an upstream MCM command line)
@@ -139,7 +140,10 @@ def up(
     sandbox at a Redis started elsewhere (``mcm_sandbox.redis_ha``) instead of its own. ``cloud_redis``
     gives the local cloud (its VMs, read by the workers' driver and the kubelet simulator) a Redis of
     its own (``cloud-redis``), so that the controller's Redis carries only the controller's load, as
-    with a real cloud (the benchmarks' accounting)."""
+    with a real cloud (the benchmarks' accounting). ``informer_watch_delay`` puts a proxy
+    (``mcm_sandbox.watchdelay``) between the informer and each API server that delays every watch
+    event by that many seconds, as a loaded API server's watches arrive late; the workers still
+    talk to the API servers directly."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     alive = running_pids(directory)
@@ -180,6 +184,10 @@ def up(
             setattr(sandbox, f"{role}_url", api.url)
             sandbox.pids[f"apiserver-{role}"] = api.process.pid if api.process else 0
             done(f"{role} API server on {api.url}")
+        informer_env: dict[str, str] = {}
+        if informer_watch_delay > 0:
+            informer_env = _watch_delay_proxies(sandbox, logs, informer_watch_delay, timeout)
+            done(f"watch-delay proxies ({informer_watch_delay:g}s) for the informer")
         sandbox.save()
         register_crds(sandbox.kubeconfig, timeout)
         done("machine.sapcloud.io CRDs registered")
@@ -204,6 +212,8 @@ def up(
                 args = [*args, *controller_args, f"--port={port}", "--address=127.0.0.1"]
             sandbox.endpoints[name] = f"http://127.0.0.1:{port}"
             proc_env = {**env, "MCM_PORT": str(port), "MCM_ADDRESS": "127.0.0.1"}
+            if name == "informer":
+                proc_env.update(informer_env)
             proc = ManagedProcess(args, logs / f"{name}.log", env=proc_env)
             proc.start()
             sandbox.pids[name] = proc.pid
@@ -215,6 +225,34 @@ def up(
         raise
     echo(f"sandbox up in {directory}: source {directory / ENV_FILE}")
     return sandbox
+
+
+def _watch_delay_proxies(sandbox: Sandbox, logs: Path, delay: float, timeout: float) -> dict[str, str]:
+    """Start a watch-delaying proxy per API server; the informer's kubeconfig settings pointing at
+    them (copies of the sandbox's kubeconfigs with the proxy as server)."""
+    import yaml
+
+    env: dict[str, str] = {}
+    for role, kubeconfig, setting in (
+        ("control", sandbox.kubeconfig, "MCM_CONTROL_KUBECONFIG"),
+        ("target", sandbox.target_kubeconfig, "MCM_TARGET_KUBECONFIG"),
+    ):
+        port = free_port()
+        upstream = getattr(sandbox, f"{role}_url")
+        args = [sys.executable, "-m", "mcm_sandbox.watchdelay", "--upstream", upstream, "--port", str(port),
+                "--delay", str(delay)]  # fmt: skip
+        proc = ManagedProcess(args, logs / f"watchdelay-{role}.log", env=dict(os.environ))
+        proc.start()
+        sandbox.pids[f"watchdelay-{role}"] = proc.pid
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda u=url: http_ok(f"{u}/readyz"), timeout, what=f"watch-delay proxy {role}")  # type: ignore[misc]
+        config = yaml.safe_load(kubeconfig.read_text())
+        for cluster in config.get("clusters") or []:
+            cluster["cluster"]["server"] = url
+        delayed = sandbox.dir / f"informer-{kubeconfig.name}"
+        delayed.write_text(yaml.safe_dump(config))
+        env[setting] = str(delayed)
+    return env
 
 
 def register_crds(kubeconfig: Path, timeout: float) -> None:
