@@ -160,7 +160,7 @@ def mark_failed(machine: Machine, failed: MachineStatus) -> Requeue:
     try:
         peers = context.machines_with_label(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace)
         name = machine.metadata.name or ""
-        view = remediation_io.read_view(namespace, deployment, peers)
+        view = remediation_io.read_view(namespace, deployment, peers, name)
         verdict = view.verdict(name)
         remediation_io.report(view)
         if verdict.allowed:

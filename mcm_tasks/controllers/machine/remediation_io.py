@@ -12,6 +12,8 @@ waiting to be marked). A Warning Event marks the start of each episode, a Normal
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -82,9 +84,12 @@ def _class_zones(machines: list[Machine], namespace: str) -> dict[str, str]:
     return out
 
 
-def read_view(namespace: str, deployment_name: str, peers: list[Machine]) -> RemediationView:
-    """The view of one deployment's remediation, ``peers`` read live by the caller under its permit.
-    The zone view is read from the mirror: it spans the namespace and only needs to be about right."""
+def read_view(
+    namespace: str, deployment_name: str, peers: list[Machine], machine: str = ""
+) -> RemediationView:
+    """The view of one deployment's remediation (``machine``: the one being decided), ``peers`` read
+    live by the caller under its permit. The zone view is read from the mirror: it spans the
+    namespace and only needs to be about right; a cached one only ever holds a machine back."""
     settings = get_settings()
     deployment = context.get_machine_deployment(deployment_name, namespace)
     replicas = deployment.spec.replicas if deployment is not None else len(peers)
@@ -93,19 +98,49 @@ def read_view(namespace: str, deployment_name: str, peers: list[Machine]) -> Rem
     view = RemediationView(namespace, deployment_name, deployment, peers, budgets)
     if not settings.zone_unhealthy_threshold.strip():
         return view
-    everyone = {m.metadata.name or "": m for m in context.machines_in_namespace(namespace)}
-    everyone.update({m.metadata.name or "": m for m in peers})
+    for fresh in (False, True):
+        zones, health = _namespace_zones(namespace, fresh=fresh)
+        view.zones = dict(zones)
+        for m in peers:  # a machine the mirror has not seen yet: no zone, not judged by one
+            view.zones.setdefault(m.metadata.name or "", "")
+        view.outages = zones_in_outage(health, settings.zone_unhealthy_threshold)
+        # a cached view may only hold ``machine`` back: one that would let it be marked is read
+        # afresh, so a zone that has just gone down is never missed for a cache
+        deciding = [machine] if machine else [m.metadata.name or "" for m in peers]
+        if any(view.zones.get(name) in view.outages for name in deciding):
+            break
+    return view
+
+
+#: how long one process reuses a namespace's zone view: during an outage every held machine of the
+#: zone asks for it once per recheck, and it is a list of the namespace's machines and Nodes
+ZONE_VIEW_TTL: Final = 3.0
+_zone_views: dict[str, tuple[float, dict[str, str], dict[str, ZoneHealth]]] = {}
+_zone_lock = threading.Lock()
+
+
+def _namespace_zones(namespace: str, *, fresh: bool) -> tuple[dict[str, str], dict[str, ZoneHealth]]:
+    """Machine name → zone, and the health per zone, across the namespace (from the mirror);
+    unless ``fresh``, reused for ``ZONE_VIEW_TTL`` within a process (a cache only: nothing is lost
+    with the process)."""
+    now = time.monotonic()
+    with _zone_lock:
+        cached = _zone_views.get(namespace)
+        if not fresh and cached is not None and now - cached[0] < ZONE_VIEW_TTL:
+            return cached[1], cached[2]
+    machines = {m.metadata.name or "": m for m in context.machines_in_namespace(namespace)}
     nodes = {(n.get("metadata") or {}).get("name", ""): n for n in context.all_nodes()}
-    class_zones = _class_zones(list(everyone.values()), namespace)
-    view.zones = {
+    class_zones = _class_zones(list(machines.values()), namespace)
+    zones = {
         name: zone_of(
             nodes.get(m.metadata.labels.get(NODE_LABEL_KEY, "")), class_zones.get(m.spec.class_.name, "")
         )
-        for name, m in everyone.items()
+        for name, m in machines.items()
     }
-    health = zone_health((m, view.zones[name]) for name, m in everyone.items())
-    view.outages = zones_in_outage(health, settings.zone_unhealthy_threshold)
-    return view
+    health = zone_health((m, zones[name]) for name, m in machines.items())
+    with _zone_lock:
+        _zone_views[namespace] = (now, zones, health)
+    return zones, health
 
 
 def report(view: RemediationView) -> None:
