@@ -186,7 +186,7 @@ class Settings(BaseSettings):
     node_deletion_storm_threshold: str = Field(
         "20%",
         description="machines of one MachineDeployment whose deleted Nodes may delete them within the "
-        "window (int, or percent of its machines and at least 3); the rest are held, listed by `mcm-tasks "
+        "window (int, or percent of its replicas and at least 3); the rest are held, listed by `mcm-tasks "
         'admin held` (not in MCM; "" or 0 = off)',
     )
     node_deletion_storm_window: Duration = Field(

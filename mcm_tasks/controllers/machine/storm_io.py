@@ -70,20 +70,29 @@ def window_key(namespace: str, deployment: str) -> str:
     return rkey("storm", "node-deletions", f"{namespace}/{deployment}")
 
 
+def _group_size(namespace: str, deployment: str) -> int:
+    """What a percentage threshold is of: the deployment's replicas, not its machines now (the
+    replacements of the first deletions would raise the limit as the storm goes on); the machines
+    of a deployment the mirror does not know; the namespace's machines of no deployment."""
+    if deployment:
+        found = context.get_machine_deployment(deployment, namespace)
+        if found is not None:
+            return found.spec.replicas
+        return len(context.machines_with_label(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace))
+    return sum(
+        1
+        for m in context.machines_in_namespace(namespace)
+        if not m.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY)
+    )
+
+
 def admit(machine: Machine) -> tuple[bool, int, int | None]:
     """Whether this machine may be deleted for its Node's loss now: (admitted, deletions in the
-    window, the limit or None when the guard is off)."""
+    window, the limit or None when the guard is off). A percentage is of the deployment's replicas
+    (of the namespace's machines without a deployment, for machines of none)."""
     settings = get_settings()
     namespace, deployment = _group(machine)
-    if deployment:
-        peers = context.machines_with_label(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace)
-    else:
-        peers = [
-            m
-            for m in context.machines_in_namespace(namespace)
-            if not m.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY)
-        ]
-    limit = storm_limit(settings.node_deletion_storm_threshold, len(peers))
+    limit = storm_limit(settings.node_deletion_storm_threshold, _group_size(namespace, deployment))
     if limit is None:
         return True, 0, None
     client = get_redis()
