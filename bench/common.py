@@ -36,9 +36,10 @@ import psutil
 from kubernetes import config
 from kubernetes.client import ApiClient
 
-from bench.figures import Snapshot, cpu_seconds, kubelet_writes, phase_report
+from bench.figures import Snapshot, cpu_seconds, kubelet_writes, memory_pss, phase_report
 from bench.profiling import Profiler
 from bench.watch import Tracker
+from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
@@ -81,15 +82,18 @@ def parse_args(
 
 def calibration(skip: bool = False) -> dict[str, Any]:
     """The host calibration saved beside every CPU figure: the CPU (workers + Redis) of an empty
-    Celery task on 2 fresh workers, from ``bench/queue.py --calibration`` (its own Redis and
-    workers, run before the sandbox starts, on the same ``--worker-pool`` as the sandbox's: both
-    inherit ``MCM_WORKER_POOL``). CPU per machine divided by it compares across hosts."""
+    Celery task on 2 fresh prefork workers, from ``bench/queue.py --calibration`` (its own Redis and
+    workers, run before the sandbox starts). Always the prefork pool, whatever the sandbox's
+    ``MCM_WORKER_POOL``: c is a constant of the host (issue 28's 1.9 ms was taken so), not of the
+    layout measured, or a cheaper pool would shrink its own yardstick. CPU per machine divided by it
+    compares across hosts."""
     if skip:
         return {}
     with tempfile.TemporaryDirectory(prefix="mcm-calibration-") as tmp:
         out = Path(tmp) / "calibration.json"
         command = [sys.executable, str(ROOT / "bench" / "queue.py"), "--calibration", "--out", str(out)]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        env = {**os.environ, "MCM_WORKER_POOL": "prefork"}
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
         if done.returncode != 0 or not out.exists():
             print(f"calibration failed:\n{done.stderr[-2000:]}", file=sys.stderr)
             return {"error": done.stderr[-500:]}
@@ -150,6 +154,52 @@ class Bench:
         self.create("control", kinds.MACHINE_CLASS.resource, [machine_class(n) for n in names])
 
     # --- reads ---
+    def at_rest(self, quiet: float = 5.0, timeout: float = 180.0) -> float:
+        """Wait (bounded) until the watches have seen no change for ``quiet`` seconds (Leases
+        aside: the leader elections renew theirs every few seconds) and no queue holds a message:
+        the installation is at rest. Returns the seconds waited; a timeout is reported, not raised
+        (the figure is then taken anyway, and says so in its context)."""
+        from mcm_tasks.kinds import QUEUES
+        from mcm_tasks.queue.messages import broker_prefix
+        from mcm_tasks.redisdb import get_redis
+        from mcm_tasks.settings import get_settings
+
+        client, s = get_redis(self.sandbox.redis_url), get_settings()
+        queues = [broker_prefix(s) + s.queue_name(kind) for kind in QUEUES]
+        start = since = time.monotonic()
+        last = -1
+
+        def resting() -> bool:
+            nonlocal last, since
+            with self.tracker.cond:
+                seen = sum(n for key, n in self.tracker.events.items() if "/leases " not in key)
+            if seen != last:
+                last, since = seen, time.monotonic()
+            waiting = sum(int(client.llen(name)) for name in queues)
+            return waiting == 0 and time.monotonic() - since >= quiet
+
+        try:
+            wait_until(resting, timeout, interval=0.5, what="at rest")
+        except TimeoutError as err:
+            print(f"  {err}", file=sys.stderr, flush=True)
+            return -1.0
+        return round(time.monotonic() - start, 1)
+
+    def memory(self) -> dict[str, Any]:
+        """PSS of our processes (``bench.figures.memory_pss``), per role and in total."""
+        roles = memory_pss(self.sandbox.pids)
+        return {"total_mb": round(sum(roles.values()), 1), "roles": roles}
+
+    def snapshot_rv(self) -> dict[str, int]:
+        return {
+            s: int(
+                ops.list_(api, kinds.LEASE.resource, "kube-system", page_size=1)["metadata"][
+                    "resourceVersion"
+                ]
+            )
+            for s, api in self.apis.items()
+        }
+
     def live_vms(self) -> int:
         from mcm_tasks.redisdb import get_redis
         from providers.local.cloud import LocalCloud
@@ -164,14 +214,7 @@ class Bench:
         from mcm_tasks.queue.stats import read_stats
         from mcm_tasks.redisdb import get_redis
 
-        rv = {
-            s: int(
-                ops.list_(api, kinds.LEASE.resource, "kube-system", page_size=1)["metadata"][
-                    "resourceVersion"
-                ]
-            )
-            for s, api in self.apis.items()
-        }
+        rv = self.snapshot_rv()
         queues = {
             q.kind: {
                 "reconciles": q.work_duration.count,

@@ -66,6 +66,25 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def memory_pss(pids: dict[str, int]) -> dict[str, float]:
+    """Proportional set size (MB) of each of our roles' process trees (pool children included): a
+    page shared by n processes counts 1/n in each, so the sum is what the installation holds, not the
+    RSS sum that counts a forked worker's shared pages once per child. Unlike CPU, a loaded host does
+    not disturb it."""
+    out: dict[str, float] = {}
+    for role, pid in pids.items():
+        if not ours(role) or not pid:
+            continue
+        total = 0
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            for p in [proc, *proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    total += p.memory_full_info().pss
+        out[role] = round(total / 2**20, 1)
+    return out
+
+
 def kubelet_writes(log: Path) -> Counter[str]:
     """The kubelet simulator's writes so far, by what it wrote, summed from its ``tick`` lines."""
     kubelet: Counter[str] = Counter()
