@@ -75,6 +75,9 @@ def parse_args(
     parser.add_argument("--profile", type=Path, default=None, help="sample the workers with py-spy into DIR")
     parser.add_argument("--profile-idle", action="store_true", help="profile wall time, not only CPU")
     parser.add_argument(
+        "--beat-in-informer", action="store_true", help="beat as a thread of the informer (informer --beat)"
+    )
+    parser.add_argument(
         "--no-calibration", action="store_true", help="skip the host calibration (CPU per empty Celery task)"
     )
     return parser.parse_args()
@@ -288,7 +291,7 @@ def running_sandbox(
     try:
         sandbox = up(
             directory, workers=args.workers, with_beat=with_beat, timeout=120, echo=lambda _: None,
-            cloud_redis=cloud_redis,
+            cloud_redis=cloud_redis, beat_in_informer=getattr(args, "beat_in_informer", False),
         )  # fmt: skip
         configure({"redis_url": sandbox.redis_url})
         apis = {
@@ -340,6 +343,7 @@ def context(args: argparse.Namespace) -> dict[str, Any]:
         "commit": source_version(),
         "scale": args.scale,
         "worker_processes": args.workers,
+        "beat_in_informer": getattr(args, "beat_in_informer", False),
         "settings": {k: getattr(s, k) for k in knobs},
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MCM_")},
         "host": {

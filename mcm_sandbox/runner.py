@@ -131,6 +131,7 @@ def up(
     redis_env: Mapping[str, str] | None = None,
     cloud_redis: bool = False,
     informer_watch_delay: float = 0.0,
+    beat_in_informer: bool = False,
 ) -> Sandbox:
     """Start everything, telling ``echo`` what starts and how long it took; on any failure stop
     what was started and re-raise. ``controller_args`` (flags, e.g. an upstream MCM command line)
@@ -143,7 +144,9 @@ def up(
     with a real cloud (the benchmarks' accounting). ``informer_watch_delay`` puts a proxy
     (``mcm_sandbox.watchdelay``) between the informer and each API server that delays every watch
     event by that many seconds, as a loaded API server's watches arrive late; the workers still
-    talk to the API servers directly."""
+    talk to the API servers directly. ``beat_in_informer`` (with ``with_beat``) runs beat as a
+    thread of the informer (``mcm-tasks informer --beat``) instead of a process of its own: the
+    smallest installation."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     alive = running_pids(directory)
@@ -200,11 +203,11 @@ def up(
             kubelet_args += ["--aws-endpoint", aws_endpoint]
         commands: dict[str, list[str]] = {
             "kubelet": _python_cli(*kubelet_args, "--redis-url", sandbox.cloud_url),
-            "informer": _python_cli("informer"),
+            "informer": _python_cli("informer", *(["--beat"] if with_beat and beat_in_informer else [])),
         }
         for i in range(workers):
             commands[f"worker-{i}"] = _python_cli("worker", "--hostname", f"worker-{i}@%h")
-        if with_beat:
+        if with_beat and not beat_in_informer:
             commands["beat"] = _python_cli("beat")
         for name, args in commands.items():
             port = free_port()

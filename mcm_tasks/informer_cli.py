@@ -29,6 +29,12 @@ def informer(
     identity: str = typer.Option("", help="Leader-election identity (default: <hostname>_<uuid>)."),
     sink: str = typer.Option("queue", help="Where routed keys go: queue (Celery), list (a Redis list)."),
     loglevel: str = typer.Option("", help="Log level (default: from --v, info)."),
+    beat: bool = typer.Option(
+        False,
+        "--beat/--no-beat",
+        help="Also run beat (the safety jobs' schedule, its own Redis lock) in this process, "
+        "instead of `mcm-tasks beat` pods.",
+    ),
 ) -> None:
     """Mirror the control and target clusters into Redis and enqueue what changed. MCM flags
     (--namespace=…, --min-resync-period=…, --leader-elect=false …) follow."""
@@ -74,6 +80,11 @@ def informer(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    stop_beat = None
+    if beat:
+        from mcm_tasks.beat_cli import start_beat_thread
+
+        stop_beat = start_beat_thread(settings, me)
     if settings.leader_elect:
         election_api = leader_election_client(settings)  # outside the shared budget, as upstream
         # holding our Lease, the informer also takes upstream's two, and acts only with both: a
@@ -100,4 +111,6 @@ def informer(
         election_api.close()
     else:
         act(stop)
+    if stop_beat is not None:
+        stop_beat()  # releases the beat lock: a standby takes over at once
     clusters.close()

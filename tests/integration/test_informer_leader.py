@@ -24,6 +24,7 @@ from mcm_sandbox.procs import ApiServer, ManagedProcess, wait_until
 from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks import kinds
+from mcm_tasks.beat_cli import lock_key, read_fires
 from mcm_tasks.cache import layout
 from mcm_tasks.kube import ops
 from tests.integration.test_informer_sandbox import clear_faults, create, fault
@@ -52,7 +53,7 @@ def holder(api: ApiClient, namespace: str) -> str:
 
 
 def informer_process(
-    identity: str, apiserver: ApiServer, redis_url: str, namespace: str, logs: Path
+    identity: str, apiserver: ApiServer, redis_url: str, namespace: str, logs: Path, *extra: str
 ) -> ManagedProcess:
     env = {
         **os.environ,
@@ -66,7 +67,17 @@ def informer_process(
         "MCM_WATCH_TIMEOUT": "5",
         "MCM_WATCH_CLIENT_TIMEOUT": "8",
     }
-    args = [sys.executable, "-m", "mcm_tasks.cli", "informer", "--identity", identity, "--sink", "list"]
+    args = [
+        sys.executable,
+        "-m",
+        "mcm_tasks.cli",
+        "informer",
+        "--identity",
+        identity,
+        "--sink",
+        "list",
+        *extra,
+    ]
     proc = ManagedProcess(args, logs / f"informer-{identity}.log", env=env)
     proc.start()
     return proc
@@ -189,3 +200,40 @@ def test_a_valid_leader_renews_with_one_put_and_reads_the_lease_after_someone_el
     assert not elector.try_acquire_or_renew(), "the other holder's fresh lease is respected"
     assert verbs == ["PUT", "GET"], "the optimistic PUT failed, then the lease was read"
     assert elector.observed is not None and elector.observed.holder == "other"
+
+
+def test_informers_with_beat_fire_the_jobs_once_and_the_standby_takes_beat_over(
+    apiserver: ApiServer, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """``informer --beat``: beat is a thread of each informer with its own Redis lock; one fires
+    the safety jobs, and a SIGKILLed one's beat is taken over by the other within a lease."""
+    beat_flags = ("--beat", "--machine-safety-overshooting-period=1s")
+    procs = {
+        name: informer_process(name, apiserver, redis_url, namespace, tmp_path, *beat_flags) for name in "ab"
+    }
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+
+        def fired(by: str, after: float) -> int:
+            entries = read_fires(client)
+            return sum(
+                1 for f in entries if f.entry == "safety-overshooting" and f.identity == by and f.at > after
+            )
+
+        wait_until(lambda: client.get(lock_key()) in procs, TIMEOUT, what="a beat leader")
+        first = str(client.get(lock_key()))
+        other = next(name for name in procs if name != first)
+        since = time.time()
+        wait_until(lambda: fired(first, since) >= 2, TIMEOUT, what="the leader's beat firing")
+        assert fired(other, 0) == 0, "the standby's beat does not fire"
+
+        procs[first].kill()
+        killed_at = time.time()
+        wait_until(lambda: fired(other, killed_at) >= 1, LEASE + 10, interval=0.05, what="beat taken over")
+        taken = min(f.at for f in read_fires(client) if f.identity == other) - killed_at
+        assert taken <= LEASE + 2 * RETRY + 1.5, f"beat taken over after {taken:.2f}s with a {LEASE}s lease"
+        assert procs[other].alive()
+    finally:
+        for proc in procs.values():
+            proc.stop()
+        client.close()
