@@ -24,8 +24,10 @@ Choices that carry the queue contract (see mcm_tasks/queue/README.md):
 - task events on for Flower, published in batches at most half a second after the first waits
   (a one-shot timer: an idle worker does not wake for them; mcm_tasks/task_events.py);
   kombu's keys live under ``<key_prefix>:broker:``.
-- the pool is ``--worker-pool`` (prefork by default); on ``threads`` and ``solo``, where Celery
-  enforces no time limit, a watchdog does (mcm_tasks/timelimits.py).
+- the pool is ``--worker-pool``: ``threads`` by default (one process per worker pod: a prefork
+  pod held a main process and a child per slot, each a whole interpreter, ~45-55 MB PSS apiece; a
+  SIGKILLed pod's messages come back through the sweep whatever its pool); on ``threads`` and
+  ``solo``, where Celery enforces no time limit, a watchdog does (mcm_tasks/timelimits.py).
 """
 
 from __future__ import annotations

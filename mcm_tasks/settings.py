@@ -302,7 +302,7 @@ class Settings(BaseSettings):
         2, description="reconciles one `mcm-tasks worker` runs at once (threads, or pool processes)"
     )
     worker_pool: Literal["prefork", "threads", "solo"] = Field(
-        "prefork",
+        "threads",
         description="Celery execution pool of `mcm-tasks worker`: `prefork` (a process per slot), `threads` "
         "(one process: less memory and no process hop per task, one core per pod), `solo` (one at a time)",
     )

@@ -1,5 +1,7 @@
 """The queue contract with real Celery worker processes (two workers, two pool processes each),
-a real redis-server and the recording reconciler (mcm_sandbox.testing.queue).
+a real redis-server and the recording reconciler (mcm_sandbox.testing.queue). The kill and shutdown
+tests run on both pools (``ON_BOTH_POOLS``): the default ``threads`` (one process per worker, two
+threads) and ``prefork`` (a main process and two pool processes); the rest on prefork.
 
 Time is compressed through MCM_ settings in the workers' environment: lock TTL 4 s, visibility
 timeout 8 s, a worker lost after 3 s of silence, retries in fractions of a second.
@@ -18,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -58,21 +61,25 @@ COMPRESSED = {
     "expectations_timeout": "2",
 }
 WORKERS = 2
+#: a test that must hold on either worker layout: its own cluster per pool
+ON_BOTH_POOLS = pytest.mark.parametrize("cluster", ["threads", "prefork"], indirect=True)
 
 
 class Cluster:
     """Two worker processes on their own redis-server, restartable one by one."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, pool: str = "prefork") -> None:
         self.workdir = workdir
         self.redis = RedisServer(workdir / "redis").start()
         self.env = {
             **os.environ,
+            "MCM_WORKER_POOL": pool,
             "MCM_REDIS_URL": self.redis.url,
             "MCM_RECONCILER_MODULES": "mcm_sandbox.testing.queue:install_recorder",
             **{f"MCM_{k.upper()}": v for k, v in COMPRESSED.items()},
         }
         self.workers: list[ManagedProcess | None] = [None] * WORKERS
+        self.pinger: Any = None
         self.starts = 0
 
     def start(self, i: int) -> None:
@@ -93,8 +100,17 @@ class Cluster:
         wait_until(self.all_answer, timeout=90, interval=0.5, what="workers to answer a ping")
 
     def all_answer(self) -> bool:
-        from mcm_tasks.celery_app import app
+        from celery import Celery
 
+        from mcm_tasks.celery_app import celery_config
+        from mcm_tasks.settings import get_settings
+
+        if (
+            self.pinger is None
+        ):  # an app of its own: the process-wide one may be bound to another cluster's Redis
+            self.pinger = Celery("queue-contract-ping", set_as_current=False)
+            self.pinger.conf.update(celery_config(get_settings()))
+        app = self.pinger
         for proc in self.workers:
             if proc is not None and not proc.alive():
                 raise RuntimeError(f"worker exited:\n{proc.log_tail()}")
@@ -112,14 +128,17 @@ class Cluster:
         for proc in self.workers:
             if proc is not None:
                 proc.stop()
+        if self.pinger is not None:
+            self.pinger.close()
         self.redis.stop()
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     from mcm_tasks.celery_app import apply_settings
 
-    c = Cluster(tmp_path_factory.mktemp("queue-contract"))
+    pool = getattr(request, "param", "prefork")
+    c = Cluster(tmp_path_factory.mktemp(f"queue-contract-{pool}"), pool)
     apply_settings(configure({"redis_url": c.redis.url, **COMPRESSED}))
     try:
         c.ensure_running()
@@ -208,6 +227,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@ON_BOTH_POOLS
 def test_events_during_a_reconcile_cause_exactly_one_more(client: redis.Redis) -> None:
     set_behaviour(client, "node", "n1", sleep=1.0, sleep_runs=1)
     enqueue("node", "n1")
@@ -237,6 +257,7 @@ def test_pool_process_killed_mid_reconcile_is_reconciled_again(client: redis.Red
     assert client.hget(queue_keys("machine").failures, "victim-1") is None, "success reset the count"
 
 
+@ON_BOTH_POOLS
 def test_worker_killed_mid_reconcile_is_reconciled_again(cluster: Cluster, client: redis.Redis) -> None:
     pid = _start_victim(client, "victim-2")
     killed_at = time.time()
@@ -430,6 +451,7 @@ def test_10000_delayed_keys_wait_in_redis_and_are_published_on_time(
     print(f"memory growth while 10 000 keys waited: {grown} KiB; publish lag buckets: {lags}")
 
 
+@ON_BOTH_POOLS
 def test_sigterm_lets_running_reconciles_finish_and_hands_back_the_rest(
     cluster: Cluster, client: redis.Redis
 ) -> None:
