@@ -50,6 +50,7 @@ from kombu import Queue
 
 from mcm_tasks.broker import register_transport
 from mcm_tasks.kinds import QUEUES
+from mcm_tasks.memory import Trimmer
 from mcm_tasks.queue.messages import TASK_PREFIX, broker_prefix, task_name
 from mcm_tasks.redisdb import broker_options
 from mcm_tasks.settings import Settings, get_settings
@@ -136,6 +137,8 @@ def _log_kind_and_key(logger: Any, **_: Any) -> None:
 
 _keeper: Any = None
 _watchdog: Watchdog | None = None
+#: gives the heap a burst of reconciles left behind back to the system (mcm_tasks/memory.py)
+_trimmer: Trimmer | None = None
 
 
 @worker_ready.connect
@@ -143,12 +146,14 @@ def _start_keeper(sender: Any = None, **_: Any) -> None:
     """The keeper runs in the main process (it renews the messages the consumer holds); started
     once the pool has forked, so no pool process inherits the thread. On a pool whose time limits
     Celery does not enforce (threads, solo), the watchdog (mcm_tasks/timelimits.py) does."""
-    global _keeper, _watchdog
+    global _keeper, _watchdog, _trimmer
     from mcm_tasks.queue.keeper import Keeper
 
     name = str(getattr(sender, "hostname", "") or f"worker-{os.getpid()}")
     _keeper = Keeper(name, get_settings())
     _keeper.start()
+    if _trimmer is None:
+        _trimmer = Trimmer().start()
     pool = type(getattr(sender, "pool", None)).__module__.rsplit(".", 1)[-1]
     if pool not in ENFORCED_BY_CELERY and _watchdog is None:
         _watchdog = Watchdog(app.conf.task_soft_time_limit, app.conf.task_time_limit)
@@ -161,6 +166,8 @@ def _stop_keeper(**_: Any) -> None:
         _keeper.stop()
     if _watchdog is not None:
         _watchdog.stop()
+    if _trimmer is not None:
+        _trimmer.stop()
 
 
 @heartbeat_sent.connect
@@ -192,3 +199,5 @@ def _task_finished(**_: Any) -> None:
     leave()
     if _watchdog is not None:
         _watchdog.finished()
+    if _trimmer is not None:  # the main process's (threads, solo); a prefork child has none
+        _trimmer.worked()

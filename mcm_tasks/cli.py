@@ -73,6 +73,9 @@ def crds(
 
 
 def main() -> None:
+    from mcm_tasks.memory import limit_arenas
+
+    limit_arenas()  # before any command starts its threads (mcm_tasks/memory.py)
     app()
 
 
