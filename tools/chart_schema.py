@@ -159,7 +159,7 @@ def schema() -> dict[str, Any]:
                         ),
                     }
                 ),
-                "beat": _obj({"replicas": INT1, "resources": RESOURCES, **PLACEMENT}),
+                "beat": _obj({"inInformer": BOOL, "replicas": INT1, "resources": RESOURCES, **PLACEMENT}),
                 "flower": _obj(
                     {
                         "enabled": BOOL,

@@ -56,6 +56,17 @@ def test_default_install_has_every_part(default: list[dict[str, Any]]) -> None:
     assert {r["kind"] for r in default} >= {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 
 
+def test_beat_in_the_informer_deploys_no_beat_pods(tmp_path: Path) -> None:
+    """Issue 28's smallest installation: ``beat.inInformer`` runs beat as a thread of each informer
+    pod (``informer --beat``, same Redis lock), with no beat Deployment or PodDisruptionBudget."""
+    docs = render({"beat": {"inInformer": True}}, tmp=tmp_path)
+    pods = _pods(docs)
+    assert set(pods) == {"mcm-tasks-informer", "mcm-tasks-worker", "mcm-tasks-redis"}
+    assert "--beat" in pods["mcm-tasks-informer"]["containers"][0]["args"]
+    assert "mcm-tasks-beat" not in {p["metadata"]["name"] for p in by_kind(docs, "PodDisruptionBudget")}
+    assert "--beat" not in _pods(render())["mcm-tasks-informer"]["containers"][0]["args"]
+
+
 def test_the_bundled_redis_runs_its_timer_once_a_second(default: list[dict[str, Any]]) -> None:
     """Issue 19: Redis's default hz 10 woke an idle install's Redis ten times a second."""
     args = _pods(default)["mcm-tasks-redis"]["containers"][0]["args"]
