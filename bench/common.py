@@ -157,10 +157,11 @@ class Bench:
         self.create("control", kinds.MACHINE_CLASS.resource, [machine_class(n) for n in names])
 
     # --- reads ---
-    def at_rest(self, quiet: float = 5.0, timeout: float = 180.0) -> float:
+    def at_rest(self, quiet: float = 12.0, timeout: float = 180.0) -> float:
         """Wait (bounded) until the watches have seen no change for ``quiet`` seconds (Leases
         aside: the leader elections renew theirs every few seconds) and no queue holds a message:
-        the installation is at rest. Returns the seconds waited; a timeout is reported, not raised
+        the installation is at rest. ``quiet`` exceeds the processes' trim period
+        (``mcm_tasks.memory.TRIM_PERIOD``): a figure at rest, not of a burst's tail. Returns the seconds waited; a timeout is reported, not raised
         (the figure is then taken anyway, and says so in its context)."""
         from mcm_tasks.kinds import QUEUES
         from mcm_tasks.queue.messages import broker_prefix

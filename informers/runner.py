@@ -41,6 +41,7 @@ from informers.sink import Sink, deliver
 from informers.store import Store
 from mcm_tasks import kinds, tracing
 from mcm_tasks.kinds import QUEUES
+from mcm_tasks.memory import Trimmer
 from mcm_tasks.probes import INFORMER_LAG_KEY_PARTS, PROGRESS
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import master_address, rkey
@@ -121,6 +122,9 @@ class Informer:
         self._lag: dict[str, float] = {}
         self._lag_due = 0.0
         self.problems = ProblemReporter(self._record_problem)
+        #: gives back the heap a burst of events left (mcm_tasks/memory.py); started when leading
+        self.trimmer = Trimmer()
+        self._trimming = False
 
     def _record_problem(self, identity: Obj, reason: str, message: str) -> None:
         """A Warning Event on the object, in its own cluster (the control cluster for MCM kinds)."""
@@ -136,6 +140,9 @@ class Informer:
         """Mirror and route until ``stop`` is set (leadership lost, or shutdown)."""
         store = Store(self.settings.namespace)
         processor = Processor(store)
+        if not self._trimming:
+            self.trimmer.start()
+            self._trimming = True
         self._status_refresh = 0.0  # the hash may have expired while this process stood by
         inbox: queue.Queue[Item] = queue.Queue(QUEUE_MAX)
         expected = self._retry(self.mirror.sentinel, stop)
@@ -235,6 +242,8 @@ class Informer:
                 if epoch is not None:
                     self._after_failover(processor, stop)
                 self.counters["batches"] += bool(batch)
+                if batch:
+                    self.trimmer.worked()
                 self.counters["idle_wakeups"] += not batch
                 self.counters["events"] += outcome.events
                 self._note_lag(outcome.lag)

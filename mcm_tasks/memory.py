@@ -9,9 +9,10 @@ it, both no-ops where the C library is not glibc (``ctypes`` finds no ``mallopt`
 
 - ``limit_arenas``: at most ``ARENAS`` arenas (``M_ARENA_MAX``, what ``MALLOC_ARENA_MAX=2`` sets),
   set at start-up before any thread allocates;
-- ``Trimmer``: once the process has been quiet for a period after some work (a reconcile burst),
-  ``malloc_trim(0)`` returns the free pages of every arena; a process at rest does not wake for it
-  again until more work came.
+- ``Trimmer``: at most once per ``TRIM_PERIOD`` while a process works, and once more that long
+  after its last work, ``malloc_trim(0)`` returns the free pages of every arena to the system (a
+  few ms of CPU); a process at rest is not woken for it. Not "after a quiet spell": a real fleet at
+  rest still reconciles (health rechecks, heartbeats), so a worker is never quiet for long.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ log = logging.getLogger(__name__)
 M_ARENA_MAX: Final = -8
 #: arenas per process: the threads of a worker contend little for malloc (they hold the GIL)
 ARENAS: Final = 2
-#: seconds without new work after which a process that worked gives its free heap back
-QUIET_PERIOD: Final = 10.0
+#: at most one trim per this many seconds, the last this long after the last work
+TRIM_PERIOD: Final = 10.0
 
 
 def _libc() -> Any:
@@ -54,19 +55,17 @@ def trim() -> bool:
 
 
 class Trimmer:
-    """Trims once the process has been quiet for ``period`` after work (``worked()`` counts it)."""
+    """Trims ``period`` after work (``worked()`` counts it), at most once per ``period``."""
 
-    def __init__(self, period: float = QUIET_PERIOD) -> None:
+    def __init__(self, period: float = TRIM_PERIOD) -> None:
         self.period = period
-        self.work = 0
         self.trims = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-trimmer", daemon=True)
 
     def worked(self) -> None:
-        """Some work was done (a reconcile ended): trim once the process is quiet again."""
-        self.work += 1
+        """Some work was done (a reconcile, a batch of events): trim within a period."""
         self._wake.set()
 
     def start(self) -> Trimmer:
@@ -81,13 +80,8 @@ class Trimmer:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait()  # at rest: asleep until work comes
-            self._wake.clear()
-            seen = self.work
-            while not self._stop.wait(self.period) and self.work != seen:
-                seen = self.work  # still working: look again a period later
-            if not self._stop.is_set():
-                self._wake.clear()
-                trim()
-                self.trims += 1
-                if self.work != seen:  # work came while trimming: another trim after it
-                    self._wake.set()
+            if self._stop.wait(self.period):  # the work goes on meanwhile: one trim per period
+                return
+            self._wake.clear()  # work from now on asks for the next trim
+            trim()
+            self.trims += 1

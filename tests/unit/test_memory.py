@@ -19,20 +19,22 @@ def test_the_arena_cap_and_the_trim_reach_glibc() -> None:
 
 
 @glibc
-def test_a_process_that_worked_trims_once_it_is_quiet_and_not_while_it_works() -> None:
-    trimmer = memory.Trimmer(period=0.2).start()
+def test_a_working_process_trims_once_per_period_and_once_after_its_work_then_sleeps() -> None:
+    trimmer = memory.Trimmer(period=0.3).start()
     try:
-        time.sleep(0.5)  # at rest from the start: nothing to give back
-        assert trimmer.trims == 0
-        end = time.monotonic() + 0.6
-        while time.monotonic() < end:  # a burst longer than the period: no trim inside it
-            trimmer.worked()
-            time.sleep(0.05)
-        assert trimmer.trims == 0
-        wait_until(lambda: trimmer.trims == 1, 5, what="the trim after the burst")
         time.sleep(0.5)
-        assert trimmer.trims == 1, "a quiet process does not trim again"
-        trimmer.worked()
-        wait_until(lambda: trimmer.trims == 2, 5, what="the trim after more work")
+        assert trimmer.trims == 0, "no work, no trim"
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:  # work through about three periods
+            trimmer.worked()
+            time.sleep(0.02)
+        assert 2 <= trimmer.trims <= 4, f"one trim per period while working, not {trimmer.trims}"
+        wait_until(lambda: trimmer.trims >= 3, 5, what="the trim after the work")
+        settled = trimmer.trims
+        time.sleep(1.0)
+        assert trimmer.trims <= settled + 1, "at rest it stops trimming"
+        after = trimmer.trims
+        time.sleep(0.7)
+        assert trimmer.trims == after, "at rest it stops trimming"
     finally:
         trimmer.stop()
