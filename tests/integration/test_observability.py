@@ -219,8 +219,9 @@ def test_a_taken_port_is_not_fatal(endpoint: str) -> None:
 
 def test_worker_serves_metrics_recorded_in_its_pool_processes(redis_url: str, tmp_path: Path) -> None:
     """The reconcile runs in a forked pool process; without multiprocess mode its counter would
-    never show in the main process's /metrics."""
-    worker, port = start_worker(redis_url, tmp_path)
+    never show in the main process's /metrics. (The threads pool, the default, runs it in the main
+    process itself.)"""
+    worker, port = start_worker(redis_url, tmp_path, "--worker-pool=prefork")
     try:
         configure({"redis_url": redis_url})
         wait_until(lambda: _scrape(port) is not None, 60, what="worker /metrics")

@@ -132,7 +132,8 @@ def _namespaces(kubeconfig: str) -> tuple[str, set[str]]:
 @pytest.mark.timeout(UP_READY_TIMEOUT + 240)
 def test_sandbox_up_then_down_leaves_nothing_running(tmp_path: Path) -> None:
     directory = tmp_path / "sandbox"
-    env = _clean_env()
+    # prefork, not the default threads pool: the worker forks pool processes, which down must end too
+    env = {**_clean_env(), "MCM_WORKER_POOL": "prefork"}
     try:
         up, up_seconds = _run(
             [
