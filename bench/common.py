@@ -161,8 +161,8 @@ class Bench:
         """Wait (bounded) until the watches have seen no change for ``quiet`` seconds (Leases
         aside: the leader elections renew theirs every few seconds) and no queue holds a message:
         the installation is at rest. ``quiet`` exceeds the processes' trim period
-        (``mcm_tasks.memory.TRIM_PERIOD``): a figure at rest, not of a burst's tail. Returns the seconds waited; a timeout is reported, not raised
-        (the figure is then taken anyway, and says so in its context)."""
+        (``mcm_tasks.memory.TRIM_PERIOD``): a figure at rest, not of a burst's tail. Returns the
+        seconds waited; a timeout is reported (-1), not raised: the figure is taken anyway."""
         from mcm_tasks.kinds import QUEUES
         from mcm_tasks.queue.messages import broker_prefix
         from mcm_tasks.redisdb import get_redis
