@@ -5,7 +5,7 @@
 clusterrolebinding|job|cronjob|priorityclass|quota|ingress``, ``kubectl auth can-i|whoami`` and
 ``kubectl drain`` encode their bodies as ``application/vnd.kubernetes.protobuf``. The numbers are
 k8s.io/api's ``generated.proto``; each message lists the fields those commands fill (a field not
-listed is skipped). ``tests/integration/test_apiserver_kubectl_battery.py`` runs every one of these
+listed is skipped). ``tests/sandbox/test_apiserver_kubectl_battery.py`` runs every one of these
 commands with the real kubectl, which is the check that the numbers match its encoder.
 
 A schema maps field number → (json name, kind); kind is a scalar tag ("str", "int", "bool",

@@ -34,7 +34,7 @@ from tests.credentials_support import (
     service_account_with,
     write_atomically,
 )
-from tests.integration.test_apiserver_support import unique
+from tests.sandbox.apiserver_support import unique
 
 pytestmark = pytest.mark.integration
 

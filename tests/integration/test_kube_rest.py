@@ -27,7 +27,7 @@ from mcm_tasks import kinds
 from mcm_tasks.kube import clients, ops, rest
 from mcm_tasks.kube.ratelimit import limiter_of
 from mcm_tasks.settings import load_settings
-from tests.integration.test_apiserver_support import unique
+from tests.sandbox.apiserver_support import unique
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
 from mcm_sandbox.procs import ApiServer
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
     kubectl_runner,
     raw_request,

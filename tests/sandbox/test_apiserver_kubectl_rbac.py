@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from mcm_sandbox.procs import ApiServer
-from tests.integration.test_apiserver_support import kubectl_runner, unique
+from tests.sandbox.apiserver_support import kubectl_runner, unique
 
 pytestmark = pytest.mark.integration
 

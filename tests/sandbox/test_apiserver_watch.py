@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     core_fixture,
     ns_fixture,
     own_server_fixture,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
     raw_request,
     session_api_fixture,

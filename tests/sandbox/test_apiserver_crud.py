@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
     core_fixture,
     ns_fixture,
@@ -174,7 +174,7 @@ def test_scale_subresource(widgets: Any, ns: str, session_api: client.ApiClient)
 
 
 def test_cluster_scoped_custom_resources(session_api: client.ApiClient) -> None:
-    from tests.integration.test_apiserver_support import widget_crd
+    from tests.sandbox.apiserver_support import widget_crd
 
     ext = client.ApiextensionsV1Api(session_api)
     crd = ext.create_custom_resource_definition(widget_crd("gadgets", "Gadget", "Cluster"))
@@ -209,7 +209,7 @@ def test_dry_run_writes_nothing(core: client.CoreV1Api, ns: str) -> None:
 
 
 def test_invalid_crds_are_rejected(session_api: client.ApiClient) -> None:
-    from tests.integration.test_apiserver_support import widget_crd
+    from tests.sandbox.apiserver_support import widget_crd
 
     ext = client.ApiextensionsV1Api(session_api)
     misnamed = widget_crd("sprockets", "Sprocket")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     core_fixture,
     ns_fixture,
     raw_request,
@@ -130,7 +130,7 @@ def test_strategic_merge_patch_retain_keys_and_replace(core: client.CoreV1Api, n
 def test_strategic_merge_patch_refused_for_custom_resources(
     kube_api: client.ApiClient, widgets: Any, ns: str
 ) -> None:
-    from tests.integration.test_apiserver_support import GROUP
+    from tests.sandbox.apiserver_support import GROUP
 
     widgets.create(body=widget("s"), namespace=ns)
     code, body = _raw_patch(

@@ -17,7 +17,7 @@ from kubernetes import client, utils
 from kubernetes.dynamic import DynamicClient
 
 from mcm_sandbox.procs import wait_until
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     raw_request,
     session_api_fixture,
     unique,

@@ -36,7 +36,7 @@ from tests.integration.moto_fixture import (
     make_secret,
     world_spec,
 )
-from tests.integration.test_kubelet_sim import api, target
+from tests.sandbox.test_kubelet_sim import api, target
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from kubernetes import client, config
 
 from mcm_sandbox.apiserver.kubeconfig import service_account_kubeconfig, service_account_token
 from mcm_sandbox.procs import ApiServer, wait_until
-from tests.integration.test_apiserver_support import raw_request, status_of, unique
+from tests.sandbox.apiserver_support import raw_request, status_of, unique
 
 pytestmark = pytest.mark.integration
 RBAC = "rbac.authorization.k8s.io"

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 
 from mcm_sandbox.procs import ApiServer
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
     kubectl_runner,
     session_api_fixture,

@@ -14,7 +14,7 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
 from mcm_sandbox.procs import ApiServer
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     GROUP,
     core_fixture,
     ns_fixture,

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client, watch
 
 from mcm_sandbox.procs import wait_until
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
     core_fixture,
     ns_fixture,
     own_server_fixture,
