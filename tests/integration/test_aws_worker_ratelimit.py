@@ -22,8 +22,8 @@ from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import enqueue
 from mcm_tasks.redisdb import rkey
 from tests.integration import moto_fixture
+from tests.integration.machine_support import USER_DATA, Env, env
 from tests.integration.moto_fixture import ACCESS_KEY_ID, SECRET_ACCESS_KEY, AwsWorld, world_spec
-from tests.integration.test_machine_support import USER_DATA, Env, env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 __all__ = ["aws_world", "env", "moto_server"]

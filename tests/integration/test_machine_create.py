@@ -20,7 +20,7 @@ from mcm_tasks.controllers.machine.bootstrap import token_secret_name
 from mcm_tasks.kube import ops
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
-from tests.integration.test_machine_support import Env, env, phase_is
+from tests.integration.machine_support import Env, env, phase_is
 
 pytestmark = pytest.mark.integration
 __all__ = ["env"]

@@ -12,7 +12,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
-from tests.integration.test_machine_support import WAIT, Env, env, phase_is
+from tests.integration.machine_support import WAIT, Env, env, phase_is
 
 pytestmark = pytest.mark.integration
 __all__ = ["env"]

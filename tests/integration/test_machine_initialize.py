@@ -23,7 +23,7 @@ from providers.driver import (
 )
 from providers.errors import Code, MachineError
 from providers.local import LocalDriver
-from tests.integration.test_machine_support import Env, env, phase_is
+from tests.integration.machine_support import Env, env, phase_is
 
 pytestmark = pytest.mark.integration
 __all__ = ["env"]

@@ -11,7 +11,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
-from tests.integration.test_machine_support import Env, env
+from tests.integration.machine_support import Env, env
 
 pytestmark = pytest.mark.integration
 __all__ = ["env"]

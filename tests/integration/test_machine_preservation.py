@@ -23,7 +23,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machine.preserve import manage_preservation
 from mcm_tasks.kube import ops
-from tests.integration.test_machine_support import Env, env
+from tests.integration.machine_support import Env, env
 
 __all__ = ["env"]
 

@@ -20,8 +20,8 @@ from mcm_tasks.queue import registry
 from mcm_tasks.queue.messages import new_id
 from mcm_tasks.queue.processing import deliver
 from mcm_tasks.redisdb import get_redis
+from tests.integration.machine_support import Env, env
 from tests.integration.test_machine_health import running_machine
-from tests.integration.test_machine_support import Env, env
 from tests.integration.test_queue_cost import CountingConnection
 
 pytestmark = pytest.mark.integration

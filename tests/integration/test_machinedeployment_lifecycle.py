@@ -20,7 +20,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machinedeployment.hash import machine_set_name, template_hash
 from mcm_tasks.kube import ops
-from tests.integration.test_machinedeployment_support import LABELS, World, deployment_body, template, world
+from tests.integration.machinedeployment_support import LABELS, World, deployment_body, template, world
 
 pytestmark = pytest.mark.integration
 __all__ = ["world"]

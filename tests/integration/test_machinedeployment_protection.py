@@ -26,7 +26,7 @@ from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment import taints
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once
 from mcm_tasks.kube import ops
-from tests.integration.test_machinedeployment_support import World, deployment_body, template, world
+from tests.integration.machinedeployment_support import World, deployment_body, template, world
 from tests.integration.test_machinedeployment_taints import (
     _annotations,
     _joined,

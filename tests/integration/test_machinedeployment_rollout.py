@@ -19,7 +19,7 @@ from mcm_tasks.api.constants import (
     PREFER_NO_SCHEDULE_KEY,
     REVISION_ANNOTATION,
 )
-from tests.integration.test_machinedeployment_support import World, deployment_body, template, world
+from tests.integration.machinedeployment_support import World, deployment_body, template, world
 
 pytestmark = pytest.mark.integration
 __all__ = ["world"]

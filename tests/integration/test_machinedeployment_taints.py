@@ -31,7 +31,7 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment.hash import has_hash_key
 from mcm_tasks.kube import ops
-from tests.integration.test_machinedeployment_support import LABELS, World, deployment_body, template, world
+from tests.integration.machinedeployment_support import LABELS, World, deployment_body, template, world
 
 pytestmark = pytest.mark.integration
 __all__ = ["world"]

@@ -25,7 +25,7 @@ from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import get_redis
-from tests.integration.test_machine_support import Env, env
+from tests.integration.machine_support import Env, env
 
 pytestmark = pytest.mark.integration
 __all__ = ["env"]

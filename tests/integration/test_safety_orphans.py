@@ -22,7 +22,7 @@ from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
-from tests.integration.test_machine_support import USER_DATA, Env, env
+from tests.integration.machine_support import USER_DATA, Env, env
 
 pytestmark = pytest.mark.integration
 __all__ = ["env"]

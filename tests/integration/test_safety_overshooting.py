@@ -21,7 +21,7 @@ from mcm_tasks.controllers.safety import OVERSHOOTING
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import Resource
-from tests.integration.test_machine_support import Env, env
+from tests.integration.machine_support import Env, env
 from tests.integration.test_safety_orphans import every_request_runs
 
 pytestmark = pytest.mark.integration

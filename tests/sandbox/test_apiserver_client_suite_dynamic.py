@@ -40,8 +40,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from mcm_sandbox.procs import wait_until
-from tests.sandbox.client_suite import suite_api_fixture, wait_gone  # noqa: F401 - fixture
 from tests.sandbox.apiserver_support import raw_request
+from tests.sandbox.client_suite import suite_api_fixture, wait_gone  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from mcm_tasks.controllers.machinedeployment.revisions import (
     rolled_back_annotations,
 )
 from mcm_tasks.controllers.machinedeployment.sets import find_new_set, synced_new_set
-from tests.unit.test_machinedeployment_support import deployment, machine_set, template
+from tests.unit.machinedeployment_support import deployment, machine_set, template
 
 
 def tmpl(**changes: Any) -> MachineTemplateSpec:

@@ -19,7 +19,7 @@ from mcm_tasks.controllers.machinedeployment.scaling import (
     plan_scale,
     scale_down_old,
 )
-from tests.unit.test_machinedeployment_support import deployment, machine_set
+from tests.unit.machinedeployment_support import deployment, machine_set
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from mcm_tasks.controllers.machinedeployment.taints import (
     remove_scale_down_protection,
 )
 from mcm_tasks.controllers.machinedeployment.trigger import Entry, parse_entries, parse_rfc3339, plan_trigger
-from tests.unit.test_machinedeployment_support import T0, deployment, machine_set
+from tests.unit.machinedeployment_support import T0, deployment, machine_set
 
 NOW = T0 + timedelta(hours=1)
 

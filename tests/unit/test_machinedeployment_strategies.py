@@ -13,7 +13,7 @@ from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY, REVISION_AN
 from mcm_tasks.controllers.machinedeployment.recreate import Step, plan_recreate
 from mcm_tasks.controllers.machinedeployment.rollback import plan_rollback, rolled_back
 from mcm_tasks.controllers.machinedeployment.rolling import plan_new_set, plan_old_sets, plan_rolling
-from tests.unit.test_machinedeployment_support import deployment, machine_set, template
+from tests.unit.machinedeployment_support import deployment, machine_set, template
 
 # --- RollingUpdate: one step -----------------------------------------------------------------------------
 

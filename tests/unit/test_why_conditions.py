@@ -18,7 +18,7 @@ from mcm_tasks.api import (
 from mcm_tasks.controllers.common.conditions import put
 from mcm_tasks.controllers.machinedeployment.conditions import with_why
 from mcm_tasks.controllers.machineset.conditions import scaling_conditions
-from tests.unit.test_machinedeployment_support import T0, deployment, machine_set, template
+from tests.unit.machinedeployment_support import T0, deployment, machine_set, template
 
 NOW = T0 + timedelta(hours=1)
 

@@ -13,8 +13,8 @@ import pytest
 
 from mcm_sandbox.procs import ApiServer
 from mcm_tasks.controllers.machine.drain import cluster_io
-from tests.integration import test_deletion_env as sandbox
-from tests.integration.test_deletion_env import Env, unique
+from tests.integration.deletion import support as sandbox
+from tests.integration.deletion.support import Env, unique
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,8 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.registration import mirror_pass
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
-from tests.integration import test_deletion_env as sandbox
-from tests.integration.test_deletion_env import (
+from tests.integration.deletion import support as sandbox
+from tests.integration.deletion.support import (
     GROUP,
     VERSION,
     Env,

@@ -16,8 +16,8 @@ from mcm_tasks.cache import get_listers
 from mcm_tasks.controllers.common.context import list_objects
 from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from mcm_tasks.kube.clients import get_clusters
-from tests.integration import test_deletion_env as sandbox
-from tests.integration.test_deletion_env import (
+from tests.integration.deletion import support as sandbox
+from tests.integration.deletion.support import (
     Env,
     Trace,
     assert_all_gone,

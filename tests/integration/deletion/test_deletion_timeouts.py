@@ -14,8 +14,8 @@ import pytest
 
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks.api.constants import NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION
-from tests.integration import test_deletion_env as sandbox
-from tests.integration.test_deletion_env import CLASS, GROUP, VERSION, Env, drive, index, unique
+from tests.integration.deletion import support as sandbox
+from tests.integration.deletion.support import CLASS, GROUP, VERSION, Env, drive, index, unique
 
 pytestmark = pytest.mark.integration
 

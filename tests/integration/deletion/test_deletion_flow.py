@@ -17,8 +17,8 @@ from mcm_tasks.controllers.common.context import creation_in_flight
 from mcm_tasks.controllers.machine import deletion_io
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from providers.driver import DeleteMachineRequest
-from tests.integration import test_deletion_env as sandbox
-from tests.integration.test_deletion_env import (
+from tests.integration.deletion import support as sandbox
+from tests.integration.deletion.support import (
     CLASS,
     GROUP,
     USER_DATA,
