@@ -20,7 +20,6 @@ from mcm_sandbox.fleet import machine_deployment
 from mcm_sandbox.procs import wait_until
 from providers.aws.instances import LIVE_STATES
 from tests.e2e.support import running_sandbox
-from tests.integration import moto_fixture
 from tests.integration.moto_fixture import (
     ACCESS_KEY_ID,
     CLUSTER_TAG,
@@ -36,7 +35,6 @@ from tests.integration.moto_fixture import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-moto_server = moto_fixture.moto_server
 
 GROUP, VERSION, NS = "machine.sapcloud.io", "v1alpha1", "default"
 DEPLOYMENT, CLASS, SECRET = "aws-e2e", "aws-e2e", "aws-e2e-secret"

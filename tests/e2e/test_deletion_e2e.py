@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,26 +22,14 @@ import pytest
 from mcm_sandbox.runner import Sandbox
 from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION, Machine
-from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from mcm_tasks.kube import ops
-from providers.local import CSI_DRIVER, LocalCloud
+from providers.local import LocalCloud
 from tests.e2e.support import connected, running_sandbox
-from tests.e2e.test_machine_e2e import World
+from tests.e2e.worlds import ENV, NS, Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
-NS = "default"
 WAIT = 90.0
-#: compressed time; every process serves all reconcilers. The global drain timeout is long so that a
-#: holding budget holds; tests that want the drain forced give their machine ``drainTimeout`` "5s".
-ENV = {
-    "MCM_LONG_RETRY": "5s",
-    "MCM_MACHINE_DRAIN_TIMEOUT": "180s",
-    "MCM_FORCE_DRAIN_TIMEOUT": "5s",
-    "MCM_POD_EVICTION_RETRY_INTERVAL": "0.5s",
-    "MCM_MACHINE_PV_DETACH_TIMEOUT": "20s",
-    "MCM_MACHINE_PV_REATTACH_TIMEOUT": "0.5s",
-}
 SHORT_DRAIN = {"drainTimeout": "5s"}
 
 
@@ -50,119 +37,6 @@ SHORT_DRAIN = {"drainTimeout": "5s"}
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     with running_sandbox(Path(tmp_path_factory.mktemp("deletion-e2e")), ENV, with_beat=False) as started:
         yield started
-
-
-class Cluster(World):
-    """The machine e2e's world plus what a drain needs: pods, budgets and volumes on the target."""
-
-    def launch(
-        self, prefix: str, *, labels: dict[str, str] | None = None, spec: dict[str, Any] | None = None
-    ) -> str:
-        """A standalone Machine of class ``drain``, Running with its Node registered."""
-        name = f"{prefix}-{uuid.uuid4().hex[:5]}"
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": "Machine",
-            "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
-            "spec": {"class": {"kind": "MachineClass", "name": "drain"}, **(spec or {})},
-        }
-        ops.create(self.control, kinds.MACHINE.resource, body)
-        self.wait_phase(name, "Running")
-        self.wait(lambda: self.node(name) is not None, f"node {name}")
-        return name
-
-    def run_pod(
-        self, name: str, node: str, *, labels: dict[str, str] | None = None, claim: str = "", **spec: Any
-    ) -> None:
-        body: dict[str, Any] = {
-            "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
-            "spec": {
-                "nodeName": node,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": "busybox"}],
-                **spec,
-            },
-        }
-        if claim:
-            body["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
-        ops.create(self.target, kinds.POD.resource, body)
-
-    def pod(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.target, kinds.POD.resource, name, NS, missing_ok=True)
-
-    def ready(self, *names: str) -> bool:
-        def one(pod: dict[str, Any] | None) -> bool:
-            conditions = ((pod or {}).get("status") or {}).get("conditions") or []
-            return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-        return all(one(self.pod(n)) for n in names)
-
-    def leaving(self, name: str) -> bool:
-        found = self.pod(name)
-        return found is None or bool(found["metadata"].get("deletionTimestamp"))
-
-    def budget(self, name: str, selector: dict[str, str], **spec: Any) -> None:
-        body = {
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"selector": {"matchLabels": selector}, **spec},
-        }
-        ops.create(self.target, kinds.POD_DISRUPTION_BUDGET.resource, body)
-
-    def budget_status(self, name: str) -> dict[str, Any]:
-        return dict(
-            (ops.get(self.target, kinds.POD_DISRUPTION_BUDGET.resource, name, NS) or {}).get("status") or {}
-        )
-
-    def volume(self, name: str) -> None:
-        """A PersistentVolume of the local CSI driver bound to a claim of the same name."""
-        pv = {
-            "metadata": {"name": name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "csi": {"driver": CSI_DRIVER, "volumeHandle": f"vol-{name}"},
-                "claimRef": {"namespace": NS, "name": name},
-            },
-        }
-        ops.create(self.target, kinds.PERSISTENT_VOLUME.resource, pv)
-        claim = {
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "volumeName": name,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-        ops.create(self.target, kinds.PERSISTENT_VOLUME_CLAIM.resource, claim)
-
-    def attached(self, node: str) -> list[str]:
-        found = ((self.node(node) or {}).get("status") or {}).get("volumesAttached") or []
-        return [str(v["name"]) for v in found]
-
-    def messages(self, name: str, reason: str) -> list[str]:
-        items = ops.list_(self.control, kinds.EVENT.resource, NS)["items"]
-        return [
-            str(e.get("message"))
-            for e in items
-            if (e.get("involvedObject") or {}).get("name") == name and e.get("reason") == reason
-        ]
-
-    def delete(self, name: str) -> None:
-        ops.delete(self.control, kinds.MACHINE.resource, name, NS)
-
-    def gone(self, name: str) -> bool:
-        """Machine and Node deleted, and no VM of it left in the local cloud, not even a terminating one."""
-        return (
-            self.get(name) is None and self.node(name) is None and not LocalCloud(self.redis).by_machine(name)
-        )
-
-    def wait_gone(self, name: str, timeout: float = WAIT) -> None:
-        self.wait(lambda: self.gone(name), f"machine, node and VM of {name} gone", timeout)
-        assert not self.redis.exists(drain_key(f"{NS}/{name}"))
-
-    def evict_attempts(self, machine: str, pod: str) -> int:
-        raw = self.redis.hget(drain_key(f"{NS}/{machine}"), f"pod:{NS}/{pod}")
-        return PodProgress.model_validate_json(raw).attempts if raw else 0
 
 
 @pytest.fixture(scope="module")

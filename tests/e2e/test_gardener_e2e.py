@@ -62,7 +62,7 @@ from tests.e2e.chart_world import (
     start_cluster,
 )
 from tests.e2e.support import COMPRESSED
-from tests.integration.test_upstream_leases import Rival
+from tests.integration.leases_support import Rival
 from tests.upstream_flags import (
     OLDER_UPSTREAM_FLAGS,
     gardener_manager_command_line,

@@ -32,7 +32,7 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import Resource
 from tests.e2e.support import connected, machine_set, running_sandbox
-from tests.e2e.test_deletion_e2e import ENV, NS, Cluster
+from tests.e2e.worlds import ENV, NS, Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

@@ -7,30 +7,26 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import redis
-from kubernetes.client import ApiClient
 
-from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
 from mcm_tasks import kinds
-from mcm_tasks.api import API_VERSION, Machine, MachineClass
+from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.state import failing
 from providers.driver import CreateMachineRequest, Secret
-from providers.local import LocalCloud, LocalDriver
+from providers.local import LocalDriver
 from tests.e2e.support import connected, running_sandbox
+from tests.e2e.worlds import World
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 NS = "default"
-WAIT = 60.0
 ENV = {
     "MCM_RECONCILER_MODULES": ",".join(
         (
@@ -47,7 +43,6 @@ ENV = {
     # (issue 29), which holds all of them; this module is about MCM's own rule
     "MCM_ZONE_UNHEALTHY_THRESHOLD": "0",
 }
-USER_DATA = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
 READY_FALSE = {"sandbox.mcm-tasks.io/condition-Ready": "False"}
 
 
@@ -55,96 +50,6 @@ READY_FALSE = {"sandbox.mcm-tasks.io/condition-Ready": "False"}
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     with running_sandbox(Path(tmp_path_factory.mktemp("machine-e2e")), ENV, with_beat=False) as started:
         yield started
-
-
-class World:
-    def __init__(self, sandbox: Sandbox, clients: tuple[ApiClient, ApiClient, redis.Redis]) -> None:
-        self.sandbox = sandbox
-        self.control, self.target, self.redis = clients
-
-    def secret(self, name: str, data: dict[str, str] | None = None) -> None:
-        body = {"metadata": {"name": name, "namespace": NS}, "data": data or {"userData": USER_DATA}}
-        ops.create(self.control, kinds.SECRET.resource, body)
-
-    def machine_class(self, name: str, provider_spec: dict[str, Any] | None = None, secret: str = "") -> None:
-        if not secret:
-            secret = f"{name}-secret"
-            self.secret(secret)
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": "MachineClass",
-            "metadata": {"name": name, "namespace": NS},
-            "provider": "local",
-            "providerSpec": provider_spec or {},
-            "secretRef": {"name": secret, "namespace": NS},
-        }
-        ops.create(self.control, kinds.MACHINE_CLASS.resource, body)
-
-    def machine(
-        self, name: str, cls: str, labels: dict[str, str] | None = None, finalizers: list[str] | None = None
-    ) -> None:
-        metadata: dict[str, Any] = {"name": name, "namespace": NS, "labels": labels or {}}
-        if finalizers:
-            metadata["finalizers"] = finalizers
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": "Machine",
-            "metadata": metadata,
-            "spec": {"class": {"kind": "MachineClass", "name": cls}},
-        }
-        ops.create(self.control, kinds.MACHINE.resource, body)
-
-    def get(self, name: str) -> Machine | None:
-        found = ops.get(self.control, kinds.MACHINE.resource, name, NS, missing_ok=True)
-        return None if found is None else Machine.model_validate(found)
-
-    def phase(self, name: str) -> str:
-        m = self.get(name)
-        return "" if m is None else str(m.status.current_status.phase)
-
-    def node(self, name: str) -> dict[str, Any] | None:
-        return ops.get(self.target, kinds.NODE.resource, name, missing_ok=True)
-
-    def live_vms(self, machine: str) -> list[Any]:
-        return [vm for vm in LocalCloud(self.redis).by_machine(machine) if vm.live()]
-
-    def reasons(self, name: str) -> set[str]:
-        items = ops.list_(self.control, kinds.EVENT.resource, NS)["items"]
-        return {str(e.get("reason")) for e in items if (e.get("involvedObject") or {}).get("name") == name}
-
-    @staticmethod
-    def list_rv(api: ApiClient, res: Any) -> str:
-        return str(ops.list_(api, res, NS if res.namespaced else None)["metadata"]["resourceVersion"])
-
-    @staticmethod
-    def metadata_updates(api: ApiClient, res: Any, name: str, since: str, *, status: bool = False) -> int:
-        """How many updates of one object the server recorded since ``since`` that changed its labels,
-        annotations, finalizers or spec (and status, when asked): a watch replays them."""
-        parts = ("metadata", "spec", "status") if status else ("metadata", "spec")
-        count, last = 0, None
-        for kind, obj in ops.watch(
-            api, res, NS if res.namespaced else None, resource_version=since, timeout_seconds=1
-        ):
-            if obj.get("metadata", {}).get("name") != name or kind not in ("ADDED", "MODIFIED"):
-                continue
-            meta = obj["metadata"]
-            seen = (
-                meta.get("labels"), meta.get("annotations"), meta.get("finalizers"), obj.get("spec"),
-                obj.get("status") if "status" in parts else None,
-            )  # fmt: skip
-            if kind == "MODIFIED" and last is not None and seen != last:
-                count += 1
-            last = seen
-        return count
-
-    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-        wait_until(predicate, timeout, interval=0.2, what=what)
-
-    def wait_phase(self, name: str, phase: str, timeout: float = WAIT) -> Machine:
-        self.wait(lambda: self.phase(name) == phase, f"{name} {phase}", timeout)
-        found = self.get(name)
-        assert found is not None
-        return found
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,9 @@ from mcm_sandbox.kubelet.simulator import KubeletSimulator
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine
-from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.constants import (
+    MCM_FINALIZER,
+)
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.kube.clients import reset_clusters
@@ -208,3 +210,20 @@ def env(apiserver: ApiServer, redis_url: str) -> Iterator[Env]:
     api.close()
     reset_clusters()
     reset_settings()
+
+
+def running_machine(
+    env: Env, base: str, cls: str, labels: dict[str, str] | None = None, **spec: object
+) -> str:
+    name = env.name(base)
+    env.machine(name, cls, labels=labels, **spec)
+    env.reconcile_until(name, phase_is("Running"))
+    return name
+
+
+@pytest.fixture()
+def every_request_runs(env: Env) -> None:
+    """No coalescing window (``debounce``), for tests that check what one run does, run after run:
+    a module asks for it with ``pytest.mark.usefixtures("every_request_runs")``."""
+    env.base_settings["safety_event_min_interval"] = "0s"
+    env.settings()

@@ -7,6 +7,7 @@ acts on every pass."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,11 @@ from mcm_sandbox.procs import ApiServer
 from mcm_sandbox.testing.standins import finish_deletions
 from mcm_tasks import kinds
 from mcm_tasks.api import MachineDeployment, MachineSet
-from mcm_tasks.api.constants import NODE_LABEL_KEY
+from mcm_tasks.api.constants import (
+    CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
+    MCM_FINALIZER,
+    NODE_LABEL_KEY,
+)
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
 from mcm_tasks.controllers.machineset.reconcile import reconcile_machine_set
 from mcm_tasks.kube import ops
@@ -38,6 +43,8 @@ SETTINGS: dict[str, Any] = {
     "expectations_timeout": 0.001,
 }
 LABELS = {"name": "pool"}
+
+Obj = dict[str, Any]
 
 
 def template(class_name: str = "class-v1", **spec: Any) -> dict[str, Any]:
@@ -250,3 +257,54 @@ def world(apiserver: ApiServer, kube_api: ApiClient, redis_url: str) -> Iterator
     yield World(api, namespace)
     reset_clusters()
     reset_settings()
+
+
+def _annotations(obj: Obj | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
+
+
+def _mcm_protected(node: Obj | None) -> bool:
+    return _annotations(node).get(CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION) == "true"
+
+
+def _node_names(world: World, machine_set: MachineSet) -> list[str]:
+    return sorted(m["metadata"]["name"] for m in world.machines_of(machine_set))
+
+
+def _local_class(world: World, name: str) -> None:
+    """A local-provider MachineClass of that name (the deployment's), reconciled (finalizer on)."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{name}-secret", "namespace": world.namespace},
+        "data": {"userData": base64.b64encode(b"#!/bin/sh\n").decode()},
+    }
+    ops.create(world.api, kinds.SECRET.resource, secret, world.namespace)
+    body = {
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "MachineClass",
+        # the finalizer the class reconcile writes once machines use the class
+        "metadata": {"name": name, "namespace": world.namespace, "finalizers": [MCM_FINALIZER]},
+        "provider": "local",
+        "providerSpec": {},
+        "secretRef": {"name": f"{name}-secret", "namespace": world.namespace},
+    }
+    ops.create(world.api, kinds.MACHINE_CLASS.resource, body, world.namespace)
+
+
+def _joined(world: World, name: str) -> None:
+    """What the harness's boot leaves out for the machine controller: the VM's providerID (so the
+    machine is past creation) and a Ready node (so the health check keeps it Running)."""
+    ops.patch(
+        world.api, kinds.MACHINE.resource, name, {"spec": {"providerID": f"local:///{name}"}}, world.namespace
+    )
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "kubelet is posting ready status",
+    }
+    ops.patch(world.api, kinds.NODE.resource, name, {"status": {"conditions": [ready]}}, subresource="status")
+    ops.patch(
+        world.api, kinds.NODE.resource, name, {"metadata": {"labels": {"kubernetes.io/hostname": name}}}
+    )

@@ -30,7 +30,6 @@ from providers.driver import (
     Secret,
 )
 from providers.errors import Code, MachineError
-from tests.integration import moto_fixture
 from tests.integration.moto_fixture import (
     ACCESS_KEY_ID,
     CLUSTER_TAG,
@@ -48,8 +47,6 @@ from tests.integration.moto_fixture import (
 pytestmark = pytest.mark.integration
 
 # the moto server (one per session) and a fresh AWS world per test
-moto_server = moto_fixture.moto_server
-aws_world = moto_fixture.aws_world
 
 
 def _driver(world: AwsWorld, **options: Any) -> AWSDriver:

@@ -21,15 +21,11 @@ from mcm_tasks.controllers.safety import ORPHAN_VMS
 from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import enqueue
 from mcm_tasks.redisdb import rkey
-from tests.integration import moto_fixture
-from tests.integration.machine_support import USER_DATA, Env, env
+from tests.integration.machine_support import USER_DATA, Env
 from tests.integration.moto_fixture import ACCESS_KEY_ID, SECRET_ACCESS_KEY, AwsWorld, world_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-__all__ = ["aws_world", "env", "moto_server"]
 
-moto_server = moto_fixture.moto_server
-aws_world = moto_fixture.aws_world
 
 BURST = 1000
 WAIT = 60.0

@@ -13,12 +13,10 @@ from mcm_tasks import kinds
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.cache.reader import CacheReader
-from tests.integration.test_informer_mirror import Writer, client
+from tests.integration.informer_support import Writer
 
 pytestmark = pytest.mark.integration
 NS = fx.NS
-
-__all__ = ["client"]  # the fixture, shared with the mirror tests
 
 
 @pytest.fixture()

@@ -28,7 +28,7 @@ from mcm_tasks.beat_cli import lock_key, read_fires
 from mcm_tasks.cache import layout
 from mcm_tasks.kube import ops
 from mcm_tasks.standby import UPSTREAM_LEASE_DURATION
-from tests.integration.test_informer_sandbox import clear_faults, create, fault
+from tests.integration.informer_support import clear_faults, create, fault
 
 pytestmark = pytest.mark.integration
 

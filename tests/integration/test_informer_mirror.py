@@ -3,40 +3,21 @@ move together, vanished objects leave no index entry behind, secrets keep data o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
 from informers.events import ADDED, DELETED, MODIFIED
-from informers.mirror import Mirror
-from informers.processor import Processor, Relisted, WatchEvent
-from informers.store import Store
+from informers.processor import Relisted, WatchEvent
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import CacheReader
+from tests.integration.informer_support import Writer
 
 pytestmark = pytest.mark.integration
 NS = fx.NS
-
-
-@pytest.fixture()
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
-
-
-class Writer:
-    def __init__(self, client: redis.Redis) -> None:
-        self.processor = Processor(Store(NS))
-        self.mirror = Mirror(client)
-
-    def apply(self, *items: WatchEvent | Relisted) -> str | None:
-        return self.mirror.write(self.processor.process(items).commit)
 
 
 @pytest.fixture()

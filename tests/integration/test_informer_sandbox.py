@@ -4,12 +4,9 @@ all ridden out without losing an event."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient
@@ -25,6 +22,7 @@ from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.kube import ops
 from mcm_tasks.kube import resources as kres
 from mcm_tasks.probes import PROGRESS
+from tests.integration.informer_support import create, fault
 
 pytestmark = pytest.mark.integration
 
@@ -52,26 +50,6 @@ def namespace(kube_api: ApiClient, crds: ApiServer) -> str:
     return name
 
 
-def in_ns(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """A fixture object moved into ``namespace``, with server-owned fields dropped."""
-    meta = {
-        k: v
-        for k, v in obj["metadata"].items()
-        if k not in ("uid", "resourceVersion", "deletionTimestamp", "generation")
-    }
-    if meta.get("namespace"):
-        meta["namespace"] = namespace
-    moved = {k: v for k, v in {**obj, "metadata": meta}.items() if k != "status"}
-    for ref_field in ("secretRef", "credentialsSecretRef"):
-        if ref_field in moved:
-            moved[ref_field] = {**moved[ref_field], "namespace": namespace}
-    return moved
-
-
-def create(api: ApiClient, res: kres.Resource, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
-    return ops.create(api, res, in_ns(obj, namespace), namespace if res.namespaced else None)
-
-
 @pytest.fixture()
 def informer(apiserver: ApiServer, redis_url: str, namespace: str) -> Iterator[InformerThread]:
     with InformerThread(sandbox_settings(apiserver.kubeconfig, redis_url, namespace)) as running:
@@ -95,23 +73,6 @@ def mirrored_versions(reader: CacheReader, kind: str, namespace: str) -> dict[st
 def listed_versions(api: ApiClient, res: kres.Resource, namespace: str) -> dict[str, str]:
     items = ops.list_(api, res, namespace)["items"]
     return {f"{namespace}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in items}
-
-
-def fault(server: ApiServer, rule: dict[str, Any]) -> str:
-    req = urllib.request.Request(
-        f"{server.url}/sandbox/faults",
-        data=json.dumps(rule).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return str(json.loads(resp.read())["id"])
-
-
-def clear_faults(server: ApiServer) -> None:
-    with urllib.request.urlopen(
-        urllib.request.Request(f"{server.url}/sandbox/faults", method="DELETE"), timeout=5
-    ):
-        pass
 
 
 # --- the mirror follows the cluster ---------------------------------------------------------------

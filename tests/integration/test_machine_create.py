@@ -20,10 +20,9 @@ from mcm_tasks.controllers.machine.bootstrap import token_secret_name
 from mcm_tasks.kube import ops
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
-from tests.integration.machine_support import Env, env, phase_is
+from tests.integration.machine_support import Env, phase_is
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 
 def test_machine_becomes_running_with_node_labels_provider_id_and_priority(env: Env) -> None:

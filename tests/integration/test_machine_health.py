@@ -12,21 +12,11 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
-from tests.integration.machine_support import WAIT, Env, env, phase_is
+from tests.integration.machine_support import WAIT, Env, phase_is, running_machine
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 READY_FALSE = {"sandbox.mcm-tasks.io/condition-Ready": "False"}
-
-
-def running_machine(
-    env: Env, base: str, cls: str, labels: dict[str, str] | None = None, **spec: object
-) -> str:
-    name = env.name(base)
-    env.machine(name, cls, labels=labels, **spec)
-    env.reconcile_until(name, phase_is("Running"))
-    return name
 
 
 def test_not_ready_node_goes_unknown_then_failed_after_the_health_timeout(env: Env) -> None:

@@ -23,10 +23,9 @@ from providers.driver import (
 )
 from providers.errors import Code, MachineError
 from providers.local import LocalDriver
-from tests.integration.machine_support import Env, env, phase_is
+from tests.integration.machine_support import Env, phase_is
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 SECRET = Secret(data={"userData": b"#!/bin/sh\n"})
 

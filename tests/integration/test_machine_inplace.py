@@ -13,10 +13,9 @@ from mcm_tasks.controllers.common import inplace as ip
 from mcm_tasks.controllers.common import nodecondition
 from mcm_tasks.controllers.machine import inplace
 from mcm_tasks.kube import ops
-from tests.integration.machine_support import Env, env, phase_is
+from tests.integration.machine_support import Env, phase_is
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 
 def _reason(env: Env, name: str) -> str | None:

@@ -11,10 +11,9 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
-from tests.integration.machine_support import Env, env
+from tests.integration.machine_support import Env
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 
 def reconcile_twice(env: Env, name: str) -> tuple[Requeue | None, Machine]:

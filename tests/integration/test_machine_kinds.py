@@ -15,10 +15,9 @@ from mcm_tasks.controllers.machine.secrets import reconcile_secret
 from mcm_tasks.kube import ops, rest
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import get_redis
-from tests.integration.machine_support import Env, env, phase_is
+from tests.integration.machine_support import Env, phase_is
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 
 def finalizers(obj: dict[str, Any] | None) -> list[str]:

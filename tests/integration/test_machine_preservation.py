@@ -23,9 +23,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machine.preserve import manage_preservation
 from mcm_tasks.kube import ops
-from tests.integration.machine_support import Env, env
-
-__all__ = ["env"]
+from tests.integration.machine_support import Env
 
 pytestmark = pytest.mark.integration
 

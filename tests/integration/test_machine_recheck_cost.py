@@ -20,12 +20,10 @@ from mcm_tasks.queue import registry
 from mcm_tasks.queue.messages import new_id
 from mcm_tasks.queue.processing import deliver
 from mcm_tasks.redisdb import get_redis
-from tests.integration.machine_support import Env, env
-from tests.integration.test_machine_health import running_machine
-from tests.integration.test_queue_cost import CountingConnection
+from tests.integration.machine_support import Env, running_machine
+from tests.integration.queue_support import CountingConnection
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 
 def test_a_healthy_running_machine_s_recheck_reads_the_mirror_in_three_round_trips(

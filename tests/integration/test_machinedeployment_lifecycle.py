@@ -20,10 +20,9 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machinedeployment.hash import machine_set_name, template_hash
 from mcm_tasks.kube import ops
-from tests.integration.machinedeployment_support import LABELS, World, deployment_body, template, world
+from tests.integration.machinedeployment_support import LABELS, World, deployment_body, template
 
 pytestmark = pytest.mark.integration
-__all__ = ["world"]
 
 
 def _progressing(world: World) -> tuple[str, str]:

@@ -26,17 +26,18 @@ from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment import taints
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once
 from mcm_tasks.kube import ops
-from tests.integration.machinedeployment_support import World, deployment_body, template, world
-from tests.integration.test_machinedeployment_taints import (
+from tests.integration.machinedeployment_support import (
+    World,
     _annotations,
     _joined,
     _local_class,
     _mcm_protected,
     _node_names,
+    deployment_body,
+    template,
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["world"]
 
 Obj = dict[str, Any]
 

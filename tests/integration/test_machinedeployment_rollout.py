@@ -19,10 +19,9 @@ from mcm_tasks.api.constants import (
     PREFER_NO_SCHEDULE_KEY,
     REVISION_ANNOTATION,
 )
-from tests.integration.machinedeployment_support import World, deployment_body, template, world
+from tests.integration.machinedeployment_support import World, deployment_body, template
 
 pytestmark = pytest.mark.integration
-__all__ = ["world"]
 
 
 def _taint_keys(node: dict[str, Any] | None) -> list[str]:

@@ -6,7 +6,6 @@ their Nodes without a rollout (through the real machine reconcile)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import urllib.error
 import urllib.request
@@ -24,17 +23,25 @@ from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
     LAST_APPLIED_ANNO_LABELS_TAINTS_ANNOTATION,
     MACHINE_PRIORITY_ANNOTATION,
-    MCM_FINALIZER,
     PREFER_NO_SCHEDULE_KEY,
     REVISION_ANNOTATION,
 )
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment.hash import has_hash_key
 from mcm_tasks.kube import ops
-from tests.integration.machinedeployment_support import LABELS, World, deployment_body, template, world
+from tests.integration.machinedeployment_support import (
+    LABELS,
+    World,
+    _annotations,
+    _joined,
+    _local_class,
+    _mcm_protected,
+    _node_names,
+    deployment_body,
+    template,
+)
 
 pytestmark = pytest.mark.integration
-__all__ = ["world"]
 
 Obj = dict[str, Any]
 
@@ -56,24 +63,12 @@ def _has_prefer_no_schedule(node: Obj | None) -> bool:
     )
 
 
-def _annotations(obj: Obj | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
-
-
 def _labels(obj: Obj | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
 
 
-def _mcm_protected(node: Obj | None) -> bool:
-    return _annotations(node).get(CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION) == "true"
-
-
 def _set(world: World, uid: str | None) -> MachineSet:
     return next(s for s in world.sets() if s.metadata.uid == uid)
-
-
-def _node_names(world: World, machine_set: MachineSet) -> list[str]:
-    return sorted(m["metadata"]["name"] for m in world.machines_of(machine_set))
 
 
 def _progressing(world: World) -> tuple[str, str, str]:
@@ -318,45 +313,6 @@ def test_a_set_name_the_api_server_rejects_is_a_machine_set_create_error(world: 
 
 
 # --- 3. the node template reaches the machines and their nodes without a rollout --------------------------
-
-
-def _local_class(world: World, name: str) -> None:
-    """A local-provider MachineClass of that name (the deployment's), reconciled (finalizer on)."""
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": f"{name}-secret", "namespace": world.namespace},
-        "data": {"userData": base64.b64encode(b"#!/bin/sh\n").decode()},
-    }
-    ops.create(world.api, kinds.SECRET.resource, secret, world.namespace)
-    body = {
-        "apiVersion": "machine.sapcloud.io/v1alpha1",
-        "kind": "MachineClass",
-        # the finalizer the class reconcile writes once machines use the class
-        "metadata": {"name": name, "namespace": world.namespace, "finalizers": [MCM_FINALIZER]},
-        "provider": "local",
-        "providerSpec": {},
-        "secretRef": {"name": f"{name}-secret", "namespace": world.namespace},
-    }
-    ops.create(world.api, kinds.MACHINE_CLASS.resource, body, world.namespace)
-
-
-def _joined(world: World, name: str) -> None:
-    """What the harness's boot leaves out for the machine controller: the VM's providerID (so the
-    machine is past creation) and a Ready node (so the health check keeps it Running)."""
-    ops.patch(
-        world.api, kinds.MACHINE.resource, name, {"spec": {"providerID": f"local:///{name}"}}, world.namespace
-    )
-    ready = {
-        "type": "Ready",
-        "status": "True",
-        "reason": "KubeletReady",
-        "message": "kubelet is posting ready status",
-    }
-    ops.patch(world.api, kinds.NODE.resource, name, {"status": {"conditions": [ready]}}, subresource="status")
-    ops.patch(
-        world.api, kinds.NODE.resource, name, {"metadata": {"labels": {"kubernetes.io/hostname": name}}}
-    )
 
 
 def _reconcile_machines(world: World) -> None:

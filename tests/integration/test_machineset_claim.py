@@ -10,9 +10,7 @@ from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.common.claim import CannotAdopt
 from mcm_tasks.kube import ops
-from tests.integration.test_machineset_support import HOLD, Harness, crds, harness
-
-__all__ = ["crds", "harness"]
+from tests.integration.machineset_support import HOLD, Harness
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,7 @@ from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import PRESERVE_ANNOTATION, PRESERVE_AUTO_PRESERVED
 from mcm_tasks.controllers.machineset.reconcile import AUTO_PRESERVATION_STOPPED_REASON
 from mcm_tasks.kube import ops
-from tests.integration.test_machineset_support import HOLD, Harness, crds, harness
-
-__all__ = ["crds", "harness"]
+from tests.integration.machineset_support import HOLD, Harness
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,7 @@ from mcm_tasks.controllers.machineset.metrics import stale_machines_key
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import get_settings
-from tests.integration.test_machineset_support import HOLD, Harness, crds, harness
-
-__all__ = ["crds", "harness"]
+from tests.integration.machineset_support import HOLD, Harness
 
 pytestmark = pytest.mark.integration
 

@@ -31,9 +31,6 @@ from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import reset_clusters
 from mcm_tasks.settings import configure, reset_settings
-from tests.integration.test_machineset_support import crds
-
-__all__ = ["crds"]
 
 pytestmark = pytest.mark.integration
 

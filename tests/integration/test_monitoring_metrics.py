@@ -17,7 +17,7 @@ from mcm_tasks.controllers.machine import metrics as machine_metrics  # noqa: F4
 from mcm_tasks.observability import serve
 from mcm_tasks.probes import LEADING
 from mcm_tasks.settings import configure, reset_settings
-from tests.unit.test_monitoring import alerts, dashboard
+from tests.monitoring_support import alerts, dashboard
 
 pytestmark = pytest.mark.integration
 

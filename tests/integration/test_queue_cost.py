@@ -28,6 +28,7 @@ from mcm_tasks.queue.processing import process
 from mcm_tasks.queue.producer import publish_due
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, get_settings, reset_settings
+from tests.integration.queue_support import CountingConnection
 
 pytestmark = pytest.mark.integration
 
@@ -45,25 +46,6 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 def script_calls(client: redis.Redis) -> int:
     """EVALSHA calls so far (INFO commandstats; the commands scripts run are counted apart)."""
     return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-
-class CountingConnection(redis.Connection):
-    """Counts what a client sends: round trips (one send per command, or per pipeline) and commands."""
-
-    sent = 0
-    commands = 0
-
-    def send_packed_command(self, command: object, check_health: bool = True) -> None:
-        CountingConnection.sent += 1
-        super().send_packed_command(command, check_health)  # type: ignore[arg-type]
-
-    def send_command(self, *args: object, **kwargs: object) -> None:
-        CountingConnection.commands += 1
-        super().send_command(*args, **kwargs)
-
-    def pack_commands(self, commands: list[tuple[object, ...]]) -> list[bytes]:
-        CountingConnection.commands += len(commands)
-        return super().pack_commands(commands)  # type: ignore[no-any-return]
 
 
 def counting_client(url: str) -> redis.Redis:

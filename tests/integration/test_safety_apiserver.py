@@ -25,10 +25,9 @@ from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.redisdb import get_redis
-from tests.integration.machine_support import Env, env
+from tests.integration.machine_support import Env
 
 pytestmark = pytest.mark.integration
-__all__ = ["env"]
 
 TIMEOUT = 1.0
 

@@ -22,22 +22,15 @@ from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
-from tests.integration.machine_support import USER_DATA, Env, env
+from tests.integration.machine_support import USER_DATA, Env
 
-pytestmark = pytest.mark.integration
-__all__ = ["env"]
+# no coalescing window: these tests check what one run does, run after run
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("every_request_runs")]
 
 
 def orphan_scope() -> SafetyScope:
     """The scope the safety queue's registration builds for the orphan job."""
     return SafetyScope.begin(ORPHAN_VMS, ORPHAN_VMS)
-
-
-@pytest.fixture(autouse=True)
-def every_request_runs(env: Env) -> None:
-    """These tests check what one run does, run after run: no coalescing window (``debounce``)."""
-    env.base_settings["safety_event_min_interval"] = "0s"
-    env.settings()
 
 
 def load_class(env: Env, name: str) -> MachineClass:

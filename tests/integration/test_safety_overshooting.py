@@ -21,11 +21,10 @@ from mcm_tasks.controllers.safety import OVERSHOOTING
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import Resource
-from tests.integration.machine_support import Env, env
-from tests.integration.test_safety_orphans import every_request_runs
+from tests.integration.machine_support import Env
 
-pytestmark = pytest.mark.integration
-__all__ = ["env", "every_request_runs"]
+# no coalescing window: these tests check what one run does, run after run
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("every_request_runs")]
 
 API = "machine.sapcloud.io/v1alpha1"
 SELECTOR = {"matchLabels": {"app": "w"}}

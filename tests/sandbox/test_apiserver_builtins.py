@@ -15,10 +15,8 @@ from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api import GROUP as MCM_GROUP
 from mcm_tasks.api import VERSION as MCM_VERSION
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     WIDGET_SCHEMA,
-    core_fixture,
-    ns_fixture,
     pod,
     status_of,
     unique,

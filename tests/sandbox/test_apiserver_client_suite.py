@@ -44,7 +44,7 @@ import yaml
 from kubernetes import client
 
 from tests.sandbox.apiserver_support import raw_request
-from tests.sandbox.client_suite import suite_api_fixture, wait_gone  # noqa: F401 - fixture
+from tests.sandbox.client_suite import wait_gone
 
 pytestmark = pytest.mark.integration
 

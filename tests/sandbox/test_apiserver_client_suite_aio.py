@@ -48,8 +48,6 @@ from kubernetes.aio import client, utils
 from kubernetes.aio.dynamic import DynamicClient
 from kubernetes.aio.dynamic.exceptions import ResourceNotFoundError
 
-from tests.sandbox.client_suite import suite_api_fixture  # noqa: F401 - fixture
-
 pytestmark = pytest.mark.integration
 
 DEFAULT = "default"

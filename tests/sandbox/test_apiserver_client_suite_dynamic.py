@@ -41,7 +41,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from mcm_sandbox.procs import wait_until
 from tests.sandbox.apiserver_support import raw_request
-from tests.sandbox.client_suite import suite_api_fixture, wait_gone  # noqa: F401 - fixture
+from tests.sandbox.client_suite import wait_gone
 
 pytestmark = pytest.mark.integration
 

@@ -43,7 +43,7 @@ from kubernetes import client, utils
 from kubernetes.dynamic import DynamicClient
 
 from mcm_sandbox.procs import wait_until
-from tests.sandbox.client_suite import manifest, suite_api_fixture, wait_gone  # noqa: F401 - fixture
+from tests.sandbox.client_suite import manifest, wait_gone
 
 pytestmark = pytest.mark.integration
 

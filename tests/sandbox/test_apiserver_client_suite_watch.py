@@ -27,7 +27,6 @@ from kubernetes import client, watch
 from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
 
 from mcm_sandbox.procs import wait_until
-from tests.sandbox.client_suite import suite_api_fixture  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 

@@ -7,15 +7,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     GROUP,
-    core_fixture,
-    ns_fixture,
-    session_api_fixture,
     status_of,
     unique,
     widget,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

@@ -8,12 +8,8 @@ import pytest
 from kubernetes import client, watch
 
 from mcm_sandbox.procs import wait_until
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
-    core_fixture,
-    ns_fixture,
-    own_server_fixture,
+from tests.sandbox.apiserver_support import (
     pod,
-    session_api_fixture,
     status_of,
     unique,
     widget_crd,

@@ -15,7 +15,6 @@ import urllib3
 from kubernetes import client
 
 from mcm_sandbox.procs import wait_until
-from tests.sandbox.apiserver_support import own_server_fixture  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     GROUP,
     raw_request,
-    session_api_fixture,
     unique,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

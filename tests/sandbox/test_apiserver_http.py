@@ -14,16 +14,10 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
 from mcm_sandbox.procs import ApiServer
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     GROUP,
-    core_fixture,
-    ns_fixture,
-    own_server_fixture,
     raw_request,
-    session_api_fixture,
-    unique,
     widget,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

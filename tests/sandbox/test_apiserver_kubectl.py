@@ -10,13 +10,11 @@ import pytest
 import yaml
 
 from mcm_sandbox.procs import ApiServer
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     GROUP,
     kubectl_runner,
-    session_api_fixture,
     unique,
     widget,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

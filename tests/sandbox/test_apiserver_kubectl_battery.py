@@ -18,12 +18,10 @@ import yaml
 from kubernetes import client
 
 from mcm_sandbox.procs import ApiServer
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     GROUP,
     kubectl_runner,
-    session_api_fixture,
     unique,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

@@ -19,14 +19,12 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
 from mcm_sandbox.procs import ApiServer
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     GROUP,
     kubectl_runner,
     raw_request,
-    session_api_fixture,
     unique,
     widget,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

@@ -8,15 +8,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
-    core_fixture,
-    ns_fixture,
+from tests.sandbox.apiserver_support import (
     raw_request,
-    session_api_fixture,
     status_of,
     unique,
     widget,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

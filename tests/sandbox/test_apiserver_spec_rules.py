@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     raw_request,
-    session_api_fixture,
     unique,
 )
 

@@ -9,15 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
-    core_fixture,
-    ns_fixture,
-    own_server_fixture,
+from tests.sandbox.apiserver_support import (
     pod,
-    session_api_fixture,
-    unique,
     widget,
-    widgets_fixture,
 )
 
 pytestmark = pytest.mark.integration

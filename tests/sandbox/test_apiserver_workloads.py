@@ -17,9 +17,8 @@ from kubernetes import client, utils
 from kubernetes.dynamic import DynamicClient
 
 from mcm_sandbox.procs import wait_until
-from tests.sandbox.apiserver_support import (  # noqa: F401 - fixtures
+from tests.sandbox.apiserver_support import (
     raw_request,
-    session_api_fixture,
     unique,
 )
 

@@ -24,7 +24,6 @@ from mcm_tasks.redisdb import get_redis
 from providers.aws import AWSDriver
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalCloud, LocalDriver
-from tests.integration import moto_fixture
 from tests.integration.moto_fixture import (
     ACCESS_KEY_ID,
     REGION,
@@ -36,18 +35,12 @@ from tests.integration.moto_fixture import (
     make_secret,
     world_spec,
 )
-from tests.sandbox.test_kubelet_sim import api, target
 
 pytestmark = pytest.mark.integration
 
-moto_server = moto_fixture.moto_server
-aws_world = moto_fixture.aws_world
 
 WAIT = 20.0
 OTHER_REGION = "us-west-2"
-
-
-__all__ = ["api", "target"]  # the fixtures, shared with the kubelet simulator tests
 
 
 @pytest.fixture()

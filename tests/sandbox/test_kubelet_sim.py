@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
@@ -32,23 +32,6 @@ pytestmark = pytest.mark.integration
 MERGE = "application/merge-patch+json"
 SECRET = Secret(data={"userData": b"#!/bin/sh\n"})
 WAIT = 15.0
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = ApiServer(
-        tmp_path_factory.mktemp("target"), name="target", extra_args=["--pod-grace-mode", "kubelet"]
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture()
-def api(target: ApiServer) -> Iterator[ApiClient]:
-    api = config.new_client_from_config(config_file=str(target.kubeconfig))
-    yield api
-    api.close()
 
 
 @pytest.fixture()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from mcm_tasks.api import Machine, NodeAddress
+from mcm_tasks.api import NodeAddress
 from mcm_tasks.controllers.machine.create import (
     address_status,
     create_error_retry,
@@ -14,36 +14,9 @@ from mcm_tasks.controllers.machine.create import (
     is_stale_node,
     labels_patch,
 )
-from mcm_tasks.settings import Settings, load_settings
+from mcm_tasks.settings import Settings
 from providers import Code
-
-NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture()
-def settings() -> Settings:
-    return load_settings(
-        {
-            "short_retry": "5s",
-            "medium_retry": "3m",
-            "resource_exhausted_retry": "10m",
-            "machine_creation_timeout": "20m",
-        }
-    )
-
-
-def machine(age: timedelta = timedelta(minutes=1), **spec: object) -> Machine:
-    return Machine.model_validate(
-        {
-            "metadata": {
-                "name": "m1",
-                "namespace": "default",
-                "resourceVersion": "7",
-                "creationTimestamp": (NOW - age).isoformat(),
-            },
-            "spec": {"class": {"kind": "MachineClass", "name": "c1"}, **spec},
-        }
-    )
+from tests.unit.machine_support import NOW, machine
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,7 @@ from mcm_tasks.controllers.machine.create import (
 from mcm_tasks.settings import Settings
 from providers import Code, MachineError
 from providers.local.spec import parse_class
-from tests.unit.test_machine_create import NOW, machine, settings
-
-__all__ = ["settings"]  # the fixture, shared with the creation decisions
+from tests.unit.machine_support import NOW, machine
 
 
 def test_unimplemented_means_no_initialization_needed(settings: Settings) -> None:

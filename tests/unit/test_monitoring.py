@@ -21,10 +21,10 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.chart_support import CHART, ROOT, by_kind, render_file
+from tests.chart_support import ROOT
+from tests.monitoring_support import alerts, dashboard, rule_groups
 
 SCHEMA = ROOT / "tests" / "schemas" / "grafana-dashboard.schema.json"
-FULL = CHART / "ci" / "full-values.yaml"
 NS = "default"  # the renderer's release namespace
 
 #: per alert: the input series that recreate its cause, the healthy series beside them, the minute at
@@ -81,25 +81,6 @@ CASES: dict[str, dict[str, Any]] = {
         "at": 5, "labels": {"pod": "worker-0"},
     },
 }  # fmt: skip
-
-
-def rendered() -> list[dict[str, Any]]:
-    return render_file(FULL)
-
-
-def dashboard() -> dict[str, Any]:
-    (config,) = [d for d in by_kind(rendered(), "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
-    assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
-    return dict(json.loads(config["data"]["mcm-tasks.json"]))
-
-
-def rule_groups() -> list[dict[str, Any]]:
-    (rule,) = by_kind(rendered(), "PrometheusRule")
-    return list(rule["spec"]["groups"])
-
-
-def alerts() -> dict[str, dict[str, Any]]:
-    return {r["alert"]: r for g in rule_groups() for r in g["rules"] if "alert" in r}
 
 
 def promtool() -> str:

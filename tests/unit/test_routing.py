@@ -6,10 +6,8 @@ from __future__ import annotations
 import pytest
 
 from informers.events import ADDED, DELETED, MODIFIED, Routing
-from informers.processor import Processor, WatchEvent
 from informers.resources import Obj
 from informers.routing import full_resync
-from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks import kinds
 from mcm_tasks.api.constants import (
@@ -19,6 +17,7 @@ from mcm_tasks.api.constants import (
     PRE_TERMINATE_HOOK_PREFIX,
     PRESERVE_ANNOTATION,
 )
+from tests.unit.routing_support import World, k
 
 NS = fx.NS
 M, MS, MCD, CLS, SEC = (
@@ -28,24 +27,6 @@ M, MS, MCD, CLS, SEC = (
     kinds.MACHINE_CLASS.mirror,
     kinds.SECRET.mirror,
 )
-
-
-class World:
-    """The informer's store and processor; ``given`` fills it, ``then`` returns what one event routes."""
-
-    def __init__(self) -> None:
-        self.processor = Processor(Store(NS))
-
-    def given(self, kind: str, *objs: Obj) -> World:
-        self.processor.process([WatchEvent(kind, ADDED, o) for o in objs])
-        return self
-
-    def then(self, kind: str, type_: str, obj: Obj) -> Routing:
-        return self.processor.process([WatchEvent(kind, type_, obj)]).routing
-
-
-def k(name: str) -> str:
-    return f"{NS}/{name}"
 
 
 def world() -> World:

@@ -17,7 +17,7 @@ from mcm_tasks.api.constants import (
     TRIGGER_DELETION_BY_MCM_ANNOTATION,
     UPDATE_RESULT_LABEL_KEY,
 )
-from tests.unit.test_routing import World, k
+from tests.unit.routing_support import World, k
 
 M, N, P = kinds.MACHINE.mirror, kinds.NODE.mirror, kinds.POD.mirror
 READY = [{"type": "Ready", "status": "True"}]

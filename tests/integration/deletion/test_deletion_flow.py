@@ -17,7 +17,6 @@ from mcm_tasks.controllers.common.context import creation_in_flight
 from mcm_tasks.controllers.machine import deletion_io
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from providers.driver import DeleteMachineRequest
-from tests.integration.deletion import support as sandbox
 from tests.integration.deletion.support import (
     CLASS,
     GROUP,
@@ -35,9 +34,6 @@ from tests.integration.deletion.support import (
 pytestmark = pytest.mark.integration
 
 # the sandbox's fixtures, under their names
-server = sandbox.server
-env = sandbox.env
-mirror = sandbox.mirror
 
 
 def test_force_deletion_label_deletes_pods_at_once_and_cleans_volume_attachments(env: Env) -> None:

@@ -14,13 +14,9 @@ import pytest
 
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks.api.constants import NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION
-from tests.integration.deletion import support as sandbox
 from tests.integration.deletion.support import CLASS, GROUP, VERSION, Env, drive, index, unique
 
 pytestmark = pytest.mark.integration
-
-server = sandbox.server
-env = sandbox.env
 
 
 def owned_by_set(env: Env, machine: str, annotations: dict[str, str]) -> None:

@@ -27,7 +27,6 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.registration import mirror_pass
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
-from tests.integration.deletion import support as sandbox
 from tests.integration.deletion.support import (
     GROUP,
     VERSION,
@@ -38,10 +37,6 @@ from tests.integration.deletion.support import (
 )
 
 pytestmark = pytest.mark.integration
-
-server = sandbox.server
-env = sandbox.env
-mirror = sandbox.mirror
 
 
 def _resource(url: str) -> str:

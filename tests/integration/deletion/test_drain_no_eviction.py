@@ -13,12 +13,9 @@ from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_tasks.controllers.machine import preserve
 from mcm_tasks.controllers.machine.drain import cluster_io
-from tests.integration.deletion import support as sandbox
 from tests.integration.deletion.support import Env, assert_all_gone, drive, index, unique
 
 pytestmark = pytest.mark.integration
-
-env = sandbox.env
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,9 @@ import pytest
 
 from mcm_sandbox.procs import ApiServer
 from mcm_tasks.controllers.machine.drain import cluster_io
-from tests.integration.deletion import support as sandbox
 from tests.integration.deletion.support import Env, unique
 
 pytestmark = pytest.mark.integration
-
-server = sandbox.server
-env = sandbox.env
 
 
 @pytest.fixture()

@@ -16,7 +16,6 @@ from mcm_tasks.cache import get_listers
 from mcm_tasks.controllers.common.context import list_objects
 from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from mcm_tasks.kube.clients import get_clusters
-from tests.integration.deletion import support as sandbox
 from tests.integration.deletion.support import (
     Env,
     Trace,
@@ -30,9 +29,6 @@ from tests.integration.deletion.support import (
 pytestmark = pytest.mark.integration
 
 # the sandbox's fixtures, under their names
-server = sandbox.server
-env = sandbox.env
-mirror = sandbox.mirror
 
 
 def test_a_pdb_without_disruptions_holds_eviction_until_it_allows(env: Env) -> None:
