@@ -42,11 +42,19 @@ promtool:
 
 # The chart's tests render with helm when it is on PATH, else with build/chart-render (built on
 # demand; a machine that can do neither skips them, unless CI=true): tests/chart_support.py.
+# --durations: the 25 slowest setups and calls, so a test that got slow is seen where it is run.
 test: $(STAMP) redis-server promtool
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q --durations=25 $(PYTEST_ARGS)
 
+# Decisions and whole passes only: the tests of the folders tests/conftest.py marks `fast` (a real
+# Redis, no sandbox API server, no worker process). Budget: 60 s on the 2-core CI machine.
+TEST_FAST_BUDGET ?= 60
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not integration and not e2e" $(PYTEST_ARGS)
+	@start=$$(date +%s); $(BIN)/pytest -q -m fast --durations=10 $(PYTEST_ARGS); rc=$$?; \
+	took=$$(( $$(date +%s) - start )); \
+	echo "make test-fast: $${took} s (budget $(TEST_FAST_BUDGET) s)"; \
+	if [ $$took -gt $(TEST_FAST_BUDGET) ]; then echo "make test-fast: over budget: see the slowest above" >&2; fi; \
+	exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

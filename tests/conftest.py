@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server and the sandbox API server, each on a free port."""
+"""Shared fixtures: a real redis-server and the sandbox API server, each on a free port; and the
+``fast`` marker, given by folder, that ``make test-fast`` selects."""
 
 from __future__ import annotations
 
@@ -9,6 +10,36 @@ import pytest
 import redis
 
 from mcm_sandbox.procs import ApiServer, RedisServer
+
+TESTS = Path(__file__).resolve().parent
+
+#: The folders ``make test-fast`` runs (``pytest -m fast``): decisions and whole passes, in-process.
+#: A real Redis is allowed there; the sandbox API server and worker processes are not.
+FAST_FOLDERS = frozenset({"unit"})
+#: Fixtures that start (or need) the sandbox API server: a fast test asking for one is an error.
+SLOW_FIXTURES = frozenset({"apiserver", "kube_api"})
+#: Markers of the slow folders: a fast test carrying one is an error.
+SLOW_MARKERS = frozenset({"integration", "e2e"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of a fast folder ``fast``, so that ``-m fast`` is exactly those folders, and
+    refuse a test there that needs what makes a test slow: it belongs in tests/integration/."""
+    wrong = []
+    for item in items:
+        folder = item.path.resolve().relative_to(TESTS).parts[0]
+        if folder not in FAST_FOLDERS:
+            continue
+        slow = sorted(SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+        slow += sorted(SLOW_MARKERS.intersection(m.name for m in item.iter_markers()))
+        if slow:
+            wrong.append(f"{item.nodeid}: {', '.join(slow)}")
+        item.add_marker(pytest.mark.fast)
+    if wrong:
+        raise pytest.UsageError(
+            "tests in a fast folder (make test-fast) that need the sandbox API server or are marked "
+            "integration/e2e; move them to tests/integration/:\n  " + "\n  ".join(wrong)
+        )
 
 
 @pytest.fixture(scope="session")
