@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mcm_tasks import kinds
-from mcm_tasks.api import API_VERSION, Machine, MachineSet
+from mcm_tasks.api import API_VERSION, Machine
 from mcm_tasks.api.constants import (
     DELETION_ORDER_ANNOTATION,
     LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
@@ -20,6 +20,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machineset import control, reconcile
 from mcm_tasks.controllers.machineset.metrics import stale_machines_key
+from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import get_settings
@@ -123,8 +124,8 @@ def test_expectations_are_read_before_the_machines(harness: Harness, monkeypatch
     assert len(harness.machines("race")) == 3
     listed = reconcile.candidate_machines
 
-    def list_then_the_informer_catches_up(machine_set: MachineSet, *, live: bool = False) -> list[Machine]:
-        stale = listed(machine_set, live=live)
+    def list_then_the_informer_catches_up(scope: MachineSetScope, *, live: bool = False) -> list[Machine]:
+        stale = listed(scope, live=live)
         harness.sync()  # the creations show up, and their expectations are met, after the list
         return stale
 

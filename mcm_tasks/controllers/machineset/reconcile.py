@@ -41,7 +41,6 @@ from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
 from mcm_tasks.controllers.common.context import (
-    control_api,
     get_node,
     get_object,
     list_objects,
@@ -105,8 +104,9 @@ def set_view(raw: dict[str, Any]) -> Machine:
     return parse_object(Machine, raw)
 
 
-def candidate_machines(machine_set: MachineSet, *, live: bool = False) -> list[Machine]:
-    """The machines the set controls, and the orphans its selector picks (adoption candidates).
+def candidate_machines(scope: MachineSetScope, *, live: bool = False) -> list[Machine]:
+    """The machines the set controls, and the orphans its selector picks (adoption candidates), read
+    through the pass's listers and client (so a test hands it in-memory ones).
 
     From the mirror, the models are the process's shared ones (``Lister.shared``) in the set's view
     (``set_view``): a machine whose stored JSON has not changed since an earlier pass is not parsed
@@ -116,9 +116,10 @@ def candidate_machines(machine_set: MachineSet, *, live: bool = False) -> list[M
     machines". Without the mirror, or ``live`` (the evidence that ends a dead pass's expectations),
     a list from the API server.
     """
-    listed = None if live else replace(get_listers().machines.shared, parse=set_view).list_if_synced()
+    machine_set = scope.machine_set
+    listed = None if live else replace(scope.listers.machines.shared, parse=set_view).list_if_synced()
     if listed is None:
-        raws = ops.list_(control_api(), kinds.MACHINE.resource, machine_set.metadata.namespace)["items"]
+        raws = ops.list_(scope.api, kinds.MACHINE.resource, machine_set.metadata.namespace)["items"]
         listed = [Machine.model_validate(raw) for raw in raws if _is_candidate_raw(raw, machine_set)]
     return [m for m in listed if _is_candidate(m, machine_set)]
 
@@ -217,7 +218,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     satisfied = state is not expectations.PassState.PENDING
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
-        candidate_machines(machine_set, live=live),
+        candidate_machines(scope, live=live),
         recheck_owner(api, kinds.MACHINE_SET.resource, machine_set),
     )  # fmt: skip
     if live:
