@@ -1,0 +1,136 @@
+"""Whole passes of the MachineSet controller (``machine_set_pass``) on the recording fake
+(tests/kube_fake.py): objects and listers in, the recorded writes out, in milliseconds. The queue's
+expectations are kept in a real Redis, as in production."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mcm_tasks import kinds
+from mcm_tasks.api import API_VERSION, MachineSet
+from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.cache import Listers
+from mcm_tasks.controllers.machineset.reconcile import machine_set_pass
+from mcm_tasks.controllers.machineset.scope import MachineSetScope
+from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import configure, get_settings, reset_settings
+from tests.kube_fake import FakeKube
+
+NS = "shoot--pass"
+SETS, MACHINES = kinds.MACHINE_SET.resource.plural, kinds.MACHINE.resource.plural
+
+
+@pytest.fixture(autouse=True)
+def settings(redis_url: str) -> Iterator[None]:
+    configure({"redis_url": redis_url, "namespace": NS})
+    yield
+    reset_settings()
+
+
+def machine_class() -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "MachineClass", "metadata": {"name": "cls", "namespace": NS},
+            "providerSpec": {}, "provider": "local"}  # fmt: skip
+
+
+def machine_set(replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MachineSet",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"class": {"kind": "MachineClass", "name": "cls"}},
+            },
+        },
+    }
+
+
+def machine(name: str, owner: dict[str, Any] | None = None, phase: str = "Running") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {"app": "web"}}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "MachineSet", "name": "web",
+                                    "uid": owner["metadata"]["uid"], "controller": True,
+                                    "blockOwnerDeletion": True}]  # fmt: skip
+    return {"apiVersion": API_VERSION, "kind": "Machine", "metadata": meta,
+            "spec": {"class": {"kind": "MachineClass", "name": "cls"}},
+            "status": {"currentStatus": {"phase": phase}}}  # fmt: skip
+
+
+def run_pass(kube: FakeKube, listers: Listers | None = None) -> Requeue | None:
+    """One pass over the set as the fake holds it now, with listers over a snapshot of the fake
+    (``listers``: an older snapshot, a mirror that lags)."""
+    raw = kube.get_object(SETS, "web", NS)
+    assert raw is not None
+    scope = MachineSetScope(key=f"{NS}/web", obj=MachineSet.model_validate(raw), settings=get_settings(),
+                            listers=listers or kube.listers(NS))  # fmt: skip
+    with kube.installed():
+        return machine_set_pass(scope)
+
+
+def writes(kube: FakeKube) -> list[tuple[str, str, str | None, str | None]]:
+    """The writes of machines and sets, in order: (verb, resource, name, subresource)."""
+    return [(a.verb, a.resource, a.name, a.subresource) for a in kube.writes(SETS, MACHINES)]
+
+
+def test_a_pass_adopts_an_orphan_creates_the_missing_replica_and_writes_the_status() -> None:
+    kube = FakeKube([machine_class()])
+    ms = kube.add(machine_set(3))
+    kube.add(machine("web-a", owner=ms))
+    kube.add(machine("orphan"))
+
+    requeue = run_pass(kube)
+
+    assert writes(kube) == [
+        ("patch", SETS, "web", None),  # MCM's finalizer
+        ("patch", MACHINES, "orphan", None),  # adopted: selected, no controller
+        ("create", MACHINES, None, None),  # 3 wanted, 2 claimed
+        ("update", SETS, "web", "status"),
+    ]
+    finalizer, adopt, create, status = kube.writes(SETS, MACHINES)
+    assert finalizer.body["metadata"]["finalizers"] == [MCM_FINALIZER]
+    assert adopt.body["metadata"]["ownerReferences"][0]["uid"] == ms["metadata"]["uid"]
+    created = create.body["metadata"]
+    assert created["generateName"] == "web-" and created["labels"] == {"app": "web"}
+    assert created["ownerReferences"][0]["controller"] and MCM_FINALIZER in created["finalizers"]
+    assert status.body["status"]["replicas"] == 2  # what the pass saw; the new machine counts next pass
+    (event,) = kube.writes("events")
+    assert event.body["reason"] == "SuccessfulCreate"
+    assert requeue is not None and requeue.after == get_settings().long_retry
+
+
+def test_a_pass_before_its_creations_are_observed_creates_nothing_more() -> None:
+    """The expectations gate (upstream ``SatisfiedExpectations``): the mirror has not caught up with
+    the first pass's creations, so the second lists no machine; it must wait, not create again."""
+    kube = FakeKube([machine_class()])
+    kube.add(machine_set(2))
+    lagging = kube.listers(NS)
+    run_pass(kube, lagging)
+    assert [w[0] for w in writes(kube)].count("create") == 2
+    kube.clear()
+
+    requeue = run_pass(kube, lagging)
+
+    assert not [w for w in writes(kube) if w[0] in ("create", "delete")]
+    assert len(kube.list_objects(MACHINES, NS)) == 2
+    assert requeue is not None and requeue.after <= get_settings().expectations_timeout + 1
+
+
+def test_a_scale_down_deletes_the_machine_that_is_not_running_first() -> None:
+    kube = FakeKube([machine_class()])
+    ms = kube.add(
+        {**machine_set(1), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
+    )
+    kube.add(machine("web-running", owner=ms))
+    kube.add(machine("web-pending", owner=ms, phase="Pending"))
+
+    run_pass(kube)
+
+    assert writes(kube) == [("delete", MACHINES, "web-pending", None), ("update", SETS, "web", "status")]
+    assert kube.get_object(MACHINES, "web-pending", NS) is None
+    assert kube.get_object(MACHINES, "web-running", NS) is not None
