@@ -13,13 +13,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.dynamic import DynamicClient
 
-from tests.integration.test_apiserver_support import (  # noqa: F401 - fixtures
-    GROUP,
-    core_fixture,
-    ns_fixture,
-    raw_request,
-    session_api_fixture,
-)
+from tests.sandbox.apiserver_support import GROUP, raw_request
 
 pytestmark = pytest.mark.integration
 
