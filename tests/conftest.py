@@ -27,8 +27,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     refuse a test there that needs what makes a test slow: it belongs in tests/integration/."""
     wrong = []
     for item in items:
-        folder = item.path.resolve().relative_to(TESTS).parts[0]
-        if folder not in FAST_FOLDERS:
+        path = item.path.resolve()
+        if not path.is_relative_to(TESTS) or path.relative_to(TESTS).parts[0] not in FAST_FOLDERS:
             continue
         slow = sorted(SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         slow += sorted(SLOW_MARKERS.intersection(m.name for m in item.iter_markers()))
