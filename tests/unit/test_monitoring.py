@@ -74,6 +74,15 @@ CASES: dict[str, dict[str, Any]] = {
                      f'exported_namespace="shoot",namespace="{NS}"}}', "1x10")],
         "at": 6, "labels": {"name": "md", "exported_namespace": "shoot"},
     },
+    "MCMTasksRemediationBlocked": {
+        "cause": [(f'mcm_remediation_blocked{{name="md",exported_namespace="shoot",reason="ZoneUnhealthy",'
+                   f'namespace="{NS}",pod="worker-0"}}', "1x30"),
+                  (f'mcm_remediation_blocked{{name="md",exported_namespace="shoot",reason="ZoneUnhealthy",'
+                   f'namespace="{NS}",pod="worker-1"}}', "1x30")],
+        "healthy": [(f'mcm_remediation_blocked{{name="md",exported_namespace="shoot",reason="",'
+                     f'namespace="{NS}",pod="worker-0"}}', "0x30")],
+        "at": 20, "labels": {"name": "md", "exported_namespace": "shoot", "reason": "ZoneUnhealthy"},
+    },
     "MCMTasksRedisUnreachable": {
         "cause": [(f'mcm_redis_up{{namespace="{NS}",pod="worker-0"}}', "1 0x10"),
                   (f'mcm_redis_up{{namespace="{NS}",pod="informer-0"}}', "1x10")],
