@@ -1,0 +1,111 @@
+"""Whole passes of the machine controller (``reconcile_machine``, the ``machine`` queue's entry) on
+the recording fake (tests/kube_fake.py): objects in, one pass run in-process, the recorded writes
+out. The local provider's cloud and the queue's keys live in a real Redis, as in production."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
+from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.redisdb import get_redis
+from mcm_tasks.settings import configure, get_settings, reset_settings
+from providers.local import LocalCloud
+from tests.kube_fake import FakeKube
+from tests.unit.pass_support import MACHINES, NS, Obj, machine, machine_class, node, secret
+
+KEY = f"{NS}/m1"
+
+
+@pytest.fixture(autouse=True)
+def settings(redis_url: str) -> Iterator[None]:
+    configure({"redis_url": redis_url, "namespace": NS})
+    yield
+    reset_settings()
+
+
+def writes(kube: FakeKube) -> list[tuple[str, str, str | None, str | None]]:
+    return [(a.verb, a.resource, a.name, a.subresource) for a in kube.writes(MACHINES, "nodes")]
+
+
+def test_a_new_machine_gets_its_finalizer_a_vm_and_goes_pending() -> None:
+    kube = FakeKube([secret(), machine_class(), machine("m1")])
+
+    with kube.installed():
+        requeue = reconcile_machine(KEY)
+
+    assert writes(kube) == [
+        ("patch", MACHINES, "m1", None),  # MCM's finalizer
+        ("patch", MACHINES, "m1", None),  # node label, providerID
+        ("update", MACHINES, "m1", "status"),  # Pending
+    ]
+    (vm,) = LocalCloud(get_redis()).by_machine("m1")
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None
+    assert m1["metadata"]["finalizers"] == [MCM_FINALIZER]
+    assert m1["spec"]["providerID"] == vm.provider_id
+    assert m1["metadata"]["labels"][NODE_LABEL_KEY] == "m1"
+    assert m1["status"]["currentStatus"]["phase"] == "Pending"
+    assert m1["status"]["lastOperation"]["type"] == "Create"
+    assert requeue is not None
+
+
+def running(phase: str = "Running", since: str = "2026-01-01T00:00:00Z", ready: str = "True") -> Obj:
+    """A machine past its creation: finalizer, VM, node label, the node's conditions copied."""
+    return machine("m1", labels={NODE_LABEL_KEY: "n1"}, finalizers=True, spec={"providerID": "local:///n1"},
+                   status={"currentStatus": {"phase": phase, "lastUpdateTime": since},
+                           "lastOperation": {"description": "ok", "state": "Successful",
+                                             "type": "HealthCheck", "lastUpdateTime": since},
+                           "conditions": node("n1", ready)["status"]["conditions"]})  # fmt: skip
+
+
+def test_a_running_machine_whose_node_is_not_ready_goes_unknown() -> None:
+    kube = FakeKube([secret(), machine_class(), running(), node("n1", ready="False")])
+
+    with kube.installed():
+        requeue = reconcile_machine(KEY)
+
+    assert writes(kube) == [
+        ("update", MACHINES, "m1", "status"),  # Unknown
+        ("patch", "nodes", "n1", None),  # node sync: machine-name label and node finalizer
+    ]
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Unknown"
+    assert m1["status"]["conditions"][0]["status"] == "False"  # the node's conditions copied
+    (event,) = kube.writes("events")
+    assert event.body["reason"] == "MachineUnknown" and event.body["type"] == "Warning"
+    assert requeue is not None and requeue.after == get_settings().health_recheck_period
+
+
+def test_an_unknown_machine_past_its_health_timeout_is_marked_failed() -> None:
+    """No deployment owns it (no ``name`` label), so no budget holds it: Failed at once, and the
+    short retry hands it to the deletion that its MachineSet will ask for."""
+    kube = FakeKube(
+        [secret(), machine_class(), running(phase="Unknown", ready="False"), node("n1", ready="False")]
+    )
+
+    with kube.installed():
+        requeue = reconcile_machine(KEY)
+
+    assert ("update", MACHINES, "m1", "status") in writes(kube)
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Failed"
+    assert m1["status"]["lastOperation"]["description"].startswith("Machine m1 health checks failing since")
+    (event,) = kube.writes("events")
+    assert event.body["reason"] == "MachineFailed"
+    assert requeue is not None and requeue.after == get_settings().short_retry
+
+
+def test_an_unknown_machine_within_its_health_timeout_stays_unknown() -> None:
+    recent = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube = FakeKube([secret(), machine_class(), running(phase="Unknown", since=recent, ready="False"),
+                     node("n1", ready="False")])  # fmt: skip
+
+    with kube.installed():
+        requeue = reconcile_machine(KEY)
+
+    assert ("update", MACHINES, "m1", "status") not in writes(kube)
+    assert requeue is not None and requeue.after <= get_settings().health_recheck_period
