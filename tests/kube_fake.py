@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -152,6 +152,20 @@ class FakeKube(ApiClient):
         meta["resourceVersion"] = str(next(self._rv))
         self.objects[(_plural(stored), meta.get("namespace"), meta["name"])] = stored
         return copy.deepcopy(stored)
+
+    def change(self, resource: str, name: str, namespace: str | None, change: Callable[[Obj], None]) -> Obj:
+        """Change a stored object in place as another writer would (a user editing a spec, another
+        controller writing a status), with no action recorded: ``change`` edits the object given; a
+        new resourceVersion, and a new generation when the spec changed, as the API server does."""
+        current = self.objects[(resource, namespace, name)]
+        changed = copy.deepcopy(current)
+        change(changed)
+        meta = changed["metadata"]
+        if changed.get("spec") != current.get("spec"):
+            meta["generation"] = int(meta.get("generation") or 1) + 1
+        meta["resourceVersion"] = str(next(self._rv))
+        self.objects[(resource, namespace, name)] = changed
+        return copy.deepcopy(changed)
 
     def get_object(self, resource: str, name: str, namespace: str | None = None) -> Obj | None:
         found = self.objects.get((resource, namespace, name))

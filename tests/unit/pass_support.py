@@ -50,3 +50,24 @@ def node(name: str, ready: str = "True", **meta: Any) -> Obj:
             "spec": {"providerID": f"local:///{name}"},
             "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "KubeletReady",
                                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}  # fmt: skip
+
+
+def machine_deployment(replicas: int = 3, strategy: str = "RollingUpdate", class_name: str = "cls",
+                       surge: int = 1, unavailable: int = 0) -> Obj:  # fmt: skip
+    """``web``: a deployment of machines of ``class_name``, labelled ``name: web`` (what MCM's health
+    check and Gardener's worker read the deployment by)."""
+    strat: Obj = {"type": strategy}
+    if strategy == "RollingUpdate":
+        strat["rollingUpdate"] = {"maxSurge": surge, "maxUnavailable": unavailable}
+    elif strategy == "InPlaceUpdate":
+        strat["inPlaceUpdate"] = {
+            "maxSurge": surge,
+            "maxUnavailable": unavailable,
+            "orchestrationType": "Auto",
+        }
+    template = {"metadata": {"labels": {"name": "web"}},
+                "spec": {"class": {"kind": "MachineClass", "name": class_name}}}  # fmt: skip
+    spec = {"replicas": replicas, "selector": {"matchLabels": {"name": "web"}}, "strategy": strat,
+            "template": template}  # fmt: skip
+    return {"apiVersion": API_VERSION, "kind": "MachineDeployment",
+            "metadata": {"name": "web", "namespace": NS}, "spec": spec}  # fmt: skip
