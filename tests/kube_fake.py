@@ -24,9 +24,12 @@ Used by tests only; the product never imports it (import-linter's contract forbi
 
 from __future__ import annotations
 
+import builtins
 import copy
 import itertools
 import json
+import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +54,7 @@ _SERVER_FIELDS = frozenset(
 )
 #: the verbs that change something
 WRITES = frozenset({"create", "update", "patch", "delete"})
+_fakes = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class _Response:
 
     def __init__(self, status: int, body: Any) -> None:
         self.status = status
-        self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict"}.get(status, "")
+        self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict",
+                       503: "Service Unavailable"}.get(status, "")  # fmt: skip
         self.data = b"" if body is None else json.dumps(body).encode()
         self.headers = {"Content-Type": "application/json"}
         self.response = self
@@ -131,10 +136,13 @@ class FakeKube(ApiClient):
     """An API server in a dict, behind the official client; ``actions`` records every request."""
 
     def __init__(self, objects: Iterable[Mapping[str, Any]] = (), now: datetime | None = None) -> None:
-        super().__init__(Configuration(host="http://fake-kube.invalid"))
+        # a host of its own, so that the control and the target fake are told apart (probe clients)
+        super().__init__(Configuration(host=f"http://fake-kube-{next(_fakes)}.invalid"))
         self.objects: dict[tuple[str, str | None, str], Obj] = {}
         self.actions: list[Action] = []
         self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
+        #: an outage: while set, every request is recorded and answered 503 ServiceUnavailable
+        self.unavailable = False
         self._rv = itertools.count(1)
         self._ids = itertools.count(1)
         for obj in objects:
@@ -183,22 +191,55 @@ class FakeKube(ApiClient):
     def clear(self) -> None:
         self.actions.clear()
 
+    def mirror(self) -> MemoryReader:
+        """A snapshot of the objects now, as the informers' mirror would hold them (``installed``)."""
+        return MemoryReader(self.objects.values())
+
     def listers(self, namespace: str) -> Listers:
         """The controller's listers over a snapshot of the objects now (what the mirror holds)."""
-        return new_listers(namespace, MemoryReader(self.objects.values()))
+        return new_listers(namespace, self.mirror())
 
     @contextmanager
-    def installed(self, target: FakeKube | None = None) -> Iterator[FakeKube]:
+    def installed(
+        self, target: FakeKube | None = None, mirror: MemoryReader | None = None
+    ) -> Iterator[FakeKube]:
         """This fake as the process's control cluster (and ``target``, itself by default, as the
-        target), for code that reads the process's clients rather than its scope's."""
+        target), for code that reads the process's clients rather than its scope's. The API-server
+        check's probes, which build their own client of a cluster's host (``probe_client``), reach
+        the same fakes. ``mirror`` (``mirror()``, a snapshot) is what this thread's reader of the
+        informers' mirror holds, synced, for code that reads the process's listers: without it they
+        find the mirror unsynced, and read the fake instead."""
+        from mcm_tasks.cache import reader
+        from mcm_tasks.controllers.safety import apiserver_io
+        from mcm_tasks.settings import get_settings
+
+        ident = (os.getpid(), threading.get_ident(), get_settings().redis_url)
+        reader_before = reader._readers.get(ident)
+        if mirror is not None:
+            reader._readers[ident] = mirror
+
         before = clients._current
+        clusters = [self, target or self]
+        probes = {(os.getpid(), str(c.configuration.host)): c for c in clusters}
+        probes_before = {k: apiserver_io._probe_clients.get(k) for k in probes}
         clients._current = clients.Clusters(
-            clients.Cluster("control", self), clients.Cluster("target", target or self)
+            clients.Cluster("control", self), clients.Cluster("target", clusters[1])
         )
+        apiserver_io._probe_clients.update(probes)
         try:
             yield self
         finally:
             clients._current = before
+            if mirror is not None:
+                if reader_before is None:
+                    reader._readers.pop(ident, None)
+                else:
+                    reader._readers[ident] = reader_before
+            for key, found in probes_before.items():
+                if found is None:
+                    apiserver_io._probe_clients.pop(key, None)
+                else:
+                    apiserver_io._probe_clients[key] = found
 
     # --- the client's side ------------------------------------------------------------------------
 
@@ -210,6 +251,14 @@ class FakeKube(ApiClient):
         content_type = (header_params or {}).get("Content-Type")
         try:
             path = _parse_path(split.path)
+            if self.unavailable:
+                verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+                self.actions.append(
+                    Action(verb[method], path.resource, path.namespace, path.name, path.subresource)
+                )
+                raise _Refused(
+                    503, "ServiceUnavailable", "the server is currently unable to handle the request"
+                )
             return _Response(*self._serve(method, path, payload, content_type, query))
         except _Refused as refused:
             return _Response(refused.status["code"], refused.status)
@@ -342,13 +391,19 @@ class MemoryReader(CacheReader):
         found = self.stored.get(kind, {})
         return [(k, found[k]) for k in keys if k in found]
 
+    def get_many(self, kind: str, keys: Iterable[str]) -> list[Obj]:
+        return [orjson.loads(raw) for _, raw in self.get_many_stored(kind, keys)]
+
+    def list(self, kind: str) -> list[Obj]:  # type: ignore[override]
+        return [orjson.loads(raw) for raw in self.stored.get(kind, {}).values()]
+
     def list_stored(self, kind: str) -> dict[str, bytes]:
         return dict(self.stored.get(kind, {}))
 
     def list_stored_if_synced(self, kind: str) -> dict[str, bytes] | None:
         return self.list_stored(kind)
 
-    def keys(self, kind: str) -> list[str]:
+    def keys(self, kind: str) -> builtins.list[str]:
         return sorted(self.stored.get(kind, {}))
 
     def count(self, kind: str) -> int:
