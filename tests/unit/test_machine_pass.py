@@ -10,12 +10,23 @@ from datetime import UTC, datetime
 import pytest
 
 from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
+from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
+from mcm_tasks.controllers.machine.health import not_marked_description
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, get_settings, reset_settings
 from providers.local import LocalCloud
 from tests.kube_fake import FakeKube
-from tests.unit.pass_support import MACHINES, NS, Obj, machine, machine_class, node, secret
+from tests.unit.pass_support import (
+    MACHINES,
+    NS,
+    Obj,
+    machine,
+    machine_class,
+    machine_deployment,
+    node,
+    secret,
+)
 
 KEY = f"{NS}/m1"
 
@@ -109,3 +120,24 @@ def test_an_unknown_machine_within_its_health_timeout_stays_unknown() -> None:
 
     assert ("update", MACHINES, "m1", "status") not in writes(kube)
     assert requeue is not None and requeue.after <= get_settings().health_recheck_period
+
+
+def test_an_unknown_machine_waits_while_its_deployment_has_a_replacement_in_flight() -> None:
+    """The replacement budget (MCM's one at a time, ``--max-replacements``): a machine of the
+    same deployment is already Failed and being replaced, so this one is not marked Failed yet; it
+    says why on its status and in the pass's outcome."""
+    unknown = running(phase="Unknown", ready="False")
+    unknown["metadata"]["labels"]["name"] = "web"
+    replaced = machine("m0", labels={"name": "web"}, finalizers=True,
+                       status={"currentStatus": {"phase": "Failed"}})  # fmt: skip
+    kube = FakeKube([secret(), machine_class(), machine_deployment(3), unknown, replaced,
+                     node("n1", ready="False")])  # fmt: skip
+
+    with kube.installed():
+        requeue = reconcile_machine(KEY)
+
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Unknown"
+    assert m1["status"]["lastOperation"]["description"] == not_marked_description("m1")
+    assert requeue is not None and MAX_REPLACEMENTS_REACHED in requeue.note
+    assert requeue.after <= get_settings().health_recheck_period
