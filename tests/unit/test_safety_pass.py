@@ -13,9 +13,11 @@ import pytest
 
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
+from mcm_tasks.api.drainrule import OWN_API_VERSION
+from mcm_tasks.controllers.common import drainrules_io
 from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
-from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING
+from mcm_tasks.controllers.safety import APISERVER, DRAIN_RULES, ORPHAN_VMS, OVERSHOOTING
 from mcm_tasks.controllers.safety.apiserver import RESET_DESCRIPTION
 from mcm_tasks.controllers.safety.apiserver_io import down_since_key
 from mcm_tasks.controllers.safety.register import reconcile_safety
@@ -185,3 +187,45 @@ def test_the_overshooting_job_leaves_a_set_just_below_the_threshold_alone() -> N
         reconcile_safety(OVERSHOOTING)
 
     assert not writes(kube)
+
+
+# --- drain rules (mcm-tasks's own job on the safety queue) ------------------------------------------------
+
+
+def drain_rule(name: str, behavior: str) -> Obj:
+    meta = {"name": name, "namespace": NS}
+    return {"apiVersion": OWN_API_VERSION, "kind": "MachineDrainRule", "metadata": meta,
+            "spec": {"drain": {"behavior": behavior}}}  # fmt: skip
+
+
+@pytest.fixture()
+def fresh_rules() -> Iterator[None]:
+    """The drain keeps a namespace's rules for a few seconds per process: none of this test's may
+    reach a later test's drain."""
+    yield
+    drainrules_io._cache.pop(NS, None)
+
+
+@pytest.mark.usefixtures("fresh_rules")
+def test_the_drain_rules_job_says_on_each_rule_whether_drains_use_it_and_warns_of_an_invalid_one() -> None:
+    kube = FakeKube([drain_rule("skip-agents", "Skip"), drain_rule("typo", "Skp")])
+
+    with kube.installed():
+        reconcile_safety(DRAIN_RULES)
+
+    rules = "machinedrainrules"
+    assert [(a.verb, a.name, a.subresource) for a in kube.writes(rules)] == [
+        ("update", "skip-agents", "status"),
+        ("update", "typo", "status"),
+    ]
+    valid = {r["metadata"]["name"]: r["status"]["conditions"][0] for r in kube.list_objects(rules, NS)}
+    assert valid["skip-agents"]["status"] == "True"
+    assert valid["typo"]["status"] == "False" and valid["typo"]["reason"] == "InvalidDrainRule"
+    (event,) = kube.writes("events")
+    assert event.body["reason"] == "InvalidDrainRule" and event.body["involvedObject"]["name"] == "typo"
+
+    kube.clear()
+    with kube.installed():
+        reconcile_safety(DRAIN_RULES)
+
+    assert not writes(kube)  # judged the same: nothing written again, no second Event
