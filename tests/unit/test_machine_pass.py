@@ -5,11 +5,17 @@ out. The local provider's cloud and the queue's keys live in a real Redis, as in
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
+from mcm_tasks.api.constants import (
+    MACHINE_JOIN_DURATION_ANNOTATION,
+    MCM_FINALIZER,
+    NODE_FINALIZER,
+    NODE_LABEL_KEY,
+)
+from mcm_tasks.controllers.common.frozen import set_frozen
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.machine.health import not_marked_description
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
@@ -29,6 +35,10 @@ from tests.unit.pass_support import (
 )
 
 KEY = f"{NS}/m1"
+
+
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.fixture(autouse=True)
@@ -141,3 +151,67 @@ def test_an_unknown_machine_waits_while_its_deployment_has_a_replacement_in_flig
     assert m1["status"]["lastOperation"]["description"] == not_marked_description("m1")
     assert requeue is not None and MAX_REPLACEMENTS_REACHED in requeue.note
     assert requeue.after <= get_settings().health_recheck_period
+
+
+def test_a_create_the_cloud_refuses_leaves_the_machine_in_crash_loop_back_off() -> None:
+    """ResourceExhausted (the zone is out of capacity): CrashLoopBackOff within the creation
+    timeout, the cloud's message on the machine, and the retry the code calls for."""
+    refusing = machine_class(providerSpec={"failCreates": {"count": 1, "code": "ResourceExhausted"}})
+    kube = FakeKube([secret(), refusing, machine("m1", creationTimestamp=stamp(datetime.now(UTC)))])
+
+    with kube.installed():
+        requeue = reconcile_machine(KEY)
+
+    assert not LocalCloud(get_redis()).by_machine("m1")
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "CrashLoopBackOff"
+    assert m1["status"]["lastOperation"]["state"] == "Failed"
+    assert "providerID" not in m1["spec"]
+    assert requeue is not None and requeue.after == get_settings().resource_exhausted_retry
+
+
+def test_a_create_the_cloud_refuses_past_the_creation_timeout_fails_the_machine() -> None:
+    """The same refusal once the machine is older than its creation timeout: Failed, for its
+    MachineSet to replace (and no VM launched again for it)."""
+    refusing = machine_class(providerSpec={"failCreates": {"count": 1, "code": "ResourceExhausted"}})
+    long_ago = datetime.now(UTC) - timedelta(seconds=get_settings().machine_creation_timeout + 60)
+    kube = FakeKube([secret(), refusing, machine("m1", creationTimestamp=stamp(long_ago))])
+
+    with kube.installed():
+        reconcile_machine(KEY)
+
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Failed"
+    assert not LocalCloud(get_redis()).by_machine("m1")
+
+
+def test_a_frozen_machine_controller_launches_nothing() -> None:
+    """The API-server check froze the controller (a flag in Redis): a pass adds the finalizer, as
+    MCM does before it looks, and stops there until the freeze ends."""
+    set_frozen(True, get_redis())
+    kube = FakeKube([secret(), machine_class(), machine("m1")])
+
+    with kube.installed():
+        requeue = reconcile_machine(KEY)
+
+    assert writes(kube) == [("patch", MACHINES, "m1", None)]  # the finalizer only
+    assert not LocalCloud(get_redis()).by_machine("m1")
+    assert requeue is not None and requeue.after == get_settings().long_retry
+
+
+def test_a_pending_machine_whose_node_joins_ready_goes_running() -> None:
+    kube = FakeKube([secret(), machine_class(), machine("m1")])
+    with kube.installed():
+        reconcile_machine(KEY)  # created: Pending, node label "m1"
+    kube.add(node("m1"))
+    kube.clear()
+
+    with kube.installed():
+        reconcile_machine(KEY)
+
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Running"
+    assert m1["status"]["conditions"][0]["type"] == "Ready"
+    assert MACHINE_JOIN_DURATION_ANNOTATION in m1["metadata"]["annotations"]
+    joined = kube.get_object("nodes", "m1")
+    assert joined is not None and NODE_FINALIZER in joined["metadata"]["finalizers"]
