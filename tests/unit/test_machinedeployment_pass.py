@@ -276,3 +276,24 @@ def test_the_first_in_place_pass_writes_without_a_conflict_of_its_own() -> None:
     run_pass(kube)
 
     assert [a.verb for a in kube.actions if a.resource == DEPLOYMENTS].count("get") == 1
+
+
+def test_a_deleted_deployment_deletes_its_sets_then_lets_go_of_its_finalizer() -> None:
+    kube = FakeKube([machine_deployment(3)])
+    ms = first_set(kube)
+    kube.change(
+        DEPLOYMENTS, "web", NS, lambda o: o["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z")
+    )
+
+    requeue = run_pass(kube)
+
+    assert writes(kube)[0] == ("delete", SETS, ms["metadata"]["name"], None)
+    assert kube.list_objects(SETS, NS) == []
+    deployment = kube.get_object(DEPLOYMENTS, "web", NS)
+    assert deployment is not None  # its finalizer holds it until a pass finds no set left
+    assert requeue is not None and requeue.after == get_settings().short_retry
+
+    run_pass(kube)
+
+    assert writes(kube) == [("patch", DEPLOYMENTS, "web", None)]
+    assert kube.get_object(DEPLOYMENTS, "web", NS) is None  # the finalizer gone, the deployment too
