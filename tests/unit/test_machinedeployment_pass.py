@@ -246,9 +246,24 @@ def test_an_in_place_update_moves_a_machine_whose_node_was_updated_to_the_new_se
     assert counted is not None and UPDATE_RESULT_LABEL_KEY not in counted["metadata"]["labels"]
 
 
+def test_a_node_moved_to_the_new_set_has_the_rollouts_taint_off_by_the_next_pass() -> None:
+    """Upstream ``syncMachineSets``: the old sets' PreferNoSchedule goes off the new set's Nodes
+    (``_untaint``; a Conflict is retried next pass, as its docstring says)."""
+    kube, _ = in_place_deployment()
+    selected = updated_by_the_agent(kube)
+    run_pass(kube)  # the move
+
+    run_pass(kube)
+
+    moved_node = kube.get_object("nodes", selected)
+    assert moved_node is not None and not moved_node["spec"].get("taints")
+    others = [n for n in kube.list_objects("nodes") if n["metadata"]["name"] != selected]
+    assert all(n["spec"].get("taints") for n in others)  # the old set's nodes keep theirs
+
+
 TAINT_CONFLICT = (
     "the move clears the node's labels, then patches its taints with the resourceVersion read "
-    "before: a Conflict, logged; the taint stays"
+    "before: always a Conflict of the pass's own, logged; the taint waits for the next pass"
 )
 
 
