@@ -42,7 +42,7 @@ def writes(kube: FakeKube) -> list[tuple[str, str, str | None, str | None]]:
     return [(a.verb, a.resource, a.name, a.subresource) for a in kube.writes(DEPLOYMENTS, SETS, MACHINES)]
 
 
-def first_set(kube: FakeKube, available: bool = True) -> Obj:
+def first_set(kube: FakeKube) -> Obj:
     """The deployment's first pass (its set made), then what the MachineSet controller and its
     machines would have done meanwhile: the set's machines Running and counted in its status."""
     with kube.installed():
@@ -51,10 +51,7 @@ def first_set(kube: FakeKube, available: bool = True) -> Obj:
     name, replicas = ms["metadata"]["name"], ms["spec"]["replicas"]
     for i in range(replicas):
         kube.add(owned_machine(f"{name}-{i}", ms))
-    counted = replicas if available else 0
-    kube.change(SETS, name, NS, lambda o: o.update(status={
-        "replicas": replicas, "fullyLabeledReplicas": replicas, "readyReplicas": counted,
-        "availableReplicas": counted, "observedGeneration": o["metadata"]["generation"]}))  # fmt: skip
+    set_status(kube, name, replicas, replicas)
     kube.clear()
     return kube.get_object(SETS, name, NS) or {}
 
