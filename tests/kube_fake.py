@@ -17,7 +17,9 @@ namespace, name, subresource, body); ``writes()`` are the ones that change somet
 ``listers()`` are the controller's own ``Listers`` over a ``MemoryReader``: a snapshot of the
 objects as an informer would have mirrored them, taken when asked for (the mirror lags the
 writes, as in production). ``installed()`` makes the fake this process's control and target
-cluster for the code below a scope that still reads the process's clients.
+cluster for the code below a scope that still reads the process's clients (and, given a
+``mirror()``, what the process's listers read). ``change()`` is another writer's edit, unrecorded;
+``unavailable`` an outage.
 
 Used by tests only; the product never imports it (import-linter's contract forbids ``tests``).
 """
@@ -54,6 +56,8 @@ _SERVER_FIELDS = frozenset(
 )
 #: the verbs that change something
 WRITES = frozenset({"create", "update", "patch", "delete"})
+#: the verb client-go's ``testing.Action`` names for each method (a GET without a name: ``list``)
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 _fakes = itertools.count(1)
 
 
@@ -252,10 +256,8 @@ class FakeKube(ApiClient):
         try:
             path = _parse_path(split.path)
             if self.unavailable:
-                verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-                self.actions.append(
-                    Action(verb[method], path.resource, path.namespace, path.name, path.subresource)
-                )
+                verb = _VERBS[method] if method != "GET" or path.name else "list"
+                self.actions.append(Action(verb, path.resource, path.namespace, path.name, path.subresource))
                 raise _Refused(
                     503, "ServiceUnavailable", "the server is currently unable to handle the request"
                 )
@@ -271,7 +273,7 @@ class FakeKube(ApiClient):
             items = self.list_objects(p.resource, p.namespace)
             return 200, {"kind": "List", "apiVersion": p.api_version, "items": items,
                          "metadata": {"resourceVersion": str(next(self._rv))}}  # fmt: skip
-        verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+        verb = _VERBS[method]
         name = p.name if method != "POST" else (body.get("metadata") or {}).get("name")
         self.actions.append(Action(verb, p.resource, p.namespace, name, p.subresource, copy.deepcopy(body)))
         key = (p.resource, p.namespace, p.name or "")
@@ -391,10 +393,10 @@ class MemoryReader(CacheReader):
         found = self.stored.get(kind, {})
         return [(k, found[k]) for k in keys if k in found]
 
-    def get_many(self, kind: str, keys: Iterable[str]) -> list[Obj]:
+    def get_many(self, kind: str, keys: Iterable[str]) -> builtins.list[Obj]:
         return [orjson.loads(raw) for _, raw in self.get_many_stored(kind, keys)]
 
-    def list(self, kind: str) -> list[Obj]:  # type: ignore[override]
+    def list(self, kind: str) -> builtins.list[Obj]:
         return [orjson.loads(raw) for raw in self.stored.get(kind, {}).values()]
 
     def list_stored(self, kind: str) -> dict[str, bytes]:
