@@ -7,9 +7,10 @@ socket, so everything above it (``kube.rest``'s encoding, ``kube.ops``, ``retry_
 Event recorder) runs as in production. It keeps the API server's rules a controller depends on:
 resourceVersion preconditions (409 Conflict), ``generateName``, uid and creationTimestamp on
 create, the status subresource, finalizers holding a delete (deletionTimestamp), and merge, JSON
-and strategic merge patches (the sandbox API server's own, ``mcm_sandbox.patch``). It does not
-select by label or field on lists, watch, or validate against the CRDs: those are the sandbox API
-server's job (tests/sandbox/, tests/integration/).
+and strategic merge patches (the sandbox API server's own, ``mcm_sandbox.patch``). It answers the
+discovery a drain reads and takes every Eviction (no PodDisruptionBudget is kept): the pod goes.
+It does not select by label or field on lists, watch, or validate against the CRDs: those are the
+sandbox API server's job (tests/sandbox/, tests/integration/).
 
 Every request is recorded as an ``Action`` (client-go's ``testing.Action``: verb, resource,
 namespace, name, subresource, body); ``writes()`` are the ones that change something.
@@ -253,6 +254,9 @@ class FakeKube(ApiClient):
         query = dict(parse_qsl(split.query))
         payload = None if body is None else orjson.loads(body)
         content_type = (header_params or {}).get("Content-Type")
+        if split.path.rstrip("/") in _DISCOVERY:  # what a drain asks before it evicts
+            self.actions.append(Action("get", "discovery", None, split.path.rstrip("/")))
+            return _Response(200, _DISCOVERY[split.path.rstrip("/")])
         try:
             path = _parse_path(split.path)
             if self.unavailable:
@@ -277,6 +281,8 @@ class FakeKube(ApiClient):
         name = p.name if method != "POST" else (body.get("metadata") or {}).get("name")
         self.actions.append(Action(verb, p.resource, p.namespace, name, p.subresource, copy.deepcopy(body)))
         key = (p.resource, p.namespace, p.name or "")
+        if method == "POST" and p.subresource == "eviction":
+            return 201, self._evict(key, body)
         if method == "POST":
             return 201, self._create(p, body)
         current = self.objects.get(key)
@@ -332,6 +338,15 @@ class FakeKube(ApiClient):
             self.objects[key] = new
         return copy.deepcopy(new)
 
+    def _evict(self, key: tuple[str, str | None, str], eviction: Obj) -> Obj:
+        """An Eviction of a pod: no PodDisruptionBudget is kept, so every eviction is allowed and the
+        pod is deleted at once (as a kubelet that stops it instantly)."""
+        current = self.objects.get(key)
+        if current is None:
+            raise _Refused(404, "NotFound", f'pods "{key[2]}" not found')
+        self._delete(key, current, (eviction or {}).get("deleteOptions") or {})
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
     def _delete(self, key: tuple[str, str | None, str], current: Obj, options: Obj) -> Obj:
         meta = current["metadata"]
         pre = options.get("preconditions") or {}
@@ -346,6 +361,18 @@ class FakeKube(ApiClient):
             return copy.deepcopy(current)
         del self.objects[key]
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": key[2]}}
+
+
+#: discovery, as much as a drain reads (``support_eviction``): policy/v1, the pods/eviction subresource
+_DISCOVERY: dict[str, Obj] = {
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": "policy", "versions": [{"groupVersion": "policy/v1", "version": "v1"}],
+         "preferredVersion": {"groupVersion": "policy/v1", "version": "v1"}}]},
+    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+        {"name": "pods", "kind": "Pod", "namespaced": True},
+        {"name": "pods/eviction", "kind": "Eviction", "group": "policy", "version": "v1",
+         "namespaced": True}]},
+}  # fmt: skip
 
 
 def _plural(obj: Mapping[str, Any]) -> str:

@@ -93,3 +93,26 @@ def test_a_pre_drain_hook_holds_the_flow_before_the_cordon() -> None:
 
 def writes(kube: FakeKube) -> list[tuple[str, str, str | None, str | None]]:
     return [(a.verb, a.resource, a.name, a.subresource) for a in kube.writes(MACHINES, "nodes")]
+
+
+def test_the_drain_evicts_the_nodes_pods_and_the_flow_goes_on_once_they_are_gone() -> None:
+    """One pass cordons and evicts (the Eviction API, as the cluster's discovery offers it) and
+    waits for the pod to go, keeping the VM; the next finds the node empty and ends the flow."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "default"},
+           "spec": {"nodeName": "m1", "containers": [{"name": "web", "image": "web"}]},
+           "status": {"phase": "Running"}}  # fmt: skip
+    kube = FakeKube([secret(), machine_class(), deleting(), node("m1", finalizers=[NODE_FINALIZER]), pod])
+
+    with kube.installed():
+        waiting = reconcile_termination(KEY)
+
+    assert [(a.verb, a.name, a.subresource) for a in kube.writes("pods")] == [("create", "web-0", "eviction")]
+    assert kube.get_object("pods", "web-0", "default") is None
+    assert live_vms() and kube.get_object(MACHINES, "m1", NS) is not None
+    assert waiting is not None and waiting.after <= get_settings().short_retry
+
+    with kube.installed():
+        done = reconcile_termination(KEY)
+
+    assert not live_vms() and kube.get_object(MACHINES, "m1", NS) is None
+    assert done is None
