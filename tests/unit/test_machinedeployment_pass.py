@@ -258,13 +258,6 @@ def test_a_node_moved_to_the_new_set_has_the_rollouts_taint_off_by_the_next_pass
     assert all(n["spec"].get("taints") for n in others)  # the old set's nodes keep theirs
 
 
-TAINT_CONFLICT = (
-    "the move clears the node's labels, then patches its taints with the resourceVersion read "
-    "before: always a Conflict of the pass's own, logged; the taint waits for the next pass"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=TAINT_CONFLICT)
 def test_a_node_moved_to_the_new_set_loses_the_rollouts_taint_in_the_same_pass() -> None:
     kube, _ = in_place_deployment()
     selected = updated_by_the_agent(kube)
@@ -275,13 +268,6 @@ def test_a_node_moved_to_the_new_set_loses_the_rollouts_taint_in_the_same_pass()
     assert moved_node is not None and not moved_node["spec"].get("taints")
 
 
-OLD_SET_CONFLICT = (
-    "the first in-place pass patches the old set with the resourceVersion it had before the "
-    "pass's own label write: a Conflict, and the whole pass again on live reads"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=OLD_SET_CONFLICT)
 def test_the_first_in_place_pass_writes_without_a_conflict_of_its_own() -> None:
     kube, _ = in_place_deployment()
 

@@ -141,6 +141,8 @@ def rollout_in_place(ctx: Context) -> float | None:
     running = taints.rollout_running(old_sets)
     if running:
         _label_sets(ctx, old_sets, present=True)
+        # the sets as the label write left them: the taint marker's write is guarded by their version
+        old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
     taints.taint_old_sets(ctx, old_sets, protect=running)
     if running:
         taints.protect_from_scale_down(ctx, [*old_sets, new_set])
@@ -177,13 +179,15 @@ def _label_sets(ctx: Context, machine_sets_: Sequence[MachineSet], *, present: b
         )
 
 
-def _patch_node(ctx: Context, name: str, body: Obj) -> None:
+def _patch_node(ctx: Context, name: str, body: Obj) -> Obj | None:
+    """The Node as the patch left it, or None (no target cluster, or the write failed: logged)."""
     if ctx.target is None:
-        return
+        return None
     try:
-        ops.patch(ctx.target, kinds.NODE.resource, name, body)
+        return ops.patch(ctx.target, kinds.NODE.resource, name, body)
     except Exception as err:
         log.warning("MachineDeployment %s: node %s: %s", ctx.key, name, describe(err))
+        return None
 
 
 def _label_candidates(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
@@ -195,9 +199,11 @@ def _label_candidates(ctx: Context, old_sets: Sequence[MachineSet]) -> None:
 
 
 def _clear_node(ctx: Context, name: str, node: Obj) -> None:
-    """``cleared_node``, then the rollout's PreferNoSchedule taint off the Node (``_untaint``)."""
-    _patch_node(ctx, name, cleared_node())
-    _untaint(ctx, name, node)
+    """``cleared_node``, then the rollout's PreferNoSchedule taint off the Node (``_untaint``),
+    guarded by the resourceVersion the first patch returned: the one read before it is stale by then,
+    and its taint write could only conflict."""
+    cleared = _patch_node(ctx, name, cleared_node())
+    _untaint(ctx, name, cleared if cleared is not None else node)
 
 
 def _untaint(ctx: Context, name: str, node: Obj) -> None:
