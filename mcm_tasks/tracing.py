@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,14 +40,17 @@ ENDPOINT_ENVS: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTL
 #: no process command has to call it, and a forked pool process uses what its parent set up)
 _tracer: Any = None
 _tried = False
+#: a threads-pool worker's first reconciles call ``_ensure`` at once: the others wait for the one
+#: setting up (importing the SDK takes a while) instead of finding no tracer and dropping their spans
+_setup_lock = threading.Lock()
 
 
 def _ensure() -> Any:
-    global _tried
     if not _tried:
-        _tried = True
-        role = os.path.basename(sys.argv[1]) if len(sys.argv) > 1 else "process"
-        setup(os.environ.get("OTEL_SERVICE_NAME") or role)
+        with _setup_lock:
+            if not _tried:
+                role = os.path.basename(sys.argv[1]) if len(sys.argv) > 1 else "process"
+                setup(os.environ.get("OTEL_SERVICE_NAME") or role)
     return _tracer
 
 
@@ -62,8 +66,15 @@ def configured(environ: dict[str, str] | None = None) -> bool:
 def setup(service: str) -> bool:
     """Set up tracing for this process (``service``: informer, worker, beat) when configured and the
     extra is installed; whether it did. A process forked after this (a worker's pool) inherits it."""
-    global _tracer, _tried
-    _tried = True
+    global _tried
+    try:
+        return _setup(service)
+    finally:
+        _tried = True  # only now: ``_ensure``'s unlocked check must not pass while the tracer is unset
+
+
+def _setup(service: str) -> bool:
+    global _tracer
     if _tracer is not None or not configured():
         return _tracer is not None
     try:
