@@ -47,15 +47,15 @@ GADGET_SCHEMA: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def gadgets(session_api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def parityrigs(session_api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Any:
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"gadgets.{GROUP}"},
+        "metadata": {"name": f"parityrigs.{GROUP}"},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "names": {"plural": "parityrigs", "singular": "parityrig", "kind": "ParityRig"},
             "versions": [
                 {
                     "name": "v1",
@@ -74,12 +74,12 @@ def gadgets(session_api: client.ApiClient, tmp_path_factory: pytest.TempPathFact
             raise
     cache = tmp_path_factory.mktemp("discovery") / "cache.json"
     return DynamicClient(session_api, cache_file=str(cache)).resources.get(
-        api_version=f"{GROUP}/v1", kind="Gadget"
+        api_version=f"{GROUP}/v1", kind="ParityRig"
     )
 
 
 def _path(ns: str, name: str = "") -> str:
-    return f"/apis/{GROUP}/v1/namespaces/{ns}/gadgets" + (f"/{name}" if name else "")
+    return f"/apis/{GROUP}/v1/namespaces/{ns}/parityrigs" + (f"/{name}" if name else "")
 
 
 def _put(api: client.ApiClient, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -96,15 +96,15 @@ def _get(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 
 
 @pytest.fixture()
-def gadget(session_api: client.ApiClient, gadgets: Any, ns: str) -> Iterator[dict[str, Any]]:
-    """A stored Gadget: its template's creationTimestamp pruned away, its strategy defaulted."""
+def parityrig(session_api: client.ApiClient, parityrigs: Any, ns: str) -> Iterator[dict[str, Any]]:
+    """A stored ParityRig: its template's creationTimestamp pruned away, its strategy defaulted."""
     body = {
         "apiVersion": f"{GROUP}/v1",
-        "kind": "Gadget",
+        "kind": "ParityRig",
         "metadata": {"name": "g"},
         "spec": {"replicas": 1, "template": {"metadata": {"creationTimestamp": None, "labels": {"a": "b"}}}},
     }
-    gadgets.create(body=body, namespace=ns)
+    parityrigs.create(body=body, namespace=ns)
     stored = _get(session_api, ns, "g")
     assert "creationTimestamp" not in stored["spec"]["template"]["metadata"]
     assert stored["spec"]["strategy"] == "RollingUpdate" and stored["metadata"]["generation"] == 1
@@ -112,40 +112,40 @@ def gadget(session_api: client.ApiClient, gadgets: Any, ns: str) -> Iterator[dic
 
 
 def _events_after(api: client.ApiClient, ns: str, rv: str) -> list[tuple[str, str]]:
-    """Every event on the namespace's gadgets since ``rv`` (a watch replays them from history)."""
+    """Every event on the namespace's parityrigs since ``rv`` (a watch replays them from history)."""
     stream = watch.Watch().stream(
         client.CustomObjectsApi(api).list_namespaced_custom_object,
-        GROUP, "v1", ns, "gadgets", resource_version=rv, timeout_seconds=1,
+        GROUP, "v1", ns, "parityrigs", resource_version=rv, timeout_seconds=1,
     )  # fmt: skip
     return [(ev["type"], ev["raw_object"]["metadata"]["resourceVersion"]) for ev in stream]
 
 
 def test_a_go_clients_nulls_and_omitted_defaults_are_no_spec_change(
-    session_api: client.ApiClient, gadget: dict[str, Any], ns: str
+    session_api: client.ApiClient, parityrig: dict[str, Any], ns: str
 ) -> None:
     """The body a Go client PUTs back (``creationTimestamp: null`` in the template, a defaulted field
     left out) prunes and defaults to the stored spec: a label change keeps generation 1."""
-    body = json.loads(json.dumps(gadget))
+    body = json.loads(json.dumps(parityrig))
     body["spec"]["template"]["metadata"]["creationTimestamp"] = None
     del body["spec"]["strategy"]
     body["metadata"]["labels"] = {"touched": "yes"}
     out = _put(session_api, ns, body)
     assert out["metadata"]["labels"] == {"touched": "yes"}
     assert out["metadata"]["generation"] == 1, "a metadata-only PUT is no spec change"
-    assert out["metadata"]["resourceVersion"] != gadget["metadata"]["resourceVersion"]
+    assert out["metadata"]["resourceVersion"] != parityrig["metadata"]["resourceVersion"]
     # a real spec change still counts
     out["spec"]["replicas"] = 2
     assert _put(session_api, ns, out)["metadata"]["generation"] == 2
 
 
 def test_a_put_identical_after_pruning_is_skipped(
-    session_api: client.ApiClient, gadget: dict[str, Any], ns: str
+    session_api: client.ApiClient, parityrig: dict[str, Any], ns: str
 ) -> None:
     """kube-apiserver skips an update whose stored bytes would not change: same resourceVersion,
     no watch event. The next real change is the watch's first event."""
-    rv = gadget["metadata"]["resourceVersion"]
-    assert _put(session_api, ns, gadget)["metadata"]["resourceVersion"] == rv, "identical PUT"
-    go_body = json.loads(json.dumps(gadget))
+    rv = parityrig["metadata"]["resourceVersion"]
+    assert _put(session_api, ns, parityrig)["metadata"]["resourceVersion"] == rv, "identical PUT"
+    go_body = json.loads(json.dumps(parityrig))
     go_body["spec"]["template"]["metadata"]["creationTimestamp"] = None
     del go_body["spec"]["strategy"]
     same = _put(session_api, ns, go_body)
