@@ -3,6 +3,7 @@ environment (every sandbox process inherits them) and a guaranteed ``down``."""
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -16,7 +17,9 @@ from kubernetes import config
 from kubernetes.client import ApiClient
 
 from mcm_sandbox.runner import Sandbox, down, up
+from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
+from mcm_tasks.kube import ops
 from mcm_tasks.settings import configure, reset_settings
 
 #: compressed time every end-to-end sandbox starts from; a test's own env overrides it
@@ -80,3 +83,18 @@ def machine_set(name: str, replicas: int, class_name: str, namespace: str = "def
                  "template": {"metadata": {"labels": labels},
                               "spec": {"class": {"kind": "MachineClass", "name": class_name}}}},
     }  # fmt: skip
+
+
+def local_class(
+    api: ApiClient, name: str, provider_spec: Mapping[str, Any] | None = None, namespace: str = "default"
+) -> None:
+    """A local-cloud MachineClass ``name`` and its user-data Secret ``<name>-secret``."""
+    secret = f"{name}-secret"
+    user_data = base64.b64encode(b"#!/bin/sh\n").decode()
+    body = {"metadata": {"name": secret, "namespace": namespace}, "data": {"userData": user_data}}
+    ops.create(api, kinds.SECRET.resource, body)
+    ops.create(api, kinds.MACHINE_CLASS.resource, {
+        "apiVersion": API_VERSION, "kind": "MachineClass", "metadata": {"name": name, "namespace": namespace},
+        "provider": "local", "providerSpec": dict(provider_spec or {}),
+        "secretRef": {"name": secret, "namespace": namespace},
+    })  # fmt: skip

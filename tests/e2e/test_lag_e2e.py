@@ -7,7 +7,6 @@ shows as ``mcm_informer_lag_seconds``."""
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import threading
@@ -25,12 +24,11 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
 from mcm_tasks import kinds
-from mcm_tasks.api import API_VERSION
 from mcm_tasks.celery_app import celery_config
 from mcm_tasks.kube import ops
 from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.settings import get_settings
-from tests.e2e.support import connected, faults, machine_set, running_sandbox
+from tests.e2e.support import connected, faults, local_class, machine_set, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -56,14 +54,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 @pytest.fixture(scope="module")
 def clients(sandbox: Sandbox) -> Iterator[tuple[ApiClient, ApiClient, redis.Redis]]:
     with connected(sandbox) as made:
-        user_data = base64.b64encode(b"#!/bin/sh\n").decode()
-        secret = {"metadata": {"name": "lag-secret", "namespace": NS}, "data": {"userData": user_data}}
-        ops.create(made[0], kinds.SECRET.resource, secret)
-        ops.create(made[0], kinds.MACHINE_CLASS.resource, {
-            "apiVersion": API_VERSION, "kind": "MachineClass", "metadata": {"name": "lag", "namespace": NS},
-            "provider": "local", "providerSpec": {"bootDelaySeconds": 0.5},
-            "secretRef": {"name": "lag-secret", "namespace": NS},
-        })  # fmt: skip
+        local_class(made[0], "lag", {"bootDelaySeconds": 0.5}, NS)
         yield made
 
 

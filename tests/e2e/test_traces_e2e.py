@@ -5,7 +5,6 @@ reconcile passes, the driver's calls and the join), and the trace id is on the M
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -21,10 +20,9 @@ from kubernetes.client import ApiClient
 from mcm_sandbox.procs import wait_until
 from mcm_sandbox.runner import Sandbox
 from mcm_tasks import kinds
-from mcm_tasks.api import API_VERSION
 from mcm_tasks.kube import ops
 from mcm_tasks.tracing import TRACE_ANNOTATION, trace_id_hex
-from tests.e2e.support import connected, machine_set, running_sandbox
+from tests.e2e.support import connected, local_class, machine_set, running_sandbox
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the [otel] extra is not installed")
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -47,13 +45,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory, spans_file: Path) -> Itera
 @pytest.fixture(scope="module")
 def control(sandbox: Sandbox) -> Iterator[ApiClient]:
     with connected(sandbox) as (api, _target, _redis):
-        user_data = base64.b64encode(b"#!/bin/sh\n").decode()
-        secret = {"metadata": {"name": "otel-secret", "namespace": NS}, "data": {"userData": user_data}}
-        ops.create(api, kinds.SECRET.resource, secret)
-        ops.create(api, kinds.MACHINE_CLASS.resource, {
-            "apiVersion": API_VERSION, "kind": "MachineClass", "metadata": {"name": "otel", "namespace": NS},
-            "provider": "local", "providerSpec": {}, "secretRef": {"name": "otel-secret", "namespace": NS},
-        })  # fmt: skip
+        local_class(api, "otel", namespace=NS)
         yield api
 
 
