@@ -6,7 +6,6 @@ until its machines join, and stays below the ceiling (twice the declared timeout
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION
 from mcm_tasks.controllers.common.creation_timeout import RAISED
 from mcm_tasks.durations import parse_duration
 from mcm_tasks.kube import ops
-from tests.e2e.support import connected, running_sandbox
+from tests.e2e.support import connected, local_class, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -43,24 +42,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 def test_a_slow_provider_raises_the_effective_timeout_until_machines_join(sandbox: Sandbox) -> None:
     with connected(sandbox) as (control, _target, _client):
-        user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
-        ops.create(
-            control,
-            kinds.SECRET.resource,
-            {"metadata": {"name": "slow-secret", "namespace": NS}, "data": {"userData": user_data}},
-        )
-        ops.create(
-            control,
-            kinds.MACHINE_CLASS.resource,
-            {
-                "apiVersion": API_VERSION,
-                "kind": "MachineClass",
-                "metadata": {"name": "slow-class", "namespace": NS},
-                "provider": "local",
-                "providerSpec": {"bootDelaySeconds": 5.0},
-                "secretRef": {"name": "slow-secret", "namespace": NS},
-            },
-        )
+        local_class(control, "slow-class", {"bootDelaySeconds": 5.0}, NS)
         labels = {"pool": POOL, "name": POOL}
         ops.create(
             control,

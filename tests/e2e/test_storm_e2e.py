@@ -7,7 +7,6 @@ The health timeout is long here, so held machines stay Unknown and only the stor
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ from mcm_tasks.api.constants import HELD_ANNOTATION, NODE_DELETION_RELEASED_ANNO
 from mcm_tasks.controllers.machine.storm import HELD_CONDITION, NODE_DELETION_STORM
 from mcm_tasks.kube import ops
 from providers.local import LocalCloud
-from tests.e2e.support import connected, running_sandbox
+from tests.e2e.support import connected, local_class, running_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -85,24 +84,7 @@ def test_delete_nodes_all_holds_all_but_the_threshold_and_loses_no_vm(sandbox: S
                 if vm.live() and vm.machine.startswith(POOL)
             }
 
-        user_data = base64.b64encode(b"#!/bin/sh\necho <<MACHINE_NAME>>\n").decode()
-        ops.create(
-            control,
-            kinds.SECRET.resource,
-            {"metadata": {"name": "storm-secret", "namespace": NS}, "data": {"userData": user_data}},
-        )
-        ops.create(
-            control,
-            kinds.MACHINE_CLASS.resource,
-            {
-                "apiVersion": API_VERSION,
-                "kind": "MachineClass",
-                "metadata": {"name": "storm-class", "namespace": NS},
-                "provider": "local",
-                "providerSpec": {"bootDelaySeconds": 0.3},
-                "secretRef": {"name": "storm-secret", "namespace": NS},
-            },
-        )
+        local_class(control, "storm-class", {"bootDelaySeconds": 0.3}, NS)
         labels = {"pool": POOL, "name": POOL}
         ops.create(
             control,
