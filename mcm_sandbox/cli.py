@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -55,12 +56,25 @@ def apiserver(
     secure_port: int | None = typer.Option(
         None,
         help="Also serve HTTPS (self-signed) on this port, 0 for any, and write the kubeconfig for it; "
-        "RBAC mode does this by default.",
+        "RBAC mode and virtual clusters do this by default.",
     ),
     eviction: bool = typer.Option(
         True,
         "--eviction/--no-eviction",
         help="Serve the pods/eviction subresource (and list it in discovery).",
+    ),
+    virtual_cluster: list[str] = typer.Option(
+        [],
+        help="Also serve a virtual cluster of this name at <url>/clusters/NAME, with its own objects, "
+        "watches and token (repeatable).",
+    ),
+    virtual_clusters: int = typer.Option(
+        0, help="Also serve this many virtual clusters, named shoot-1 … shoot-N."
+    ),
+    clusters_dir: Path | None = typer.Option(
+        None,
+        help="Where each virtual cluster's kubeconfig is written as NAME.kubeconfig "
+        "(default: a 'clusters' folder beside --kubeconfig).",
     ),
 ) -> None:
     """Run the sandbox Kubernetes API server in the foreground."""
@@ -76,8 +90,13 @@ def apiserver(
         ) from exc
     if authorization_mode not in ("AlwaysAllow", "RBAC"):
         raise typer.BadParameter("--authorization-mode must be AlwaysAllow or RBAC")
-    if secure_port is None and authorization_mode == "RBAC":
-        secure_port = 0  # kubectl sends tokens only over https
+    names = [*virtual_cluster, *(f"shoot-{i}" for i in range(1, virtual_clusters + 1))]
+    if len(set(names)) != len(names):
+        raise typer.BadParameter("virtual cluster names must be unique")
+    if secure_port is None and (authorization_mode == "RBAC" or names):
+        secure_port = 0  # kubectl sends tokens (a virtual cluster always has one) only over https
+    if names and not token:
+        token = secrets.token_urlsafe(24)  # over https kubectl asks for a credential it lacks
     opts = ServerOptions(
         token=token,
         history_window=history_window,
@@ -87,7 +106,7 @@ def apiserver(
         secure_port=secure_port,
         eviction=eviction,
     )
-    run(host, port, kubeconfig, opts)
+    run(host, port, kubeconfig, opts, tuple(names), clusters_dir)
 
 
 def _admin(server: str, method: str, path: str, token: str, body: Any = None) -> Any:

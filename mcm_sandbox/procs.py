@@ -229,6 +229,39 @@ class ApiServer(ServerProcess):
         self.launch(argv, self.name, answers, timeout, "sandbox apiserver /readyz")
         return self
 
+    # --- virtual clusters (``--virtual-cluster NAME``, ``--virtual-clusters N``) ---------------
+
+    @property
+    def clusters_dir(self) -> Path:
+        """Where the server writes each virtual cluster's kubeconfig (its default ``--clusters-dir``)."""
+        return self.kubeconfig.parent / "clusters"
+
+    def cluster_kubeconfig(self, name: str) -> Path:
+        return self.clusters_dir / f"{name}.kubeconfig"
+
+    def add_cluster(self, name: str) -> Path:
+        """A new virtual cluster while the server runs; its kubeconfig's path."""
+        self._admin("POST", "/sandbox/clusters", {"name": name})
+        return self.cluster_kubeconfig(name)
+
+    def remove_cluster(self, name: str) -> None:
+        self._admin("DELETE", f"/sandbox/clusters/{name}")
+
+    def _admin(self, method: str, path: str, body: object = None) -> object:
+        import json
+
+        import yaml
+
+        users = yaml.safe_load(self.kubeconfig.read_text()).get("users") or [{}]
+        token = (users[0].get("user") or {}).get("token", "")
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read() or b"null")
+
 
 def scratch_dir(prefix: str = "mcm-tasks-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))

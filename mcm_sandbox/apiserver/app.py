@@ -1,5 +1,6 @@
-"""The HTTP edge: one catch-all aiohttp route that authenticates, negotiates, reads bodies and turns
-errors into Status objects, then hands the parsed request to the verbs (``endpoints.serve``)."""
+"""The HTTP edge of one cluster: authenticates, negotiates, reads bodies and turns errors into Status
+objects, then hands the parsed request to the verbs (``endpoints.serve``). ``clusters.ClusterHost``
+routes a process's requests to its clusters' servers (one, unless virtual clusters are added)."""
 
 from __future__ import annotations
 
@@ -120,21 +121,6 @@ class Server:
         }
         self.api.create(ep_rt, "default", endpoints, manager="kube-apiserver")
 
-    def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=wire.MAX_BODY + 1)
-        app.router.add_route("*", "/{tail:.*}", self.dispatch)
-
-        async def on_startup(_: web.Application) -> None:
-            self.bootstrap()
-
-        async def on_shutdown(_: web.Application) -> None:
-            for watcher in list(self.watchers):
-                watcher.cut_now()
-
-        app.on_startup.append(on_startup)
-        app.on_shutdown.append(on_shutdown)
-        return app
-
     # --- request entry -----------------------------------------------------------------------
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -158,7 +144,7 @@ class Server:
         path = request.path.rstrip("/") or "/"
         if path in PUBLIC_PATHS or path.startswith(("/readyz/", "/livez/", "/healthz/")):
             return self._health(path)
-        user = self._authenticate(request)
+        user = self.authenticate(request)
         CURRENT_USER.set(user)
         found: Target | Discovery | None = None
         missing: errors.ApiError | None = None
@@ -204,7 +190,7 @@ class Server:
             return web.Response(status=503, text="not ready")
         return web.Response(text="ok", content_type="text/plain")
 
-    def _authenticate(self, request: web.Request) -> UserInfo:
+    def authenticate(self, request: web.Request) -> UserInfo:
         """Who is asking: 401 for a bad credential, or for none when a token is required without RBAC
         (with RBAC the request goes on as system:anonymous, and RBAC decides)."""
         try:
