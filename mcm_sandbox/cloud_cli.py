@@ -81,7 +81,21 @@ def ls(
 
 
 def kubelet_command(
-    target_kubeconfig: str = typer.Option(..., help="Kubeconfig of the target cluster (Nodes, Pods)."),
+    target_kubeconfig: str = typer.Option(
+        "",
+        help="Kubeconfig of the target cluster (Nodes, Pods); with --cluster or --clusters-dir, the "
+        "cluster of the VMs whose namespace has none of its own.",
+    ),
+    cluster: list[str] = typer.Option(
+        [],
+        help="NAMESPACE=KUBECONFIG: the VMs of that namespace's Machines are nodes of that cluster "
+        "(repeatable; seed mode, one target cluster per shoot namespace).",
+    ),
+    clusters_dir: str = typer.Option(
+        "",
+        help="A folder of NAMESPACE.kubeconfig files (as `sandbox apiserver` writes its virtual "
+        "clusters'), followed while running: a file added or removed adds or stops that cluster.",
+    ),
     redis_url: str = typer.Option("", help=REDIS_URL_HELP),
     interval: float = typer.Option(0.5, envvar="MCM_KUBELET_INTERVAL", help="Seconds between ticks."),
     heartbeat_interval: float = typer.Option(
@@ -112,16 +126,25 @@ def kubelet_command(
     ),
 ) -> None:
     """Play the kubelets of the local cloud's VMs, and of the EC2 instances at --aws-endpoint,
-    against the target cluster (see mcm_sandbox/kubelet/simulator.py for what it does and the Node
-    annotations it obeys)."""
+    against the target cluster, or against each namespace's own (see mcm_sandbox/kubelet/simulator.py
+    for what it does and the Node annotations it obeys, mcm_sandbox/kubelet/clusters.py for several
+    clusters)."""
+    from pathlib import Path
+
     from kubernetes import config
 
-    from mcm_sandbox.kubelet.simulator import KubeletSimulator
+    from mcm_sandbox.kubelet.clusters import DEFAULT, MultiClusterKubelet
     from mcm_sandbox.kubelet.sources import CombinedSource, LocalSource, VMSource
-    from mcm_sandbox.kubelet.watch import WatchedLists
 
+    pairs: list[tuple[str, Path]] = []
+    for item in cluster:
+        namespace, sep, file = item.partition("=")
+        if not sep or not namespace or not file:
+            raise typer.BadParameter(f"--cluster {item!r}: expected NAMESPACE=KUBECONFIG")
+        pairs.append((namespace, Path(file)))
+    if not (target_kubeconfig or pairs or clusters_dir):
+        raise typer.BadParameter("give --target-kubeconfig, --cluster or --clusters-dir")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    api = config.new_client_from_config(config_file=target_kubeconfig)
     cloud = _cloud(redis_url)
     sources: list[VMSource] = [LocalSource(cloud)]
     if aws_endpoint:
@@ -129,16 +152,21 @@ def kubelet_command(
 
         settings = AwsSettings(aws_endpoint, regions=tuple(aws_region), rescan=aws_region_rescan)
         sources.append(AwsSource(settings, cloud.r))
-    watched = WatchedLists(api)  # a real kubelet watches too; a list per tick costs O(nodes)
-    sim = KubeletSimulator(
-        api,
+    kubelets = MultiClusterKubelet(
         CombinedSource(sources),
-        heartbeat_interval=heartbeat_interval,
-        node_grace=node_grace,
-        detach_delay=detach_delay,
-        max_actions=max_actions,
-        watched=watched,
+        lambda path: config.new_client_from_config(config_file=str(path)),
+        watch=True,  # a real kubelet watches too; a list per tick costs O(nodes)
+        sim_options={
+            "heartbeat_interval": heartbeat_interval,
+            "node_grace": node_grace,
+            "detach_delay": detach_delay,
+            "max_actions": max_actions,
+        },
     )
+    if target_kubeconfig:
+        kubelets.add(DEFAULT, Path(target_kubeconfig))
+    for namespace, path in pairs:
+        kubelets.add(namespace, path)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -147,9 +175,7 @@ def kubelet_command(
         interval,
         f", EC2 at {aws_endpoint}" if aws_endpoint else "",
     )
-    watched.start()
     try:
-        sim.run(stop, interval)
+        kubelets.run(stop, interval, Path(clusters_dir) if clusters_dir else None)
     finally:
-        watched.stop()
-    api.close()
+        kubelets.close()
