@@ -303,3 +303,26 @@ def test_the_admin_endpoint_needs_the_root_credential_and_checks_names(host: Api
     code, status = http(f"{url}/sandbox/clusters/nope", token_root, b"", "DELETE")
     assert code == 404 and status["reason"] == "NotFound"
     assert http(f"{url}/clusters/nope/api", token_root, b"")[0] == 404
+
+
+def test_rbac_mode_gives_every_cluster_its_own_roles(own_server: Any) -> None:
+    server, root = own_server("--authorization-mode", "RBAC", "--virtual-cluster", "a", name="rbac-host")
+    api_a = connect(server.cluster_kubeconfig("a"))
+    try:
+        core_a = client.CoreV1Api(api_a)
+        core_a.create_namespaced_service_account("default", {"metadata": {"name": "nobody"}})
+        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+        token = core_a.create_namespaced_service_account_token("nobody", "default", request).status.token
+    finally:
+        api_a.close()
+    url_a, _, ca = kubeconfig_of(server.cluster_kubeconfig("a"))
+    code, status = http(f"{url_a}/api/v1/namespaces/default/pods", token, ca)
+    assert code == 403 and "system:serviceaccount:default:nobody" in status["message"]
+    url_root, _, ca_root = kubeconfig_of(server.kubeconfig)
+    assert http(f"{url_root}/api/v1/namespaces", token, ca_root)[0] == 401
+    core_root = client.CoreV1Api(root)
+    core_root.create_namespaced_service_account("default", {"metadata": {"name": "tenant"}})
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    tenant = core_root.create_namespaced_service_account_token("tenant", "default", request).status.token
+    code, status = http(f"{server.url}/sandbox/clusters", tenant, b"", "POST", {"name": "mine"})
+    assert code == 403 and "system:masters" in status["message"]
