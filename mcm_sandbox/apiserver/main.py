@@ -38,7 +38,9 @@ async def serve(
     url = f"http://{host}:{port}"
     ca_pem = b""
     if opts.secure_port is not None:  # kubectl sends credentials only over https
-        from mcm_sandbox.apiserver.tls import self_signed, server_context
+        from mcm_sandbox.apiserver.tls import self_signed, server_context, small_tls_buffers
+
+        small_tls_buffers()
 
         ca_pem, key_pem = self_signed(host)
         secure = web.TCPSite(
