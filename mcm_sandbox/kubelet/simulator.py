@@ -1,5 +1,6 @@
 """The kubelet simulator: one process plays the kubelet of every VM, plus the bits of
-node-lifecycle and attach/detach controllers MCM can observe, against the target cluster.
+node-lifecycle and attach/detach controllers MCM can observe, against the target cluster (one
+simulator per target cluster; ``clusters.py`` runs several in one process, seed mode's shoots).
 
 VMs come from a :mod:`~mcm_sandbox.kubelet.sources` source: the local cloud (Redis), EC2
 instances at an endpoint such as moto (:mod:`~mcm_sandbox.kubelet.aws`), or both.
