@@ -6,7 +6,8 @@ Keys (all under ``<prefix>:localcloud:``):
 - ``vm:<id>``            hash, one per VM (see :class:`LocalVM`; never the userData itself)
 - ``vms``                set of all VM ids
 - ``class:<ns>/<name>``  set of VM ids launched from a MachineClass (ListMachines)
-- ``machine:<name>``     set of VM ids carrying a machine name (idempotent create, GetMachineStatus)
+- ``machine:<name>``     set of VM ids carrying a machine name, in any namespace (idempotent create,
+  GetMachineStatus; readers pick the machine's namespace: :meth:`LocalCloud.by_machine`)
 - ``failcreates:<class>:<count>:<code>``  remaining injected create failures for that class
 - ``failinitializes:<class>:<count>:<code>``  remaining injected initialize failures for that class
 - ``ipseq``              counter behind the VMs' private addresses
@@ -33,6 +34,10 @@ from providers.local.spec import FailCreates
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _same_namespace(vm: LocalVM, namespace: str) -> bool:
+    return not vm.namespace or not namespace or vm.namespace == namespace
 
 
 class VMState(StrEnum):
@@ -191,8 +196,11 @@ class LocalCloud:
     def by_class(self, class_key: str) -> list[LocalVM]:
         return self._load(self._members(self.class_index(class_key)))
 
-    def by_machine(self, machine: str) -> list[LocalVM]:
-        return self._load(self._members(self.machine_index(machine)))
+    def by_machine(self, machine: str, namespace: str | None = None) -> list[LocalVM]:
+        """The VMs carrying a machine name; with ``namespace``, only that namespace's (and VMs that
+        recorded none), since machines of two shoot namespaces may share a name in a seed."""
+        vms = self._load(self._members(self.machine_index(machine)))
+        return vms if namespace is None else [vm for vm in vms if _same_namespace(vm, namespace)]
 
     # --- writes ---
     def _index_ops(self, pipe: Any, vm: LocalVM) -> None:
@@ -216,7 +224,11 @@ class LocalCloud:
 
         def attempt(pipe: Any) -> None:
             result.clear()
-            live = [other for other in self._load(_text(m) for m in pipe.smembers(index)) if other.live()]
+            live = [
+                other
+                for other in self._load(_text(m) for m in pipe.smembers(index))
+                if other.live() and _same_namespace(other, vm.namespace)
+            ]
             if live:
                 result.append((min(live, key=lambda v: (v.created, v.id)), False))
                 pipe.multi()

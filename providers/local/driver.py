@@ -108,17 +108,17 @@ class LocalDriver:
         record_api_call(PROVIDER_NAME, service, max(self.cloud.clock() - started, 0.0), ok=True)
         return result
 
-    def _live_by_machine(self, name: str) -> list[LocalVM]:
-        vms: list[LocalVM] = self._api("DescribeInstances", lambda: self.cloud.by_machine(name))
+    def _live_by_machine(self, machine: Machine) -> list[LocalVM]:
+        name, namespace = _machine_name(machine), _machine_namespace(machine)
+        vms: list[LocalVM] = self._api("DescribeInstances", lambda: self.cloud.by_machine(name, namespace))
         return [vm for vm in vms if vm.live()]
 
     # --- the contract ---
     def create_machine(self, req: CreateMachineRequest) -> CreateMachineResponse:
         with driver_operation(PROVIDER_NAME, "create_machine"):
             spec = parse_class(req.machine_class, req.secret)
-            name = _machine_name(req.machine)
             cls = class_key(req.machine_class)
-            existing = self._live_by_machine(name)
+            existing = self._live_by_machine(req.machine)
             if not existing and spec.fail_creates is not None:
                 fail = spec.fail_creates
                 if self._api("RunInstances", lambda: self.cloud.consume_failure(cls, fail)):
@@ -196,7 +196,7 @@ class LocalDriver:
                 vm_id = vm_id_from_provider_id(provider_id)
                 targets = [vm_id] if vm_id else []
             else:
-                targets = [vm.id for vm in self._live_by_machine(_machine_name(req.machine))]
+                targets = [vm.id for vm in self._live_by_machine(req.machine)]
             deleted = [vm for vm in (self._terminate(vm_id) for vm_id in targets) if vm is not None]
             if not deleted:
                 return DeleteMachineResponse(last_known_state="no VM found: already deleted")
@@ -209,7 +209,7 @@ class LocalDriver:
     def _find(self, machine: Machine) -> LocalVM:
         """The machine's one live VM, by name, else by its providerID; NotFound or OutOfRange."""
         name = _machine_name(machine)
-        found = self._live_by_machine(name)
+        found = self._live_by_machine(machine)
         if len(found) > 1:
             ids = ", ".join(sorted(vm.id for vm in found))
             raise MachineError(Code.OutOfRange, f"multiple VMs carry machine name {name}: {ids}")

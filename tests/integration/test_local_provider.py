@@ -53,9 +53,9 @@ def make_class(name: str = "small", **spec: Any) -> MachineClass:
     )
 
 
-def make_machine(name: str, provider_id: str = "") -> Machine:
+def make_machine(name: str, provider_id: str = "", namespace: str = "default") -> Machine:
     doc: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"class": {"name": "x"}},
     }
     if provider_id:
@@ -242,6 +242,25 @@ def test_delete_delay_keeps_the_vm_terminating(driver: LocalDriver, clock: Clock
     clock.now += 20
     assert [v.provider_id for v in driver.cloud.all()] == [fresh]
     assert driver.cloud.by_machine("m1")[0].provider_id == fresh
+
+
+def test_same_machine_name_in_two_namespaces_gets_two_vms(driver: LocalDriver) -> None:
+    """In a seed, two shoot namespaces may each have a machine ``m1``: each is its own VM, and
+    deleting one (by name, with no providerID yet) leaves the other."""
+    cls = make_class()
+
+    def request(namespace: str) -> CreateMachineRequest:
+        machine = make_machine("m1", namespace=namespace)
+        return CreateMachineRequest(machine=machine, machine_class=cls, secret=SECRET)
+
+    a = driver.create_machine(request("shoot-a")).provider_id
+    b = driver.create_machine(request("shoot-b")).provider_id
+    assert a != b
+    assert driver.create_machine(request("shoot-a")).provider_id == a  # still idempotent per namespace
+    gone = make_machine("m1", namespace="shoot-a")
+    driver.delete_machine(DeleteMachineRequest(machine=gone, machine_class=cls, secret=SECRET))
+    assert [vm.provider_id for vm in driver.cloud.by_machine("m1", "shoot-b") if vm.live()] == [b]
+    assert [vm for vm in driver.cloud.by_machine("m1", "shoot-a") if vm.live()] == []
 
 
 def test_boot_delay_makes_the_vm_pending_first(driver: LocalDriver, clock: Clock) -> None:
