@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from mcm_tasks.admin.keys import NotFound
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import HELD_ANNOTATION, MACHINE_DEPLOYMENT_NAME_LABEL_KEY, NODE_LABEL_KEY
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.machine.storm import HELD_CONDITION, HOLD_RELEASED, is_held
 from mcm_tasks.kinds import MACHINE, MACHINE_DEPLOYMENT, Queue
 from mcm_tasks.kube import ops
@@ -89,7 +90,12 @@ def release(target: str, namespace: str | None = None) -> list[str]:
     for machine in machines:
         if not is_held(machine):
             continue
-        storm_io.end_hold(machine, HOLD_RELEASED, f"hold released by an operator ({target})")
+        storm_io.end_hold(
+            PassScope.begin(machine.key, machine),
+            machine,
+            HOLD_RELEASED,
+            f"hold released by an operator ({target})",
+        )
         released.append(machine.metadata.name or "")
         enqueue(Queue.MACHINE, f"{namespace}/{machine.metadata.name}")
     return sorted(released)

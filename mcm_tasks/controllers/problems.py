@@ -19,6 +19,7 @@ from typing import Any, Final, TypeVar
 from mcm_tasks.api import API_VERSION, K8sObject
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kube.events import WARNING, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -60,33 +61,34 @@ def identity(obj: K8sObject) -> ObjectRef:
     )
 
 
-def warn(obj: K8sObject | ObjectRef, reason: str, message: str) -> None:
-    """A Warning Event on ``obj`` (best effort, as every Event)."""
+def warn(scope: PassScope[Any], obj: K8sObject | ObjectRef, reason: str, message: str) -> None:
+    """A Warning Event on ``obj`` (best effort, as every Event), through the scope's control cluster
+    client (resolved here: a client that cannot be built costs the Event, not the pass)."""
     ref = obj if isinstance(obj, ObjectRef) else identity(obj)
     try:
-        recorder().event(ref, WARNING, reason, message)
+        recorder(scope.api).event(ref, WARNING, reason, message)
     except Exception as err:  # no Event must turn a skipped object into a failed job
         log.warning("could not record %s on %s: %s: %s", reason, _name(obj), type(err).__name__, err)
 
 
-def report_unreadable(err: Unreadable) -> str:
-    """Log and put a Warning Event on an object that does not parse; the message said."""
+def report_unreadable(scope: PassScope[Any], err: Unreadable) -> str:
+    """Log and put a Warning Event on an object that does not parse (``warn``); the message said."""
     message = str(err)
     log.warning("%s; skipped", message)
     ref = ref_of(err.identity, err.kind)
     if ref is not None:
-        warn(ref, UNREADABLE_REASON, message)
+        warn(scope, ref, UNREADABLE_REASON, message)
     return message
 
 
-def parse_each(model: type[M], raws: Iterable[Mapping[str, Any]]) -> list[M]:
-    """Every object that parses; the others reported and left out."""
+def parse_each(scope: PassScope[Any], model: type[M], raws: Iterable[Mapping[str, Any]]) -> list[M]:
+    """Every object that parses; the others reported (``report_unreadable``) and left out."""
     out = []
     for raw in raws:
         try:
             out.append(parse_object(model, raw))
         except Unreadable as err:
-            report_unreadable(err)
+            report_unreadable(scope, err)
     return out
 
 
@@ -101,7 +103,8 @@ def answers_unreadable(reconciler: Callable[[str], R]) -> Callable[[str], R | No
         try:
             return reconciler(key)
         except Unreadable as err:
-            report_unreadable(err)
+            # the pass ended before its scope was built, or took it down with it: one for the report
+            report_unreadable(PassScope.begin(key, key), err)
             return None
 
     return run

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.reader import get_reader
+from mcm_tasks.controllers.common.context import control_api
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.kinds import OF_QUEUE
 from mcm_tasks.kube import resources as kres
@@ -35,9 +36,10 @@ OBJECTS: dict[str, tuple[str, kres.Resource]] = {
 }
 
 
-def object_ref(kind: str, key: str) -> ObjectRef | None:
+def object_ref(kind: str, key: str, default_namespace: str) -> ObjectRef | None:
     """The object a queue key names, with its uid from the mirror (Events without it do not show
-    in ``kubectl describe``); None for keys that name no object (safety jobs, secrets, nodes)."""
+    in ``kubectl describe``; a bare name is in ``default_namespace``); None for keys that name no
+    object (safety jobs, secrets, nodes)."""
     found = OBJECTS.get(kind)
     if found is None:
         return None
@@ -47,15 +49,16 @@ def object_ref(kind: str, key: str) -> ObjectRef | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     uid = str(meta.get("uid") or "") if isinstance(meta, dict) else ""
     return ObjectRef(resource.api_version, resource.kind, name,
-                     namespace or get_settings().namespace, uid)  # fmt: skip
+                     namespace or default_namespace, uid)  # fmt: skip
 
 
 def reporter(kind: str) -> Callable[[str, str, str], bool]:
     def report(key: str, reason: str, message: str) -> bool:
-        ref = object_ref(kind, key)
+        """Outside any pass: the queue's report reads the process's settings and client itself."""
+        ref = object_ref(kind, key, get_settings().namespace)
         if ref is None:
             return True
-        written = recorder().event(ref, WARNING, reason, message)
+        written = recorder(control_api()).event(ref, WARNING, reason, message)
         return written is not None
 
     return report

@@ -12,6 +12,7 @@ from mcm_tasks.api.constants import CANDIDATE_FOR_UPDATE_LABEL_KEY, SELECTED_FOR
 from mcm_tasks.controllers.common import inplace as ip
 from mcm_tasks.controllers.common import nodecondition
 from mcm_tasks.controllers.machine import inplace
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
 from tests.integration.machine_support import Env, phase_is
 
@@ -32,7 +33,9 @@ def test_the_condition_follows_the_labels(env: Env) -> None:
         env.api, kinds.NODE.resource, name, {"metadata": {"labels": {CANDIDATE_FOR_UPDATE_LABEL_KEY: "true"}}}
     )
 
-    node, _ = inplace.update_node_condition_based_on_label(machine, env.node(name))
+    node, _ = inplace.update_node_condition_based_on_label(
+        MachineScope.begin(machine.key, machine), machine, env.node(name)
+    )
     assert _reason(env, name) == "CandidateForUpdate"
     assert (ip.condition_of(env.node(name)) or {}).get("message") == "Node is a candidate for in-place update"
     assert (ip.condition_of(node) or {}).get("reason") == "CandidateForUpdate", "the pass goes on with it"
@@ -40,7 +43,9 @@ def test_the_condition_follows_the_labels(env: Env) -> None:
     ops.patch(
         env.api, kinds.NODE.resource, name, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}}
     )
-    inplace.update_node_condition_based_on_label(machine, env.node(name))
+    inplace.update_node_condition_based_on_label(
+        MachineScope.begin(machine.key, machine), machine, env.node(name)
+    )
     assert _reason(env, name) == "SelectedForUpdate"
 
 
@@ -61,7 +66,9 @@ def test_a_stale_read_of_the_node_undoes_no_later_step(env: Env) -> None:
     ready = nodecondition.condition("InPlaceUpdate", "True", "ReadyForUpdate", "drained", now_utc())
     nodecondition.write(env.api, name, ready)  # the drain finished after the read
 
-    node, _ = inplace.update_node_condition_based_on_label(machine, stale)
+    node, _ = inplace.update_node_condition_based_on_label(
+        MachineScope.begin(machine.key, machine), machine, stale
+    )
     assert _reason(env, name) == "ReadyForUpdate"
     assert (ip.condition_of(node) or {}).get("reason") == "ReadyForUpdate", (
         "the pass goes on with the live Node"

@@ -22,6 +22,7 @@ from mcm_tasks.api.constants import (
     PRESERVED_TAINT,
 )
 from mcm_tasks.controllers.machine.preserve import manage_preservation
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
 from tests.integration.machine_support import Env
 
@@ -259,12 +260,12 @@ def check(env: Env, machine: Machine, case: Case) -> None:
 @pytest.mark.parametrize("case", [pytest.param(c, id=i) for i, c in PRESERVE_CASES.items()])
 def test_preserve_machine(env: Env, case: Case) -> None:
     machine, node = prepare(env, case)
-    manage_preservation(machine, node)
+    manage_preservation(MachineScope.begin(machine.key, machine), machine, node)
     check(env, machine, case)
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=i) for i, c in STOP_CASES.items()])
 def test_stop_preservation_if_active(env: Env, case: Case) -> None:
     machine, node = prepare(env, case)
-    manage_preservation(machine, node)
+    manage_preservation(MachineScope.begin(machine.key, machine), machine, node)
     check(env, machine, case)

@@ -20,6 +20,7 @@ from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
+from mcm_tasks.settings import get_settings
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
 from tests.integration.machine_support import USER_DATA, Env
@@ -94,7 +95,9 @@ def test_a_class_that_cannot_be_listed_does_not_stop_the_others_and_a_running_cr
     orphan = launch_vm(env, good, env.name("orphan"))
     in_flight = launch_vm(env, good, env.name("in-flight"))  # its Machine is not visible yet
 
-    with context.creation_in_flight(f"{env.namespace}/{env.name('in-flight')}"):
+    with context.creation_in_flight(
+        f"{env.namespace}/{env.name('in-flight')}", get_settings().reconcile_lock_ttl
+    ):
         report = collect_orphans(orphan_scope())
 
     assert (report.classes, report.skipped_classes, report.vms, report.deleted) == (2, 1, 2, 1)

@@ -26,7 +26,7 @@ def warned(monkeypatch: pytest.MonkeyPatch) -> Warned:
     """Warning Events as (object name, reason, message), instead of writing them."""
     seen: Warned = []
 
-    def record(obj: Any, reason: str, message: str) -> None:
+    def record(scope: Any, obj: Any, reason: str, message: str) -> None:
         name = obj.name if isinstance(obj, ObjectRef) else obj.metadata.name
         seen.append((name, reason, message))
 
@@ -63,7 +63,7 @@ def test_other_errors_still_raise(warned: Warned) -> None:
 
 
 def test_parse_each_reports_and_skips_the_unreadable(warned: Warned) -> None:
-    parsed = problems.parse_each(MachineSet, [fx.machine_set("good"), unreadable_set()])
+    parsed = problems.parse_each(None, MachineSet, [fx.machine_set("good"), unreadable_set()])
     assert [s.metadata.name for s in parsed] == ["good"]
     assert [name for name, _, _ in warned] == ["bad"]
 
@@ -77,13 +77,15 @@ def test_the_orphan_job_skips_a_class_that_raises_and_collects_the_others(
 ) -> None:
     collected: list[str] = []
 
-    def collect(machine_class: MachineClass, by_name: Any, report: orphans_io.OrphanReport) -> None:
+    def collect(
+        scope: Any, machine_class: MachineClass, by_name: Any, report: orphans_io.OrphanReport
+    ) -> None:
         if machine_class.metadata.name == "list-where-map":
             {"a": []}["a"].items()  # type: ignore[attr-defined]  # the upstream report's AttributeError
         collected.append(machine_class.metadata.name or "")
 
-    monkeypatch.setattr(reads, "machines_for_orphans", lambda: [])
-    monkeypatch.setattr(reads, "machine_classes", lambda: classes("a", "list-where-map", "b"))
+    monkeypatch.setattr(reads, "machines_for_orphans", lambda scope: [])
+    monkeypatch.setattr(reads, "machine_classes", lambda scope: classes("a", "list-where-map", "b"))
     monkeypatch.setattr(orphans_io, "_collect_class", collect)
     monkeypatch.setattr(orphans_io, "sweep_nodes", lambda scope, machines, report: None)
 

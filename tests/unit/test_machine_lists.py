@@ -97,7 +97,7 @@ def listed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> l
 
 
 def test_an_unreadable_machine_is_left_out_of_the_machines_of_a_class(listed: list[str | None]) -> None:
-    assert [m.metadata.name for m in context.machines_of_class("c", fx.NS)] == ["a", "b"]
+    assert [m.metadata.name for m in context.machines_of_class(None, "c", fx.NS)] == ["a", "b"]
 
 
 def test_a_class_is_in_use_only_by_a_machine_that_can_be_read(
@@ -105,11 +105,11 @@ def test_a_class_is_in_use_only_by_a_machine_that_can_be_read(
 ) -> None:
     """``class_in_use`` answers as ``machines_of_class`` would, on either path."""
     bad_only = [unreadable("bad", cls="e", node="n")]
-    assert context.class_in_use("c", fx.NS)
-    assert not context.class_in_use("unused", fx.NS)
-    assert not context.class_in_use("c", "elsewhere")
+    assert context.class_in_use(None, "c", fx.NS)
+    assert not context.class_in_use(None, "unused", fx.NS)
+    assert not context.class_in_use(None, "c", "elsewhere")
     monkeypatch.setattr(__name__ + ".RAWS", [*RAWS, *bad_only])
-    assert not context.class_in_use("e", fx.NS)
+    assert not context.class_in_use(None, "e", fx.NS)
 
 
 def test_the_class_question_reads_one_machine_not_all(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,19 +117,19 @@ def test_the_class_question_reads_one_machine_not_all(monkeypatch: pytest.Monkey
     (at a thousand machines of a class that was a thousand parses on every pass of the class)."""
     machines = Machines(True)
     monkeypatch.setattr(context, "_listers", lambda: SimpleNamespace(machines=machines))
-    assert context.class_in_use("c", fx.NS)
+    assert context.class_in_use(None, "c", fx.NS)
     assert machines.parsed == [f"{fx.NS}/a"]
 
 
 def test_an_unreadable_machine_is_left_out_of_the_machines_on_a_node(listed: list[str | None]) -> None:
-    assert [m.metadata.name for m in context.machines_on_node("n")] == ["a", "b"]
+    assert [m.metadata.name for m in context.machines_on_node(None, "n")] == ["a", "b"]
     assert listed in ([], [f"{NODE_LABEL_KEY}=n"])
 
 
 def test_the_unreadable_machine_is_answered_by_its_own_reconcile(monkeypatch: pytest.MonkeyPatch) -> None:
     warned: list[tuple[str, str]] = []
 
-    def warn(obj: Any, reason: str, message: str) -> None:
+    def warn(scope: Any, obj: Any, reason: str, message: str) -> None:
         warned.append((obj.name if isinstance(obj, ObjectRef) else obj.metadata.name, reason))
 
     monkeypatch.setattr(problems, "warn", warn)
@@ -151,4 +151,4 @@ def test_an_unreadable_class_is_left_out_of_the_classes_referencing_a_secret(
     monkeypatch.setattr(context, "mirror_has", lambda lister: False)
     monkeypatch.setattr(context, "control_api", lambda: None)
     monkeypatch.setattr(context.ops, "list_", lambda api, res, namespace=None, **kw: {"items": raws})
-    assert [c.metadata.name for c in secrets.classes_referencing(f"{fx.NS}/s")] == ["a"]
+    assert [c.metadata.name for c in secrets.classes_referencing(None, f"{fx.NS}/s")] == ["a"]

@@ -343,7 +343,7 @@ def test_the_nodes_of_failed_machines_are_read_and_an_unreadable_one_keeps_its_m
     }
     read: list[str] = []
 
-    def get_node(name: str) -> Any:
+    def get_node(target: Any, name: str) -> Any:
         read.append(name)
         if name == "n-broken":
             raise ConnectionError("target unreachable")
@@ -362,7 +362,7 @@ def test_the_nodes_of_failed_machines_are_read_and_an_unreadable_one_keeps_its_m
         on("n-broken", "broken"),
         on("n-running", "running", "Running"),
     ]
-    values, unread = reconcile.failed_machines_node_values(machines)
+    values, unread = reconcile.failed_machines_node_values(None, machines)
     assert values == {"asks": "when-failed", "plain": ""}
     assert unread == {"broken"}
     assert "n-running" not in read

@@ -14,7 +14,7 @@ from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.controllers import problems
-from mcm_tasks.controllers.safety import OVERSHOOTING, apiserver_io, overshooting_io, reads
+from mcm_tasks.controllers.safety import APISERVER, OVERSHOOTING, apiserver_io, overshooting_io, reads
 from mcm_tasks.controllers.safety.overshooting import FreezeChange, machines_per_owner
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube.events import ObjectRef
@@ -28,7 +28,7 @@ def warned(monkeypatch: pytest.MonkeyPatch) -> Warned:
     """Warning Events as (object name, reason), instead of writing them."""
     seen: Warned = []
 
-    def record(obj: Any, reason: str, message: str) -> None:
+    def record(scope: Any, obj: Any, reason: str, message: str) -> None:
         seen.append((obj.name if isinstance(obj, ObjectRef) else obj.metadata.name, reason))
 
     monkeypatch.setattr(problems, "warn", record)
@@ -60,12 +60,12 @@ def run_overshooting(
     """One pass over ``sets`` (raw, parsed as ``reads`` does); the change applied per set name."""
     applied: dict[str, FreezeChange] = {}
 
-    def apply(api: Any, res: Any, obj: Any, decision: Any, errors: Any) -> None:
+    def apply(scope: Any, api: Any, res: Any, obj: Any, decision: Any, errors: Any) -> None:
         applied[obj.metadata.name] = decision.change
 
-    monkeypatch.setattr(reads, "machine_sets", lambda: problems.parse_each(MachineSet, sets))
-    monkeypatch.setattr(reads, "machine_deployments", lambda: [])
-    monkeypatch.setattr(reads, "machines_per_owner", lambda uids: machines_per_owner(machines))
+    monkeypatch.setattr(reads, "machine_sets", lambda scope: problems.parse_each(scope, MachineSet, sets))
+    monkeypatch.setattr(reads, "machine_deployments", lambda scope: [])
+    monkeypatch.setattr(reads, "machines_per_owner", lambda scope, uids: machines_per_owner(machines))
     monkeypatch.setattr(reads.context, "control_api", lambda: None)  # the scope's api
     monkeypatch.setattr(overshooting_io, "_apply", apply)
     overshooting_io.check_overshooting(SafetyScope.begin(OVERSHOOTING, OVERSHOOTING))
@@ -120,7 +120,7 @@ def test_unfreeze_resets_the_readable_unknown_machines_around_an_unreadable_one(
     enqueued: list[str] = []
     frozen: list[bool] = []
 
-    def reset_health_timeout(machine: Machine) -> bool:
+    def reset_health_timeout(scope: Any, machine: Machine) -> bool:
         reset.append(machine.metadata.name or "")
         return True
 
@@ -131,7 +131,7 @@ def test_unfreeze_resets_the_readable_unknown_machines_around_an_unreadable_one(
     monkeypatch.setattr(apiserver_io, "get_redis", Keys)
     monkeypatch.setattr(apiserver_io, "set_frozen", lambda value, client: frozen.append(value))
 
-    apiserver_io.unfreeze()
+    apiserver_io.unfreeze(SafetyScope.begin(APISERVER, APISERVER))
 
     assert reset == ["a", "b"]
     assert frozen == [False], "the unreadable machine does not keep the controller frozen"

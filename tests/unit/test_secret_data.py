@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mcm_tasks.controllers.common.secretdata import SecretDataCache, decode_secret_data
-from mcm_tasks.settings import configure, reset_settings
+from mcm_tasks.settings import configure, get_settings, reset_settings
 
 
 class Clock:
@@ -53,26 +53,26 @@ def test_cached_while_young_and_at_the_mirrored_version(ttl: None) -> None:
     clock, api = Clock(), Api()
     cache = SecretDataCache(clock)
     api.put("s", "1", {"userData": "aGk="})
-    assert cache.get("s", "ns", api.fetch, "1") == {"userData": b"hi"}
-    assert cache.get("s", "ns", api.fetch, "1") == {"userData": b"hi"}
-    assert cache.get("s", "ns", api.fetch, None) == {"userData": b"hi"}
+    assert cache.get("s", "ns", api.fetch, "1", ttl=get_settings().secret_cache_ttl) == {"userData": b"hi"}
+    assert cache.get("s", "ns", api.fetch, "1", ttl=get_settings().secret_cache_ttl) == {"userData": b"hi"}
+    assert cache.get("s", "ns", api.fetch, None, ttl=get_settings().secret_cache_ttl) == {"userData": b"hi"}
     assert api.gets == 1
 
     api.put("s", "2", {"userData": "eW8="})  # edited: the mirror shows version 2
-    assert cache.get("s", "ns", api.fetch, "2") == {"userData": b"yo"}
+    assert cache.get("s", "ns", api.fetch, "2", ttl=get_settings().secret_cache_ttl) == {"userData": b"yo"}
     assert api.gets == 2
 
     clock.now += 31  # too old, whatever the mirror says
-    assert cache.get("s", "ns", api.fetch, "2") == {"userData": b"yo"}
+    assert cache.get("s", "ns", api.fetch, "2", ttl=get_settings().secret_cache_ttl) == {"userData": b"yo"}
     assert api.gets == 3
 
 
 def test_a_missing_secret_is_none_and_read_again_once_it_appears(ttl: None) -> None:
     clock, api = Clock(), Api()
     cache = SecretDataCache(clock)
-    assert cache.get("s", "ns", api.fetch, None) is None
+    assert cache.get("s", "ns", api.fetch, None, ttl=get_settings().secret_cache_ttl) is None
     api.put("s", "5", {"k": "dg=="})
-    assert cache.get("s", "ns", api.fetch, "5") == {"k": b"v"}
+    assert cache.get("s", "ns", api.fetch, "5", ttl=get_settings().secret_cache_ttl) == {"k": b"v"}
     assert api.gets == 2
 
 
@@ -83,7 +83,7 @@ def test_a_zero_ttl_keeps_nothing() -> None:
         cache = SecretDataCache(clock)
         api.put("s", "1", {"k": "dg=="})
         for _ in range(3):
-            assert cache.get("s", "ns", api.fetch, "1") == {"k": b"v"}
+            assert cache.get("s", "ns", api.fetch, "1", ttl=get_settings().secret_cache_ttl) == {"k": b"v"}
         assert api.gets == 3
     finally:
         reset_settings()

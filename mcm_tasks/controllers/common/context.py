@@ -40,7 +40,7 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.resources import Resource
 from mcm_tasks.redisdb import get_redis, rkey
-from mcm_tasks.settings import get_settings
+from mcm_tasks.settings import Settings
 from providers.driver import Secret
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,13 @@ Obj = dict[str, Any]
 
 
 def control_api() -> ApiClient:
+    """The control cluster's client: read by the scope builders only (``scope.PassScope.api``)."""
     return get_clusters().control.api
 
 
 def target_api() -> ApiClient | None:
-    """The target cluster's client; None in no-target mode (``--target-kubeconfig=none``)."""
+    """The target cluster's client; None in no-target mode (``--target-kubeconfig=none``). Read by
+    the scope builders only (``scope.PassScope.target``)."""
     target = get_clusters().target
     return None if target is None else target.api
 
@@ -129,10 +131,11 @@ def _namespace_of(obj: Mapping[str, Any]) -> str | None:
 # --- machines and classes --------------------------------------------------------------------------------
 
 
-def namespace_of(key: str) -> tuple[str, str]:
-    """(namespace, name) of a queue key; a bare name is in the controller's namespace."""
+def namespace_of(key: str, default_namespace: str) -> tuple[str, str]:
+    """(namespace, name) of a queue key; a bare name is in ``default_namespace`` (the controller's,
+    ``settings.namespace``)."""
     namespace, name = split_key(key)
-    return namespace or get_settings().namespace, name
+    return namespace or default_namespace, name
 
 
 def get_raw(
@@ -146,60 +149,69 @@ def get_raw(
     return ops.get(api, resource, name, namespace, missing_ok=True)
 
 
-def get_object(lister: Lister[M], resource: Resource, model: type[M], name: str, namespace: str) -> M | None:
+def get_object(
+    lister: Lister[M], api: ApiClient, resource: Resource, model: type[M], name: str, namespace: str
+) -> M | None:
     """One object of a control-cluster kind: from the mirror when it is complete (``mirror_has``),
-    else a GET from the API server; None when it does not exist."""
+    else a GET from the API server ``api``; None when it does not exist."""
     if mirror_has(lister):
         return lister.get(name, namespace)
-    data = ops.get(control_api(), resource, name, namespace, missing_ok=True)
+    data = ops.get(api, resource, name, namespace, missing_ok=True)
     return None if data is None else parse_object(model, data)
 
 
-def get_machine(key: str) -> Machine | None:
-    namespace, name = namespace_of(key)
-    return get_object(_listers().machines, kinds.MACHINE.resource, Machine, name, namespace)
+def get_machine(api: ApiClient, name: str, namespace: str) -> Machine | None:
+    return get_object(_listers().machines, api, kinds.MACHINE.resource, Machine, name, namespace)
 
 
-def get_machine_live(name: str, namespace: str) -> Machine | None:
-    data = ops.get(control_api(), kinds.MACHINE.resource, name, namespace, missing_ok=True)
+def get_machine_live(api: ApiClient, name: str, namespace: str) -> Machine | None:
+    data = ops.get(api, kinds.MACHINE.resource, name, namespace, missing_ok=True)
     return None if data is None else parse_object(Machine, data)
 
 
-def get_machine_set(name: str, namespace: str) -> MachineSet | None:
-    return get_object(_listers().machine_sets, kinds.MACHINE_SET.resource, MachineSet, name, namespace)
+def get_machine_set(api: ApiClient, name: str, namespace: str) -> MachineSet | None:
+    return get_object(_listers().machine_sets, api, kinds.MACHINE_SET.resource, MachineSet, name, namespace)
 
 
-def get_machine_deployment(name: str, namespace: str) -> MachineDeployment | None:
+def get_machine_deployment(api: ApiClient, name: str, namespace: str) -> MachineDeployment | None:
     return get_object(
-        _listers().machine_deployments, kinds.MACHINE_DEPLOYMENT.resource, MachineDeployment, name, namespace
+        _listers().machine_deployments,
+        api,
+        kinds.MACHINE_DEPLOYMENT.resource,
+        MachineDeployment,
+        name,
+        namespace,
     )
 
 
-def set_setting(machine_set: MachineSet, key: str) -> str | None:
+def set_setting(api: ApiClient, machine_set: MachineSet, key: str, default_namespace: str) -> str | None:
     """An mcm-tasks setting (annotation ``key``) a MachineDeployment or MachineSet carries for its
     machines: the deployment's value when it has one (it is what people edit; the set's copy may be
     older), else the set's own; None when neither sets it. The owner is found by the controller
     reference and read like every other object (the mirror, else the API server)."""
     ref = machine_set.metadata.controller_ref()
     if ref is not None and ref.kind == "MachineDeployment":
-        namespace = machine_set.metadata.namespace or get_settings().namespace
-        deployment = get_machine_deployment(ref.name, namespace)
+        namespace = machine_set.metadata.namespace or default_namespace
+        deployment = get_machine_deployment(api, ref.name, namespace)
         if deployment is not None and key in deployment.metadata.annotations:
             return deployment.metadata.annotations[key]
     return machine_set.metadata.annotations.get(key)
 
 
-def machine_setting(machine: Machine, key: str) -> str | None:
+def machine_setting(api: ApiClient, machine: Machine, key: str, default_namespace: str) -> str | None:
     """``set_setting`` for the machine's MachineSet (None for a machine without one)."""
     ref = machine.metadata.controller_ref()
     if ref is None or ref.kind != "MachineSet":
         return None
-    owner = get_machine_set(ref.name, machine.metadata.namespace or get_settings().namespace)
-    return None if owner is None else set_setting(owner, key)
+    namespace = machine.metadata.namespace or default_namespace
+    owner = get_machine_set(api, ref.name, namespace)
+    return None if owner is None else set_setting(api, owner, key, default_namespace)
 
 
-def get_machine_class(name: str, namespace: str) -> MachineClass | None:
-    return get_object(_listers().machine_classes, kinds.MACHINE_CLASS.resource, MachineClass, name, namespace)
+def get_machine_class(api: ApiClient, name: str, namespace: str) -> MachineClass | None:
+    return get_object(
+        _listers().machine_classes, api, kinds.MACHINE_CLASS.resource, MachineClass, name, namespace
+    )
 
 
 def readable(model: type[M], raws: Iterable[Obj]) -> list[M]:
@@ -216,7 +228,7 @@ def readable(model: type[M], raws: Iterable[Obj]) -> list[M]:
     return out
 
 
-def machines_of_class(name: str, namespace: str) -> list[Machine]:
+def machines_of_class(api: ApiClient, name: str, namespace: str) -> list[Machine]:
     """The machines of a class (upstream's ``findMachinesForClass``) that can be read, through
     ``list_objects``: the mirror's class index, else one LIST of the namespace."""
     lister = _listers().machines
@@ -224,11 +236,11 @@ def machines_of_class(name: str, namespace: str) -> list[Machine]:
     def of_class_in_mirror() -> list[Obj]:
         return [m for m in lister.raw.of_class(name) if _namespace_of(m) == namespace]
 
-    raws = list_objects(lister, control_api(), kinds.MACHINE.resource, namespace, mirror=of_class_in_mirror)
+    raws = list_objects(lister, api, kinds.MACHINE.resource, namespace, mirror=of_class_in_mirror)
     return [m for m in readable(Machine, raws) if m.spec.class_.name == name]
 
 
-def class_in_use(name: str, namespace: str) -> bool:
+def class_in_use(api: ApiClient, name: str, namespace: str) -> bool:
     """Whether a machine that can be read uses the class (the class reconcile's question for its
     finalizer): from the mirror, the keys under the class index and, from the first one on, its
     machines read (shared models, not parsed again while unchanged) until one is readable; at a
@@ -236,7 +248,7 @@ def class_in_use(name: str, namespace: str) -> bool:
     Without the mirror, ``machines_of_class``. The same answer as ``bool(machines_of_class(...))``."""
     lister = _listers().machines
     if not mirror_has(lister):
-        return bool(machines_of_class(name, namespace))
+        return bool(machines_of_class(api, name, namespace))
     shared = lister.shared
     for key in lister.keys_by_index(BY_CLASS, name):
         if split_key(key)[0] != namespace:
@@ -250,13 +262,13 @@ def class_in_use(name: str, namespace: str) -> bool:
     return False
 
 
-def machines_on_node(node_name: str) -> list[Machine]:
+def machines_on_node(api: ApiClient, node_name: str) -> list[Machine]:
     """Machines whose ``node`` label names this node (MCM's ``getMachineFromNode``) that can be read,
     through ``list_objects``: the mirror's node index, else a LIST by that label."""
     lister = _listers().machines
     raws = list_objects(
         lister,
-        control_api(),
+        api,
         kinds.MACHINE.resource,
         mirror=lambda: lister.raw.on_node(node_name),
         label_selector=f"{NODE_LABEL_KEY}={node_name}",
@@ -264,27 +276,24 @@ def machines_on_node(node_name: str) -> list[Machine]:
     return readable(Machine, raws)
 
 
-def machines_with_label(key: str, value: str, namespace: str) -> list[Machine]:
+def machines_with_label(api: ApiClient, key: str, value: str, namespace: str) -> list[Machine]:
     """Live list by one label, for decisions that must not act on a lagging mirror (the permit count)."""
-    items = ops.list_(control_api(), kinds.MACHINE.resource, namespace, label_selector=f"{key}={value}")[
-        "items"
-    ]
+    items = ops.list_(api, kinds.MACHINE.resource, namespace, label_selector=f"{key}={value}")["items"]
     return [Machine.model_validate(i) for i in items]
 
 
-def machines_in_namespace(namespace: str) -> list[Machine]:
+def machines_in_namespace(api: ApiClient, namespace: str) -> list[Machine]:
     """Every readable machine of a namespace, through ``list_objects`` (the zone view of the
     remediation budgets, which spans deployments)."""
-    raws = list_objects(_listers().machines, control_api(), kinds.MACHINE.resource, namespace)
+    raws = list_objects(_listers().machines, api, kinds.MACHINE.resource, namespace)
     return readable(Machine, raws)
 
 
-def all_nodes() -> list[Obj]:
-    """Every Node of the target cluster (API dicts), through ``list_objects``; [] in no-target mode."""
-    api = target_api()
-    if api is None:
+def all_nodes(target: ApiClient | None) -> list[Obj]:
+    """Every Node of the ``target`` cluster (API dicts), through ``list_objects``; [] in no-target mode."""
+    if target is None:
         return []
-    return list_objects(_listers().nodes, api, kinds.NODE.resource)
+    return list_objects(_listers().nodes, target, kinds.NODE.resource)
 
 
 # --- secrets ---------------------------------------------------------------------------------------------
@@ -299,7 +308,9 @@ def secret_exists(ref: SecretReference, default_namespace: str) -> bool | None:
     return lister.raw.get(ref.name, ref.namespace or default_namespace) is not None
 
 
-def get_secret_data(ref: SecretReference, default_namespace: str) -> dict[str, bytes] | None:
+def get_secret_data(
+    api: ApiClient, ref: SecretReference, default_namespace: str, ttl: float
+) -> dict[str, bytes] | None:
     """The decoded data of a referenced secret, or None when it does not exist. Read from the API
     server (the mirror never holds secret data), through the short in-process cache, which the
     mirror's resourceVersion invalidates when the secret changes."""
@@ -311,7 +322,7 @@ def get_secret_data(ref: SecretReference, default_namespace: str) -> dict[str, b
         if mirrored is None:
             return None
         version = str((mirrored.get("metadata") or {}).get("resourceVersion", ""))
-    return secretdata.read_secret_data(control_api(), ref.name, namespace, version)
+    return secretdata.read_secret_data(api, ref.name, namespace, version, ttl=ttl)
 
 
 def merge_secret_data(*datas: Mapping[str, bytes]) -> dict[str, bytes]:
@@ -347,10 +358,11 @@ def secret_refs(machine_class: MachineClass) -> list[SecretReference]:
     return [r for r in (machine_class.secret_ref, machine_class.credentials_secret_ref) if r and r.name]
 
 
-def load_class_context(machine_class: MachineClass) -> ClassContext:
-    """The class with its secrets: their existence from the mirror, their data on first use. Without
-    a synced mirror, existence needs the data read, which then happens at once."""
-    namespace = machine_class.metadata.namespace or get_settings().namespace
+def load_class_context(api: ApiClient, machine_class: MachineClass, settings: Settings) -> ClassContext:
+    """The class with its secrets (read through the control cluster ``api``): their existence from the
+    mirror, their data on first use. Without a synced mirror, existence needs the data read, which
+    then happens at once."""
+    namespace = machine_class.metadata.namespace or settings.namespace
     refs = secret_refs(machine_class)
     names = {id(ref): f"{ref.namespace or namespace}/{ref.name}" for ref in refs}
     known = {id(ref): secret_exists(ref, namespace) for ref in refs}
@@ -358,7 +370,11 @@ def load_class_context(machine_class: MachineClass) -> ClassContext:
     def load() -> tuple[Secret, list[str]]:
         datas, missing = [], []
         for ref in refs:
-            data = None if known[id(ref)] is False else get_secret_data(ref, namespace)
+            data = (
+                None
+                if known[id(ref)] is False
+                else get_secret_data(api, ref, namespace, settings.secret_cache_ttl)
+            )
             if data is None:
                 missing.append(names[id(ref)])
             else:
@@ -372,26 +388,14 @@ def load_class_context(machine_class: MachineClass) -> ClassContext:
     return ClassContext(machine_class, missing, loader=lambda: load()[0])
 
 
-def get_class_context(machine: Machine) -> ClassContext | None:
-    """The class context of a machine; None when its class does not exist."""
-    namespace = machine.metadata.namespace or get_settings().namespace
-    machine_class = (
-        get_machine_class(machine.spec.class_.name, namespace) if machine.spec.class_.name else None
-    )
-    return None if machine_class is None else load_class_context(machine_class)
-
-
 # --- nodes -----------------------------------------------------------------------------------------------
 
 
-def get_node(name: str) -> Obj | None:
-    """The target cluster's Node (an API dict); None when absent or in no-target mode."""
-    if not name:
+def get_node(target: ApiClient | None, name: str) -> Obj | None:
+    """The ``target`` cluster's Node (an API dict); None when absent or in no-target mode."""
+    if not name or target is None:
         return None
-    api = target_api()
-    if api is None:
-        return None
-    return get_raw(_listers().nodes, api, kinds.NODE.resource, name)
+    return get_raw(_listers().nodes, target, kinds.NODE.resource, name)
 
 
 # --- the creation marker ---------------------------------------------------------------------------------
@@ -402,12 +406,13 @@ def _creation_key(machine_key: str) -> str:
 
 
 @contextmanager
-def creation_in_flight(machine_key: str) -> Iterator[None]:
+def creation_in_flight(machine_key: str, lock_ttl: float) -> Iterator[None]:
     """Mark a machine as being in its creation flow, for every worker to see (MCM's
     ``pendingMachineCreationMap``): the deletion flow waits while a create call may be running.
-    The mark expires with the reconcile lock, so a killed worker cannot leave it behind."""
+    The mark expires with the reconcile lock (``lock_ttl``, ``settings.reconcile_lock_ttl``), so a
+    killed worker cannot leave it behind."""
     client = get_redis()
-    ttl = max(1, int(get_settings().reconcile_lock_ttl))
+    ttl = max(1, int(lock_ttl))
     client.set(_creation_key(machine_key), "1", ex=ttl)
     try:
         yield

@@ -26,15 +26,15 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.api import now_utc
 from mcm_tasks.api.drainrule import MachineDrainRule, RuleCondition
 from mcm_tasks.api.meta import set_condition
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.controllers.common import context, drainrules, events
+from mcm_tasks.controllers.common import drainrules, events
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_forbidden, is_not_found
 from mcm_tasks.kube.events import WARNING, ObjectRef
-from mcm_tasks.settings import get_settings
+from mcm_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +48,17 @@ _cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 _unavailable_told: set[str] = set()
 
 
-def _ttl() -> float:
-    return min(RULES_TTL, get_settings().short_retry)
+def _ttl(settings: Settings) -> float:
+    return min(RULES_TTL, settings.short_retry)
 
 
-def raw_rules(namespace: str) -> list[dict[str, Any]]:
+def raw_rules(scope: PassScope[Any], namespace: str) -> list[dict[str, Any]]:
     """The namespace's rules as the API server sends them (recently listed, or listed now)."""
     cached = _cache.get(namespace)
-    if cached is not None and time.monotonic() - cached[0] < _ttl():
+    if cached is not None and time.monotonic() - cached[0] < _ttl(scope.settings):
         return cached[1]
     try:
-        items = ops.list_(context.control_api(), kinds.MACHINE_DRAIN_RULE.resource, namespace)["items"]
+        items = ops.list_(scope.api, kinds.MACHINE_DRAIN_RULE.resource, namespace)["items"]
     except ApiException as err:
         if not (is_not_found(err) or is_forbidden(err)):
             raise
@@ -84,9 +84,9 @@ def parsed(raw: Sequence[dict[str, Any]]) -> tuple[list[MachineDrainRule], list[
     return out, bad
 
 
-def drain_rules(namespace: str) -> list[MachineDrainRule]:
+def drain_rules(scope: PassScope[Any], namespace: str) -> list[MachineDrainRule]:
     """The readable rules of the namespace (the valid ones are sorted out by ``rules``)."""
-    return parsed(raw_rules(namespace))[0]
+    return parsed(raw_rules(scope, namespace))[0]
 
 
 def namespace_labels(api: ApiClient) -> dict[str, dict[str, str]]:
@@ -119,7 +119,7 @@ def _conditions(raw: dict[str, Any]) -> list[RuleCondition]:
     return out
 
 
-def _judge(raw: dict[str, Any], problems: list[str]) -> None:
+def _judge(scope: PassScope[Any], raw: dict[str, Any], problems: list[str]) -> None:
     """Write the rule's ``Valid`` condition when it changes; a newly invalid rule gets an Event."""
     meta = raw.get("metadata") or {}
     generation = meta.get("generation")
@@ -129,7 +129,7 @@ def _judge(raw: dict[str, Any], problems: list[str]) -> None:
         status="False" if problems else "True",
         reason=INVALID_REASON if problems else VALID_REASON,
         message=message,
-        last_transition_time=now_utc(),
+        last_transition_time=scope.clock(),
         observed_generation=generation if isinstance(generation, int) else None,
     )
     current = _conditions(raw)
@@ -148,7 +148,7 @@ def _judge(raw: dict[str, Any], problems: list[str]) -> None:
                               "conditions": [c.model_dump(mode="json", by_alias=True, exclude_none=True)
                                              for c in conditions]}}  # fmt: skip
     try:
-        ops.update_status(context.control_api(), kinds.MACHINE_DRAIN_RULE.resource, body)
+        ops.update_status(scope.api, kinds.MACHINE_DRAIN_RULE.resource, body)
     except ApiException as err:
         if is_not_found(err) or is_conflict(err):  # gone, or changed: the next look judges it again
             return
@@ -160,23 +160,23 @@ def _judge(raw: dict[str, Any], problems: list[str]) -> None:
             meta.get("name"),
             message,
         )
-        events.recorder(context.control_api(), events.MACHINE_COMPONENT).event(
+        events.recorder(scope.api, events.MACHINE_COMPONENT).event(
             _ref(raw), WARNING, INVALID_REASON, f"{message}; the rule is ignored"
         )
 
 
-def validate_rules(namespace: str) -> int:
+def validate_rules(scope: PassScope[Any], namespace: str) -> int:
     """Judge every rule of the namespace, listed now; the number found invalid."""
     _cache.pop(namespace, None)
-    items = raw_rules(namespace)
+    items = raw_rules(scope, namespace)
     good, bad = parsed(items)
     invalid = 0
     for item, why in bad:
         invalid += 1
-        _judge(item, [f"the rule cannot be read: {why}"])
+        _judge(scope, item, [f"the rule cannot be read: {why}"])
     by_name = {str((i.get("metadata") or {}).get("name")): i for i in items}
     for rule in good:
         found = drainrules.problems(rule)
         invalid += bool(found)
-        _judge(by_name[rule.metadata.name or ""], found)
+        _judge(scope, by_name[rule.metadata.name or ""], found)
     return invalid

@@ -10,13 +10,12 @@ from typing import Final
 
 from kubernetes.client import ApiClient
 
-from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.events import EventRecorder, recorder_for
 
 COMPONENT: Final = "machine-controller-manager"
 MACHINE_COMPONENT: Final = "machine-controller"
 
 
-def recorder(api: ApiClient | None = None, component: str = COMPONENT) -> EventRecorder:
-    """The recorder on the control cluster (``api``, else the process's control client)."""
-    return recorder_for(api if api is not None else get_clusters().control.api, component)
+def recorder(api: ApiClient, component: str = COMPONENT) -> EventRecorder:
+    """The recorder on the control cluster ``api`` (a pass's ``scope.api``)."""
+    return recorder_for(api, component)

@@ -11,11 +11,15 @@ listers, ``safetyOptions``) beside the object ``reconcileClusterMachine`` and it
 - the writer's clients: ``api`` (control cluster) and ``target`` (None in no-target mode), this
   process's (``context.control_api``, ``context.target_api``), resolved when a phase first uses them:
   a pass that writes nothing (a debounced safety job, a frozen machine) never builds them;
-- ``recorder`` (Events), ``settings``, ``now`` (the pass's one clock reading);
+- ``recorder`` (Events), ``settings``, ``now`` (the pass's one clock reading at its start) and
+  ``clock`` (read again by a step that times what the pass itself waited on: a drain, a VM call);
 - ``memo``: what one phase works out that a later phase of the same pass reads again.
 
 Registration builds it (``registration.scoped``): a controller gives the read of its object and its
 phases, and gets the key reconciler the queue contract calls. Nothing in it outlives the pass.
+
+The scope is the one place a pass reads the process's clients, settings and clock:
+``tools/check_pass_scope.py`` (in ``make lint``) fails on any other read under ``controllers/``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class PassScope(Generic[T]):
     settings: Settings
     listers: Listers
     now: datetime = field(default_factory=now_utc)
+    clock: Callable[[], datetime] = field(default=now_utc, repr=False)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod

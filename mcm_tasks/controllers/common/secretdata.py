@@ -22,7 +22,6 @@ from typing import Any
 
 from mcm_tasks import kinds
 from mcm_tasks.kube import ops
-from mcm_tasks.settings import get_settings
 
 
 def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, bytes]:
@@ -55,10 +54,12 @@ class SecretDataCache:
         namespace: str,
         fetch: Callable[[str, str], Mapping[str, Any] | None],
         resource_version: str | None = None,
+        *,
+        ttl: float,
     ) -> dict[str, bytes] | None:
         """The decoded data, or None when the secret does not exist. ``resource_version`` is what the
-        mirror shows (None when the mirror cannot tell): a cached entry of another version is stale."""
-        ttl = get_settings().secret_cache_ttl
+        mirror shows (None when the mirror cannot tell): a cached entry of another version is stale;
+        an entry older than ``ttl`` seconds (``settings.secret_cache_ttl``) too."""
         key = (namespace, name)
         now = self._clock()
         with self._lock:
@@ -99,12 +100,13 @@ def get_cache() -> SecretDataCache:
 
 
 def read_secret_data(
-    api: Any, name: str, namespace: str, resource_version: str | None = None
+    api: Any, name: str, namespace: str, resource_version: str | None = None, *, ttl: float
 ) -> dict[str, bytes] | None:
-    """The decoded data of a secret from the API server (or the short in-process cache)."""
+    """The decoded data of a secret from the API server (or the short in-process cache, for ``ttl``
+    seconds)."""
 
     def fetch(n: str, ns: str) -> Mapping[str, Any] | None:
         found: Mapping[str, Any] | None = ops.get(api, kinds.SECRET.resource, n, ns, missing_ok=True)
         return found
 
-    return _cache.get(name, namespace, fetch, resource_version)
+    return _cache.get(name, namespace, fetch, resource_version, ttl=ttl)

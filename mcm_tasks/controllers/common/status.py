@@ -1,6 +1,7 @@
 """Machine status: building it, deciding whether it is worth writing, writing it, and telling people.
 
-Every status write of the machine controller goes through ``write_status`` so that three rules hold
+Every status write of the machine controller goes through ``update_machine_status`` (with the pass's
+scope: its client and clock) so that three rules hold
 everywhere:
 
 - **De-duplication** (MCM's ``isMachineStatusSimilar``): a new status that differs from the current one
@@ -24,7 +25,9 @@ import difflib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
+
+from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
 from mcm_tasks.api import (
@@ -37,12 +40,12 @@ from mcm_tasks.api import (
     MachineStatus,
     NodeCondition,
     dump,
-    now_utc,
 )
 from mcm_tasks.api.constants import API_VERSION, NODE_LABEL_KEY
-from mcm_tasks.controllers.common import context, events
+from mcm_tasks.controllers.common import events
 from mcm_tasks.controllers.common.creating import with_creating_condition
 from mcm_tasks.controllers.common.metrics import observe_status_write
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef
 
@@ -84,21 +87,21 @@ def last_operation(
     type_: MachineOperationType | str,
     *,
     error_code: str = "",
-    now: datetime | None = None,
+    now: datetime,
 ) -> LastOperation:
     return LastOperation(
         description=description,
         state=state,
         type=type_,
         error_code=error_code,
-        last_update_time=now or now_utc(),
+        last_update_time=now,
     )
 
 
 def current_status(
-    phase: MachinePhase | str, *, timeout_active: bool = False, now: datetime | None = None
+    phase: MachinePhase | str, *, timeout_active: bool = False, now: datetime
 ) -> CurrentStatus:
-    return CurrentStatus(phase=phase, timeout_active=timeout_active, last_update_time=now or now_utc())
+    return CurrentStatus(phase=phase, timeout_active=timeout_active, last_update_time=now)
 
 
 def updated_status(
@@ -205,9 +208,9 @@ def status_events(old: MachineStatus, new: MachineStatus) -> list[EventSpec]:
 # --- I/O -----------------------------------------------------------------------------------------------
 
 
-def recorder() -> EventRecorder:
-    """The process's recorder on the control cluster (rebuilt when the clients are)."""
-    return events.recorder(context.control_api(), events.MACHINE_COMPONENT)
+def recorder(api: ApiClient) -> EventRecorder:
+    """The machine controller's recorder on the control cluster ``api``."""
+    return events.recorder(api, events.MACHINE_COMPONENT)
 
 
 def machine_ref(machine: Machine) -> ObjectRef:
@@ -227,31 +230,32 @@ def node_ref(machine: Machine) -> ObjectRef | None:
     return ObjectRef(api_version="v1", kind="Node", name=node) if node else None
 
 
-def record_event(machine: Machine, type_: EventType, reason: str, message: str) -> None:
+def record_event(api: ApiClient, machine: Machine, type_: EventType, reason: str, message: str) -> None:
     """Best effort, as Kubernetes events are: never raises. A status change is the action; the
     machine's Node is the related object (events.k8s.io/v1)."""
-    recorder().event(machine_ref(machine), type_, reason, message, action="UpdateStatus",
+    recorder(api).event(machine_ref(machine), type_, reason, message, action="UpdateStatus",
                      related=node_ref(machine))  # fmt: skip
 
 
-def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True) -> Machine | None:
+def update_machine_status(
+    scope: PassScope[Any], machine: Machine, status: MachineStatus, *, dedup: bool = True
+) -> Machine | None:
     """Write ``status`` over the machine's (PUT to the status subresource with its resourceVersion).
 
     Returns the machine as written, or None when de-duplication skipped the write. A Conflict or any
     other API error propagates.
     Upstream: ``updateMachineStatus``.
     """
-    status = with_creating_condition(machine, status, now_utc())
-    if dedup and is_status_similar(status, machine.status, now_utc()):
+    now = scope.clock()
+    status = with_creating_condition(machine, status, now)
+    if dedup and is_status_similar(status, machine.status, now):
         log.debug("machine %s: status similar to the current one, not written", machine.key)
         return None
     body = machine.model_copy(update={"status": status})
-    written = Machine.model_validate(
-        ops.update_status(context.control_api(), kinds.MACHINE.resource, dump(body))
-    )
+    written = Machine.model_validate(ops.update_status(scope.api, kinds.MACHINE.resource, dump(body)))
     observe_status_write(machine.status, status)
     for spec in status_events(machine.status, status):
-        record_event(written, spec.type, spec.reason, spec.message)
+        record_event(scope.api, written, spec.type, spec.reason, spec.message)
     log.info(
         "machine %s: phase %s, %s/%s: %s",
         machine.key,
@@ -264,6 +268,7 @@ def write_status(machine: Machine, status: MachineStatus, *, dedup: bool = True)
 
 
 def write_operation(
+    scope: PassScope[Any],
     machine: Machine,
     description: str,
     state: MachineState | str,
@@ -276,17 +281,17 @@ def write_operation(
 ) -> Machine | None:
     """MCM's ``machineStatusUpdate``: a new lastOperation and (when ``phase`` is given) a new
     currentStatus, de-duplicated. The common case of every flow."""
-    now = now_utc()
+    now = scope.clock()
     status = updated_status(
         machine,
         last_op=last_operation(description, state, type_, error_code=error_code, now=now),
         current=None if phase is None else current_status(phase, timeout_active=timeout_active, now=now),
         last_known_state=last_known_state,
     )
-    return write_status(machine, status)
+    return update_machine_status(scope, machine, status)
 
 
-def write_problem(machine: Machine, description: str) -> Machine | None:
+def write_problem(scope: PassScope[Any], machine: Machine, description: str) -> Machine | None:
     """Report bad input (invalid machine, missing class or secret or userData, invalid class, unknown
     provider) on the machine: lastOperation Failed with the operation it was in (Create when none),
     errorCode ``ConfigurationError``, phase unchanged.
@@ -295,7 +300,7 @@ def write_problem(machine: Machine, description: str) -> Machine | None:
     """
     type_ = machine.status.last_operation.type or MachineOperationType.CREATE
     return write_operation(
-        machine, description, MachineState.FAILED, type_, error_code=CONFIGURATION_ERROR_CODE
+        scope, machine, description, MachineState.FAILED, type_, error_code=CONFIGURATION_ERROR_CODE
     )
 
 

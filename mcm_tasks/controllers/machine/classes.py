@@ -30,6 +30,7 @@ from mcm_tasks.controllers.problems import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, enqueue_many
+from mcm_tasks.settings import get_settings
 from providers import provider_names
 
 log = logging.getLogger(__name__)
@@ -52,17 +53,19 @@ def class_problems(machine_class: MachineClass, missing_secrets: list[str]) -> l
     return problems
 
 
-def _report_problems(key: str, machine_class: MachineClass) -> None:
-    problems = class_problems(machine_class, context.load_class_context(machine_class).missing_secrets)
+def _report_problems(scope: PassScope[MachineClass], machine_class: MachineClass) -> None:
+    loaded = context.load_class_context(scope.api, machine_class, scope.settings)
+    problems = class_problems(machine_class, loaded.missing_secrets)
     if problems:
         message = f"MachineClass {machine_class.metadata.name} cannot make machines: " + "; ".join(problems)
-        log.warning("machine class %s: %s", key, message)
-        warn(machine_class, INVALID_CLASS_REASON, message[:MAX_MESSAGE])
+        log.warning("machine class %s: %s", scope.key, message)
+        warn(scope, machine_class, INVALID_CLASS_REASON, message[:MAX_MESSAGE])
 
 
 def _read(key: str) -> MachineClass | None:
-    namespace, name = context.namespace_of(key)
-    return context.get_machine_class(name, namespace)
+    """The class a pass over ``key`` is about, read before its scope is built."""
+    namespace, name = context.namespace_of(key, get_settings().namespace)
+    return context.get_machine_class(context.control_api(), name, namespace)
 
 
 def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
@@ -71,20 +74,20 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
     resync = Requeue(scope.settings.class_resync_period)
     meta = machine_class.metadata
     if not meta.is_deleting:
-        _report_problems(key, machine_class)
-    namespace, name = context.namespace_of(key)
-    in_use = context.class_in_use(name, namespace)
+        _report_problems(scope, machine_class)
+    namespace, name = context.namespace_of(key, scope.settings.namespace)
+    in_use = context.class_in_use(scope.api, name, namespace)
     if not meta.is_deleting and in_use:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
         if patch is not None:
             _patch(scope, patch)
-            enqueue_many(machine_queue_items(context.machines_of_class(name, namespace)))
+            enqueue_many(machine_queue_items(context.machines_of_class(scope.api, name, namespace)))
         return resync
     if in_use:
         # the seeds' flow: a class being deleted that machines still use enqueues them, so each pass
         # of theirs (a deletion under way, a failure to report) runs while the class waits on them
         log.info("machine class %s: being deleted but still used by machines, keeping its finalizer", key)
-        enqueue_many(machine_queue_items(context.machines_of_class(name, namespace)))
+        enqueue_many(machine_queue_items(context.machines_of_class(scope.api, name, namespace)))
         return Requeue.short()
     patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
     if patch is not None:

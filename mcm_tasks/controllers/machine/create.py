@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachinePhase, MachineState, MachineStatus, NodeAddress, now_utc
+from mcm_tasks.api import Machine, MachinePhase, MachineState, MachineStatus, NodeAddress
 from mcm_tasks.api.constants import MACHINE_PRIORITY_ANNOTATION, MACHINE_PRIORITY_DEFAULT, NODE_LABEL_KEY
 from mcm_tasks.api.enums import MachineOperationType
 from mcm_tasks.controllers.common import context
@@ -31,16 +31,17 @@ from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.status import (
     current_status,
     last_operation,
+    update_machine_status,
     updated_status,
     write_operation,
     write_problem,
-    write_status,
 )
 from mcm_tasks.controllers.machine import bootstrap, metrics
 from mcm_tasks.controllers.machine.health import creation_timeout
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
-from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.settings import Settings
 from mcm_tasks.tracing import TRACE_ANNOTATION, trace_id_hex, traced_driver
 from mcm_tasks.tracing import enabled as tracing_enabled
 from providers import Code, MachineError, UnknownProviderError, get_driver
@@ -155,44 +156,48 @@ def error_code_of(err: BaseException) -> Code:
 # --- the flow --------------------------------------------------------------------------------------------
 
 
-def _create_error(machine: Machine, err: BaseException, last_known_state: str = "") -> Requeue:
+def _create_error(
+    scope: MachineScope, machine: Machine, err: BaseException, last_known_state: str = ""
+) -> Requeue:
     """MCM's ``machineCreateErrorHandler``."""
-    settings = get_settings()
+    settings = scope.settings
     code = error_code_of(err)
     write_operation(
+        scope,
         machine,
         cloud_message(err),
         MachineState.FAILED,
         MachineOperationType.CREATE,
-        phase=create_failure_phase(machine, now_utc(), settings),
+        phase=create_failure_phase(machine, scope.clock(), settings),
         error_code=code.name,
         last_known_state=last_known_state or None,
     )
     return Requeue(create_error_retry(code, settings))
 
 
-def _driver(machine: Machine, cc: ClassContext) -> Driver | None:
+def _driver(scope: MachineScope, machine: Machine, cc: ClassContext) -> Driver | None:
     try:
         return traced_driver(get_driver(cc.machine_class.provider))
     except UnknownProviderError as err:
-        write_problem(machine, f"MachineClass {cc.machine_class.metadata.name}: {err}")
+        write_problem(scope, machine, f"MachineClass {cc.machine_class.metadata.name}: {err}")
         return None
 
 
-def trigger_creation_flow(machine: Machine, cc: ClassContext) -> Requeue:
-    settings = get_settings()
+def trigger_creation_flow(scope: MachineScope, machine: Machine, cc: ClassContext) -> Requeue:
+    settings = scope.settings
     if cc.missing_secrets:
         names = ", ".join(cc.missing_secrets)
         write_problem(
+            scope,
             machine,
             f"Secret {names} referenced by MachineClass {cc.machine_class.metadata.name} not found",
         )
         return Requeue.short()
-    driver = _driver(machine, cc)
+    driver = _driver(scope, machine, cc)
     if driver is None:
         return Requeue.long()
     name = machine.metadata.name or ""
-    target = context.target_api()
+    target = scope.target
     secret = bootstrap.prepare_secret(
         cc.secret,
         name,
@@ -202,11 +207,11 @@ def trigger_creation_flow(machine: Machine, cc: ClassContext) -> Requeue:
     )
     if secret is None:
         write_problem(
-            machine, f"Secret data of MachineClass {cc.machine_class.metadata.name} has no userData"
+            scope, machine, f"Secret data of MachineClass {cc.machine_class.metadata.name} has no userData"
         )
         return Requeue.short()
-    with context.creation_in_flight(machine.key):
-        return _create(machine, cc, driver, secret, target is not None)
+    with context.creation_in_flight(machine.key, settings.reconcile_lock_ttl):
+        return _create(scope, machine, cc, driver, secret, target is not None)
 
 
 @dataclass
@@ -231,7 +236,7 @@ def _recorded(machine: Machine, uninitialized: bool) -> VM:
 
 
 def _find_or_launch(
-    machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, target_mode: bool
+    scope: MachineScope, machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, target_mode: bool
 ) -> VM | Requeue:
     mc = cc.machine_class
     try:
@@ -243,12 +248,12 @@ def _find_or_launch(
         if err.code == Code.Uninitialized:
             return _recorded(machine, uninitialized=True)
         if err.code not in (Code.NotFound, Code.Unimplemented):
-            return _create_error(machine, err)
+            return _create_error(scope, machine, err)
         if machine.spec.provider_id:
             return _recorded(machine, uninitialized=False)
     except Exception as err:  # a driver bug is a provider error like any other, not a crash loop
         log.exception("machine %s: GetMachineStatus raised", machine.key)
-        return _create_error(machine, err)
+        return _create_error(scope, machine, err)
 
     started = time.perf_counter()
     try:
@@ -257,21 +262,26 @@ def _find_or_launch(
         )
     except Exception as err:
         log.warning("machine %s: create failed: %s", machine.key, err)
-        return _create_error(machine, err)
+        return _create_error(scope, machine, err)
     metrics.observe_duration("create", machine, time.perf_counter() - started, mc)
     vm = VM(created.node_name, created.provider_id, _addresses(created.addresses), uninitialized=True)
     name = machine.metadata.name or ""
-    if target_mode and is_stale_node(context.get_node(vm.node_name), vm.node_name, name, vm.provider_id):
-        return _stale_node(machine, cc, driver, secret, vm.provider_id)
+    if target_mode and is_stale_node(
+        context.get_node(scope.target, vm.node_name), vm.node_name, name, vm.provider_id
+    ):
+        return _stale_node(scope, machine, cc, driver, secret, vm.provider_id)
     return vm
 
 
-def _create(machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, target_mode: bool) -> Requeue:
-    vm = _find_or_launch(machine, cc, driver, secret, target_mode)
+def _create(
+    scope: MachineScope, machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, target_mode: bool
+) -> Requeue:
+    vm = _find_or_launch(scope, machine, cc, driver, secret, target_mode)
     if isinstance(vm, Requeue):
         return vm
     if (target_mode and not vm.node_name) or not vm.provider_id:
         write_operation(
+            scope,
             machine,
             f"VM of machine {machine.metadata.name} reported an empty node name or providerID",
             MachineState.FAILED,
@@ -285,20 +295,20 @@ def _create(machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, 
         # the trace's id, for an operator to go from kubectl to the trace (written with the labels)
         patch["metadata"].setdefault("annotations", {})[TRACE_ANNOTATION] = trace_id_hex(machine.metadata.uid)
     if patch is not None:
-        api = context.control_api()
+        api = scope.api
         written = ops.patch(
             api, kinds.MACHINE.resource, machine.metadata.name or "", patch, machine.metadata.namespace
         )
         machine = Machine.model_validate(written)
 
     if vm.uninitialized:
-        retry = _initialize(machine, cc, driver, secret)
+        retry = _initialize(scope, machine, cc, driver, secret)
         if retry is not None:
             return retry
 
     if machine.status.current_status.phase not in ("", MachinePhase.CRASH_LOOP_BACK_OFF):
         return Requeue.long()
-    write_status(machine, created_status(machine, vm, target_mode, now_utc()))
+    update_machine_status(scope, machine, created_status(machine, vm, target_mode, scope.clock()))
     return Requeue.short()
 
 
@@ -333,7 +343,7 @@ def address_status(addresses: list[NodeAddress], node_name: str) -> list[NodeAdd
 
 
 def _stale_node(
-    machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, provider_id: str
+    scope: MachineScope, machine: Machine, cc: ClassContext, driver: Driver, secret: Secret, provider_id: str
 ) -> Requeue:
     """A Node of an older VM holds the name: delete the VM just made and fail the machine."""
     log.warning(
@@ -349,6 +359,7 @@ def _stale_node(
     except Exception as err:  # the orphan-VM collector gets it if this fails
         log.warning("machine %s: deleting the VM of a stale node failed: %s", machine.key, err)
     write_operation(
+        scope,
         machine,
         STALE_NODE_DESCRIPTION,
         MachineState.FAILED,
@@ -358,7 +369,9 @@ def _stale_node(
     return Requeue.short()
 
 
-def _initialize(machine: Machine, cc: ClassContext, driver: Driver, secret: Secret) -> Requeue | None:
+def _initialize(
+    scope: MachineScope, machine: Machine, cc: ClassContext, driver: Driver, secret: Secret
+) -> Requeue | None:
     """InitializeMachine; None to carry on (done or not needed), else the requeue after a failure."""
     started = time.perf_counter()
     try:
@@ -366,11 +379,12 @@ def _initialize(machine: Machine, cc: ClassContext, driver: Driver, secret: Secr
             InitializeMachineRequest(machine=machine, machine_class=cc.machine_class, secret=secret)
         )
     except Exception as err:  # a driver bug is a provider error like any other, not a crash loop
-        failure = initialize_failure(machine, err, now_utc(), get_settings())
+        failure = initialize_failure(machine, err, scope.clock(), scope.settings)
         if failure is None:
             return None
         log.warning("machine %s: initialize failed: %s", machine.key, err)
         write_operation(
+            scope,
             machine,
             failure.description,
             MachineState.FAILED,

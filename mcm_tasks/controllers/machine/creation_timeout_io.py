@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine
@@ -16,11 +17,11 @@ from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION, MACHI
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common import creation_timeout as adaptive
 from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.machine.health import creation_timeout, declared_creation_timeout
 from mcm_tasks.durations import format_duration, parse_duration
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.events import NORMAL
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +29,13 @@ log = logging.getLogger(__name__)
 Decide = Callable[[float, float, float, float], float | None]
 
 
-def _adapt(machine: Machine, decide: Decide, reason: str, why: str) -> None:
+def _adapt(scope: PassScope[Any], machine: Machine, decide: Decide, reason: str, why: str) -> None:
     name = machine.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, "")
     if not name:
         return
-    settings = get_settings()
+    settings = scope.settings
     namespace = machine.metadata.namespace or settings.namespace
-    deployment = context.get_machine_deployment(name, namespace)
+    deployment = context.get_machine_deployment(scope.api, name, namespace)
     if deployment is None:
         return
     declared = declared_creation_timeout(machine, settings)
@@ -56,7 +57,7 @@ def _adapt(machine: Machine, decide: Decide, reason: str, why: str) -> None:
         }
     }
     try:
-        written = ops.patch(context.control_api(), kinds.MACHINE_DEPLOYMENT.resource, name, patch, namespace)
+        written = ops.patch(scope.api, kinds.MACHINE_DEPLOYMENT.resource, name, patch, namespace)
     except Exception as err:  # a Conflict: another machine's observation wrote first
         log.info("MachineDeployment %s/%s: effective creation timeout not written: %s", namespace, name, err)
         return
@@ -65,13 +66,14 @@ def _adapt(machine: Machine, decide: Decide, reason: str, why: str) -> None:
         f"(declared {format_duration(declared)}, max {format_duration(maximum)}): {why}"
     )
     log.info("MachineDeployment %s/%s: %s", namespace, name, message)
-    recorder().event(written, NORMAL, reason, message)
+    recorder(scope.api).event(written, NORMAL, reason, message)
 
 
-def on_join_timeout(machine: Machine) -> None:
+def on_join_timeout(scope: PassScope[Any], machine: Machine) -> None:
     """The machine failed to join within its creation timeout: raise its deployment's, a step."""
-    timeout = format_duration(creation_timeout(machine, get_settings()))
+    timeout = format_duration(creation_timeout(machine, scope.settings))
     _adapt(
+        scope,
         machine,
         lambda mine, current, _declared, maximum: adaptive.after_join_timeout(
             mine, current, _declared, maximum
@@ -81,9 +83,10 @@ def on_join_timeout(machine: Machine) -> None:
     )
 
 
-def on_join(machine: Machine, seconds: float) -> None:
+def on_join(scope: PassScope[Any], machine: Machine, seconds: float) -> None:
     """The machine joined after ``seconds``: lower its deployment's timeout a step if that was fast."""
     _adapt(
+        scope,
         machine,
         lambda mine, current, declared, _maximum: adaptive.after_join(seconds, mine, current, declared),
         adaptive.LOWERED,

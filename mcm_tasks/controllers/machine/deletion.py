@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from kubernetes.client.exceptions import ApiException
 
-from mcm_tasks.api import Machine, MachineStatus, now_utc
+from mcm_tasks.api import Machine, MachineStatus
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machine.deleting import with_deleting_condition
@@ -55,7 +55,6 @@ from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.queue import Requeue
-from mcm_tasks.settings import get_settings
 from mcm_tasks.tracing import machine_span
 
 
@@ -81,7 +80,7 @@ def _forget_drain(key: str) -> None:
 #: the ``machine-termination`` queue's reconciler (and the machine queue's for deleting machines): the
 #: machine's scope, then ``termination_pass``; a machine gone leaves no drain progress behind
 reconcile_termination = answers_unreadable(
-    scoped(context.get_machine, termination_pass, MachineScope.begin, gone=_forget_drain)
+    scoped(MachineScope.read, termination_pass, MachineScope.begin, gone=_forget_drain)
 )
 
 
@@ -95,24 +94,28 @@ def terminate(scope: MachineScope) -> Requeue | None:
     if context.creation_in_progress(scope.machine.key):
         return Requeue.medium()
     unwritten = False
-    for _ in range(get_settings().deletion_steps_per_pass):
+    for _ in range(scope.settings.deletion_steps_per_pass):
         result = step(scope)
         machine = scope.machine
         if isinstance(result, Continue):
             scope.machine, unwritten = result.machine, unwritten or result.unwritten
             continue
         if isinstance(result, Stop):  # a status where the previous one was written: never de-duplicated
-            _write(machine, result.status, dedup=not (result.moves or unwritten), detail=result.detail)
+            _write(scope, machine, result.status, dedup=not (result.moves or unwritten), detail=result.detail)
             return result.requeue
         if result is not None and unwritten:  # waits, or requeues, at the step it moved on to
-            _write(machine, machine.status, dedup=False)
+            _write(scope, machine, machine.status, dedup=False)
         return result  # None: the finalizer is gone, and the Machine with it: nothing left to write
     if unwritten:
-        _write(scope.machine, scope.machine.status, dedup=False)
+        _write(scope, scope.machine, scope.machine.status, dedup=False)
     return Requeue.conflict()
 
 
-def _write(machine: Machine, new: MachineStatus, *, dedup: bool, detail: str = "") -> None:
+def _write(
+    scope: MachineScope, machine: Machine, new: MachineStatus, *, dedup: bool, detail: str = ""
+) -> None:
     """Every status the flow writes carries its ``Deleting`` condition, derived from its description
     and what holds the step (``detail``; ``deleting.with_deleting_condition``, the one place)."""
-    status.write_status(machine, with_deleting_condition(new, now_utc(), detail), dedup=dedup)
+    status.update_machine_status(
+        scope, machine, with_deleting_condition(new, scope.clock(), detail), dedup=dedup
+    )

@@ -27,7 +27,6 @@ from mcm_tasks.api import (
     MachineState,
     MachineStatus,
     format_time,
-    now_utc,
 )
 from mcm_tasks.api.constants import (
     DELETED_BY_FLOW_ANNOTATION,
@@ -72,7 +71,6 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue
-from mcm_tasks.settings import get_settings
 from mcm_tasks.tracing import child_span, traced_driver
 from providers import UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, GetMachineStatusRequest
@@ -137,11 +135,11 @@ def _deployment_timeout(scope: MachineScope, key: str) -> float | None:
     per pass; None when unset or 0. An invalid value is a Warning Event and counts as unset."""
 
     def read() -> float | None:
-        raw = context.machine_setting(scope.machine, key)
+        raw = context.machine_setting(scope.api, scope.machine, key, scope.settings.namespace)
         try:
             return deleting.parse_timeout(raw)
         except ValueError as err:
-            status.record_event(scope.machine, WARNING, "InvalidTimeout", f"{key}: {err}; ignored")
+            status.record_event(scope.api, scope.machine, WARNING, "InvalidTimeout", f"{key}: {err}; ignored")
             return None
 
     return scope.remember(f"timeout:{key}", read)
@@ -153,11 +151,15 @@ def _drain_store(scope: MachineScope) -> DrainStore:
     return scope.remember("drain-store", DrainStore)
 
 
-def _write(machine: Machine, transition: Transition, *, last_known_state: str | None = None) -> StepResult:
+def _step_result(
+    scope: MachineScope, machine: Machine, transition: Transition, *, last_known_state: str | None = None
+) -> StepResult:
     """A step's transition: one that moves on to the next step leaves its status for the pass to
     write where it stops (``terminate``); any other stops the pass with its status."""
     moves = step_of_description(transition.description) != step_of(machine)
-    op = status.last_operation(transition.description, transition.state, MachineOperationType.DELETE)
+    op = status.last_operation(
+        transition.description, transition.state, MachineOperationType.DELETE, now=scope.clock()
+    )
     new = status.updated_status(machine, last_op=op, last_known_state=last_known_state)
     if moves and transition.retry is Retry.NEXT_STEP:
         return Continue(machine.model_copy(update={"status": new}))
@@ -169,16 +171,16 @@ def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
     machine, machine_class = scope.machine, scope.machine_class()
     if machine_class is None:
         status.record_event(
-            machine, WARNING, "DeleteBlocked", f"MachineClass {machine.spec.class_.name} not found"
+            scope.api, machine, WARNING, "DeleteBlocked", f"MachineClass {machine.spec.class_.name} not found"
         )
         return None
     if scope.class_context is None or scope.class_context.machine_class is not machine_class:
-        scope.class_context = context.load_class_context(machine_class)
+        scope.class_context = context.load_class_context(scope.api, machine_class, scope.settings)
     found = scope.class_context
     try:
         return found, traced_driver(get_driver(machine_class.provider))
     except UnknownProviderError as err:
-        status.record_event(machine, WARNING, "DeleteBlocked", str(err))
+        status.record_event(scope.api, machine, WARNING, "DeleteBlocked", str(err))
         return None
 
 
@@ -186,7 +188,7 @@ def _set_terminating(scope: MachineScope) -> StepResult:
     """Upstream: ``setMachineTerminationStatus``."""
     machine = scope.machine
     _drain_store(scope).clear(machine.key)
-    api = context.target_api()
+    api = scope.target
     if machine.status.current_status.phase == MachinePhase.FAILED and api is not None:
         node = scope.node()
         if node is not None:
@@ -195,23 +197,23 @@ def _set_terminating(scope: MachineScope) -> StepResult:
                 scope.node_written(io.set_terminating(api, node, NODE_TERMINATING_REASON_UNHEALTHY, now))
             except ApiException as err:
                 log.warning("machine %s: Terminating condition not set: %s", machine.key, describe(err))
-    now = now_utc()
+    now = scope.clock()
     op = status.last_operation(GET_VM_STATUS, MachineState.PROCESSING, MachineOperationType.DELETE, now=now)
     new = status.updated_status(
         machine, last_op=op, current=status.current_status(MachinePhase.TERMINATING, now=now)
     )
     new = deleting.with_deleting_condition(new, now)
     # its own write, even when alike (a restart): the phase says Terminating while the node drains
-    written = status.write_status(machine, new, dedup=False)
+    written = status.update_machine_status(scope, machine, new, dedup=False)
     return Requeue.conflict() if written is None else Continue(written, unwritten=False)
 
 
 def _get_vm_status(scope: MachineScope) -> StepResult:
     """Upstream: ``getVMStatus``."""
     machine = scope.machine
-    api = context.target_api()
+    api = scope.target
     if machine.metadata.labels.get(NODE_LABEL_KEY):
-        return _write(machine, moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
+        return _step_result(scope, machine, moving_on(INITIATE_DRAIN if api is not None else NO_TARGET_SKIP))
     node_name = io.node_for_machine(api, machine.metadata.name or "") if api is not None else ""
     error: Exception | None = None
     if not node_name:
@@ -228,7 +230,7 @@ def _get_vm_status(scope: MachineScope) -> StepResult:
     if node_name and api is not None and transition.retry is Retry.NEXT_STEP:
         patch = {"metadata": {"labels": {NODE_LABEL_KEY: node_name}}}
         labelled = ops.patch(
-            context.control_api(),
+            scope.api,
             kinds.MACHINE.resource,
             machine.metadata.name or "",
             patch,
@@ -236,7 +238,7 @@ def _get_vm_status(scope: MachineScope) -> StepResult:
         )
         # later writes carry the label's resourceVersion; the status stays the pass's own
         machine = Machine.model_validate(labelled).model_copy(update={"status": machine.status})
-    return _write(machine, transition)
+    return _step_result(scope, machine, transition)
 
 
 def _held_by_hooks(scope: MachineScope, names: list[str], description: str, reason: str) -> Stop:
@@ -246,25 +248,27 @@ def _held_by_hooks(scope: MachineScope, names: list[str], description: str, reas
     machine = scope.machine
     changed = machine.status.last_operation.description != description
     if changed:
-        status.record_event(machine, NORMAL, reason, description.rsplit(". ", 1)[0])
-    op = status.last_operation(description, MachineState.PROCESSING, MachineOperationType.DELETE)
+        status.record_event(scope.api, machine, NORMAL, reason, description.rsplit(". ", 1)[0])
+    op = status.last_operation(
+        description, MachineState.PROCESSING, MachineOperationType.DELETE, now=scope.clock()
+    )
     return Stop(status.updated_status(machine, last_op=op), Requeue.long(), moves=changed)
 
 
-def _mark_released(machine: Machine) -> Machine:
+def _mark_released(scope: MachineScope, machine: Machine) -> Machine:
     """The last pre-drain hook went: the drain begins now, and its timeout runs from now (the
     annotation outlives the pass and any failure the drain then writes). Later writes of the pass
     carry the patch's resourceVersion; the status stays the pass's own."""
-    stamp = {PRE_DRAIN_HOOKS_RELEASED_ANNOTATION: format_time(now_utc())}
+    stamp = {PRE_DRAIN_HOOKS_RELEASED_ANNOTATION: format_time(scope.clock())}
     patched = ops.patch(
-        context.control_api(),
+        scope.api,
         kinds.MACHINE.resource,
         machine.metadata.name or "",
         {"metadata": {"annotations": stamp}},
         machine.metadata.namespace,
     )
     status.record_event(
-        machine, NORMAL, "PreDrainHooksReleased", "No pre-drain hook is left: draining the node"
+        scope.api, machine, NORMAL, "PreDrainHooksReleased", "No pre-drain hook is left: draining the node"
     )
     return Machine.model_validate(patched).model_copy(update={"status": machine.status})
 
@@ -277,7 +281,7 @@ def _drain(scope: MachineScope) -> StepResult:
             scope, names, deleting.pre_drain_wait(names), deleting.WAITING_FOR_PRE_DRAIN_HOOK_REASON
         )
     if deleting.released_from_pre_drain_hooks(scope.machine):
-        scope.machine = _mark_released(scope.machine)
+        scope.machine = _mark_released(scope, scope.machine)
     machine_class = scope.machine_class()  # without its secrets: the volume IDs and metrics need it
     driver = None
     if machine_class is not None:
@@ -285,7 +289,7 @@ def _drain(scope: MachineScope) -> StepResult:
             driver = traced_driver(get_driver(machine_class.provider))
         except UnknownProviderError:
             driver = None  # volumes then go untracked; the detach barrier still holds the drain
-    settings = get_settings()
+    settings = scope.settings
     detach_timeout = _deployment_timeout(scope, NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION)
     if detach_timeout is not None:  # the deployment's bound of the volume-detach waits
         settings = settings.model_copy(update={"machine_pv_detach_timeout": detach_timeout})
@@ -294,7 +298,7 @@ def _drain(scope: MachineScope) -> StepResult:
     transition = drain_transition(result)
     if transition is None:
         return _drain_waits(scope.machine, result)
-    return _write(scope.machine, transition)
+    return _step_result(scope, scope.machine, transition)
 
 
 def _drain_waits(machine: Machine, result: DrainResult) -> StepResult:
@@ -313,29 +317,35 @@ def _drain_waits(machine: Machine, result: DrainResult) -> StepResult:
 def _delete_volume_attachments(scope: MachineScope) -> StepResult:
     """Upstream: ``getLiveVAForNode``, ``deleteVAForNode``."""
     machine, node_name = scope.machine, scope.node_name()
-    api = context.target_api()
+    api = scope.target
     node = scope.node() if api is not None else None
     if node is None or api is None:
         text = (
             f"Skipping deleteNodeVolAttachments due to - node {go_q(node_name)} not found. "
             "Moving to VM Deletion."
         )
-        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
+        return _step_result(scope, machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
     if not (node.get("status") or {}).get("volumesAttached"):
         text = f"Node Volumes for node: {node_name} are already detached. Moving to VM Deletion."
-        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
+        return _step_result(scope, machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
     live = live_attachments_on(node_name, io.volume_attachments(api, node_name, ()))
     if not live:
         text = f"No Live VolumeAttachments for node: {node_name}. Moving to VM Deletion."
-        return _write(machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
+        return _step_result(scope, machine, moving_on(f"{text} {INITIATE_VM_DELETION}"))
     timeout = _deployment_timeout(scope, NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION)
-    if deleting.timed_out(machine, deleting.DETACHING_VOLUMES_REASON, timeout, now_utc()):
+    if deleting.timed_out(machine, deleting.DETACHING_VOLUMES_REASON, timeout, scope.clock()):
         names = ", ".join(sorted(str(va["metadata"]["name"]) for va in live))
         text = f"VolumeAttachments of node {node_name} still live after {timeout:g}s: {names}"
         status.record_event(
-            machine, WARNING, "VolumeDetachTimeout", f"{text} ({NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION})"
+            scope.api,
+            machine,
+            WARNING,
+            "VolumeDetachTimeout",
+            f"{text} ({NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION})",
         )
-        return _write(machine, moving_on(f"{text}. Moving to VM Deletion. {INITIATE_VM_DELETION}"))
+        return _step_result(
+            scope, machine, moving_on(f"{text}. Moving to VM Deletion. {INITIATE_VM_DELETION}")
+        )
     try:
         for va in live:
             ops.delete(api, kinds.VOLUME_ATTACHMENT.resource, str(va["metadata"]["name"]), missing_ok=True)
@@ -369,21 +379,21 @@ def _delete_vm(scope: MachineScope) -> StepResult:
         last_known_state = driver.delete_machine(request).last_known_state or None
     except Exception as err:  # every failure is a code (code_of), as upstream decodes them
         error = err
-    return _write(machine, delete_vm_transition(error), last_known_state=last_known_state)
+    return _step_result(scope, machine, delete_vm_transition(error), last_known_state=last_known_state)
 
 
 def _delete_node(scope: MachineScope) -> StepResult:
     """Upstream: ``deleteNodeObject``."""
     machine, node_name = scope.machine, scope.node_name()
-    api = context.target_api()
+    api = scope.target
     if not node_name:
         text = (
             f"Label {go_q(NODE_LABEL_KEY)} not present on machine {go_q(machine.metadata.name or '')}, "
             f"continuing deletion flow. {INITIATE_FINALIZER_REMOVAL}"
         )
-        return _write(machine, moving_on(text))
+        return _step_result(scope, machine, moving_on(text))
     if api is None:  # no target cluster: its node lister finds nothing, as upstream's does
-        return _write(machine, moving_on(no_node_found(node_name)))
+        return _step_result(scope, machine, moving_on(no_node_found(node_name)))
     try:
         # the mark tells the Node's DELETE apart from someone else's (the status may be a step behind)
         mark = {DELETED_BY_FLOW_ANNOTATION: Step.DELETE_NODE.value}
@@ -398,19 +408,21 @@ def _delete_node(scope: MachineScope) -> StepResult:
             raise
         failed = f"Deletion of Node Object {go_q(node_name)} failed due to error: {describe(err)}"
         timeout = _deployment_timeout(scope, NODE_DELETION_TIMEOUT_ANNOTATION)
-        if deleting.timed_out(machine, deleting.DELETING_NODE_REASON, timeout, now_utc()):
+        if deleting.timed_out(machine, deleting.DELETING_NODE_REASON, timeout, scope.clock()):
             given_up = f"{failed}; gave up after the node deletion timeout of {timeout:g}s"
             note = f"{given_up} ({NODE_DELETION_TIMEOUT_ANNOTATION}); the Node is left behind"
-            status.record_event(machine, WARNING, "NodeDeletionTimeout", note)
-            return _write(machine, moving_on(f"{given_up}. {INITIATE_FINALIZER_REMOVAL}"))
-        return _write(
-            machine, Transition(f"{failed}. {INITIATE_NODE_DELETION}", MachineState.FAILED, Retry.SHORT)
+            status.record_event(scope.api, machine, WARNING, "NodeDeletionTimeout", note)
+            return _step_result(scope, machine, moving_on(f"{given_up}. {INITIATE_FINALIZER_REMOVAL}"))
+        return _step_result(
+            scope,
+            machine,
+            Transition(f"{failed}. {INITIATE_NODE_DELETION}", MachineState.FAILED, Retry.SHORT),
         )
     if gone:
         text = no_node_found(node_name)
     else:
         text = f"Deletion of Node Object {go_q(node_name)} is successful. {INITIATE_FINALIZER_REMOVAL}"
-    return _write(machine, moving_on(text))
+    return _step_result(scope, machine, moving_on(text))
 
 
 def _remove_finalizer(scope: MachineScope) -> Requeue | None:
@@ -425,7 +437,7 @@ def _remove_finalizer(scope: MachineScope) -> Requeue | None:
     }
     body = {"metadata": meta}
     ops.patch(
-        context.control_api(),
+        scope.api,
         kinds.MACHINE.resource,
         machine.metadata.name or "",
         body,
@@ -434,7 +446,7 @@ def _remove_finalizer(scope: MachineScope) -> Requeue | None:
     _drain_store(scope).clear(machine.key)
     deleted = machine.metadata.deletion_timestamp
     if deleted is not None:
-        seconds = (now_utc() - deleted).total_seconds()
+        seconds = (scope.clock() - deleted).total_seconds()
         metrics.observe_duration("delete", machine, seconds, scope.machine_class())
     log.info("machine %s: finalizer removed, deletion complete", machine.key)
     return None

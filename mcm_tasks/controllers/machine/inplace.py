@@ -27,27 +27,26 @@ from mcm_tasks.api import (
     MachinePhase,
     MachineState,
     MachineStatus,
-    now_utc,
 )
 from mcm_tasks.api.constants import NODE_LABEL_KEY
-from mcm_tasks.controllers.common import context, nodecondition, status
 from mcm_tasks.controllers.common import inplace as ip
+from mcm_tasks.controllers.common import nodecondition, status
 from mcm_tasks.controllers.machine import health_io
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.health import conditions_changed, health_timeout, node_conditions
 from mcm_tasks.controllers.machine.preserve import evict_pods
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.durations import format_duration
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.queue import Requeue
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 
-def update_timeout(machine: Machine) -> float:
+def update_timeout(scope: MachineScope, machine: Machine) -> float:
     own = machine.spec.inplace_update_timeout_seconds
-    return own if own is not None else get_settings().machine_inplace_update_timeout
+    return own if own is not None else scope.settings.machine_inplace_update_timeout
 
 
 def in_place_owns(machine: Machine) -> bool:
@@ -61,7 +60,7 @@ def in_place_owns(machine: Machine) -> bool:
 
 
 def update_node_condition_based_on_label(
-    machine: Machine, node: dict[str, Any] | None
+    scope: MachineScope, machine: Machine, node: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, Requeue | None]:
     """Upstream ``updateNodeConditionBasedOnLabel`` (``ip.update_node_condition_based_on_label``
     decides): write the Node's ``InPlaceUpdate`` condition its labels call for; the node as it is
@@ -71,14 +70,14 @@ def update_node_condition_based_on_label(
     lister's copy): a condition decided from a stale read (the mirror lags) would undo a later step,
     e.g. put ``SelectedForUpdate`` back over ``ReadyForUpdate``, and the node agent would wait for
     ever. On a Conflict the Node is read live and decided once more."""
-    api = context.target_api()
+    api = scope.target
     if api is None or node is None or machine.metadata.is_deleting:
         return node, None
     for attempt in range(2):
         decided = ip.update_node_condition_based_on_label(node)
         if decided.reason is None:
             return node, Requeue.medium() if decided.awaiting_drain else None
-        stamp = now_utc()
+        stamp = scope.clock()
         condition = nodecondition.condition(
             ip.IN_PLACE_CONDITION, "True", decided.reason, decided.message, stamp
         )
@@ -95,7 +94,7 @@ def update_node_condition_based_on_label(
                 log.info(
                     "machine %s: node %s keeps changing; its in-place condition next pass", machine.key, name
                 )
-                return node, Requeue(get_settings().conflict_retry)
+                return node, Requeue(scope.settings.conflict_retry)
             node = live
             continue
         log.info("machine %s: node %s in-place condition %s", machine.key, name, decided.reason)
@@ -103,7 +102,7 @@ def update_node_condition_based_on_label(
     return node, None
 
 
-def copy_node_conditions(machine: Machine, node: dict[str, Any] | None) -> Machine:
+def copy_node_conditions(scope: MachineScope, machine: Machine, node: dict[str, Any] | None) -> Machine:
     """The machine's copy of its Node's conditions, kept current while an in-place update owns
     the phase (the health check, which copies them otherwise, does not run then)."""
     if node is None:
@@ -111,18 +110,25 @@ def copy_node_conditions(machine: Machine, node: dict[str, Any] | None) -> Machi
     observed = node_conditions(node)
     if not conditions_changed(machine.status.conditions, observed):
         return machine
-    return status.write_status(machine, status.updated_status(machine, conditions=observed)) or machine
+    return (
+        status.update_machine_status(scope, machine, status.updated_status(machine, conditions=observed))
+        or machine
+    )
 
 
-def reconcile_in_place(machine: Machine, node: dict[str, Any] | None) -> tuple[Machine, Requeue | None]:
+def reconcile_in_place(
+    scope: MachineScope, machine: Machine, node: dict[str, Any] | None
+) -> tuple[Machine, Requeue | None]:
     """The in-place step of a machine reconcile, on the machine's ``node`` as the pass read it: the
     machine as it is now, and when to come back."""
-    api = context.target_api()
+    api = scope.target
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
     if api is None or not node_name:
         return machine, None
-    now = now_utc()
-    decision = ip.decide(machine, node, now, update_timeout(machine), health_timeout(machine, get_settings()))
+    now = scope.clock()
+    decision = ip.decide(
+        machine, node, now, update_timeout(scope, machine), health_timeout(machine, scope.settings)
+    )
     step = decision.step
     if step is ip.Step.NONE:
         return machine, None
@@ -130,30 +136,31 @@ def reconcile_in_place(machine: Machine, node: dict[str, Any] | None) -> tuple[M
         return machine, Requeue(max(decision.after or 0.0, 0.0) + 0.5)
     if step is ip.Step.PREPARE:
         assert node is not None
-        return _prepare(machine, api, node, now)
+        return _prepare(scope, machine, api, node, now)
     if step is ip.Step.SUCCEEDED:
-        return _phase(machine, MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL, ip.UPDATE_SUCCESSFUL_DESCRIPTION,
-                      MachineState.SUCCESSFUL, now), Requeue.short()  # fmt: skip
+        succeeded = _phase(scope, machine, MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL,
+                           ip.UPDATE_SUCCESSFUL_DESCRIPTION, MachineState.SUCCESSFUL, now)  # fmt: skip
+        return succeeded, Requeue.short()
     if step in (ip.Step.FAILED, ip.Step.TIMED_OUT):
         text = ip.UPDATE_TIMED_OUT_DESCRIPTION if step is ip.Step.TIMED_OUT else "In-place update failed"
         if decision.reason:
             text = f"{text}: {decision.reason}"
-        written = _phase(machine, MachinePhase.IN_PLACE_UPDATE_FAILED, text, MachineState.FAILED, now)
-        return written, Requeue(health_timeout(machine, get_settings()) + 0.5)
+        written = _phase(scope, machine, MachinePhase.IN_PLACE_UPDATE_FAILED, text, MachineState.FAILED, now)
+        return written, Requeue(health_timeout(machine, scope.settings) + 0.5)
     if step is ip.Step.RUNNING:
         text = f"Machine {machine.metadata.name} is Running again after its in-place update"
-        written = _phase(machine, MachinePhase.RUNNING, text, MachineState.SUCCESSFUL, now,
+        written = _phase(scope, machine, MachinePhase.RUNNING, text, MachineState.SUCCESSFUL, now,
                          type_=MachineOperationType.HEALTH_CHECK)  # fmt: skip
         return written, None
     # GIVE_UP: Failed through the replacement permit, as every health failure; the set replaces it
-    return machine, health_io.mark_failed(machine, given_up_status(machine, now))
+    return machine, health_io.mark_failed(scope, machine, given_up_status(scope, machine, now))
 
 
-def given_up_status(machine: Machine, now: datetime) -> MachineStatus:
+def given_up_status(scope: MachineScope, machine: Machine, now: datetime) -> MachineStatus:
     """Upstream's health-timeout failure of an ``InPlaceUpdateFailed`` machine
     (``tryMarkingMachineFailed`` → ``updateMachineToFailedState``): Failed, the last operation's
     type kept (``InPlaceUpdate``, so the health check leaves the machine to its replacement)."""
-    timeout = health_timeout(machine, get_settings())
+    timeout = health_timeout(machine, scope.settings)
     summary = ", ".join(f"{c.type}={c.status}" for c in machine.status.conditions) or "none"
     description = (
         f"Machine {machine.metadata.name} health checks failing since last {format_duration(timeout)} "
@@ -174,6 +181,7 @@ def given_up_status(machine: Machine, now: datetime) -> MachineStatus:
 
 
 def _phase(
+    scope: MachineScope,
     machine: Machine,
     phase: MachinePhase,
     description: str,
@@ -189,13 +197,13 @@ def _phase(
             update={"preserve_expiry_time": machine.status.current_status.preserve_expiry_time}
         ),
     )
-    written = status.write_status(machine, new, dedup=False) or machine
+    written = status.update_machine_status(scope, machine, new, dedup=False) or machine
     log.info("machine %s: %s (%s)", machine.key, phase, description)
     return written
 
 
 def _prepare(
-    machine: Machine, api: ApiClient, node: dict[str, Any], now: datetime
+    scope: MachineScope, machine: Machine, api: ApiClient, node: dict[str, Any], now: datetime
 ) -> tuple[Machine, Requeue]:
     """Cordon and drain the selected Node; once it is empty, tell the node agent and go
     InPlaceUpdating (upstream ``drainNodeForInPlace``, ``updateMachineStatusAndNodeCondition``)."""
@@ -209,13 +217,16 @@ def _prepare(
                 MachineOperationType.IN_PLACE_UPDATE,
                 now=now,
             )
-            machine = status.write_status(machine, status.updated_status(machine, last_op=op)) or machine
+            machine = (
+                status.update_machine_status(scope, machine, status.updated_status(machine, last_op=op))
+                or machine
+            )
         return machine, Requeue.short()
     ready = nodecondition.condition(
         ip.IN_PLACE_CONDITION, "True", ip.READY_FOR_UPDATE, ip.NODE_READY_FOR_UPDATE, now
     )
     nodecondition.write(api, name, ready)
     written = _phase(
-        machine, MachinePhase.IN_PLACE_UPDATING, ip.NODE_READY_FOR_UPDATE, MachineState.PROCESSING, now
+        scope, machine, MachinePhase.IN_PLACE_UPDATING, ip.NODE_READY_FOR_UPDATE, MachineState.PROCESSING, now
     )
-    return written, Requeue(update_timeout(machine) + 0.5)
+    return written, Requeue(update_timeout(scope, machine) + 0.5)

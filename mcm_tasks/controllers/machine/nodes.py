@@ -25,6 +25,8 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.registration import scoped
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.machine import storm, storm_io
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
@@ -47,17 +49,17 @@ def wants_machine_deleted(node: Mapping[str, Any] | None) -> bool:
     )
 
 
-@answers_unreadable
-def reconcile_node(key: str) -> Requeue | None:
-    """Upstream: ``reconcileClusterNode``."""
-    name = key.rpartition("/")[2]
-    target = context.target_api()
+def node_pass(scope: PassScope[str]) -> Requeue | None:
+    """Upstream: ``reconcileClusterNode``. The scope's object is the queue key: a Node that is gone
+    is the case the pass acts on."""
+    name = scope.key.rpartition("/")[2]
+    target = scope.target
     if target is None:
         return None
-    node = context.get_node(name)
+    node = context.get_node(scope.target, name)
     if node is not None and not is_managed(node):
         return None
-    machines = context.machines_on_node(name)
+    machines = context.machines_on_node(scope.api, name)
     if len(machines) != 1:
         if len(machines) > 1:
             log.warning("node %s: %d machines claim it; leaving it alone", name, len(machines))
@@ -67,12 +69,14 @@ def reconcile_node(key: str) -> Requeue | None:
         if machine.metadata.is_deleting:
             return None  # a deletion under way is never stopped
         if node is not None and not (node.get("metadata") or {}).get("deletionTimestamp"):
-            _delete_machine(machine, name, "asks for it (trigger-deletion-by-mcm)")  # deliberate: no storm
+            _delete_machine(
+                scope, machine, name, "asks for it (trigger-deletion-by-mcm)"
+            )  # deliberate: no storm
             return None
-        _node_lost(machine, node, name)
+        _node_lost(scope, machine, node, name)
         return None
     assert node is not None
-    machine = storm_io.node_returned(machine, name)
+    machine = storm_io.node_returned(scope, machine, name)
     if not machine.metadata.is_deleting:
         meta = node.get("metadata") or {}
         patch = finalizers_patch(
@@ -83,33 +87,43 @@ def reconcile_node(key: str) -> Requeue | None:
     return None
 
 
-def _node_lost(machine: Machine, node: Mapping[str, Any] | None, node_name: str) -> None:
+def _node_lost(
+    scope: PassScope[Any], machine: Machine, node: Mapping[str, Any] | None, node_name: str
+) -> None:
     """The Node is gone or being deleted: delete its machine, within the node-deletion storm guard
     (``storm``): a held machine stays held, a released one is left to its health check."""
     why = "is gone" if node is None else "is being deleted"
     if storm.is_held(machine):
-        storm_io.release_node(dict(node) if node is not None else None, node_name)
+        storm_io.release_node(scope, dict(node) if node is not None else None, node_name)
         return
     if storm.is_released(machine):
         log.info("node %s %s: machine %s was released from a storm hold; kept", node_name, why, machine.key)
-        storm_io.release_node(dict(node) if node is not None else None, node_name)
+        storm_io.release_node(scope, dict(node) if node is not None else None, node_name)
         return
-    admitted, deleted, limit = storm_io.admit(machine)
+    admitted, deleted, limit = storm_io.admit(scope, machine)
     if admitted or limit is None:
-        _delete_machine(machine, node_name, why)
+        _delete_machine(scope, machine, node_name, why)
         return
-    storm_io.hold(machine, dict(node) if node is not None else None, node_name, deleted, limit)
+    storm_io.hold(scope, machine, dict(node) if node is not None else None, node_name, deleted, limit)
 
 
-def _delete_machine(machine: Machine, node_name: str, why: str) -> None:
+def _delete_machine(scope: PassScope[Any], machine: Machine, node_name: str, why: str) -> None:
     if machine.metadata.is_deleting:
         return
     log.info("node %s %s: deleting its machine %s", node_name, why, machine.key)
     ops.delete(
-        context.control_api(),
+        scope.api,
         kinds.MACHINE.resource,
         machine.metadata.name or "",
         machine.metadata.namespace,
         uid=machine.metadata.uid,
         missing_ok=True,
     )
+
+
+def _key(key: str) -> str:
+    return key
+
+
+#: the ``node`` queue's reconciler: a scope around the key, then ``node_pass``
+reconcile_node = answers_unreadable(scoped(_key, node_pass, PassScope.begin))

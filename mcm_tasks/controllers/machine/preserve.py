@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachinePhase, format_time, now_utc
+from mcm_tasks.api import Machine, MachinePhase, format_time
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
@@ -30,33 +30,35 @@ from mcm_tasks.api.constants import (
     PRESERVED_TAINT,
     TAINT_EFFECT_NO_SCHEDULE,
 )
-from mcm_tasks.controllers.common import context, nodecondition, status
+from mcm_tasks.controllers.common import nodecondition, status
 from mcm_tasks.controllers.common import preservation as p
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.pods import Answer, Removal
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
 
-def preserve_timeout(machine: Machine) -> float:
+def preserve_timeout(scope: MachineScope, machine: Machine) -> float:
     own = machine.spec.machine_preserve_timeout_seconds
-    return own if own is not None else get_settings().machine_preserve_timeout
+    return own if own is not None else scope.settings.machine_preserve_timeout
 
 
-def manage_preservation(machine: Machine, node: Obj | None) -> tuple[Machine, Requeue | None]:
+def manage_preservation(
+    scope: MachineScope, machine: Machine, node: Obj | None
+) -> tuple[Machine, Requeue | None]:
     """The preservation step of a machine reconcile, on the machine's ``node`` as the pass read it:
     the machine as it is now, and when to come back (None: nothing is preserved)."""
     if machine.metadata.is_deleting or not machine.status.current_status.phase:
         return machine, None
-    api = context.target_api()
+    api = scope.target
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
     node = node if node_name and api is not None else None
     node_annotations = _annotations(node) if node is not None else None
@@ -64,15 +66,15 @@ def manage_preservation(machine: Machine, node: Obj | None) -> tuple[Machine, Re
     _, work = p.annotation_value(node_annotations, machine.metadata.annotations, has_expiry)
     if not work and not _marked(node):
         return machine, None
-    now = now_utc()
+    now = scope.clock()
     decision = p.decide(machine, node_annotations, now)
-    machine = _write_annotations(machine, decision)
+    machine = _write_annotations(scope, machine, decision)
     if decision.clear_node_value and node is not None and api is not None:
         _patch_node(api, node, {"metadata": {"annotations": {PRESERVE_ANNOTATION: None}}})
     if decision.action is p.Action.PRESERVE:
-        return _preserve(machine, node, api, decision.value, now)
+        return _preserve(scope, machine, node, api, decision.value, now)
     if decision.action is p.Action.STOP:
-        return _stop(machine, node, api, decision.why), None
+        return _stop(scope, machine, node, api, decision.why), None
     return machine, None
 
 
@@ -103,7 +105,7 @@ def _marked(node: Obj | None) -> bool:
     )
 
 
-def _write_annotations(machine: Machine, decision: p.Decision) -> Machine:
+def _write_annotations(scope: MachineScope, machine: Machine, decision: p.Decision) -> Machine:
     annotations = machine.metadata.annotations
     patch: dict[str, str | None] = {}
     if annotations.get(PRESERVE_ANNOTATION, "") != decision.machine_value:
@@ -114,7 +116,7 @@ def _write_annotations(machine: Machine, decision: p.Decision) -> Machine:
         return machine
     body = {"metadata": {"annotations": patch, "resourceVersion": machine.metadata.resource_version}}
     written = ops.patch(
-        context.control_api(),
+        scope.api,
         kinds.MACHINE.resource,
         machine.metadata.name or "",
         body,
@@ -191,7 +193,7 @@ def drain_pods(api: ApiClient, node_name: str) -> tuple[int, list[str]]:
 
 
 def _preserve(
-    machine: Machine, node: Obj | None, api: ApiClient | None, value: str, now: datetime
+    scope: MachineScope, machine: Machine, node: Obj | None, api: ApiClient | None, value: str, now: datetime
 ) -> tuple[Machine, Requeue | None]:
     """Upstream ``preserveMachine``: the expiry first (``setPreserveExpiryTimeOnMachine``); then, on the
     Node, the autoscaler's protection, for a Failed machine the preserved taint and a drain until
@@ -202,13 +204,17 @@ def _preserve(
     current = machine.status.current_status
     expiry = current.preserve_expiry_time
     if expiry is None:
-        expiry = p.expiry_for(now, preserve_timeout(machine))
+        expiry = p.expiry_for(now, preserve_timeout(scope, machine))
         new = machine.status.model_copy(
             update={"current_status": current.model_copy(update={"preserve_expiry_time": expiry})}
         )
-        machine = status.write_status(machine, new, dedup=False) or machine
+        machine = status.update_machine_status(scope, machine, new, dedup=False) or machine
         status.record_event(
-            machine, NORMAL, "MachinePreserved", f"Machine preserved ({value}) until {format_time(expiry)}"
+            scope.api,
+            machine,
+            NORMAL,
+            "MachinePreserved",
+            f"Machine preserved ({value}) until {format_time(expiry)}",
         )
         log.info("machine %s: preserved (%s) until %s", machine.key, value, format_time(expiry))
     until = Requeue(max(0.0, (expiry - now).total_seconds()) + 0.5)
@@ -231,11 +237,13 @@ def _preserve(
     if cond is not None:
         _write_condition(api, node, cond, now)
         if drain_failed:
-            status.record_event(machine, WARNING, "PreservedNodeDrainFailed", cond.message)
+            status.record_event(scope.api, machine, WARNING, "PreservedNodeDrainFailed", cond.message)
     return machine, retry
 
 
-def _stop(machine: Machine, node: Obj | None, api: ApiClient | None, why: str) -> Machine:
+def _stop(
+    scope: MachineScope, machine: Machine, node: Obj | None, api: ApiClient | None, why: str
+) -> Machine:
     """Upstream ``stopPreservationIfActive``: only a preserved machine (an expiry, which is cleared
     last, or a preservation's own mark left on the Node) has anything to undo: the ``Preserved``
     condition False (``Preservation stopped.``, the message says why), the autoscaler's protection
@@ -250,13 +258,15 @@ def _stop(machine: Machine, node: Obj | None, api: ApiClient | None, why: str) -
         stopped = p.stopped_condition(why)
         found = _condition(node) or {}
         if (found.get("status"), found.get("reason")) != (stopped.status, stopped.reason):
-            _write_condition(api, node, stopped, now_utc())
+            _write_condition(api, node, stopped, scope.clock())
     if current.preserve_expiry_time is None:
         return machine
     new = machine.status.model_copy(
         update={"current_status": current.model_copy(update={"preserve_expiry_time": None})}
     )
-    written = status.write_status(machine, new, dedup=False) or machine
-    status.record_event(written, NORMAL, "MachinePreservationStopped", f"Machine preservation stopped: {why}")
+    written = status.update_machine_status(scope, machine, new, dedup=False) or machine
+    status.record_event(
+        scope.api, written, NORMAL, "MachinePreservationStopped", f"Machine preservation stopped: {why}"
+    )
     log.info("machine %s: preservation stopped (%s)", machine.key, why)
     return written

@@ -53,6 +53,7 @@ from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.queue import Requeue, enqueue
+from mcm_tasks.settings import get_settings
 from mcm_tasks.tracing import machine_span
 
 log = logging.getLogger(__name__)
@@ -115,10 +116,11 @@ def machine_pass(scope: MachineScope) -> Requeue | None:
 
 
 def _read_machine(key: str) -> Machine | None:
-    """The machine, read with the mirror's synced kinds in one round trip."""
-    namespace, name = context.namespace_of(key)
+    """The machine, read with the mirror's synced kinds in one round trip: the object its scope is
+    built around (a scope builder: it reads the process's client and settings)."""
+    namespace, name = context.namespace_of(key, get_settings().namespace)
     context.prefetch([(kinds.MACHINE.mirror, object_key(namespace, name))])
-    return context.get_machine(key)
+    return MachineScope.read(key)
 
 
 #: the ``machine`` queue's reconciler: the machine's scope (``MachineScope``), then ``machine_pass``
@@ -149,22 +151,22 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
     namespace = machine.metadata.namespace or ""
     class_name = machine.spec.class_.name
     try:
-        machine_class = context.get_machine_class(class_name, namespace)
+        machine_class = context.get_machine_class(scope.api, class_name, namespace)
     except Unreadable as err:
-        report_unreadable(err)
-        write_problem(machine, f"MachineClass {class_name} cannot be read: {err.problem}")
+        report_unreadable(scope, err)
+        write_problem(scope, machine, f"MachineClass {class_name} cannot be read: {err.problem}")
         return Requeue.long()
     if machine_class is None:
-        write_problem(machine, f"MachineClass {class_name} not found")
+        write_problem(scope, machine, f"MachineClass {class_name} not found")
         return Requeue.long()
     if MCM_FINALIZER not in machine_class.metadata.finalizers:
         enqueue(Queue.MACHINE_CLASS, object_key(machine_class.metadata.namespace, class_name))
         return Requeue.short()
     problem = class_problem(machine_class)
     if problem:
-        write_problem(machine, problem)
+        write_problem(scope, machine, problem)
         return Requeue.short()
-    scope.class_context = context.load_class_context(machine_class)
+    scope.class_context = context.load_class_context(scope.api, machine_class, scope.settings)
     return None
 
 
@@ -184,7 +186,7 @@ def _ready(scope: MachineScope) -> Requeue | None:
         return Requeue.long()
     problem = machine_problem(scope.machine)
     if problem:
-        write_problem(scope.machine, problem)
+        write_problem(scope, scope.machine, problem)
         return Requeue.long()
     return _class_phase(scope)
 
@@ -223,22 +225,22 @@ def _reconcile(scope: MachineScope) -> Requeue | None:
     requeues: list[Requeue | None] = []
     node = scope.node()
     if needs_health_check(machine):
-        node, labelled = inplace.update_node_condition_based_on_label(machine, node)
+        node, labelled = inplace.update_node_condition_based_on_label(scope, machine, node)
         requeues.append(labelled)
         if inplace.in_place_owns(machine):  # an in-place update owns the phase meanwhile
-            machine = inplace.copy_node_conditions(machine, node)
+            machine = inplace.copy_node_conditions(scope, machine, node)
         else:
-            machine, recheck = health_io.reconcile_health(machine, cc, node)
+            machine, recheck = health_io.reconcile_health(scope, machine, cc, node)
             requeues.append(recheck)
-        requeues.append(health_io.sync_node(machine, cc, node))
-        machine, updating = inplace.reconcile_in_place(machine, node)
+        requeues.append(health_io.sync_node(scope, machine, cc, node))
+        machine, updating = inplace.reconcile_in_place(scope, machine, node)
         requeues.append(updating)
     else:
         hand_node_over(scope)
-    machine, preserved = preserve.manage_preservation(machine, node)
+    machine, preserved = preserve.manage_preservation(scope, machine, node)
     requeues.append(preserved)
     if needs_creation(machine):
-        requeues.append(create.trigger_creation_flow(machine, cc))
+        requeues.append(create.trigger_creation_flow(scope, machine, cc))
     scope.machine = machine
     return earliest(requeues)
 
@@ -261,5 +263,5 @@ def resolved_operation(machine: Machine) -> tuple[str, MachineState, MachineOper
 def _resolve_problem(scope: MachineScope) -> Machine:
     resolved = resolved_operation(scope.machine)
     if resolved is not None:
-        scope.machine = write_operation(scope.machine, *resolved) or scope.machine
+        scope.machine = write_operation(scope, scope.machine, *resolved) or scope.machine
     return scope.machine

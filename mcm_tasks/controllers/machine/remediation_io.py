@@ -15,10 +15,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineDeployment, MachineDeploymentCondition, dump, now_utc
+from mcm_tasks.api import Machine, MachineDeployment, MachineDeploymentCondition, dump
 from mcm_tasks.api.constants import MACHINE_DEPLOYMENT_NAME_LABEL_KEY, NODE_LABEL_KEY
 from mcm_tasks.api.meta import get_condition
 from mcm_tasks.controllers.common import context
@@ -37,10 +37,10 @@ from mcm_tasks.controllers.common.remediation import (
     zone_of,
     zones_in_outage,
 )
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe
 from mcm_tasks.kube.events import NORMAL, WARNING
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +70,14 @@ class RemediationView:
         return deployment_condition(self.peers, self.budgets, self.zones, self.outages)
 
 
-def _class_zones(machines: list[Machine], namespace: str) -> dict[str, str]:
+def _class_zones(scope: PassScope[Any], machines: list[Machine], namespace: str) -> dict[str, str]:
     """MachineClass name → its providerSpec's ``zone`` (the local provider's; "" if none)."""
     out: dict[str, str] = {}
     for m in machines:
         name = m.spec.class_.name
         if name in out:
             continue
-        klass = context.get_machine_class(name, namespace)
+        klass = context.get_machine_class(scope.api, name, namespace)
         spec = klass.provider_spec if klass is not None else None
         zone = spec.get("zone") if isinstance(spec, dict) else None
         out[name] = zone if isinstance(zone, str) else ""
@@ -85,13 +85,13 @@ def _class_zones(machines: list[Machine], namespace: str) -> dict[str, str]:
 
 
 def read_view(
-    namespace: str, deployment_name: str, peers: list[Machine], machine: str = ""
+    scope: PassScope[Any], namespace: str, deployment_name: str, peers: list[Machine], machine: str = ""
 ) -> RemediationView:
     """The view of one deployment's remediation (``machine``: the one being decided), ``peers`` read
     live by the caller under its permit. The zone view is read from the mirror: it spans the
     namespace and only needs to be about right; a cached one only ever holds a machine back."""
-    settings = get_settings()
-    deployment = context.get_machine_deployment(deployment_name, namespace)
+    settings = scope.settings
+    deployment = context.get_machine_deployment(scope.api, deployment_name, namespace)
     replicas = deployment.spec.replicas if deployment is not None else len(peers)
     annotations = deployment.metadata.annotations if deployment is not None else {}
     budgets = deployment_budgets(annotations, replicas, settings)
@@ -99,7 +99,7 @@ def read_view(
     if not settings.zone_unhealthy_threshold.strip():
         return view
     for fresh in (False, True):
-        zones, health = _namespace_zones(namespace, fresh=fresh)
+        zones, health = _namespace_zones(scope, namespace, fresh=fresh)
         view.zones = dict(zones)
         for m in peers:  # a machine the mirror has not seen yet: no zone, not judged by one
             view.zones.setdefault(m.metadata.name or "", "")
@@ -119,7 +119,9 @@ _zone_views: dict[str, tuple[float, dict[str, str], dict[str, ZoneHealth]]] = {}
 _zone_lock = threading.Lock()
 
 
-def _namespace_zones(namespace: str, *, fresh: bool) -> tuple[dict[str, str], dict[str, ZoneHealth]]:
+def _namespace_zones(
+    scope: PassScope[Any], namespace: str, *, fresh: bool
+) -> tuple[dict[str, str], dict[str, ZoneHealth]]:
     """Machine name → zone, and the health per zone, across the namespace (from the mirror);
     unless ``fresh``, reused for ``ZONE_VIEW_TTL`` within a process (a cache only: nothing is lost
     with the process)."""
@@ -128,9 +130,9 @@ def _namespace_zones(namespace: str, *, fresh: bool) -> tuple[dict[str, str], di
         cached = _zone_views.get(namespace)
         if not fresh and cached is not None and now - cached[0] < ZONE_VIEW_TTL:
             return cached[1], cached[2]
-    machines = {m.metadata.name or "": m for m in context.machines_in_namespace(namespace)}
-    nodes = {(n.get("metadata") or {}).get("name", ""): n for n in context.all_nodes()}
-    class_zones = _class_zones(list(machines.values()), namespace)
+    machines = {m.metadata.name or "": m for m in context.machines_in_namespace(scope.api, namespace)}
+    nodes = {(n.get("metadata") or {}).get("name", ""): n for n in context.all_nodes(scope.target)}
+    class_zones = _class_zones(scope, list(machines.values()), namespace)
     zones = {
         name: zone_of(
             nodes.get(m.metadata.labels.get(NODE_LABEL_KEY, "")), class_zones.get(m.spec.class_.name, "")
@@ -143,7 +145,7 @@ def _namespace_zones(namespace: str, *, fresh: bool) -> tuple[dict[str, str], di
     return zones, health
 
 
-def report(view: RemediationView) -> None:
+def report(scope: PassScope[Any], view: RemediationView) -> None:
     """Bring the deployment's condition up to date with ``view``: written only when its status,
     reason or message changes, and only once a hold has happened (a deployment that was never held
     gets no condition). Events: Warning when a hold starts (or its reason changes), Normal when it
@@ -151,7 +153,7 @@ def report(view: RemediationView) -> None:
     repeats)."""
     if view.deployment is None:
         return
-    events = recorder()
+    events = recorder(scope.api)
     ref = view.deployment.model_dump(by_alias=True, mode="json")
     for problem in view.budgets.problems:
         events.event(ref, WARNING, INVALID_BUDGET, f"{problem}; the flag's value applies")
@@ -165,7 +167,7 @@ def report(view: RemediationView) -> None:
         wanted.message,
     ):
         return
-    now = now_utc()
+    now = scope.clock()
     transition = (
         current.last_transition_time if current is not None and current.status == wanted.status else now
     )
@@ -179,7 +181,7 @@ def report(view: RemediationView) -> None:
     )
     try:
         live = ops.get(
-            context.control_api(),
+            scope.api,
             kinds.MACHINE_DEPLOYMENT.resource,
             view.name,
             view.namespace,
@@ -190,7 +192,7 @@ def report(view: RemediationView) -> None:
         deployment = MachineDeployment.model_validate(live)
         conditions = [c for c in deployment.status.conditions if c.type != REMEDIATION_ALLOWED] + [condition]
         deployment.status = deployment.status.model_copy(update={"conditions": conditions})
-        ops.update_status(context.control_api(), kinds.MACHINE_DEPLOYMENT.resource, dump(deployment))
+        ops.update_status(scope.api, kinds.MACHINE_DEPLOYMENT.resource, dump(deployment))
     except Exception as err:  # the next pass that holds the permit tries again
         log.info("MachineDeployment %s/%s: condition %s not written: %s", view.namespace, view.name,
                  REMEDIATION_ALLOWED, describe(err))  # fmt: skip
@@ -204,13 +206,15 @@ def report(view: RemediationView) -> None:
         events.event(ref, NORMAL, REMEDIATION_RESUMED, wanted.message)
 
 
-def is_blocked(machine: Machine) -> bool:
+def is_blocked(scope: PassScope[Any], machine: Machine) -> bool:
     """Whether the machine's deployment (from the mirror) has ``RemediationAllowed=False``: cheap,
     so every phase change of a machine may ask it."""
     name = machine.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, "")
     if not name:
         return False
-    deployment = context.get_machine_deployment(name, machine.metadata.namespace or get_settings().namespace)
+    deployment = context.get_machine_deployment(
+        scope.api, name, machine.metadata.namespace or scope.settings.namespace
+    )
     if deployment is None:
         return False
     current = get_condition(deployment.status.conditions, REMEDIATION_ALLOWED)

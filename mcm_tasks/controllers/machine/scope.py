@@ -19,6 +19,7 @@ from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
+from mcm_tasks.settings import get_settings
 
 Obj = dict[str, Any]
 
@@ -32,6 +33,13 @@ class MachineScope(PassScope[Machine]):
 
     machine = ObjectName[Machine]()
 
+    @staticmethod
+    def read(key: str) -> Machine | None:
+        """The machine a pass over ``key`` is about, read before its scope is built (so with the
+        process's client and settings): the mirror when it is complete, else the API server."""
+        namespace, name = context.namespace_of(key, get_settings().namespace)
+        return context.get_machine(context.control_api(), name, namespace)
+
     def machine_class(self) -> MachineClass | None:
         """The machine's class without its secrets (None when it names none or it does not exist),
         read once per pass."""
@@ -39,7 +47,9 @@ class MachineScope(PassScope[Machine]):
         if not name:
             return None
         namespace = self.machine.metadata.namespace or self.settings.namespace
-        return self.remember(f"class:{namespace}/{name}", lambda: context.get_machine_class(name, namespace))
+        return self.remember(
+            f"class:{namespace}/{name}", lambda: context.get_machine_class(self.api, name, namespace)
+        )
 
     def node_name(self) -> str:
         """The Node the machine's ``node`` label names ("" when it has none)."""
@@ -52,7 +62,7 @@ class MachineScope(PassScope[Machine]):
         name = self.node_name()
         if not name:
             return None
-        found: Obj | None = self.remember(f"node:{name}", lambda: context.get_node(name))
+        found: Obj | None = self.remember(f"node:{name}", lambda: context.get_node(self.target, name))
         return found
 
     def node_written(self, answer: Obj | None) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kubernetes.client import ApiClient
+
 from mcm_tasks import kinds
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER
@@ -21,6 +23,7 @@ from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
+from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -33,38 +36,38 @@ def references(machine_class: MachineClass, secret_key: str) -> bool:
     )
 
 
-def classes_referencing(secret_key: str) -> list[MachineClass]:
+def classes_referencing(api: ApiClient, secret_key: str) -> list[MachineClass]:
     """The classes that reference a secret (upstream ``findMachineClassForSecret``) and can be read,
     through ``list_objects``: the mirror's secret index, else one LIST of the controller's own
     namespace (as upstream's namespaced lister: a namespaced Role allows no more)."""
     lister = get_listers().machine_classes
     raws = context.list_objects(
         lister,
-        context.control_api(),
+        api,
         kinds.MACHINE_CLASS.resource,
         mirror=lambda: lister.raw.referencing_secret(secret_key),
     )
     return [c for c in context.readable(MachineClass, raws) if references(c, secret_key)]
 
 
-def get_secret_meta(name: str, namespace: str) -> dict[str, Any] | None:
+def get_secret_meta(api: ApiClient, name: str, namespace: str) -> dict[str, Any] | None:
     """The secret's metadata only: this reconcile never needs its data."""
-    api, lister = context.control_api(), get_listers().secrets
-    found = context.get_raw(lister, api, kinds.SECRET.resource, name, namespace)
+    found = context.get_raw(get_listers().secrets, api, kinds.SECRET.resource, name, namespace)
     return None if found is None else dict(found.get("metadata") or {})
 
 
 def _read(key: str) -> dict[str, Any] | None:
-    namespace, name = context.namespace_of(key)
-    return get_secret_meta(name, namespace)
+    """The secret's metadata a pass over ``key`` is about, read before its scope is built."""
+    namespace, name = context.namespace_of(key, get_settings().namespace)
+    return get_secret_meta(context.control_api(), name, namespace)
 
 
 def secret_pass(scope: PassScope[dict[str, Any]]) -> Requeue | None:
     """Upstream: ``findMachineClassForSecret``, ``addSecretFinalizers``, ``deleteSecretFinalizers``."""
-    namespace, name = context.namespace_of(scope.key)
+    namespace, name = context.namespace_of(scope.key, scope.settings.namespace)
     meta = scope.obj
     secret_key = object_key(namespace, name)
-    referenced = bool(classes_referencing(secret_key))
+    referenced = bool(classes_referencing(scope.api, secret_key))
     finalizers = list(meta.get("finalizers") or [])
     deleting = bool(meta.get("deletionTimestamp"))
     if referenced and deleting:

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Final
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineOperationType, MachineState, now_utc
+from mcm_tasks.api import Machine, MachineOperationType, MachineState
 from mcm_tasks.api.constants import (
     HELD_ANNOTATION,
     MACHINE_DEPLOYMENT_NAME_LABEL_KEY,
@@ -24,7 +24,13 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
-from mcm_tasks.controllers.common.status import last_operation, record_event, updated_status, write_status
+from mcm_tasks.controllers.common.scope import PassScope
+from mcm_tasks.controllers.common.status import (
+    last_operation,
+    record_event,
+    update_machine_status,
+    updated_status,
+)
 from mcm_tasks.controllers.machine.storm import (
     HOLD_RELEASED,
     NODE_DELETION_STORM,
@@ -39,7 +45,6 @@ from mcm_tasks.controllers.machine.storm import (
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.redisdb import get_redis, rkey
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +64,10 @@ return {0, count}
 """
 
 
-def _group(machine: Machine) -> tuple[str, str]:
+def _group(scope: PassScope[Any], machine: Machine) -> tuple[str, str]:
     """(namespace, deployment) whose window the machine counts in; "" for a machine of no deployment
     (they share their namespace's window)."""
-    namespace = machine.metadata.namespace or get_settings().namespace
+    namespace = machine.metadata.namespace or scope.settings.namespace
     return namespace, machine.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, "")
 
 
@@ -70,29 +75,31 @@ def window_key(namespace: str, deployment: str) -> str:
     return rkey("storm", "node-deletions", f"{namespace}/{deployment}")
 
 
-def _group_size(namespace: str, deployment: str) -> int:
+def _group_size(scope: PassScope[Any], namespace: str, deployment: str) -> int:
     """What a percentage threshold is of: the deployment's replicas, not its machines now (the
     replacements of the first deletions would raise the limit as the storm goes on); the machines
     of a deployment the mirror does not know; the namespace's machines of no deployment."""
     if deployment:
-        found = context.get_machine_deployment(deployment, namespace)
+        found = context.get_machine_deployment(scope.api, deployment, namespace)
         if found is not None:
             return found.spec.replicas
-        return len(context.machines_with_label(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace))
+        return len(
+            context.machines_with_label(scope.api, MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace)
+        )
     return sum(
         1
-        for m in context.machines_in_namespace(namespace)
+        for m in context.machines_in_namespace(scope.api, namespace)
         if not m.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY)
     )
 
 
-def admit(machine: Machine) -> tuple[bool, int, int | None]:
+def admit(scope: PassScope[Any], machine: Machine) -> tuple[bool, int, int | None]:
     """Whether this machine may be deleted for its Node's loss now: (admitted, deletions in the
     window, the limit or None when the guard is off). A percentage is of the deployment's replicas
     (of the namespace's machines without a deployment, for machines of none)."""
-    settings = get_settings()
-    namespace, deployment = _group(machine)
-    limit = storm_limit(settings.node_deletion_storm_threshold, _group_size(namespace, deployment))
+    settings = scope.settings
+    namespace, deployment = _group(scope, machine)
+    limit = storm_limit(settings.node_deletion_storm_threshold, _group_size(scope, namespace, deployment))
     if limit is None:
         return True, 0, None
     client = get_redis()
@@ -100,7 +107,7 @@ def admit(machine: Machine) -> tuple[bool, int, int | None]:
         _ADMIT,
         1,
         window_key(namespace, deployment),
-        repr(now_utc().timestamp()),
+        repr(scope.clock().timestamp()),
         repr(settings.node_deletion_storm_window),
         str(limit),
         machine.metadata.name or "",
@@ -108,15 +115,17 @@ def admit(machine: Machine) -> tuple[bool, int, int | None]:
     return bool(allowed), int(count), limit
 
 
-def hold(machine: Machine, node: Obj | None, node_name: str, deleted: int, limit: int) -> None:
+def hold(
+    scope: PassScope[Any], machine: Machine, node: Obj | None, node_name: str, deleted: int, limit: int
+) -> None:
     """Keep the machine: mark it held (annotation, condition, lastOperation, Warning Event), tell its
     deployment once per window, and let its Node object go (its finalizer off) so that a kubelet
     still alive on the VM can register it again."""
-    settings = get_settings()
-    namespace, deployment = _group(machine)
+    settings = scope.settings
+    namespace, deployment = _group(scope, machine)
     name = machine.metadata.name or ""
     message = hold_message(name, node_name, deleted, limit, settings.node_deletion_storm_window, deployment)
-    api = context.control_api()
+    api = scope.api
     patched = ops.patch(
         api,
         kinds.MACHINE.resource,
@@ -127,28 +136,32 @@ def hold(machine: Machine, node: Obj | None, node_name: str, deleted: int, limit
     held = Machine.model_validate(patched)
     status = updated_status(
         held,
-        last_op=last_operation(message, MachineState.PROCESSING, MachineOperationType.HEALTH_CHECK),
-        conditions=[*without_held_condition(held.status.conditions), held_condition(message, now_utc())],
+        last_op=last_operation(
+            message, MachineState.PROCESSING, MachineOperationType.HEALTH_CHECK, now=scope.clock()
+        ),
+        conditions=[*without_held_condition(held.status.conditions), held_condition(message, scope.clock())],
     )
-    write_status(held, status, dedup=False)
-    record_event(held, WARNING, NODE_DELETION_STORM, message)
+    update_machine_status(scope, held, status, dedup=False)
+    record_event(scope.api, held, WARNING, NODE_DELETION_STORM, message)
     log.warning("node-deletion storm: %s", message)
-    _tell_deployment(namespace, deployment, deleted, limit)
-    release_node(node, node_name)
+    _tell_deployment(scope, namespace, deployment, deleted, limit)
+    release_node(scope, node, node_name)
 
 
-def _tell_deployment(namespace: str, deployment: str, deleted: int, limit: int) -> None:
+def _tell_deployment(
+    scope: PassScope[Any], namespace: str, deployment: str, deleted: int, limit: int
+) -> None:
     """One Warning Event on the deployment per window (a Redis flag that lives as long as it)."""
     if not deployment:
         return
-    settings = get_settings()
+    settings = scope.settings
     flag = rkey("storm", "announced", f"{namespace}/{deployment}")
     if not get_redis().set(flag, "1", nx=True, ex=max(1, int(settings.node_deletion_storm_window))):
         return
-    found = context.get_machine_deployment(deployment, namespace)
+    found = context.get_machine_deployment(scope.api, deployment, namespace)
     if found is None:
         return
-    recorder().event(
+    recorder(scope.api).event(
         found.model_dump(by_alias=True, mode="json"),
         WARNING,
         NODE_DELETION_STORM,
@@ -159,9 +172,9 @@ def _tell_deployment(namespace: str, deployment: str, deleted: int, limit: int) 
     )
 
 
-def release_node(node: Obj | None, node_name: str) -> None:
+def release_node(scope: PassScope[Any], node: Obj | None, node_name: str) -> None:
     """Take the node finalizer off a Node being deleted, so the deletion completes without its VM."""
-    target = context.target_api()
+    target = scope.target
     if node is None or target is None:
         return
     meta = node.get("metadata") or {}
@@ -172,16 +185,16 @@ def release_node(node: Obj | None, node_name: str) -> None:
         ops.patch(target, kinds.NODE.resource, node_name, patch)
 
 
-def end_hold(machine: Machine, reason: str, message: str) -> Machine:
+def end_hold(scope: PassScope[Any], machine: Machine, reason: str, message: str) -> Machine:
     """The hold is over (the Node is back, or an operator released it): annotations and condition
     off, a Normal Event. With ``HOLD_RELEASED`` the machine keeps a released mark, so the Node's
     absence no longer deletes it."""
     annotations: dict[str, str | None] = {HELD_ANNOTATION: None}
     if reason == HOLD_RELEASED:
-        annotations[NODE_DELETION_RELEASED_ANNOTATION] = now_utc().isoformat()
+        annotations[NODE_DELETION_RELEASED_ANNOTATION] = scope.clock().isoformat()
     else:
         annotations[NODE_DELETION_RELEASED_ANNOTATION] = None
-    api = context.control_api()
+    api = scope.api
     patched = Machine.model_validate(
         ops.patch(
             api,
@@ -193,13 +206,15 @@ def end_hold(machine: Machine, reason: str, message: str) -> Machine:
     )
     if any(c.type for c in patched.status.conditions if c.reason == NODE_DELETION_STORM):
         status = updated_status(patched, conditions=without_held_condition(patched.status.conditions))
-        patched = write_status(patched, status, dedup=False) or patched
-    record_event(patched, NORMAL, reason, message)
+        patched = update_machine_status(scope, patched, status, dedup=False) or patched
+    record_event(scope.api, patched, NORMAL, reason, message)
     return patched
 
 
-def node_returned(machine: Machine, node_name: str) -> Machine:
+def node_returned(scope: PassScope[Any], machine: Machine, node_name: str) -> Machine:
     """The machine's Node is registered again: a held or released machine is ordinary again."""
     if not (is_held(machine) or is_released(machine)):
         return machine
-    return end_hold(machine, NODE_RETURNED, f"Node {node_name} is back: machine {machine.metadata.name} kept")
+    return end_hold(
+        scope, machine, NODE_RETURNED, f"Node {node_name} is back: machine {machine.metadata.name} kept"
+    )

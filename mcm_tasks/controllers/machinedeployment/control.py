@@ -31,7 +31,7 @@ from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.controllers.common.context import list_objects, mirror_has
+from mcm_tasks.controllers.common.context import control_api, list_objects, mirror_has
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
@@ -73,6 +73,12 @@ class Context(PassScope[MachineDeployment]):
     @classmethod
     def start(cls, deployment: MachineDeployment, *, live: bool = False) -> Context:
         return cls.begin(deployment.key, deployment, live=live)
+
+    @staticmethod
+    def read(namespace: str, name: str) -> MachineDeployment | None:
+        """The deployment a pass is about, read from the API server before its scope is built (so
+        with the process's client)."""
+        return get_deployment(control_api(), name, namespace)
 
     deployment = ObjectName[MachineDeployment]()
 

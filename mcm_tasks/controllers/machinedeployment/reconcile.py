@@ -31,7 +31,7 @@ from mcm_tasks.api.validation import validate_machine_deployment
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.controllers.machinedeployment import progress
 from mcm_tasks.controllers.machinedeployment import sets as machine_sets
-from mcm_tasks.controllers.machinedeployment.control import Context, get_deployment
+from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.inplace import rollout_in_place
 from mcm_tasks.controllers.machinedeployment.recreate import rollout_recreate
 from mcm_tasks.controllers.machinedeployment.rollback import rollback
@@ -40,7 +40,6 @@ from mcm_tasks.controllers.machinedeployment.scaling import is_scaling_event
 from mcm_tasks.controllers.machinedeployment.sync import status_only, sync
 from mcm_tasks.controllers.machinedeployment.trigger import handle_trigger_deletion
 from mcm_tasks.controllers.problems import answers_unreadable
-from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
 from mcm_tasks.queue import Requeue
@@ -71,11 +70,17 @@ def reconcile_machine_deployment(key: str) -> Requeue | None:
 
 
 def reconcile_once(namespace: str, name: str, *, live: bool) -> Requeue | None:
-    deployment = get_deployment(get_clusters().control.api, name, namespace)
+    """One attempt: the deployment read (``live``: from the API server), its ``Context`` built around
+    it, then ``deployment_pass``."""
+    deployment = Context.read(namespace, name)
     if deployment is None:
         return None
-    ctx = Context.start(deployment, live=live)
+    return deployment_pass(Context.start(deployment, live=live))
 
+
+def deployment_pass(ctx: Context) -> Requeue | None:
+    """One pass of upstream ``reconcileClusterMachineDeployment`` over the deployment its scope read."""
+    deployment = ctx.deployment
     deleting = deployment.metadata.is_deleting
     if deleting:
         # deletion needs neither a valid spec nor a selector: only the sets the deployment controls

@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
-from kubernetes.client import ApiClient
-
 from mcm_tasks import kinds
 from mcm_tasks.api import (
     API_VERSION,
@@ -37,6 +35,7 @@ from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.machineset import metrics
 from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
+from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_timeout
 from mcm_tasks.kube.events import NORMAL, WARNING
@@ -114,13 +113,14 @@ def new_machine(machine_set: MachineSet) -> dict[str, Any]:
 
 
 def create_machines(
-    api: ApiClient, machine_set: MachineSet, key: str, count: int
+    scope: MachineSetScope, machine_set: MachineSet, count: int
 ) -> tuple[int, Exception | None]:
     """Create ``count`` machines in slow-start batches; (created, the first error).
 
     The expectations are closed (``expectations.issued``) once every create was issued, the ones
     skipped or refused lowered with it: a pass that dies before leaves them open, and the set's
     next pass ends them on a live list of its machines (``expectations.state_for_pass``)."""
+    api, key = scope.api, scope.key
     body = new_machine(machine_set)
     expectations.expect_creations(key, count)
     events = recorder(api)
@@ -153,7 +153,7 @@ def create_machines(
 
 
 def terminate_machines(
-    api: ApiClient, machine_set: MachineSet, key: str, machines: Sequence[Machine], *, expect: bool = True
+    scope: MachineSetScope, machine_set: MachineSet, machines: Sequence[Machine], *, expect: bool = True
 ) -> Exception | None:
     """DELETE each machine (those not already deleting) and mark it Terminating; the first error.
 
@@ -161,6 +161,7 @@ def terminate_machines(
     on them.
     Upstream: ``terminateMachines``.
     """
+    api, key = scope.api, scope.key
     targets = [m for m in machines if not m.metadata.is_deleting]
     if not targets:
         return None
@@ -189,7 +190,7 @@ def terminate_machines(
         if is_failed(machine) and machine.status.last_operation.type == MachineOperationType.HEALTH_CHECK:
             metrics.count_stale_machine_removed()
         if answer and answer.get("kind") == "Machine":
-            mark_terminating(api, Machine.model_validate(answer))
+            mark_terminating(scope, Machine.model_validate(answer))
 
     results = _each_concurrently(targets, delete_one)
     if expect:
@@ -197,7 +198,7 @@ def terminate_machines(
     return next((r for r in results if r is not None), None)
 
 
-def mark_terminating(api: ApiClient, machine: Machine) -> None:
+def mark_terminating(scope: MachineSetScope, machine: Machine) -> None:
     """MCM's status after its DELETE: Terminating, "Deleting machine from cloud provider". Best effort:
     the machine controller reaches the same state when it handles the deletion."""
     current = [machine]
@@ -208,6 +209,7 @@ def mark_terminating(api: ApiClient, machine: Machine) -> None:
             return
         try:
             write_operation(
+                scope,
                 obj,
                 DELETING_DESCRIPTION,
                 MachineState.PROCESSING,
@@ -216,7 +218,9 @@ def mark_terminating(api: ApiClient, machine: Machine) -> None:
             )
         except Exception as err:
             if is_conflict(err):
-                fresh = ops.get(api, kinds.MACHINE.resource, obj.metadata.name or "", obj.metadata.namespace)
+                fresh = ops.get(
+                    scope.api, kinds.MACHINE.resource, obj.metadata.name or "", obj.metadata.namespace
+                )
                 current[0] = Machine.model_validate(fresh)
             raise
 

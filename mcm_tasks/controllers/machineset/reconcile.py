@@ -22,10 +22,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineSet, now_utc
+from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.api.constants import (
     DELETION_ORDER_ANNOTATION,
     MARKED_FOR_DELETION_TIME_ANNOTATION,
@@ -38,7 +39,7 @@ from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.controllers.common import preservation
+from mcm_tasks.controllers.common import context, preservation
 from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
 from mcm_tasks.controllers.common.context import (
     get_node,
@@ -86,8 +87,10 @@ class ManageReplicasError(RuntimeError):
 # --- reads -----------------------------------------------------------------------------------------------
 
 
-def get_machine_set(name: str, namespace: str) -> MachineSet | None:
-    return get_object(get_listers().machine_sets, kinds.MACHINE_SET.resource, MachineSet, name, namespace)
+def get_machine_set(api: ApiClient, name: str, namespace: str) -> MachineSet | None:
+    return get_object(
+        get_listers().machine_sets, api, kinds.MACHINE_SET.resource, MachineSet, name, namespace
+    )
 
 
 def set_view(raw: dict[str, Any]) -> Machine:
@@ -186,8 +189,9 @@ def set_finalizer(scope: MachineSetScope, present: bool) -> MachineSet:
 
 
 def _read(key: str) -> MachineSet | None:
+    """The set a pass over ``key`` is about, read before its scope is built."""
     namespace, name = split_key(key)
-    return get_machine_set(name, namespace or get_settings().namespace)
+    return get_machine_set(context.control_api(), name, namespace or get_settings().namespace)
 
 
 def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
@@ -201,7 +205,9 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         scope.recorder.event(machine_set, WARNING, INVALID_REASON, message)
         # said on the status too (cleared by the first valid pass, which recomputes ReplicaFailure)
         invalid = status.ReplicaFailure(INVALID_REASON, message)
-        status.write_status(api, machine_set, lambda ms: status.with_failure(ms.status, invalid, now_utc()))
+        status.update_machine_set_status(
+            api, machine_set, lambda ms: status.with_failure(ms.status, invalid, scope.clock())
+        )
         return None
 
     deleting = machine_set.metadata.is_deleting
@@ -234,9 +240,9 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     requeue = Requeue.long()
     if not deleting:
         machines = auto_preserve(scope, machines)
-        requeue = preservation_wake_up(machines, now_utc()) or requeue
+        requeue = preservation_wake_up(machines, scope.clock()) or requeue
         if satisfied:
-            node_values, unread = failed_machines_node_values(machines)
+            node_values, unread = failed_machines_node_values(scope.target, machines)
             failure, recheck_in = manage_replicas(scope, machines, node_values, unread)
             if unread:  # the Failed machines kept for want of their Node are decided again soon
                 requeue = Requeue.short()
@@ -251,21 +257,21 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     elif not machines:
         machine_set = set_finalizer(scope, False)
     elif machine_set.metadata.has_finalizer(MCM_FINALIZER):
-        error = control.terminate_machines(api, machine_set, key, machines, expect=False)
+        error = control.terminate_machines(scope, machine_set, machines, expect=False)
         if error is not None:
             log.warning("MachineSet %s: deleting its machines: %s", key, describe(error))
 
-    now = now_utc()
+    now = scope.clock()
 
     def compute(ms: MachineSet) -> status.MachineSetStatus:
         return scaling_conditions(ms, status.calculate_status(ms, machines, failure, now), machines, now)
 
-    written = status.write_status(api, machine_set, compute)
+    written = status.update_machine_set_status(api, machine_set, compute)
     if written is not None and written is not machine_set and written.status.failed_machines:
         # failedMachines is kept until the set is back to all-ready *as its status last said*: settled
         # here against the status just written, since that write's echo does not wake the set
         # (``watches.wakes_machine_set``)
-        status.write_status(api, written, compute)
+        status.update_machine_set_status(api, written, compute)
     if failure is not None:
         raise ManageReplicasError(f"MachineSet {key}: {failure.reason}: {failure.message}")
     return requeue
@@ -288,7 +294,7 @@ def auto_preserve(scope: MachineSetScope, machines: list[Machine]) -> list[Machi
     maximum = machine_set.spec.auto_preserve_failed_machine_max or 0
     if maximum <= 0 and not any(preservation.is_auto_preserved(m) for m in machines):
         return machines
-    count, now = machine_set.status.auto_preserve_failed_machine_count, now_utc()
+    count, now = machine_set.status.auto_preserve_failed_machine_count, scope.clock()
     plan = preservation.manage_auto_preservation(machines, maximum, count, now)
     # the sibling sets are read only when the answer can change what this pass does
     some = bool(plan.preserve) or any(preservation.is_auto_preserved(m) for m in machines)
@@ -357,7 +363,9 @@ def preservation_wake_up(machines: list[Machine], now: datetime) -> Requeue | No
     return Requeue(max(0.0, (first - now).total_seconds()) + 0.5)
 
 
-def failed_machines_node_values(machines: list[Machine]) -> tuple[dict[str, str], set[str]]:
+def failed_machines_node_values(
+    target: ApiClient | None, machines: list[Machine]
+) -> tuple[dict[str, str], set[str]]:
     """The preserve annotation of the Node of each Failed machine (upstream's
     ``findEffectivePreserveValue`` reads it from the node lister): machine name → the Node's value
     ("" when it has none), for the machines whose Node exists; and the machines whose Node could not
@@ -370,7 +378,7 @@ def failed_machines_node_values(machines: list[Machine]) -> tuple[dict[str, str]
             continue
         name = machine.metadata.name or ""
         try:
-            node = get_node(node_name)
+            node = get_node(target, node_name)
         except Exception as err:  # a read that fails keeps the machine for this pass
             log.warning("machine %s: reading its Node %s: %s", name, node_name, describe(err))
             unread.add(name)
@@ -401,7 +409,7 @@ def _warn_missing_class(scope: MachineSetScope) -> None:
 def deletion_order(scope: MachineSetScope) -> DeletionOrder | None:
     """The set's ``mcm-tasks.io/deletion-order`` (its deployment's first); an invalid value is told by a
     Warning Event on the set and upstream's order is kept."""
-    raw = set_setting(scope.machine_set, DELETION_ORDER_ANNOTATION)
+    raw = set_setting(scope.api, scope.machine_set, DELETION_ORDER_ANNOTATION, scope.settings.namespace)
     try:
         return deletion_order_of(raw)
     except ValueError as err:
@@ -424,7 +432,7 @@ def manage_replicas(
     plan = plan_replicas(
         scope.machine_set,
         machines,
-        now_utc(),
+        scope.clock(),
         node_values,
         unread or set(),
         order=deletion_order(scope),
@@ -435,7 +443,7 @@ def manage_replicas(
 
 
 def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailure | None:
-    api, machine_set, key = scope.api, scope.machine_set, scope.key
+    machine_set, key = scope.machine_set, scope.key
     if plan.skipped:
         level = logging.INFO if plan.skipped == SKIP_FROZEN else logging.DEBUG
         log.log(
@@ -445,7 +453,7 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
     if plan.create:
         log.info("MachineSet %s: too few replicas (need %d), creating %d",
                  key, machine_set.spec.replicas, plan.create)  # fmt: skip
-        _, error = control.create_machines(api, machine_set, key, plan.create)
+        _, error = control.create_machines(scope, machine_set, plan.create)
         return None if error is None else status.ReplicaFailure(status.FAILED_CREATE, describe(error))
     for machine in plan.replacing:
         marked = machine.metadata.annotations.get(MARKED_FOR_DELETION_TIME_ANNOTATION, "")
@@ -457,6 +465,6 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
     if plan.delete:
         log.info("MachineSet %s: deleting %d machines (replicas %d): %s", key, len(plan.delete),
                  machine_set.spec.replicas, [m.metadata.name for m in plan.delete])  # fmt: skip
-        error = control.terminate_machines(api, machine_set, key, plan.delete)
+        error = control.terminate_machines(scope, machine_set, plan.delete)
         return None if error is None else status.ReplicaFailure(status.FAILED_DELETE, describe(error))
     return None

@@ -145,7 +145,7 @@ def status_changed(machine_set: MachineSet, new: MachineSetStatus) -> bool:
     return _managed(machine_set.status) != _managed(new)
 
 
-def write_status(
+def update_machine_set_status(
     api: ApiClient, machine_set: MachineSet, compute: Callable[[MachineSet], MachineSetStatus]
 ) -> MachineSet | None:
     """Write the status ``compute`` gives for the set, if it changed; on a Conflict the set is read

@@ -14,14 +14,15 @@ import copy
 import logging
 import os
 import time
+from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState
-from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION, FreezeAction, decide
@@ -32,7 +33,6 @@ from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 from mcm_tasks.kube.resources import Resource
 from mcm_tasks.queue import Requeue, enqueue_after
 from mcm_tasks.redisdb import get_redis, rkey
-from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -110,17 +110,19 @@ def check_apiservers(scope: SafetyScope) -> Requeue | None:
             client.delete(down_since_key())
             log.info("API servers answer again before the freeze timeout")
         case FreezeAction.UNFREEZE:
-            unfreeze()
+            unfreeze(scope)
     return None if decision.recheck_after is None else Requeue(decision.recheck_after)
 
 
-def unfreeze() -> None:
+def unfreeze(scope: PassScope[Any]) -> None:
     """Give Unknown machines their health timeout back, reconcile every machine soon, then unfreeze."""
-    settings = get_settings()
-    machines = reads.machines_live()
+    settings = scope.settings
+    machines = reads.machines_live(scope)
     reset = 0
     for machine in machines:
-        if machine.status.current_status.phase == MachinePhase.UNKNOWN and reset_health_timeout(machine):
+        if machine.status.current_status.phase == MachinePhase.UNKNOWN and reset_health_timeout(
+            scope, machine
+        ):
             reset += 1
     # after the status-check timeout (MCM waits a fixed 30 s, the default of that timeout): time for
     # kubelets to report again, so the health check does not judge nodes on conditions from the outage
@@ -139,7 +141,7 @@ def unfreeze() -> None:
     )
 
 
-def reset_health_timeout(machine: Machine) -> bool:
+def reset_health_timeout(scope: PassScope[Any], machine: Machine) -> bool:
     """Unknown → Running with MCM's description (re-read on a Conflict); False when it changed meanwhile."""
     current = [machine]
 
@@ -149,6 +151,7 @@ def reset_health_timeout(machine: Machine) -> bool:
             return False
         try:
             write_operation(
+                scope,
                 obj,
                 RESET_DESCRIPTION,
                 MachineState.SUCCESSFUL,
@@ -158,7 +161,7 @@ def reset_health_timeout(machine: Machine) -> bool:
         except Exception as err:
             if is_conflict(err):
                 fresh = ops.get(
-                    context.control_api(),
+                    scope.api,
                     kinds.MACHINE.resource,
                     obj.metadata.name or "",
                     obj.metadata.namespace,

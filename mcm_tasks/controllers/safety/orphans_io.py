@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineClass, now_utc
+from mcm_tasks.api import MachineClass
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import warn
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.orphans import (
@@ -34,7 +35,6 @@ from mcm_tasks.controllers.safety.orphans import (
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
-from mcm_tasks.settings import get_settings
 from providers import MachineError, UnknownProviderError, get_driver
 from providers.driver import DeleteMachineRequest, Driver, ListMachinesRequest, Secret
 
@@ -59,14 +59,14 @@ class OrphanReport:
 def collect_orphans(scope: SafetyScope) -> OrphanReport:
     """The orphan job (upstream ``checkMachineClasses``, then ``AnnotateNodesUnmanagedByMCM``)."""
     report = OrphanReport()
-    machines = reads.machines_for_orphans()
+    machines = reads.machines_for_orphans(scope)
     by_name = {m.name: m for m in machines}
-    for machine_class in reads.machine_classes():
+    for machine_class in reads.machine_classes(scope):
         report.classes += 1
         try:
-            _collect_class(machine_class, by_name, report)
+            _collect_class(scope, machine_class, by_name, report)
         except Exception as err:  # one class's content or cloud must not stop the others
-            _skip(machine_class, report, f"{type(err).__name__}: {err}")
+            _skip(scope, machine_class, report, f"{type(err).__name__}: {err}")
     sweep_nodes(scope, machines, report)
     log.info(
         "orphan collection: %d classes (%d skipped), %d VMs, %d orphans deleted; nodes: %d marked not "
@@ -82,12 +82,12 @@ def collect_orphans(scope: SafetyScope) -> OrphanReport:
 
 
 def _collect_class(
-    machine_class: MachineClass, by_name: dict[str, MachineFacts], report: OrphanReport
+    scope: PassScope[Any], machine_class: MachineClass, by_name: dict[str, MachineFacts], report: OrphanReport
 ) -> None:
     """Upstream: ``checkMachineClass``."""
-    class_ctx = context.load_class_context(machine_class)
+    class_ctx = context.load_class_context(scope.api, machine_class, scope.settings)
     if class_ctx.missing_secrets:
-        _skip(machine_class, report, f"secrets missing: {', '.join(class_ctx.missing_secrets)}")
+        _skip(scope, machine_class, report, f"secrets missing: {', '.join(class_ctx.missing_secrets)}")
         return
     try:
         driver = get_driver(machine_class.provider)
@@ -95,29 +95,29 @@ def _collect_class(
             ListMachinesRequest(machine_class=machine_class, secret=class_ctx.secret)
         )
     except (UnknownProviderError, MachineError) as err:
-        _skip(machine_class, report, f"cannot list its VMs: {err}")
+        _skip(scope, machine_class, report, f"cannot list its VMs: {err}")
         return
     report.vms += len(listed.machine_list)
     for vm in orphan_vms(listed.machine_list, by_name):
-        if _delete_orphan(driver, machine_class, class_ctx.secret, vm):
+        if _delete_orphan(scope, driver, machine_class, class_ctx.secret, vm):
             report.deleted += 1
 
 
-def _skip(machine_class: MachineClass, report: OrphanReport, why: str) -> None:
+def _skip(scope: PassScope[Any], machine_class: MachineClass, report: OrphanReport, why: str) -> None:
     """A class whose VMs cannot be listed: said on the class, and the job goes on with the others (the
     next period tries it again)."""
     message = f"orphan VM collection skipped this class: {why}"[:MAX_MESSAGE]
     log.warning("orphan collection: class %s: %s", machine_class.key, message)
     report.skipped_classes += 1
-    warn(machine_class, CLASS_SKIPPED_REASON, message)
+    warn(scope, machine_class, CLASS_SKIPPED_REASON, message)
 
 
-def _confirmed(vm: OrphanVM, namespace: str) -> bool:
+def _confirmed(scope: PassScope[Any], vm: OrphanVM, namespace: str) -> bool:
     """The API server agrees the VM is an orphan, and no create of that machine is running."""
     if context.creation_in_progress(object_key(namespace, vm.machine_name)):
         return False
     try:
-        live = reads.machine_live(vm.machine_name, namespace)
+        live = reads.machine_live(scope, vm.machine_name, namespace)
     except Exception as err:
         log.warning(
             "orphan VM %s: cannot confirm machine %s: %s", vm.provider_id, vm.machine_name, describe(err)
@@ -126,10 +126,12 @@ def _confirmed(vm: OrphanVM, namespace: str) -> bool:
     return vm_verdict(vm.provider_id, None if live is None else facts_of(live)) is VMVerdict.ORPHAN
 
 
-def _delete_orphan(driver: Driver, machine_class: MachineClass, secret: Secret, vm: OrphanVM) -> bool:
-    namespace = machine_class.metadata.namespace or get_settings().namespace
+def _delete_orphan(
+    scope: PassScope[Any], driver: Driver, machine_class: MachineClass, secret: Secret, vm: OrphanVM
+) -> bool:
+    namespace = machine_class.metadata.namespace or scope.settings.namespace
     class_name = machine_class.metadata.name or ""
-    if not _confirmed(vm, namespace):
+    if not _confirmed(scope, vm, namespace):
         return False
     stub = stub_machine(vm, namespace, class_name)
     try:
@@ -152,10 +154,10 @@ def sweep_nodes(scope: SafetyScope, machines: list[MachineFacts], report: Orphan
     ``AnnotateNodesUnmanagedByMCM``)."""
     api = scope.target
     counts = machine_counts_by_node(machines)
-    nodes = reads.nodes_to_judge(counts)
+    nodes = reads.nodes_to_judge(scope, counts)
     if nodes is None or api is None:
         return
-    now = now_utc()
+    now = scope.clock()
     timeout = scope.settings.machine_creation_timeout
     for node in nodes:
         name = str((node.get("metadata") or {}).get("name") or "")

@@ -29,13 +29,13 @@ from mcm_tasks.api import (
     MachineSetCondition,
     MachineSetConditionType,
     dump,
-    now_utc,
     remove_condition,
     set_condition,
 )
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, FREEZE_LABEL_VALUE, UNFREEZE_ANNOTATION
 from mcm_tasks.api.validation import validate_machine_deployment, validate_machine_set
 from mcm_tasks.controllers.common.events import recorder
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.safety import reads
 from mcm_tasks.controllers.safety.overshooting import Decision, FreezeChange, Plan, plan
 from mcm_tasks.controllers.safety.scope import SafetyScope
@@ -51,30 +51,35 @@ Frozenable = TypeVar("Frozenable", MachineSet, MachineDeployment)
 
 def check_overshooting(scope: SafetyScope) -> Plan:
     settings = scope.settings
-    machine_sets = [s for s in reads.machine_sets() if not validate_machine_set(s)]
+    machine_sets = [s for s in reads.machine_sets(scope) if not validate_machine_set(s)]
     the_plan = plan(
         machine_sets,
-        [d for d in reads.machine_deployments() if not validate_machine_deployment(d)],
-        reads.machines_per_owner([s.metadata.uid for s in machine_sets if s.metadata.uid]),
+        [d for d in reads.machine_deployments(scope) if not validate_machine_deployment(d)],
+        reads.machines_per_owner(scope, [s.metadata.uid for s in machine_sets if s.metadata.uid]),
         settings.safety_up,
         settings.safety_down,
     )
     api = scope.api
     errors: list[Exception] = []
     for machine_set, decision in the_plan.sets:
-        _apply(api, kinds.MACHINE_SET.resource, machine_set, decision, errors)
+        _apply(scope, api, kinds.MACHINE_SET.resource, machine_set, decision, errors)
     for deployment, decision in the_plan.deployments:
-        _apply(api, kinds.MACHINE_DEPLOYMENT.resource, deployment, decision, errors)
+        _apply(scope, api, kinds.MACHINE_DEPLOYMENT.resource, deployment, decision, errors)
     if errors:
         raise errors[0]
     return the_plan
 
 
 def _apply(
-    api: ApiClient, res: Resource, obj: Frozenable, decision: Decision, errors: list[Exception]
+    scope: PassScope[Any],
+    api: ApiClient,
+    res: Resource,
+    obj: Frozenable,
+    decision: Decision,
+    errors: list[Exception],
 ) -> None:
     try:
-        written = _write(api, res, obj, decision)
+        written = _write(scope, api, res, obj, decision)
     except Exception as err:
         log.warning("%s %s: %s failed: %s", res.kind, obj.key, decision.change, describe(err))
         errors.append(err)
@@ -94,7 +99,9 @@ def metadata_patch(freeze: bool) -> dict[str, Any]:
     return {"metadata": {"labels": {FREEZE_LABEL_KEY: None}, "annotations": {UNFREEZE_ANNOTATION: None}}}
 
 
-def _write(api: ApiClient, res: Resource, obj: Frozenable, decision: Decision) -> Frozenable | None:
+def _write(
+    scope: PassScope[Any], api: ApiClient, res: Resource, obj: Frozenable, decision: Decision
+) -> Frozenable | None:
     """Both writes; the object as written, or None when it is gone."""
     model = type(obj)
     freeze = decision.change is FreezeChange.FREEZE
@@ -102,16 +109,16 @@ def _write(api: ApiClient, res: Resource, obj: Frozenable, decision: Decision) -
         patched = model.model_validate(
             ops.patch(api, res, obj.metadata.name or "", metadata_patch(freeze), obj.metadata.namespace)
         )
-        return _write_status(api, res, patched, lambda o: _with_condition(o, decision))
+        return _write_status(api, res, patched, lambda o: _with_condition(scope, o, decision))
     except Exception as err:
         if is_not_found(err):
             return None
         raise
 
 
-def _with_condition(obj: Frozenable, decision: Decision) -> Any:
+def _with_condition(scope: PassScope[Any], obj: Frozenable, decision: Decision) -> Any:
     """The object's status with the Frozen condition set or removed; None when already so."""
-    now = now_utc()
+    now = scope.clock()
     conditions: list[Any]
     if isinstance(obj, MachineSet):
         if decision.change is FreezeChange.FREEZE:

@@ -31,23 +31,21 @@ from mcm_tasks.cache.layout import BY_OWNER
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import parse_each
 from mcm_tasks.controllers.safety import orphans, overshooting
 from mcm_tasks.controllers.safety.orphans import MachineFacts
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import Resource
-from mcm_tasks.settings import get_settings
 
 Obj = dict[str, Any]
 M = TypeVar("M", bound=K8sObject)
 
 
-def _list(lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
+def _list(scope: PassScope[Any], lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
     """Every object of a kind in the control namespace that can be read: one that does not parse is
     reported on itself and left out, so that the job still covers all the others."""
-    return parse_each(
-        model, context.list_objects(lister, context.control_api(), res, get_settings().namespace)
-    )
+    return parse_each(scope, model, context.list_objects(lister, scope.api, res, scope.settings.namespace))
 
 
 def _obj(value: Any) -> Obj:
@@ -84,14 +82,14 @@ def orphan_facts(raw: Obj) -> MachineFacts | None:
     )
 
 
-def machines_for_orphans() -> list[MachineFacts]:
+def machines_for_orphans(scope: PassScope[Any]) -> list[MachineFacts]:
     """Every machine of the control namespace, as ``orphan_facts``: from the mirror once synced, else
     one LIST. Nothing is kept between runs (the job runs every 15 minutes: keeping a thousand
     machines' stored JSON to recognise unchanged ones would hold megabytes in every worker process)."""
-    namespace = get_settings().namespace
+    namespace = scope.settings.namespace
     stored = _stored_if_synced(get_listers().machines)
     if stored is None:
-        items = ops.list_(context.control_api(), kinds.MACHINE.resource, namespace)["items"]
+        items = ops.list_(scope.api, kinds.MACHINE.resource, namespace)["items"]
     else:
         items = [orjson.loads(raw) for raw in stored.values()]
     found = (orphan_facts(raw) for raw in items)
@@ -103,7 +101,7 @@ def owner_view(raw: Obj) -> Machine:
     return parse_object(Machine, {"metadata": raw.get("metadata") or {}})
 
 
-def machines_per_owner(owner_uids: Sequence[str]) -> dict[str, int]:
+def machines_per_owner(scope: PassScope[Any], owner_uids: Sequence[str]) -> dict[str, int]:
     """How many machines each owner uid controls, every machine counted (one whose content our model
     refuses is a VM all the same, and its own reconcile reports it).
 
@@ -118,7 +116,7 @@ def machines_per_owner(owner_uids: Sequence[str]) -> dict[str, int]:
         sizes = None
     if sizes is not None:
         return {uid: n for uid, n in zip(uids, sizes, strict=True) if n}
-    items = ops.list_(context.control_api(), kinds.MACHINE.resource, get_settings().namespace)["items"]
+    items = ops.list_(scope.api, kinds.MACHINE.resource, scope.settings.namespace)["items"]
     views = []
     for raw in items:
         try:
@@ -128,19 +126,21 @@ def machines_per_owner(owner_uids: Sequence[str]) -> dict[str, int]:
     return overshooting.machines_per_owner(views)
 
 
-def machine_sets() -> list[MachineSet]:
-    return _list(get_listers().machine_sets, kinds.MACHINE_SET.resource, MachineSet)
+def machine_sets(scope: PassScope[Any]) -> list[MachineSet]:
+    return _list(scope, get_listers().machine_sets, kinds.MACHINE_SET.resource, MachineSet)
 
 
-def machine_deployments() -> list[MachineDeployment]:
-    return _list(get_listers().machine_deployments, kinds.MACHINE_DEPLOYMENT.resource, MachineDeployment)
+def machine_deployments(scope: PassScope[Any]) -> list[MachineDeployment]:
+    return _list(
+        scope, get_listers().machine_deployments, kinds.MACHINE_DEPLOYMENT.resource, MachineDeployment
+    )
 
 
-def machine_classes() -> list[MachineClass]:
-    return _list(get_listers().machine_classes, kinds.MACHINE_CLASS.resource, MachineClass)
+def machine_classes(scope: PassScope[Any]) -> list[MachineClass]:
+    return _list(scope, get_listers().machine_classes, kinds.MACHINE_CLASS.resource, MachineClass)
 
 
-def nodes_to_judge(claims: Mapping[str, int]) -> list[Obj] | None:
+def nodes_to_judge(scope: PassScope[Any], claims: Mapping[str, int]) -> list[Obj] | None:
     """The target cluster's Nodes the unmanaged-node sweep may have to change, given how many machines
     claim each node name; None in no-target mode.
 
@@ -148,7 +148,7 @@ def nodes_to_judge(claims: Mapping[str, int]) -> list[Obj] | None:
     stored JSON leaves a change possible: at rest every node is claimed once and carries no
     not-managed annotation, and decoding a thousand Nodes (their status is most of them) was half of
     the job. Else one LIST, every node judged."""
-    api = context.target_api()
+    api = scope.target
     if api is None:
         return None
     stored = _stored_if_synced(get_listers().nodes)
@@ -159,11 +159,11 @@ def nodes_to_judge(claims: Mapping[str, int]) -> list[Obj] | None:
     ]
 
 
-def machine_live(name: str, namespace: str) -> Machine | None:
-    return context.get_machine_live(name, namespace)
+def machine_live(scope: PassScope[Any], name: str, namespace: str) -> Machine | None:
+    return context.get_machine_live(scope.api, name, namespace)
 
 
-def machines_live() -> list[Machine]:
+def machines_live(scope: PassScope[Any]) -> list[Machine]:
     """Every Machine as the API server has it now (after an outage the mirror may still be catching up)."""
-    items = ops.list_(context.control_api(), kinds.MACHINE.resource, get_settings().namespace)["items"]
-    return parse_each(Machine, items)
+    items = ops.list_(scope.api, kinds.MACHINE.resource, scope.settings.namespace)["items"]
+    return parse_each(scope, Machine, items)

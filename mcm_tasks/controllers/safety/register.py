@@ -35,7 +35,7 @@ def _overshooting(scope: SafetyScope) -> Requeue | None:
 
 
 def _drain_rules(scope: SafetyScope) -> Requeue | None:
-    validate_rules(scope.settings.namespace)
+    validate_rules(scope, scope.settings.namespace)
     return None
 
 

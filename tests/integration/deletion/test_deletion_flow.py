@@ -16,6 +16,7 @@ from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.common.context import creation_in_flight
 from mcm_tasks.controllers.machine import deletion_io
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
+from mcm_tasks.settings import get_settings
 from providers.driver import DeleteMachineRequest
 from tests.integration.deletion.support import (
     CLASS,
@@ -258,7 +259,7 @@ def test_a_creation_in_flight_holds_the_deletion_back(env: Env) -> None:
     name = unique("inflight")
     env.launch(name)
     env.delete_machine(name)
-    with creation_in_flight(f"default/{name}"):
+    with creation_in_flight(f"default/{name}", get_settings().reconcile_lock_ttl):
         result = reconcile_termination(f"default/{name}")
         assert result is not None and result.after == 0.5  # MediumRetry, compressed
         machine = env.machine(name)

@@ -77,7 +77,7 @@ def requests_sent() -> Iterator[list[tuple[str, str]]]:
 
 
 def _deleting(name: str) -> bool:
-    machine = context.get_machine(f"default/{name}")
+    machine = context.get_machine(context.control_api(), name, "default")
     return machine is not None and machine.metadata.is_deleting
 
 
@@ -87,7 +87,11 @@ def test_a_machine_with_nothing_to_drain_costs_one_status_write_and_one_event(en
     env.launch(name)
     env.core.patch_node(name, {"metadata": {"finalizers": [NODE_FINALIZER]}})  # as the node task adds it
     env.delete_machine(name)
-    wait_until(lambda: NODE_FINALIZER in str(context.get_node(name)), 10, what="the mirror sees the node")
+    wait_until(
+        lambda: NODE_FINALIZER in str(context.get_node(context.target_api(), name)),
+        10,
+        what="the mirror sees the node",
+    )
     # else the pass may read the machine from the mirror before its deletion, and do nothing
     wait_until(lambda: _deleting(name), 10, what="the mirror sees the machine deleting")
     with requests_sent() as sent:
@@ -122,7 +126,7 @@ def test_a_failed_machine_s_node_keeps_the_unhealthy_reason_the_flow_gave_it(env
     env.delete_machine(name)
 
     def seen_failed_and_deleting() -> bool:
-        machine = context.get_machine(f"default/{name}")
+        machine = context.get_machine(context.control_api(), name, "default")
         return (
             machine is not None
             and machine.metadata.is_deleting

@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import NODE_TERMINATING_REASON_SCALE_DOWN
-from mcm_tasks.controllers.common import context, drainrules_io, status
+from mcm_tasks.controllers.common import drainrules_io, status
 from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import plan, rules
@@ -39,7 +39,7 @@ from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainSto
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube.errors import describe
 from mcm_tasks.kube.events import NORMAL, WARNING
-from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.settings import Settings
 from providers.driver import Driver
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,9 @@ def drain_step(
     holds it (and holds it after the condition and the cordon, as the API server answered them).
     ``settings``: the flags as they apply to this machine (its deployment's timeouts), else the process's."""
     machine = scope.machine
-    settings = settings or get_settings()
+    settings = settings or scope.settings
     store = store or DrainStore()
-    api = context.target_api()
+    api = scope.target
     node_name = scope.node_name()
     if not node_name or api is None:
         store.clear(machine.key)
@@ -106,6 +106,7 @@ def drain_step(
         except ApiException as err:
             if not params.force:
                 return _finish(
+                    scope,
                     machine,
                     machine_class,
                     store,
@@ -124,10 +125,10 @@ def drain_step(
             result = DrainResult(
                 Outcome.FAILED, params.force, [f"cordoning node {node_name}: {describe(err)}"]
             )
-            return _finish(machine, machine_class, store, progress, result, now, starting)
+            return _finish(scope, machine, machine_class, store, progress, result, now, starting)
 
     pods = io.pods_on_node(api, node_name)
-    by_rules = _rules_plan(api, machine, ds.pods_for_deletion(pods, node_name), params)
+    by_rules = _rules_plan(scope, api, machine, ds.pods_for_deletion(pods, node_name), params)
     selected = by_rules.now  # the lowest order group of the drain rules (all of them, without rules)
     progress = plan.track(progress, selected, _volume_infos(api, driver, progress, selected, params))
     by_key = {ds.pod_key(p): p for p in selected}
@@ -138,7 +139,7 @@ def drain_step(
     if not params.force and progress.pods and not eviction and starting is not None:
         message = (f"The cluster of node {node_name} serves no pod eviction: its pods are deleted, "
                    "without asking their PodDisruptionBudgets")  # fmt: skip
-        status.record_event(machine, WARNING, "EvictionUnsupported", message)
+        status.record_event(scope.api, machine, WARNING, "EvictionUnsupported", message)
     budget = _issue_removals(api, progress, by_key, node, params, settings, now, eviction)
 
     staying = [p for p in pods if ds.node_name_of(p) == node_name and ds.skip_reason(p)] + by_rules.held
@@ -147,10 +148,10 @@ def drain_step(
         progress, node, vas, pvs_in_use, params, timing(settings), poll_interval(settings), now
     )
     if conclusion.warnings or not conclusion.done or conclusion.errors or progress.pods:
-        _announce(machine, node_name, starting)
+        _announce(scope, machine, node_name, starting)
         starting = None
     for warning in conclusion.warnings:
-        status.record_event(machine, WARNING, "DrainWarning", warning)
+        status.record_event(scope.api, machine, WARNING, "DrainWarning", warning)
     if not conclusion.done or by_rules.holds_the_drain:
         progress.barrier_since = conclusion.barrier_since
         if progress.fingerprint() != before:
@@ -166,7 +167,7 @@ def drain_step(
         )
     outcome = Outcome.FAILED if conclusion.errors else Outcome.SUCCEEDED
     result = DrainResult(outcome, params.force, conclusion.errors)
-    return _finish(machine, machine_class, store, progress, result, now, starting)
+    return _finish(scope, machine, machine_class, store, progress, result, now, starting)
 
 
 def _holding(api: ApiClient, progress: DrainProgress, pods: Mapping[str, Mapping[str, Any]]) -> str:
@@ -178,11 +179,15 @@ def _holding(api: ApiClient, progress: DrainProgress, pods: Mapping[str, Mapping
 
 
 def _rules_plan(
-    api: ApiClient, machine: Machine, selected: Sequence[Mapping[str, Any]], params: DrainParams
+    scope: MachineScope,
+    api: ApiClient,
+    machine: Machine,
+    selected: Sequence[Mapping[str, Any]],
+    params: DrainParams,
 ) -> rules.DrainPlan:
     """The selected pods sorted by the machine's drain rules (``rules``), read for this round."""
-    namespace = machine.metadata.namespace or get_settings().namespace
-    usable = rules.rules_for_machine(drainrules_io.drain_rules(namespace), machine.metadata.labels)
+    namespace = machine.metadata.namespace or scope.settings.namespace
+    usable = rules.rules_for_machine(drainrules_io.drain_rules(scope, namespace), machine.metadata.labels)
     labels = drainrules_io.namespace_labels(api) if rules.needs_namespaces(usable) else {}
     return rules.plan(selected, usable, labels, forced=params.force)
 
@@ -264,16 +269,16 @@ def _issue_removals(
     return budget
 
 
-def _announce(machine: Machine, node_name: str, starting: DrainParams | None) -> None:
+def _announce(scope: MachineScope, machine: Machine, node_name: str, starting: DrainParams | None) -> None:
     """DrainStarted, for a drain that started in this pass (``starting``) and has more to tell than
     its success. One that found nothing to evict and concluded in the pass that started it records
     no DrainStarted ("started" would tell nothing the end does not) and, unforced, no DrainSucceeded
     either (``went_unremarked``): two Event writes per machine of a scale-down that tell nothing."""
     if starting is not None:
-        _started(machine, node_name, starting)
+        _started(scope, machine, node_name, starting)
 
 
-def _started(machine: Machine, node_name: str, params: DrainParams) -> None:
+def _started(scope: MachineScope, machine: Machine, node_name: str, params: DrainParams) -> None:
     if params.force:
         message = f"Force-draining node {node_name}: {params.force_reason}"
     else:
@@ -281,10 +286,11 @@ def _started(machine: Machine, node_name: str, params: DrainParams) -> None:
             f"Draining node {node_name} (timeout {params.timeout:g}s, "
             f"max evict retries {params.max_evict_retries})"
         )
-    status.record_event(machine, NORMAL, "DrainStarted", message)
+    status.record_event(scope.api, machine, NORMAL, "DrainStarted", message)
 
 
 def _finish(
+    scope: MachineScope,
     machine: Machine,
     machine_class: MachineClass | None,
     store: DrainStore,
@@ -296,14 +302,18 @@ def _finish(
     store.clear(machine.key)
     node = progress.node
     if result.outcome is not Outcome.SUCCEEDED:
-        _announce(machine, node, starting)
+        _announce(scope, machine, node, starting)
     if result.outcome is Outcome.SUCCEEDED:
         if not went_unremarked(result, progress, starting):
             what = "Force drain" if result.forced else "Drain"
-            status.record_event(machine, NORMAL, "DrainSucceeded", f"{what} of node {node} successful")
+            status.record_event(
+                scope.api, machine, NORMAL, "DrainSucceeded", f"{what} of node {node} successful"
+            )
         _observe_duration(machine, machine_class, now - progress.started_at)
     else:
-        status.record_event(machine, WARNING, "DrainFailed", f"Drain of node {node} failed: {result.message}")
+        status.record_event(
+            scope.api, machine, WARNING, "DrainFailed", f"Drain of node {node} failed: {result.message}"
+        )
     return result
 
 
