@@ -62,6 +62,7 @@ lint: $(STAMP)
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/mypy mcm_tasks informers providers mcm_sandbox beat_schedule.py
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_pass_scope.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The documentation site (mkdocs.yml): built into build/site; --strict fails on a broken link or

@@ -1,0 +1,109 @@
+"""Check that the controllers read clients, settings and the clock from their pass scope only.
+
+A phase below a controller's entry gets what it works with from the scope it is handed
+(``controllers/common/scope.py`` ``PassScope``: ``api``, ``target``, ``settings``, ``clock()``), so a
+test builds the scope around a fake and the phase never reaches for a process global behind it.
+This walks every module under ``mcm_tasks/controllers/`` and reports each call of a process getter
+(``get_settings()``, ``now_utc()``, ``get_clusters()``, ``control_api()``, ``target_api()``) outside
+the scope builders listed in ``SCOPE_BUILDERS``: the only places that may read them.
+
+    python tools/check_pass_scope.py          # exit 1 and list the calls when there is one
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTROLLERS = ROOT / "mcm_tasks" / "controllers"
+
+#: the process's getters a phase must not call: it reads them from its scope
+GETTERS = frozenset({"get_settings", "now_utc", "get_clusters", "control_api", "target_api"})
+
+#: (module path under mcm_tasks/controllers/, qualified function name): where a scope is built, the
+#: one place each of its parts is read from the process
+SCOPE_BUILDERS: frozenset[tuple[str, str]] = frozenset(
+    {
+        # the process's clients, read by the scope's properties
+        ("common/context.py", "control_api"),
+        ("common/context.py", "target_api"),
+        # every pass scope: settings and clock at the start of the pass, the clients when first used
+        ("common/scope.py", "PassScope.begin"),
+        ("common/scope.py", "PassScope.api"),
+        ("common/scope.py", "PassScope.target"),
+        ("common/scope.py", "PassScope"),
+        # the read of the object a pass's scope is built around
+        ("machine/reconcile.py", "_read_machine"),
+        ("machine/scope.py", "MachineScope.read"),
+        ("machine/classes.py", "_read"),
+        ("machine/secrets.py", "_read"),
+        ("machineset/reconcile.py", "_read"),
+        ("machinedeployment/control.py", "Context.read"),
+        ("machinedeployment/reconcile.py", "reconcile_machine_deployment"),
+        # outside any pass: the queue's report on a failing key
+        ("recovery.py", "reporter.report"),
+    }
+)
+
+
+def _reads(node: ast.AST, scope: list[str]) -> Iterator[tuple[str, int, str]]:
+    """(qualified name of the enclosing function or class, line, getter) of each read of a getter:
+    a call by bare name (``get_settings()``) or attribute (``context.control_api()``), or the getter
+    handed on uncalled (``field(default_factory=now_utc)``)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield from _reads(child, [*scope, child.name])
+            continue
+        if isinstance(child, ast.Call):
+            where = ".".join(scope) or "<module>"
+            func = child.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in GETTERS:
+                yield where, child.lineno, name
+            for arg in [*child.args, *(k.value for k in child.keywords)]:
+                if isinstance(arg, ast.Name | ast.Attribute):
+                    handed = arg.id if isinstance(arg, ast.Name) else arg.attr
+                    if handed in GETTERS:
+                        yield where, arg.lineno, handed
+        yield from _reads(child, scope)
+
+
+def violations(root: Path = CONTROLLERS, builders: frozenset[tuple[str, str]] = SCOPE_BUILDERS) -> list[str]:
+    """``module:line: getter in function`` for each read of a getter outside the ``builders``,
+    ``module`` relative to ``root``; and each builder that reads none (renamed or gone: the list
+    must not outlive the code it names)."""
+    found: list[str] = []
+    used: set[tuple[str, str]] = set()
+    for path in sorted(root.rglob("*.py")):
+        module = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for qualname, line, name in sorted(_reads(tree, []), key=lambda r: r[1]):
+            if (module, qualname) in builders:
+                used.add((module, qualname))
+            else:
+                found.append(f"{module}:{line}: {name} in {qualname}")
+    found += [
+        f"{module}: scope builder {qualname} reads nothing" for module, qualname in sorted(builders - used)
+    ]
+    return found
+
+
+def main() -> int:
+    found = violations()
+    for line in found:
+        print(line)
+    if found:
+        print(
+            f"{len(found)} read(s) of process globals under mcm_tasks/controllers/: take them from the "
+            "pass scope (tools/check_pass_scope.py lists the scope builders)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
