@@ -112,7 +112,7 @@ def deliver(
             reconciler = registry.get_reconciler(kind)
             if reconciler is None:
                 raise NoReconciler(f"no reconciler registered for {kind!r} in this worker")
-            with registry.pass_scope():
+            with registry.around_pass():
                 result = reconciler(key)
             outcome = outcome_of_result(result, settings)
         except Exception as exc:  # a reconciler's failure is data for the contract, not a task failure

@@ -32,7 +32,7 @@ FailureReporter = Callable[[str, str, str], bool]
 RecoveryHook = Callable[[str], None]
 #: entered around every reconcile pass a worker runs (the controllers' one read of the mirror's sync
 #: state per pass); registered by whoever registers the reconcilers, so no reconciler has to remember it
-PassScope = Callable[[], AbstractContextManager[Any]]
+AroundPass = Callable[[], AbstractContextManager[Any]]
 
 ENV = "MCM_RECONCILER_MODULES"
 DEFAULT_MODULES = ("mcm_tasks.controllers.reconcilers",)
@@ -40,7 +40,7 @@ DEFAULT_MODULES = ("mcm_tasks.controllers.reconcilers",)
 _registry: dict[str, Reconciler] = {}
 _reporters: dict[str, FailureReporter] = {}
 _recovery_hooks: dict[str, list[RecoveryHook]] = {}
-_pass_scopes: list[PassScope] = []
+_around_pass: list[AroundPass] = []
 _loaded = False
 _load_lock = threading.Lock()
 
@@ -68,19 +68,19 @@ def register_recovery_hook(kind: str, fn: RecoveryHook) -> RecoveryHook:
     return fn
 
 
-def register_pass_scope(scope: PassScope) -> PassScope:
-    """Enter ``scope()`` around every reconcile pass (once, however often it is registered)."""
-    if scope not in _pass_scopes:
-        _pass_scopes.append(scope)
-    return scope
+def register_around_pass(around: AroundPass) -> AroundPass:
+    """Enter ``around()`` around every reconcile pass (once, however often it is registered)."""
+    if around not in _around_pass:
+        _around_pass.append(around)
+    return around
 
 
 @contextmanager
-def pass_scope() -> Iterator[None]:
-    """Every registered pass scope, entered in registration order."""
+def around_pass() -> Iterator[None]:
+    """Every registered ``AroundPass``, entered in registration order."""
     with ExitStack() as stack:
-        for scope in list(_pass_scopes):
-            stack.enter_context(scope())
+        for around in list(_around_pass):
+            stack.enter_context(around())
         yield
 
 
@@ -107,7 +107,7 @@ def unregister_all() -> None:
     _registry.clear()
     _reporters.clear()
     _recovery_hooks.clear()
-    _pass_scopes.clear()
+    _around_pass.clear()
     _loaded = False
 
 

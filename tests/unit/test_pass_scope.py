@@ -33,14 +33,14 @@ def test_a_registered_reconciler_runs_in_the_mirror_pass_scope() -> None:
     register(Queue.MACHINE_SET, reconcile)
     found = registry.get_reconciler(Queue.MACHINE)
     assert found is reconcile  # the reconciler itself, undecorated
-    with registry.pass_scope():
+    with registry.around_pass():
         found("ns/a")
     found("ns/b")
     assert scopes == [1, 0]
 
 
 def test_without_registered_scopes_a_pass_scope_is_empty() -> None:
-    with registry.pass_scope():
+    with registry.around_pass():
         assert get_reader()._scopes == 0
 
 
@@ -100,7 +100,7 @@ def test_each_thread_has_its_own_pass_scope() -> None:
     leave = threading.Event()
 
     def other_pass() -> None:
-        with registry.pass_scope(), get_reader().remembering_synced():
+        with registry.around_pass(), get_reader().remembering_synced():
             seen.append(get_reader())
             inside.set()
             leave.wait(5)

@@ -1,11 +1,11 @@
 """How a controller puts its reconcilers on their queues: ``register`` adds the reconciler to the queue
-contract and, once per process, the pass scope every reconcile runs in, so no reconciler has to
-remember it; ``scoped`` builds a controller's key reconciler from the read of its object and its
-phases, handing the phases one ``PassScope`` (``controllers.common.scope``) per pass.
+contract and, once per process, what every reconcile runs inside (``mirror_pass``), so no reconciler
+has to remember it; ``scoped`` builds a controller's key reconciler from the read of its object and
+its phases, handing the phases one ``PassScope`` (``controllers.common.scope``) per pass.
 
-The pass scope is the mirror's one read of its sync state per pass, and one read of each object the
-pass gets (``CacheReader.remembering_synced``): asked before every read, the sync state was a
-noticeable share of task time, and a machine's pass read its Node about three times.
+``mirror_pass`` is the mirror's one read of its sync state per pass, and one read of each object the
+pass gets (``CacheReader.remembering_synced``): a pass's later reads of the same object (a machine's
+Node, read by several steps) come from memory.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mcm_tasks.cache import get_reader
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import Requeue
-from mcm_tasks.queue.registry import Reconciler, register_pass_scope, register_reconciler
+from mcm_tasks.queue.registry import Reconciler, register_around_pass, register_reconciler
 
 T = TypeVar("T")
 S = TypeVar("S", bound=PassScope[Any])
@@ -30,7 +30,7 @@ def mirror_pass() -> AbstractContextManager[None]:
 
 
 def register(queue: Queue, reconciler: Reconciler) -> Reconciler:
-    register_pass_scope(mirror_pass)
+    register_around_pass(mirror_pass)
     return register_reconciler(queue, reconciler)
 
 
