@@ -39,7 +39,7 @@ from bench.common import context, parse_args, save, scaled  # noqa: E402
 from informers.events import Routing  # noqa: E402
 from informers.mirror import Mirror  # noqa: E402
 from informers.processor import Processor, WatchEvent  # noqa: E402
-from informers.sink import QueueSink, deliver  # noqa: E402
+from informers.sink import QueueSink, send_routing  # noqa: E402
 from informers.store import Store  # noqa: E402
 from mcm_sandbox.procs import RedisServer  # noqa: E402
 from mcm_tasks import kinds  # noqa: E402
@@ -178,7 +178,7 @@ def run(
         mirror.write(outcome.commit)
         routing: Routing = outcome.routing
         if routing:
-            deliver(sink, routing)
+            send_routing(sink, routing)
     spent, redis_spent = time.process_time() - before, _redis_cpu(client) - redis_before
     return spent, redis_spent, _calls(client) - calls
 

@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from informers.resources import Obj, meta
+from informers.resources import meta
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.kinds import Queue
 
 #: the longest key of an object: namespace (63) / name (253)

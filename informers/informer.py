@@ -25,7 +25,8 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from informers.processor import Item, Relisted, WatchEvent
-from informers.resources import Obj, WatchedResource
+from informers.resources import WatchedResource
+from mcm_tasks.api import Obj
 from mcm_tasks.kube import rest
 from mcm_tasks.kube.errors import is_gone
 from mcm_tasks.settings import Settings

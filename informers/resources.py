@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.api.constants import NODE_LABEL_KEY, NODE_MACHINE_NAME_LABEL_KEY
 from mcm_tasks.cache import layout
 from mcm_tasks.kinds import Kind
 from mcm_tasks.kube.resources import Resource
 from mcm_tasks.settings import Settings
 
-Obj = dict[str, Any]
 IndexFunc = Callable[[Obj], list[str]]
 
 CONTROL = "control"

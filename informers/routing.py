@@ -55,8 +55,9 @@ from informers.events import (
     labels_of,
     machine_queue,
 )
-from informers.resources import WATCHES, Obj, controller_ref, key_of, meta, resource_version
+from informers.resources import WATCHES, controller_ref, key_of, meta, resource_version
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.api.meta import LabelSelector
 from mcm_tasks.api.validation import parse_problem, validate_label_selector
 from mcm_tasks.cache import layout

@@ -39,8 +39,9 @@ from informers.events import (
     labels_of,
     machine_queue,
 )
-from informers.resources import Obj, key_of, meta
+from informers.resources import key_of, meta
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     CRITICAL_COMPONENTS_NOT_READY_TAINT,

@@ -35,11 +35,12 @@ from informers.informer import Backoff, Reflector
 from informers.mirror import Commit, Mirror
 from informers.problems import ProblemReporter
 from informers.processor import Item, Outcome, Processor, WatchEvent
-from informers.resources import BY_KIND, Obj, WatchedResource, watch_namespace, watched_resources
+from informers.resources import BY_KIND, WatchedResource, watch_namespace, watched_resources
 from informers.routing import full_resync
-from informers.sink import Sink, deliver
+from informers.sink import Sink, send_routing
 from informers.store import Store
 from mcm_tasks import kinds, tracing
+from mcm_tasks.api import Obj
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.memory import Trimmer
 from mcm_tasks.probes import INFORMER_LAG_KEY_PARTS, PROGRESS
@@ -282,7 +283,7 @@ class Informer:
         if not routing:
             return
         try:
-            self.counters["enqueued"] += self._retry(lambda: deliver(self.sink, routing), stop) or 0
+            self.counters["enqueued"] += self._retry(lambda: send_routing(self.sink, routing), stop) or 0
         except Exception as err:  # refused by the sink: one by one, so a bad key costs only itself
             log.warning("could not enqueue %d keys at once (%s); one by one", len(routing.enqueue), err)
             self._deliver_each(routing, stop)
@@ -293,7 +294,7 @@ class Informer:
             single = Routing()
             single.add(queue_name, key, batched=(queue_name, key) in routing.batched)
             try:
-                self.counters["enqueued"] += self._retry(partial(deliver, self.sink, single), stop) or 0
+                self.counters["enqueued"] += self._retry(partial(send_routing, self.sink, single), stop) or 0
             except Exception as err:  # the periodic resync tries again
                 log.warning("could not enqueue %s %s: %s: %s", queue_name, key[:200], type(err).__name__, err)
 

@@ -28,7 +28,7 @@ class Sink(Protocol):
     def deletion_observed(self, owner_key: str, name: str) -> None: ...
 
 
-def deliver(sink: Sink, routing: Routing) -> int:
+def send_routing(sink: Sink, routing: Routing) -> int:
     """Expectations first, then the keys: a MachineSet reconcile woken by this batch must already
     find its expectations lowered. A sink that takes the whole routing at once (``QueueSink``: one
     Redis round trip per batch of events) does it in that order itself."""
@@ -56,7 +56,7 @@ class QueueSink:
 
     def deliver_routing(self, routing: Routing) -> int:
         """The expectations, the keys at once and the batched ones, in that order, in one round trip;
-        the messages published and the keys batched, as ``deliver`` counts them."""
+        the messages published and the keys batched, as ``send_routing`` counts them."""
         from mcm_tasks.queue.expectations import observed_calls
         from mcm_tasks.queue.producer import enqueue_together
         from mcm_tasks.settings import get_settings

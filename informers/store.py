@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from informers.resources import BY_KIND, Obj
+from informers.resources import BY_KIND
+from mcm_tasks.api import Obj
 
 
 class Store:

@@ -20,12 +20,12 @@ import redis
 from informers.events import MODIFIED
 from informers.mirror import Mirror
 from informers.processor import Processor, WatchEvent
-from informers.resources import Obj
 from informers.runner import BATCH_MAX
-from informers.sink import QueueSink, Sink, deliver
+from informers.sink import QueueSink, Sink, send_routing
 from informers.store import Store
 from mcm_sandbox.testing import fixtures
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.cache import layout
 from mcm_tasks.kinds import Queue
 
@@ -54,7 +54,7 @@ class SyntheticInformer:
         self.mirror.write(outcome.commit)
         for item in passthrough:
             outcome.routing.add(*item)
-        return deliver(self.sink, outcome.routing)
+        return send_routing(self.sink, outcome.routing)
 
     def _changed_machine(self, key: str) -> Obj:
         namespace, name = layout.split_key(key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from informers.resources import Obj
+from mcm_tasks.api import Obj
 from mcm_tasks.api.constants import API_VERSION, NODE_FINALIZER, NODE_LABEL_KEY
 
 NS = "mcm"

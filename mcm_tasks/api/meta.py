@@ -125,6 +125,12 @@ class Condition(K8sModel):
 
 C = TypeVar("C", bound=Condition)
 
+#: an object as the API server sends it, JSON-decoded: the kinds without a model (Nodes, Pods,
+#: Secrets' metadata) and the raw form of those with one, as the mirror stores them
+Obj = dict[str, Any]
+#: the same, read only: what a decision over an API object takes (an ``Obj`` is one)
+ObjView = Mapping[str, Any]
+
 
 def get_condition(conditions: Sequence[C], type_: str) -> C | None:
     return next((c for c in conditions if c.type == type_), None)

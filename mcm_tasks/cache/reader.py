@@ -10,15 +10,14 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import cast
 
 import orjson
 import redis
 
+from mcm_tasks.api import Obj
 from mcm_tasks.cache import layout
 from mcm_tasks.redisdb import get_redis
-
-Obj = dict[str, Any]
 
 # HMGET in slices: Lua's unpack() has a limit on how many values it can spread into one call
 _BY_INDEX = """

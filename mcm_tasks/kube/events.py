@@ -115,7 +115,7 @@ class ObjectRef:
     resource_version: str = ""
 
     @classmethod
-    def of(cls, obj: ops.Obj) -> ObjectRef:
+    def of(cls, obj: ops.Body) -> ObjectRef:
         body = ops.to_dict(obj)
         kind = str(body.get("kind") or "")
         if not kind or not body.get("apiVersion"):
@@ -306,13 +306,13 @@ class EventRecorder:
 
     def event(
         self,
-        obj: ops.Obj | ObjectRef,
+        obj: ops.Body | ObjectRef,
         type_: EventType,
         reason: str,
         message: str,
         *,
         action: str = "",
-        related: ops.Obj | ObjectRef | None = None,
+        related: ops.Body | ObjectRef | None = None,
     ) -> dict[str, Any] | None:
         """Record an event on ``obj``; the Event as written, or None when dropped or failed.
         ``action`` (what was done; the reason when empty) and ``related`` (another object the event

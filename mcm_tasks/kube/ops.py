@@ -50,7 +50,7 @@ __all__ = [
     "watch",
 ]
 
-Obj = Mapping[str, Any] | BaseModel
+Body = Mapping[str, Any] | BaseModel
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -71,7 +71,7 @@ class Propagation(StrEnum):
 # --- conversions ---------------------------------------------------------------------------------
 
 
-def to_dict(obj: Obj) -> dict[str, Any]:
+def to_dict(obj: Body) -> dict[str, Any]:
     """The API form of an object: a pydantic model dumped by alias without unset fields, or a copy."""
     if isinstance(obj, BaseModel):
         return obj.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -82,12 +82,12 @@ def from_dict(model: type[M], data: Mapping[str, Any]) -> M:
     return model.model_validate(data)
 
 
-def metadata_of(obj: Obj) -> dict[str, Any]:
+def metadata_of(obj: Body) -> dict[str, Any]:
     meta = to_dict(obj).get("metadata") or {}
     return dict(meta)
 
 
-def _namespace(res: Resource, namespace: str | None, obj: Obj | None = None) -> str | None:
+def _namespace(res: Resource, namespace: str | None, obj: Body | None = None) -> str | None:
     """Namespace of a request: given, else the object's, else the controller's (``--namespace``)."""
     if not res.namespaced:
         return None
@@ -98,14 +98,14 @@ def _namespace(res: Resource, namespace: str | None, obj: Obj | None = None) -> 
     return get_settings().namespace
 
 
-def _name(obj: Obj) -> str:
+def _name(obj: Body) -> str:
     name = metadata_of(obj).get("name")
     if not name:
         raise ValueError("object has no metadata.name")
     return str(name)
 
 
-def _with_type(res: Resource, obj: Obj) -> dict[str, Any]:
+def _with_type(res: Resource, obj: Body) -> dict[str, Any]:
     body = to_dict(obj)
     body.setdefault("apiVersion", res.api_version)
     body.setdefault("kind", res.kind)
@@ -223,22 +223,22 @@ def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:
 # --- writes --------------------------------------------------------------------------------------
 
 
-def create(api: ApiClient, res: Resource, obj: Obj, namespace: str | None = None) -> dict[str, Any]:
+def create(api: ApiClient, res: Resource, obj: Body, namespace: str | None = None) -> dict[str, Any]:
     ns = _namespace(res, namespace, obj)
     return rest.request(api, "POST", res.path(ns), body=_with_type(res, obj))  # type: ignore[no-any-return]
 
 
-def update(api: ApiClient, res: Resource, obj: Obj, namespace: str | None = None) -> dict[str, Any]:
+def update(api: ApiClient, res: Resource, obj: Body, namespace: str | None = None) -> dict[str, Any]:
     """PUT the whole object; its resourceVersion makes the write conditional."""
     return _put(api, res, obj, namespace, None)
 
 
-def update_status(api: ApiClient, res: Resource, obj: Obj, namespace: str | None = None) -> dict[str, Any]:
+def update_status(api: ApiClient, res: Resource, obj: Body, namespace: str | None = None) -> dict[str, Any]:
     """PUT to the status subresource: only ``.status`` changes, the rest of the body is ignored."""
     return _put(api, res, obj, namespace, "status")
 
 
-def _put(api: ApiClient, res: Resource, obj: Obj, namespace: str | None, sub: str | None) -> dict[str, Any]:
+def _put(api: ApiClient, res: Resource, obj: Body, namespace: str | None, sub: str | None) -> dict[str, Any]:
     path = res.path(_namespace(res, namespace, obj), _name(obj), sub)
     return rest.request(api, "PUT", path, body=_with_type(res, obj))  # type: ignore[no-any-return]
 

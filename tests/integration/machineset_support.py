@@ -22,7 +22,7 @@ from kubernetes.client import ApiClient
 
 from informers.mirror import Mirror
 from informers.processor import Processor, Relisted
-from informers.sink import deliver
+from informers.sink import send_routing
 from informers.store import Store
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer
@@ -87,7 +87,7 @@ class Harness:
             items.append(Relisted(kind, listed["items"], str(listed["metadata"].get("resourceVersion", ""))))
         out = self.processor.process(items)
         self.mirror.write(out.commit)
-        deliver(self.sink, out.routing)
+        send_routing(self.sink, out.routing)
 
     # --- the controller ---
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from informers.events import Routing
 from informers.sink import QueueSink
-from informers.sink import deliver as deliver_routing
+from informers.sink import send_routing as deliver_routing
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.queue import Requeue, enqueue, enqueue_after, enqueue_many, register_reconciler, registry
 from mcm_tasks.queue import expectations as exp

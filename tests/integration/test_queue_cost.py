@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from informers.events import Routing
-from informers.sink import QueueSink, deliver
+from informers.sink import QueueSink, send_routing
 from mcm_tasks.queue import (
     Requeue,
     concurrency,
@@ -142,9 +142,9 @@ def test_an_informer_batch_is_one_round_trip(client: redis.Redis, redis_url: str
         return r
 
     expectations.expect_creations("ns/s", 2)
-    deliver(sink, routing(0))  # loads the scripts
+    send_routing(sink, routing(0))  # loads the scripts
     sent = CountingConnection.sent
-    assert deliver(sink, routing(1)) == 2  # one message published, one key batched
+    assert send_routing(sink, routing(1)) == 2  # one message published, one key batched
     assert CountingConnection.sent - sent == 1
     assert expectations.satisfied("ns/s", client), "both creations were observed"
     assert client.zscore(queue_keys("machineset").delayed, "ns/s") is not None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from informers.events import ADDED, Routing
 from informers.processor import Processor, WatchEvent
-from informers.resources import Obj
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
+from mcm_tasks.api import Obj
 
 NS = fx.NS
 

@@ -54,4 +54,3 @@ def test_a_builder_that_reads_nothing_is_a_stale_entry(tmp_path: Path) -> None:
     assert check_pass_scope.violations(tmp_path, frozenset({("flow.py", "build")})) == [
         "flow.py: scope builder build reads nothing"
     ]
-

@@ -19,13 +19,14 @@ from informers.processor import (
     Processor,
     WatchEvent,
 )
-from informers.resources import MAX_INDEX_VALUE_LENGTH, WATCHES, Obj
+from informers.resources import MAX_INDEX_VALUE_LENGTH, WATCHES
 from informers.routing import owner_selector
 from informers.runner import Informer
 from informers.sink import MemorySink
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.cache import layout
 from mcm_tasks.settings import Settings
 

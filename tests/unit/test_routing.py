@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from informers.events import ADDED, DELETED, MODIFIED, Routing
-from informers.resources import Obj
 from informers.routing import full_resync
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.api.constants import (
     DELETED_BY_FLOW_ANNOTATION,
     MCM_FINALIZER,

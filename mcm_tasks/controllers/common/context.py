@@ -27,6 +27,7 @@ from mcm_tasks.api import (
     MachineClass,
     MachineDeployment,
     MachineSet,
+    Obj,
     SecretReference,
 )
 from mcm_tasks.api.constants import NODE_LABEL_KEY
@@ -46,8 +47,6 @@ from providers.driver import Secret
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=K8sObject)
-
-Obj = dict[str, Any]
 
 
 # --- clients ---------------------------------------------------------------------------------------------

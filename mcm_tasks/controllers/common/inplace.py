@@ -23,7 +23,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from mcm_tasks.api import Machine, MachinePhase
+from mcm_tasks.api import Machine, MachinePhase, ObjView
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     CANDIDATE_FOR_UPDATE_REASON,
@@ -71,25 +71,23 @@ NODE_UPDATE_LABELS: Final = (
     UPDATE_RESULT_LABEL_KEY,
 )
 
-Obj = Mapping[str, Any]
 
-
-def labels_of(node: Obj | None) -> dict[str, str]:
+def labels_of(node: ObjView | None) -> dict[str, str]:
     return dict(((node or {}).get("metadata") or {}).get("labels") or {})
 
 
-def condition_of(node: Obj | None) -> dict[str, Any] | None:
+def condition_of(node: ObjView | None) -> dict[str, Any] | None:
     for condition in ((node or {}).get("status") or {}).get("conditions") or ():
         if condition.get("type") == IN_PLACE_CONDITION:
             return dict(condition)
     return None
 
 
-def is_selected(node: Obj | None) -> bool:
+def is_selected(node: ObjView | None) -> bool:
     return SELECTED_FOR_UPDATE_LABEL_KEY in labels_of(node)
 
 
-def update_succeeded(node: Obj | None) -> bool:
+def update_succeeded(node: ObjView | None) -> bool:
     """Upstream's ``!isUpdateNotSuccessful``: the agent's label and condition both say so."""
     condition = condition_of(node) or {}
     return (
@@ -98,7 +96,7 @@ def update_succeeded(node: Obj | None) -> bool:
     )
 
 
-def update_failed_reason(node: Obj | None) -> str:
+def update_failed_reason(node: ObjView | None) -> str:
     """The node agent's explanation of a failed update (annotation ``update-failed-reason``)."""
     annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
     return str(annotations.get(UPDATE_FAILED_REASON_ANNOTATION, ""))
@@ -115,7 +113,7 @@ class LabelCondition:
     awaiting_drain: bool = False
 
 
-def update_node_condition_based_on_label(node: Obj | None) -> LabelCondition:
+def update_node_condition_based_on_label(node: ObjView | None) -> LabelCondition:
     """Upstream ``updateNodeConditionBasedOnLabel``: the labels the deployment and the node agent
     put on a Node, turned into the Node's ``InPlaceUpdate`` condition, which the rest of the flow
     reads (the deployment moves a machine on ``UpdateSuccessful``). A node agent need only write the
@@ -150,7 +148,7 @@ def update_node_condition_based_on_label(node: Obj | None) -> LabelCondition:
     return LabelCondition()
 
 
-def with_condition(node: Obj, condition: Mapping[str, Any]) -> dict[str, Any]:
+def with_condition(node: ObjView, condition: Mapping[str, Any]) -> dict[str, Any]:
     """The node as it is after ``condition`` was written on it (the pass goes on with it)."""
     status = dict(node.get("status") or {})
     others = [c for c in status.get("conditions") or () if c.get("type") != condition.get("type")]
@@ -158,7 +156,7 @@ def with_condition(node: Obj, condition: Mapping[str, Any]) -> dict[str, Any]:
     return {**node, "status": status}
 
 
-def is_ready(node: Obj | None) -> bool:
+def is_ready(node: ObjView | None) -> bool:
     for condition in ((node or {}).get("status") or {}).get("conditions") or ():
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
@@ -188,7 +186,7 @@ class Decision:
 
 
 def decide(
-    machine: Machine, node: Obj | None, now: datetime, update_timeout: float, health_timeout: float
+    machine: Machine, node: ObjView | None, now: datetime, update_timeout: float, health_timeout: float
 ) -> Decision:
     """The in-place step of one machine reconcile (upstream's in-place branches of
     ``reconcileMachineHealth`` and the node-drain-for-update). A machine whose update failed is

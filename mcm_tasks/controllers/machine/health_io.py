@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final
+from typing import Final
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus
+from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus, Obj
 from mcm_tasks.api.constants import (
     MACHINE_DEPLOYMENT_NAME_LABEL_KEY,
     MACHINE_JOIN_DURATION_ANNOTATION,
@@ -35,8 +35,6 @@ from mcm_tasks.queue import Requeue
 from mcm_tasks.tracing import record_span
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 #: how long a health check waits for the deployment's permit (MCM's lockAcquireTimeout)
 PERMIT_TIMEOUT: Final = 1.0

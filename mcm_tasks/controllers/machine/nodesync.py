@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcm_tasks.api import Machine, MachineClass, NodeTemplateSpec, Taint, dump
+from mcm_tasks.api import Machine, MachineClass, NodeTemplateSpec, ObjView, Taint, dump
 from mcm_tasks.api.constants import (
     LAST_APPLIED_ANNO_LABELS_TAINTS_ANNOTATION,
     LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION,
@@ -30,7 +30,6 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 
-Obj = Mapping[str, Any]
 #: a merge-patch map: value to set, or None to remove the key
 Changes = dict[str, str | None]
 
@@ -92,7 +91,7 @@ def sync_taints(
     return out if changed else None
 
 
-def _meta(node: Obj) -> Mapping[str, Any]:
+def _meta(node: ObjView) -> Mapping[str, Any]:
     return node.get("metadata") or {}
 
 
@@ -129,7 +128,7 @@ def parse_last_applied(value: str | None) -> NodeTemplateSpec:
         return NodeTemplateSpec()
 
 
-def node_sync_patch(node: Obj, machine: Machine, *, add_finalizer: bool) -> dict[str, Any] | None:
+def node_sync_patch(node: ObjView, machine: Machine, *, add_finalizer: bool) -> dict[str, Any] | None:
     """The merge patch that brings the node in line with the machine; None when it already is."""
     meta = _meta(node)
     labels: Mapping[str, str] = meta.get("labels") or {}
@@ -174,7 +173,7 @@ def _quantities(values: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def virtual_capacity_patches(
-    node: Obj, machine_class: MachineClass | None
+    node: ObjView, machine_class: MachineClass | None
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(status patch, metadata patch) merging the class's virtualCapacity into ``status.capacity``
     against the last-applied annotation; None when nothing is to change."""

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachinePhase, format_time
+from mcm_tasks.api import Machine, MachinePhase, Obj, format_time
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
@@ -42,8 +41,6 @@ from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 def preserve_timeout(scope: MachineScope, machine: Machine) -> float:

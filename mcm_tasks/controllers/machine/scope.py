@@ -12,16 +12,13 @@ machine's ``Terminating`` condition, set before the drain, is not taken for abse
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from mcm_tasks.api import Machine, MachineClass
+from mcm_tasks.api import Machine, MachineClass, Obj
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
 from mcm_tasks.settings import get_settings
-
-Obj = dict[str, Any]
 
 
 @dataclass(kw_only=True)

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Final
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineOperationType, MachineState
+from mcm_tasks.api import Machine, MachineOperationType, MachineState, Obj
 from mcm_tasks.api.constants import (
     HELD_ANNOTATION,
     MACHINE_DEPLOYMENT_NAME_LABEL_KEY,
@@ -47,8 +47,6 @@ from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.redisdb import get_redis, rkey
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 #: KEYS: the window. ARGV: now, window, limit, machine. 1 = delete it, 0 = hold it; then the count.
 _ADMIT: Final = """

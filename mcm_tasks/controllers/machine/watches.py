@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mcm_tasks.api import ObjView
 from mcm_tasks.api.constants import (
     DELETED_BY_FLOW_ANNOTATION,
     PRE_DRAIN_HOOK_PREFIX,
@@ -19,14 +20,12 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machine.descriptions import INITIATE_FINALIZER_REMOVAL, INITIATE_NODE_DELETION
 
-Obj = Mapping[str, Any]
 
-
-def _meta(obj: Obj | None) -> Mapping[str, Any]:
+def _meta(obj: ObjView | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
 
 
-def wakes_machine(old: Obj | None, new: Obj | None) -> bool:
+def wakes_machine(old: ObjView | None, new: ObjView | None) -> bool:
     """An update of a Machine that its own reconcile must see: the spec changed (generation), the
     preserve annotation changed, a deletion started, or a lifecycle hook came or went (removing the
     last one resumes a held deletion at once)."""
@@ -47,15 +46,15 @@ def _hooks(annotations: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in annotations.items() if k.startswith(prefixes)}
 
 
-def _description(machine: Obj | None) -> str:
+def _description(machine: ObjView | None) -> str:
     return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
 
 
-def _deleted_by_flow(obj: Obj | None) -> bool:
+def _deleted_by_flow(obj: ObjView | None) -> bool:
     return DELETED_BY_FLOW_ANNOTATION in (_meta(obj).get("annotations") or {})
 
 
-def deletes_its_node_itself(machine: Obj | None, node: Obj | None = None) -> bool:
+def deletes_its_node_itself(machine: ObjView | None, node: ObjView | None = None) -> bool:
     """The machine's deletion flow is at its own Node deletion or past it ("Initiate node object
     deletion", "Initiate machine object finalizer removal"), or marked the Node as it took its
     finalizer off (a pass that runs on writes its status only where it stops): the Node going away is
@@ -65,7 +64,7 @@ def deletes_its_node_itself(machine: Obj | None, node: Obj | None = None) -> boo
     return INITIATE_NODE_DELETION in text or INITIATE_FINALIZER_REMOVAL in text or _deleted_by_flow(node)
 
 
-def cleaned_up_after_itself(machine: Obj | None) -> bool:
+def cleaned_up_after_itself(machine: ObjView | None) -> bool:
     """A Machine that disappeared after its deletion flow reached "Initiate machine object finalizer
     removal" was released by the flow, which had deleted its VM (or found none) and forgot the drain's
     progress on the way: its DELETE leaves nothing to the termination reconcile, nor to the orphan-VM

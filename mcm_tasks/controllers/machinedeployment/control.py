@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, dump
+from mcm_tasks.api import MachineDeployment, MachineDeploymentStatus, MachineSet, Obj, dump
 from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
@@ -44,8 +44,6 @@ from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.events import EventRecorder, EventType
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 def get_deployment(api: ApiClient, name: str, namespace: str) -> MachineDeployment | None:

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineDeployment, MachineSet, OrchestrationType
+from mcm_tasks.api import MachineDeployment, MachineSet, Obj, OrchestrationType
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     NODE_LABEL_KEY,
@@ -52,8 +51,6 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 def _meta(obj: Obj) -> Obj:

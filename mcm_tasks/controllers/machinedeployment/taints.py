@@ -34,7 +34,7 @@ from typing import Any, Final
 from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineSet
+from mcm_tasks.api import MachineSet, Obj
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
@@ -51,7 +51,6 @@ from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 #: a decision over a node: the merge patch to send, or None
 NodeChange = Callable[[Obj], dict[str, Any] | None]
 

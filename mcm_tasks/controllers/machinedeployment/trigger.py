@@ -21,10 +21,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from mcm_tasks import kinds
-from mcm_tasks.api import MachinePhase, format_time
+from mcm_tasks.api import MachinePhase, Obj, format_time
 from mcm_tasks.api.constants import (
     LAST_REPLICA_CHANGE_BY_SCALER_TIME_ANNOTATION,
     MACHINE_PRIORITY_ANNOTATION,
@@ -37,8 +36,6 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

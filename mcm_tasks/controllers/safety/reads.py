@@ -24,7 +24,7 @@ import orjson
 import redis
 
 from mcm_tasks import kinds
-from mcm_tasks.api import K8sObject, Machine, MachineClass, MachineDeployment, MachineSet
+from mcm_tasks.api import K8sObject, Machine, MachineClass, MachineDeployment, MachineSet, Obj
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import BY_OWNER
@@ -38,7 +38,6 @@ from mcm_tasks.controllers.safety.orphans import MachineFacts
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.resources import Resource
 
-Obj = dict[str, Any]
 M = TypeVar("M", bound=K8sObject)
 
 

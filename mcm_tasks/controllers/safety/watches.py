@@ -9,27 +9,23 @@ VM behind.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from mcm_tasks.api import ObjView
 from mcm_tasks.controllers.safety import ORPHAN_VMS, OVERSHOOTING
-
-Obj = Mapping[str, Any]
 
 #: in a machine's lastOperation description: several VMs carry its name (the driver's OutOfRange code)
 OUT_OF_RANGE = "OutOfRange"
 
 
-def _description(machine: Obj | None) -> str:
+def _description(machine: ObjView | None) -> str:
     return str((((machine or {}).get("status") or {}).get("lastOperation") or {}).get("description") or "")
 
 
-def jobs_on_machine_added(new: Obj | None) -> tuple[str, ...]:
+def jobs_on_machine_added(new: ObjView | None) -> tuple[str, ...]:
     """Upstream ``addMachineToSafety``: a new machine may take its set over the overshooting limit."""
     return (OVERSHOOTING,)
 
 
-def jobs_on_machine_updated(old: Obj | None, new: Obj | None) -> tuple[str, ...]:
+def jobs_on_machine_updated(old: ObjView | None, new: ObjView | None) -> tuple[str, ...]:
     """Upstream ``updateMachineToSafety``: the sweep runs when a machine's description first reports
     several VMs behind it, not on every update that keeps saying so."""
     if OUT_OF_RANGE in _description(new) and OUT_OF_RANGE not in _description(old):
@@ -37,6 +33,6 @@ def jobs_on_machine_updated(old: Obj | None, new: Obj | None) -> tuple[str, ...]
     return ()
 
 
-def jobs_on_machine_deleted(old: Obj | None) -> tuple[str, ...]:
+def jobs_on_machine_deleted(old: ObjView | None) -> tuple[str, ...]:
     """Upstream ``deleteMachineToSafety``: a deleted machine may leave its VM behind."""
     return (ORPHAN_VMS,)

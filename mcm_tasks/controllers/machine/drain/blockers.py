@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
+from mcm_tasks.api import ObjView
 from mcm_tasks.controllers.machine.drain.pods import pdb_for_pod
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress
-
-Obj = Mapping[str, Any]
 
 #: at most this many pods are named; more are counted
 NAMED: Final = 5
@@ -35,7 +34,7 @@ class Blocker:
     terminating: bool = False
 
 
-def blockers(progress: DrainProgress, pods: Mapping[str, Obj], pdbs: Iterable[Obj]) -> list[Blocker]:
+def blockers(progress: DrainProgress, pods: Mapping[str, ObjView], pdbs: Iterable[ObjView]) -> list[Blocker]:
     """The pods the drain waits for, refused ones first (then by refusals, then by name). ``pods``:
     the pod objects by ``namespace/name`` (those still there)."""
     budgets = list(pdbs)

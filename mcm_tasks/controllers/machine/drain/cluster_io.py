@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
-from mcm_tasks.api import format_time
+from mcm_tasks.api import Obj, format_time
 from mcm_tasks.api.constants import (
     NODE_FINALIZER,
     NODE_MACHINE_NAME_LABEL_KEY,
@@ -40,8 +40,6 @@ from providers.driver import Driver, GetVolumeIDsRequest
 from providers.errors import MachineError
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 #: the strategic merge patch directive that removes entries from a list of scalars
 DELETE_FROM_PRIMITIVE_LIST: Final = "$deleteFromPrimitiveList"

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from mcm_tasks.api import ObjView
 from mcm_tasks.controllers.machine.drain import pods as dp
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain import volumes as dv
 from mcm_tasks.controllers.machine.drain.force import DrainParams
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, PodProgress
-
-Obj = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class VolumeInfo:
 
 
 def track(
-    progress: DrainProgress, selected: Sequence[Obj], volumes: Mapping[str, VolumeInfo]
+    progress: DrainProgress, selected: Sequence[ObjView], volumes: Mapping[str, VolumeInfo]
 ) -> DrainProgress:
     """Records for pods seen for the first time (or replaced by a namesake with another uid)."""
     pods = dict(progress.pods)
@@ -57,7 +55,7 @@ def track(
     return progress.model_copy(update={"pods": pods})
 
 
-def untracked(progress: DrainProgress, selected: Sequence[Obj]) -> list[Obj]:
+def untracked(progress: DrainProgress, selected: Sequence[ObjView]) -> list[ObjView]:
     """Selected pods with volumes that ``track`` would add (their volume info must be looked up)."""
     out = []
     for pod in selected:
@@ -67,7 +65,7 @@ def untracked(progress: DrainProgress, selected: Sequence[Obj]) -> list[Obj]:
     return out
 
 
-def current(pods_by_key: Mapping[str, Obj], key: str, record: PodProgress) -> Obj | None:
+def current(pods_by_key: Mapping[str, ObjView], key: str, record: PodProgress) -> ObjView | None:
     """The pod a record is about, if it still exists (same uid)."""
     pod = pods_by_key.get(key)
     return pod if pod is not None and ds.pod_uid(pod) == record.uid else None
@@ -75,9 +73,9 @@ def current(pods_by_key: Mapping[str, Obj], key: str, record: PodProgress) -> Ob
 
 def observe_all(
     progress: DrainProgress,
-    pods_by_key: Mapping[str, Obj],
-    node: Obj | None,
-    volume_attachments: Sequence[Obj],
+    pods_by_key: Mapping[str, ObjView],
+    node: ObjView | None,
+    volume_attachments: Sequence[ObjView],
     params: DrainParams,
     timing: dp.Timing,
     now: float,
@@ -98,7 +96,7 @@ def observe_all(
     return progress.model_copy(update={"pods": pods})
 
 
-def serial(record: PodProgress, node: Obj | None, params: DrainParams) -> bool:
+def serial(record: PodProgress, node: ObjView | None, params: DrainParams) -> bool:
     """Whether the pod waits its turn in the one-at-a-time lane (volumes, on a node that exists,
     in a normal drain).
 
@@ -113,8 +111,8 @@ def lane_busy(progress: DrainProgress) -> bool:
 
 def due_removals(
     progress: DrainProgress,
-    pods_by_key: Mapping[str, Obj],
-    node: Obj | None,
+    pods_by_key: Mapping[str, ObjView],
+    node: ObjView | None,
     params: DrainParams,
     now: float,
 ) -> list[tuple[str, dp.Removal]]:
@@ -125,7 +123,7 @@ def due_removals(
     ``evictPodWithoutPVInternal``.
     """
     out: list[tuple[str, dp.Removal]] = []
-    serial_candidates: list[Obj] = []
+    serial_candidates: list[ObjView] = []
     for key, record in sorted(progress.pods.items()):
         pod = current(pods_by_key, key, record)
         if pod is None or not dp.is_due(record, now):
@@ -154,7 +152,12 @@ class Conclusion:
 
 
 def _wake(
-    progress: DrainProgress, node: Obj | None, params: DrainParams, timing: dp.Timing, poll: float, now: float
+    progress: DrainProgress,
+    node: ObjView | None,
+    params: DrainParams,
+    timing: dp.Timing,
+    poll: float,
+    now: float,
 ) -> float:
     busy = lane_busy(progress)
     waits = []
@@ -169,8 +172,8 @@ def _wake(
 
 def conclude(
     progress: DrainProgress,
-    node: Obj | None,
-    volume_attachments: Sequence[Obj],
+    node: ObjView | None,
+    volume_attachments: Sequence[ObjView],
     pvs_in_use: Sequence[str],
     params: DrainParams,
     timing: dp.Timing,

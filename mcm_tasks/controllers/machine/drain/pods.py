@@ -20,17 +20,15 @@ In a forced drain every pod is deleted with no grace and nothing is waited for.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
-from mcm_tasks.api import LabelSelector
+from mcm_tasks.api import LabelSelector, ObjView
 from mcm_tasks.controllers.machine.drain import volumes as dv
 from mcm_tasks.controllers.machine.drain.force import DrainParams
 from mcm_tasks.controllers.machine.drain.state_io import PodProgress
-
-Obj = Mapping[str, Any]
 
 #: upstream's bufferPeriod on top of a pod's grace while waiting for it to disappear
 TERMINATION_BUFFER: Final = 30.0
@@ -69,7 +67,7 @@ class Timing:
 # --- PodDisruptionBudgets ------------------------------------------------------------------------------
 
 
-def pdb_selects(pdb: Obj, pod: Obj) -> bool:
+def pdb_selects(pdb: ObjView, pod: ObjView) -> bool:
     """policy/v1: same namespace and the selector matches; a missing selector selects nothing, an
     empty one everything."""
     pdb_meta, pod_meta = pdb.get("metadata") or {}, pod.get("metadata") or {}
@@ -84,13 +82,13 @@ def pdb_selects(pdb: Obj, pod: Obj) -> bool:
         return False
 
 
-def pdb_for_pod(pdbs: Iterable[Obj], pod: Obj) -> Obj | None:
+def pdb_for_pod(pdbs: Iterable[ObjView], pod: ObjView) -> ObjView | None:
     """The budget that refused the pod; with several, the first by name (upstream: an arbitrary one)."""
     matching = sorted((p for p in pdbs if pdb_selects(p, pod)), key=lambda p: str(p["metadata"]["name"]))
     return matching[0] if matching else None
 
 
-def is_misconfigured_pdb(pdb: Obj) -> bool:
+def is_misconfigured_pdb(pdb: ObjView) -> bool:
     """Upstream: ``isMisconfiguredPdbV1``."""
     generation = (pdb.get("metadata") or {}).get("generation")
     status = pdb.get("status") or {}
@@ -106,7 +104,7 @@ def is_misconfigured_pdb(pdb: Obj) -> bool:
     )
 
 
-def misconfigured_message(pod_name: str, pdb: Obj) -> str:
+def misconfigured_message(pod_name: str, pdb: ObjView) -> str:
     meta = pdb.get("metadata") or {}
     return (
         f'error while evicting pod "{pod_name}": pod disruption budget '
@@ -129,10 +127,10 @@ def is_due(progress: PodProgress, now: float) -> bool:
 
 def after_reply(
     progress: PodProgress,
-    pod: Obj,
+    pod: ObjView,
     removal: Removal,
     reply: Reply,
-    pdb: Obj | None,
+    pdb: ObjView | None,
     params: DrainParams,
     timing: Timing,
     now: float,
@@ -171,9 +169,9 @@ def termination_deadline(progress: PodProgress, params: DrainParams) -> float | 
 
 def observe(
     progress: PodProgress,
-    pod: Obj | None,
-    node: Obj | None,
-    volume_attachments: Sequence[Obj],
+    pod: ObjView | None,
+    node: ObjView | None,
+    volume_attachments: Sequence[ObjView],
     node_name: str,
     params: DrainParams,
     timing: Timing,

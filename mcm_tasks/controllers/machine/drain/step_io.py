@@ -24,7 +24,7 @@ from typing import Any, Final
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from mcm_tasks.api import Machine, MachineClass
+from mcm_tasks.api import Machine, MachineClass, Obj
 from mcm_tasks.api.constants import NODE_TERMINATING_REASON_SCALE_DOWN
 from mcm_tasks.controllers.common import drainrules_io, status
 from mcm_tasks.controllers.machine import metrics
@@ -43,8 +43,6 @@ from mcm_tasks.settings import Settings
 from providers.driver import Driver
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 #: evictions and deletions one reconcile may issue; the rest follow at once in the next one
 MAX_REMOVALS_PER_STEP: Final = 50

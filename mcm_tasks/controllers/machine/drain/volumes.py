@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any
 
-Obj = Mapping[str, Any]
+from mcm_tasks.api import ObjView
 
 
 class Detach(StrEnum):
@@ -29,11 +28,11 @@ class Detach(StrEnum):
     NODE_GONE = "node-gone"
 
 
-def attached_names(node: Obj | None) -> list[str]:
+def attached_names(node: ObjView | None) -> list[str]:
     return [str(v.get("name") or "") for v in ((node or {}).get("status") or {}).get("volumesAttached") or ()]
 
 
-def detach_state(volume_ids: Iterable[str], node: Obj | None) -> Detach:
+def detach_state(volume_ids: Iterable[str], node: ObjView | None) -> Detach:
     """Upstream: ``waitForDetach``."""
     if node is None:
         return Detach.NODE_GONE
@@ -44,20 +43,20 @@ def detach_state(volume_ids: Iterable[str], node: Obj | None) -> Detach:
     return Detach.DETACHED
 
 
-def va_pv_name(va: Obj) -> str:
+def va_pv_name(va: ObjView) -> str:
     return str(((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName") or "")
 
 
-def va_node_name(va: Obj) -> str:
+def va_node_name(va: ObjView) -> str:
     return str((va.get("spec") or {}).get("nodeName") or "")
 
 
-def va_is_live(va: Obj) -> bool:
+def va_is_live(va: ObjView) -> bool:
     """Not being deleted (MCM's ``getLiveVolumeAttachmentsForNode``)."""
     return not (va.get("metadata") or {}).get("deletionTimestamp")
 
 
-def reattached(pv_names: Iterable[str], volume_attachments: Iterable[Obj], old_node: str) -> bool:
+def reattached(pv_names: Iterable[str], volume_attachments: Iterable[ObjView], old_node: str) -> bool:
     """Every PV is attached on a node other than ``old_node`` (vacuously true for no PVs).
 
     Upstream: ``waitForReattach``.
@@ -80,11 +79,13 @@ def shared_pv_names(pv_names_by_pod: Mapping[str, Iterable[str]]) -> set[str]:
     return shared
 
 
-def live_attachments_on(node_name: str, volume_attachments: Iterable[Obj]) -> list[Obj]:
+def live_attachments_on(node_name: str, volume_attachments: Iterable[ObjView]) -> list[ObjView]:
     return [va for va in volume_attachments if va_node_name(va) == node_name and va_is_live(va)]
 
 
-def detach_barrier(node_name: str, volume_attachments: Iterable[Obj], pvs_in_use: Iterable[str]) -> list[str]:
+def detach_barrier(
+    node_name: str, volume_attachments: Iterable[ObjView], pvs_in_use: Iterable[str]
+) -> list[str]:
     """Names of live VolumeAttachments on the node whose PV no pod left on it uses: volumes of drained
     pods still on their way off. Empty means a normal drain may report success."""
     in_use = set(pvs_in_use)
