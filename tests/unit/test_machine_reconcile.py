@@ -8,10 +8,10 @@ import pytest
 
 from mcm_tasks.api import LastOperation, Machine, MachineClass
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.phases import earliest
 from mcm_tasks.controllers.machine.nodes import is_managed, wants_machine_deleted
 from mcm_tasks.controllers.machine.reconcile import (
     class_problem,
-    earliest,
     machine_problem,
     needs_creation,
     needs_health_check,

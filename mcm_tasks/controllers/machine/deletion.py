@@ -85,8 +85,11 @@ reconcile_termination = answers_unreadable(
 
 
 def terminate(scope: MachineScope) -> Requeue | None:
-    """The deletion flow for the scope's machine, step after step while each moves it on; the steps
-    share what the pass read (``MachineScope``: the class, the Node) and one drain store.
+    """The deletion flow for the scope's machine: the fold of ``deletion_io.DELETION_STEPS``, the step
+    the machine's description asks for, then the next while each moves the flow on (``Continue``, at
+    most ``deletion_steps_per_pass``), its status written once where the pass stops (as Cluster API
+    patches once at the end of ``doReconcile``). The steps share what the pass read (``MachineScope``:
+    the class, the Node) and one drain store.
 
     A creation still running (MCM's pendingMachineCreationMap) holds the flow back. It is asked once
     per pass: none can start once the machine is seen deleting, which is how this pass began.

@@ -14,8 +14,10 @@ the Driver or the API servers, and says what the pass does next (``StepResult``)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Final
 
 from kubernetes.client.exceptions import ApiException
 
@@ -108,26 +110,15 @@ def requeue(retry: Retry) -> Requeue:
 
 
 def step(scope: MachineScope) -> StepResult:
-    """One step of the deletion flow."""
+    """One step of the deletion flow: the one of ``DELETION_STEPS`` the machine's description asks
+    for."""
     machine = scope.machine
     if not machine.metadata.has_finalizer(MCM_FINALIZER):
         log.warning("machine %s is missing finalizers, deletion cannot proceed", machine.key)
         return Requeue.long()
     current = step_of(machine)
     log.debug("machine %s: deletion step %s", machine.key, current)
-    if current is Step.SET_TERMINATING:
-        return _set_terminating(scope)
-    if current is Step.GET_VM_STATUS:
-        return _get_vm_status(scope)
-    if current is Step.DRAIN:
-        return _drain(scope)
-    if current is Step.DELETE_VOLUME_ATTACHMENTS:
-        return _delete_volume_attachments(scope)
-    if current is Step.DELETE_VM:
-        return _delete_vm(scope)
-    if current is Step.DELETE_NODE:
-        return _delete_node(scope)
-    return _remove_finalizer(scope)
+    return DELETION_STEPS[current](scope)
 
 
 def _deployment_timeout(scope: MachineScope, key: str) -> float | None:
@@ -450,3 +441,17 @@ def _remove_finalizer(scope: MachineScope) -> Requeue | None:
         metrics.observe_duration("delete", machine, seconds, scope.machine_class())
     log.info("machine %s: finalizer removed, deletion complete", machine.key)
     return None
+
+
+#: upstream ``triggerDeletionFlow``'s steps in its order, each the phase of a pass the machine's
+#: ``status.lastOperation.description`` asks for (``deletion_steps.step_of``); ``deletion.terminate``
+#: folds them, step after step while each moves the flow on
+DELETION_STEPS: Final[dict[Step, Callable[[MachineScope], StepResult]]] = {
+    Step.SET_TERMINATING: _set_terminating,
+    Step.GET_VM_STATUS: _get_vm_status,
+    Step.DRAIN: _drain,
+    Step.DELETE_VOLUME_ATTACHMENTS: _delete_volume_attachments,
+    Step.DELETE_VM: _delete_vm,
+    Step.DELETE_NODE: _delete_node,
+    Step.REMOVE_FINALIZER: _remove_finalizer,
+}

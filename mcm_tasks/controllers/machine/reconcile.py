@@ -16,9 +16,11 @@
 8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
 
 The pass runs in a ``MachineScope`` (``controllers/machine/scope.py``) that registration builds around
-the machine it read (``registration.scoped``); the phases here take it, and hand the machine and its
-class context on to the flows of their own modules (health, node sync, in-place, preservation,
-creation).
+the machine it read (``registration.scoped``). It is the list ``MACHINE_PHASES``, one function of the
+scope per step above, folded by ``common.phases.run_phases`` (Cluster API's ``doReconcile``): each
+phase hands the scope's machine, its class context and its Node to the flow of its own module
+(health, node sync, in-place, preservation, creation), keeps the machine as the flow left it, and
+answers when the machine wants its next pass; the pass answers the soonest.
 
 Bad input is reported on the machine (status + Warning Event, written once thanks to the status
 de-duplication) and retried at a sensible period, never raised: raising means backoff and, in the
@@ -31,7 +33,6 @@ out) is not created again; upstream would keep launching VMs for it until its Ma
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from kubernetes.client.exceptions import ApiException
 
@@ -42,8 +43,10 @@ from mcm_tasks.api.validation import validate_machine, validate_machine_class
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.frozen import frozen_key, is_frozen
+from mcm_tasks.controllers.common.phases import Halt, Phase, PhaseResult, run_phases
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
 from mcm_tasks.controllers.machine import create, health_io, inplace, preserve
@@ -87,16 +90,6 @@ def needs_health_check(machine: Machine) -> bool:
     return bool(machine.metadata.labels.get(NODE_LABEL_KEY)) and bool(machine.status.current_status.phase)
 
 
-def earliest(requeues: Iterable[Requeue | None]) -> Requeue:
-    """The soonest requeue, carrying every note (a hold's reason) of the pass."""
-    found = [r for r in requeues if r is not None]
-    if not found:
-        return Requeue.long()
-    soonest = min(found, key=lambda r: r.after)
-    note = "; ".join(r.note for r in found if r.note)
-    return Requeue(soonest.after, note) if note != soonest.note else soonest
-
-
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
@@ -107,7 +100,7 @@ def machine_pass(scope: MachineScope) -> Requeue | None:
         with machine_span(
             "reconcile", scope.machine.metadata.uid or "", machine_key=scope.key, queue="machine"
         ):
-            return _reconcile(scope)
+            return run_phases(scope, MACHINE_PHASES)
     except ApiException as err:
         if is_conflict(err):
             log.debug("machine %s: conflict, retrying soon", scope.key)
@@ -207,42 +200,106 @@ def hand_node_over(scope: MachineScope) -> None:
         enqueue(Queue.NODE, node_name)
 
 
-def _reconcile(scope: MachineScope) -> Requeue | None:
-    meta = scope.machine.metadata
-    if meta.is_deleting:
+def _to_termination(scope: MachineScope) -> PhaseResult:
+    """Step 2: a machine being deleted is the deletion flow's (``machine-termination``)."""
+    if scope.machine.metadata.is_deleting:
         enqueue(Queue.MACHINE_TERMINATION, scope.machine.key)
-        return None
-    if MCM_FINALIZER not in meta.finalizers:
+        return Halt()
+    return None
+
+
+def _finalizer(scope: MachineScope) -> PhaseResult:
+    """Step 1 (after the deletion check, which needs no finalizer): ``addMachineFinalizers``."""
+    if MCM_FINALIZER not in scope.machine.metadata.finalizers:
         _add_finalizer(scope)
+    return None
+
+
+def _ready_or_halt(scope: MachineScope) -> PhaseResult:
+    """Steps 3 to 5 (``_ready``); a pass they stop hands the node over (``hand_node_over``)."""
     stop = _ready(scope)
     if stop is not None:
         hand_node_over(scope)
-        return stop
+        return Halt(stop)
+    return None
+
+
+def _problem_resolved(scope: MachineScope) -> PhaseResult:
+    _resolve_problem(scope)
+    return None
+
+
+def _class_context(scope: MachineScope) -> ClassContext:
+    """The class context ``_ready`` loaded: every phase after it runs with one."""
     cc = scope.class_context
     assert cc is not None
-    machine = _resolve_problem(scope)
+    return cc
 
-    requeues: list[Requeue | None] = []
-    node = scope.node()
-    if needs_health_check(machine):
-        node, labelled = inplace.update_node_condition_based_on_label(scope, machine, node)
-        requeues.append(labelled)
-        if inplace.in_place_owns(machine):  # an in-place update owns the phase meanwhile
-            machine = inplace.copy_node_conditions(scope, machine, node)
-        else:
-            machine, recheck = health_io.reconcile_health(scope, machine, cc, node)
-            requeues.append(recheck)
-        requeues.append(health_io.sync_node(scope, machine, cc, node))
-        machine, updating = inplace.reconcile_in_place(scope, machine, node)
-        requeues.append(updating)
-    else:
+
+def _node_condition(scope: MachineScope) -> PhaseResult:
+    """Upstream ``updateNodeConditionBasedOnLabel``; the pass goes on with the Node as it left it."""
+    if not needs_health_check(scope.machine):
+        return None
+    node, labelled = inplace.update_node_condition_based_on_label(scope, scope.machine, scope.node())
+    scope.node_written(node)
+    return labelled
+
+
+def _health(scope: MachineScope) -> PhaseResult:
+    """The health check; while an in-place update owns the phase, only the copy of the node's
+    conditions."""
+    if not needs_health_check(scope.machine):
+        return None
+    if inplace.in_place_owns(scope.machine):
+        scope.machine = inplace.copy_node_conditions(scope, scope.machine, scope.node())
+        return None
+    scope.machine, recheck = health_io.reconcile_health(
+        scope, scope.machine, _class_context(scope), scope.node()
+    )
+    return recheck
+
+
+def _node_sync(scope: MachineScope) -> PhaseResult:
+    """Node sync; a pass that does not sync its node hands it over (``hand_node_over``)."""
+    if not needs_health_check(scope.machine):
         hand_node_over(scope)
-    machine, preserved = preserve.manage_preservation(scope, machine, node)
-    requeues.append(preserved)
-    if needs_creation(machine):
-        requeues.append(create.trigger_creation_flow(scope, machine, cc))
-    scope.machine = machine
-    return earliest(requeues)
+        return None
+    return health_io.sync_node(scope, scope.machine, _class_context(scope), scope.node())
+
+
+def _in_place(scope: MachineScope) -> PhaseResult:
+    if not needs_health_check(scope.machine):
+        return None
+    scope.machine, updating = inplace.reconcile_in_place(scope, scope.machine, scope.node())
+    return updating
+
+
+def _preservation(scope: MachineScope) -> PhaseResult:
+    """Upstream ``manageMachinePreservation``."""
+    scope.machine, preserved = preserve.manage_preservation(scope, scope.machine, scope.node())
+    return preserved
+
+
+def _creation(scope: MachineScope) -> PhaseResult:
+    """Upstream ``triggerCreationFlow``, for a machine without a VM yet (``needs_creation``)."""
+    if not needs_creation(scope.machine):
+        return None
+    return create.trigger_creation_flow(scope, scope.machine, _class_context(scope))
+
+
+#: upstream ``reconcileClusterMachine``, in its order (the module's steps), folded by ``run_phases``
+MACHINE_PHASES: tuple[Phase[MachineScope], ...] = (
+    _to_termination,
+    _finalizer,
+    _ready_or_halt,
+    _problem_resolved,
+    _node_condition,
+    _health,
+    _node_sync,
+    _in_place,
+    _preservation,
+    _creation,
+)
 
 
 def resolved_operation(machine: Machine) -> tuple[str, MachineState, MachineOperationType] | None:
