@@ -242,8 +242,8 @@ def machines_of_class(api: ApiClient, name: str, namespace: str) -> list[Machine
 def class_in_use(api: ApiClient, name: str, namespace: str) -> bool:
     """Whether a machine that can be read uses the class (the class reconcile's question for its
     finalizer): from the mirror, the keys under the class index and, from the first one on, its
-    machines read (shared models, not parsed again while unchanged) until one is readable; at a
-    thousand machines of a class that is one machine read instead of a thousand parsed every pass.
+    machines read (shared models, not parsed again while unchanged) until one is readable: one
+    machine read, not every machine of the class parsed on every pass.
     Without the mirror, ``machines_of_class``. The same answer as ``bool(machines_of_class(...))``."""
     lister = _listers().machines
     if not mirror_has(lister):

@@ -22,18 +22,18 @@ cordon, a pre-terminate hook at step 5 before the Driver is called; the deployme
 the waits of steps 4 and 6; and every status the flow writes carries the machine's ``Deleting``
 condition, derived from its description (``_write``).
 
-A step that moves on runs the next one at once, in the same pass, on the Machine as it left it (up
-to ``deletion_steps_per_pass`` steps), and the pass writes the status once, where it stops: at the
-step it waits at, a failure (its description and state), a requeue, or the end of its step budget.
-Upstream returns an error to be requeued at once, runs the next step in the next pass and writes
-every step's description; a pass per step cost a queue round trip, a countdown and a fresh read
-each, most of a thousand-machine scale-down, and descriptions written milliseconds apart are seen
-by no poller but the last. A deliberate difference from MCM, so: a machine whose deletion flows
-straight through shows its phase Terminating and "… getting VM Status" (step 1 is always its own
-write, so the phase says Terminating while the node drains), then the description it waits or fails
-at; every waiting and failure description and every Event is MCM's. A pass that ends by removing
-the finalizer writes no pending status at all (the Machine is gone). A metadata write within the
-pass (the ``node`` label) carries its resourceVersion on to the later writes.
+A step that moves on runs the next one at once, in the same pass, on the Machine as it left it (up to
+``deletion_steps_per_pass`` steps), and the pass writes the status once, where it stops: at the step it
+waits at, a failure (its description and state), a requeue, or the end of its step budget. Upstream
+returns an error to be requeued at once, runs the next step in the next pass and writes every step's
+description; a pass per step costs a queue round trip, a countdown and a fresh read per step and
+machine, and descriptions written moments apart are seen by no poller but the last. A deliberate
+difference from MCM, so: a machine whose deletion flows straight through shows its phase Terminating
+and "… getting VM Status" (step 1 is always its own write, so the phase says Terminating while the node
+drains), then the description it waits or fails at; every waiting and failure description and every
+Event is MCM's. A pass that ends by removing the finalizer writes no pending status at all (the Machine
+is gone). A metadata write within the pass (the ``node`` label) carries its resourceVersion on to the
+later writes.
 
 Crash safety holds because every step is idempotent (VM not found moves on, a Node gone moves on,
 the drain of a drained node succeeds): a worker that dies mid-pass leaves the flow at the last

@@ -2,10 +2,10 @@
 what may have changed: the node each machine joined as (a machine's ``node`` label is set once, when
 it joins), and the nodes found carrying the autoscaler's scale-down protection.
 
-A rollout of 300 re-checks the protection of every node of the deployment on each of its hundreds of
-passes (upstream ``annotateNodesBackingMachineSets``); reading 600 machines and 600 nodes from the
-mirror each time was most of a pass's time, while a pass finds at most the few nodes that joined
-since the last one. Each remembered fact expires after ``max_age`` (the caller's ShortRetry), so a
+A rollout re-checks the protection of every node of the deployment on each of its passes (upstream
+``annotateNodesBackingMachineSets``): reading every machine and node of the deployment each time
+grows with its size and with the number of passes, while a pass finds at most the few nodes that
+joined since the last one. Each remembered fact expires after ``max_age`` (the caller's ShortRetry), so a
 mark taken off by hand, or a machine re-created under the same name, is seen again within that
 time. Only a shortcut: a fresh process (or a pool child) remembers nothing and reads everything,
 and nothing here is needed for a decision to be right.

@@ -96,8 +96,8 @@ def get_machine_set(api: ApiClient, name: str, namespace: str) -> MachineSet | N
 def set_view(raw: dict[str, Any]) -> Machine:
     """A machine as the set's pass reads it: without ``status.conditions``, the Node's conditions
     that the machine controller copies onto the machine (four or more, each with two timestamps),
-    which no decision of the set reads and which were about four fifths of parsing a Running
-    machine. A model parsed this way is read, never written back whole: the set's writes are patches
+    which no decision of the set reads and which are most of what parsing a Running machine
+    costs. A model parsed this way is read, never written back whole: the set's writes are patches
     and fresh reads (``claim``, ``propagate``, ``auto_preserve``, ``mark_terminating`` with the
     DELETE's answer). A machine whose conditions alone our model refuses is counted by its set (its
     own reconcile answers it as ``Unreadable``), not replaced."""
@@ -113,7 +113,8 @@ def candidate_machines(scope: MachineSetScope, *, live: bool = False) -> list[Ma
 
     From the mirror, the models are the process's shared ones (``Lister.shared``) in the set's view
     (``set_view``): a machine whose stored JSON has not changed since an earlier pass is not parsed
-    again, and at a thousand machines parsing was most of the pass. They are read-only here, as
+    again (parsing grows with the set, its decisions need it only for what changed). They are
+    read-only here, as
     everywhere in this controller (writes build patches; what the API server returns is parsed
     afresh). The synced check and the list are one read, so an emptied mirror never reads as "no
     machines". Without the mirror, or ``live`` (the evidence that ends a dead pass's expectations),

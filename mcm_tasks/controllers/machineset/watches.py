@@ -16,8 +16,8 @@ def seen_by_set(machine: Mapping[str, Any] | None) -> tuple[Any, ...]:
     labels, and the whole lastOperation of a failed one, which goes into ``failedMachines``).
 
     MCM wakes the set on every machine update. Most of them are the machine controller's own
-    progress notes (a new lastOperation description, a heartbeat time): at a thousand machines they
-    kept the set's pass, which reads every machine, running back to back without changing anything.
+    progress notes (a new lastOperation description, a heartbeat time): each would run the set's pass,
+    which reads every machine, without changing anything.
     An update that leaves this projection alike cannot change the set's decisions or its status, so
     it does not wake the set; everything else does, as upstream.
     """
@@ -44,9 +44,9 @@ def wakes_machine_set(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
 
     Deliberate difference: MCM reconciles a set on every update (``addMachineSet``, ``updateMachineSet``
     enqueue it), the echoes of its own status writes included. Such an echo changes nothing the pass reads
-    but ``status``, which the pass computes afresh from the machines (``calculate_status``); at a thousand
-    machines each echo cost a pass over all of them and defeated the batching of machine events (the echo
-    woke the set at once). The one input it takes from the status as written (``failedMachines`` kept
+    but ``status``, which the pass computes afresh from the machines (``calculate_status``); each echo
+    would cost a pass over all of them and defeat the batching of machine events (the echo would wake
+    the set at once). The one input it takes from the status as written (``failedMachines`` kept
     until the set is back to all-ready) is settled in the pass that writes it (``machine_set_pass``). The
     set's deployment is still woken by every update of it (its status sums the sets' statuses).
     """

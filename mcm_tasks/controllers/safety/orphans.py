@@ -38,7 +38,7 @@ CREATING_PHASES = frozenset({"", MachinePhase.CRASH_LOOP_BACK_OFF})
 @dataclass(frozen=True)
 class MachineFacts:
     """What the orphan job decides on about a Machine: ``facts_of`` a model, or read straight from a
-    stored one (``reads.orphan_facts``: at a thousand machines, parsing whole models was most of the job)."""
+    stored one (``reads.orphan_facts``: the job needs five strings of each machine, not its model)."""
 
     name: str
     namespace: str = ""

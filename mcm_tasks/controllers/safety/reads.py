@@ -1,10 +1,10 @@
 """What the safety jobs read: whole kinds at once, from the informers' mirror once it holds a complete
 list of the kind, else from the API server (a worker started before the informer synced, tests).
 
-Each job reads of the fleet's kinds only what its decisions need, because at a thousand machines
-reading more was the jobs' whole cost: overshooting counts machines by the size of their owner index
-(``machines_per_owner``), the orphan job reads five strings of each machine (``orphan_facts``) and
-decodes only the Nodes a change is possible for (``nodes_to_judge``).
+Each job reads of the fleet's kinds only what its decisions need, because what a fleet-wide job reads
+grows with the fleet and the decisions need little of it: overshooting counts machines by the size of
+their owner index (``machines_per_owner``), the orphan job reads five strings of each machine
+(``orphan_facts``) and decodes only the Nodes a change is possible for (``nodes_to_judge``).
 
 A MachineSet, MachineDeployment or MachineClass that does not parse is reported on itself
 (``controllers.problems``) and left out: a fleet-wide job must not fail for everyone because of one
@@ -105,8 +105,8 @@ def machines_per_owner(scope: PassScope[Any], owner_uids: Sequence[str]) -> dict
     refuses is a VM all the same, and its own reconcile reports it).
 
     From the mirror once synced: the size of each uid's owner index entry, one round trip and no
-    machine read (at a thousand machines, reading and parsing them was all of the overshooting job's
-    time). Else one LIST, each machine read for its metadata (``owner_view``)."""
+    machine read or parsed (the count needs none). Else one LIST, each machine read for its metadata
+    (``owner_view``)."""
     lister = get_listers().machines
     uids = list(owner_uids)
     try:
@@ -145,8 +145,8 @@ def nodes_to_judge(scope: PassScope[Any], claims: Mapping[str, int]) -> list[Obj
 
     From the mirror once synced, a node is decoded only when ``orphans.may_need_action`` says its
     stored JSON leaves a change possible: at rest every node is claimed once and carries no
-    not-managed annotation, and decoding a thousand Nodes (their status is most of them) was half of
-    the job. Else one LIST, every node judged."""
+    not-managed annotation, so most Nodes (their status is most of their size) are never decoded.
+    Else one LIST, every node judged."""
     api = scope.target
     if api is None:
         return None
