@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import (
     MACHINE_JOIN_DURATION_ANNOTATION,
     MCM_FINALIZER,
@@ -18,7 +19,8 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.common.frozen import set_frozen
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.machine.health import not_marked_description
-from mcm_tasks.controllers.machine.reconcile import reconcile_machine
+from mcm_tasks.controllers.machine.reconcile import machine_pass, reconcile_machine
+from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, get_settings, reset_settings
 from providers.local import LocalCloud
@@ -215,3 +217,27 @@ def test_a_pending_machine_whose_node_joins_ready_goes_running() -> None:
     assert MACHINE_JOIN_DURATION_ANNOTATION in m1["metadata"]["annotations"]
     joined = kube.get_object("nodes", "m1")
     assert joined is not None and NODE_FINALIZER in joined["metadata"]["finalizers"]
+
+
+def test_a_pass_reads_clients_settings_and_clock_from_its_scope_alone() -> None:
+    """Built around the fake's clients and a fixed clock, with no process client installed (reading
+    one would fail: there is no kubeconfig), the creation pass and a health pass run whole: every
+    phase takes what it reads and writes through from its scope (tools/check_pass_scope.py)."""
+    kube = FakeKube([secret(), machine_class(), machine("m1")])
+    clock = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def scope_of(raw: Obj | None) -> MachineScope:
+        assert raw is not None
+        return MachineScope(key=KEY, obj=Machine.model_validate(raw), settings=get_settings(),
+                            listers=kube.listers(NS), clients=(kube, kube), now=clock,
+                            clock=lambda: clock)  # fmt: skip
+
+    assert machine_pass(scope_of(kube.get_object(MACHINES, "m1", NS))) is not None
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Pending"
+    assert m1["status"]["lastOperation"]["lastUpdateTime"] == stamp(clock)
+
+    kube.add(node("m1", ready="True"))
+    machine_pass(scope_of(kube.get_object(MACHINES, "m1", NS)))
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Running"

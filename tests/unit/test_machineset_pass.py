@@ -68,9 +68,8 @@ def run_pass(kube: FakeKube, listers: Listers | None = None) -> Requeue | None:
     raw = kube.get_object(SETS, "web", NS)
     assert raw is not None
     scope = MachineSetScope(key=f"{NS}/web", obj=MachineSet.model_validate(raw), settings=get_settings(),
-                            listers=listers or kube.listers(NS))  # fmt: skip
-    with kube.installed():
-        return machine_set_pass(scope)
+                            listers=listers or kube.listers(NS), clients=(kube, kube))  # fmt: skip
+    return machine_set_pass(scope)
 
 
 def writes(kube: FakeKube) -> list[tuple[str, str, str | None, str | None]]:

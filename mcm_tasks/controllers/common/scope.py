@@ -10,7 +10,8 @@ listers, ``safetyOptions``) beside the object ``reconcileClusterMachine`` and it
   ``list_objects``: the mirror once complete, else the API server);
 - the writer's clients: ``api`` (control cluster) and ``target`` (None in no-target mode), this
   process's (``context.control_api``, ``context.target_api``), resolved when a phase first uses them:
-  a pass that writes nothing (a debounced safety job, a frozen machine) never builds them;
+  a pass that writes nothing (a debounced safety job, a frozen machine) never builds them; or the
+  ones the scope was built with (``clients``: a test's recording fake);
 - ``recorder`` (Events), ``settings``, ``now`` (the pass's one clock reading at its start) and
   ``clock`` (read again by a step that times what the pass itself waited on: a drain, a VM call);
 - ``memo``: what one phase works out that a later phase of the same pass reads again.
@@ -53,6 +54,8 @@ class PassScope(Generic[T]):
     listers: Listers
     now: datetime = field(default_factory=now_utc)
     clock: Callable[[], datetime] = field(default=now_utc, repr=False)
+    #: (control, target) the pass uses instead of the process's; None: the process's
+    clients: tuple[ApiClient, ApiClient | None] | None = field(default=None, repr=False)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -63,12 +66,12 @@ class PassScope(Generic[T]):
     @property
     def api(self) -> ApiClient:
         """The control cluster's client: where the pass writes."""
-        return context.control_api()
+        return self.clients[0] if self.clients is not None else context.control_api()
 
     @property
     def target(self) -> ApiClient | None:
         """The target cluster's client; None in no-target mode (``--target-kubeconfig=none``)."""
-        return context.target_api()
+        return self.clients[1] if self.clients is not None else context.target_api()
 
     @property
     def recorder(self) -> EventRecorder:
