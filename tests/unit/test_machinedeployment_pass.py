@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcm_tasks.api import API_VERSION
+from mcm_tasks.api import API_VERSION, MachineDeployment
 from mcm_tasks.api.constants import (
     CANDIDATE_FOR_UPDATE_LABEL_KEY,
     MACHINE_TEMPLATE_HASH_LABEL_KEY,
@@ -22,7 +22,8 @@ from mcm_tasks.api.constants import (
     UPDATE_RESULT_SUCCESSFUL,
     UPDATE_SUCCESSFUL_REASON,
 )
-from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
+from mcm_tasks.controllers.machinedeployment.control import Context
+from mcm_tasks.controllers.machinedeployment.reconcile import deployment_pass, reconcile_machine_deployment
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, get_settings, reset_settings
 from tests.kube_fake import FakeKube
@@ -295,3 +296,15 @@ def test_a_deleted_deployment_deletes_its_sets_then_lets_go_of_its_finalizer() -
 
     assert writes(kube) == [("patch", DEPLOYMENTS, "web", None)]
     assert kube.get_object(DEPLOYMENTS, "web", NS) is None  # the finalizer gone, the deployment too
+
+
+def test_a_deployment_pass_reads_its_clients_from_its_context_alone() -> None:
+    """A ``Context`` built around the fake's clients runs a whole pass with no process client
+    installed (reading one would fail: there is no kubeconfig): the first pass makes the set."""
+    kube = FakeKube([machine_deployment()])
+    raw = kube.get_object(DEPLOYMENTS, "web", NS)
+    assert raw is not None
+    deployment = MachineDeployment.model_validate(raw)
+    deployment_pass(Context.begin(KEY, deployment, clients=(kube, kube)))
+    (ms,) = kube.list_objects(SETS, NS)
+    assert ms["spec"]["replicas"] == 3
