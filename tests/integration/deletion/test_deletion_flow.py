@@ -16,6 +16,7 @@ from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.common.context import creation_in_flight
 from mcm_tasks.controllers.machine import deletion_io
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
+from mcm_tasks.controllers.machine.deletion_steps import Step
 from mcm_tasks.settings import get_settings
 from providers.driver import DeleteMachineRequest
 from tests.integration.deletion.support import (
@@ -218,7 +219,7 @@ def test_a_worker_killed_after_the_vm_is_deleted_leaves_a_flow_the_next_pass_com
     def killed(_machine: object) -> None:
         raise Killed
 
-    monkeypatch.setattr(deletion_io, "_delete_node", killed)
+    monkeypatch.setitem(deletion_io.DELETION_STEPS, Step.DELETE_NODE, killed)
     with pytest.raises(Killed):
         reconcile_termination(f"default/{name}")
     monkeypatch.undo()
