@@ -29,7 +29,7 @@ from mcm_tasks.api.constants import (
     MACHINE_DEPLOYMENT_NAME_LABEL_KEY,
     NODE_LABEL_KEY,
 )
-from mcm_tasks.controllers.common.frozen import is_frozen
+from mcm_tasks.controllers.common.frozen_io import is_frozen
 from mcm_tasks.controllers.common.holdup import MachineWait, holding
 from mcm_tasks.controllers.machine.drain.blockers import blockers, blockers_message
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainStore

@@ -16,7 +16,7 @@ from mcm_tasks.api.constants import (
     NODE_FINALIZER,
     NODE_MACHINE_NAME_LABEL_KEY,
 )
-from mcm_tasks.controllers.machine.bootstrap import token_secret_name
+from mcm_tasks.controllers.machine.bootstrap_io import token_secret_name
 from mcm_tasks.kube import ops
 from providers.driver import CreateMachineRequest, Secret
 from providers.local import LocalDriver
@@ -253,7 +253,7 @@ def _dump(client: object, key: str) -> list[object]:
 
 
 def test_frozen_controller_leaves_machines_alone(env: Env) -> None:
-    from mcm_tasks.controllers.common.frozen import set_frozen
+    from mcm_tasks.controllers.common.frozen_io import set_frozen
 
     cls = env.setup_class()
     name = env.name("j")

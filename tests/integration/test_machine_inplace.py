@@ -10,8 +10,8 @@ from mcm_tasks import kinds
 from mcm_tasks.api import now_utc
 from mcm_tasks.api.constants import CANDIDATE_FOR_UPDATE_LABEL_KEY, SELECTED_FOR_UPDATE_LABEL_KEY
 from mcm_tasks.controllers.common import inplace as ip
-from mcm_tasks.controllers.common import nodecondition
-from mcm_tasks.controllers.machine import inplace
+from mcm_tasks.controllers.common import nodecondition_io
+from mcm_tasks.controllers.machine import inplace_io
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
 from tests.integration.machine_support import Env, phase_is
@@ -33,7 +33,7 @@ def test_the_condition_follows_the_labels(env: Env) -> None:
         env.api, kinds.NODE.resource, name, {"metadata": {"labels": {CANDIDATE_FOR_UPDATE_LABEL_KEY: "true"}}}
     )
 
-    node, _ = inplace.update_node_condition_based_on_label(
+    node, _ = inplace_io.update_node_condition_based_on_label(
         MachineScope.begin(machine.key, machine), machine, env.node(name)
     )
     assert _reason(env, name) == "CandidateForUpdate"
@@ -43,7 +43,7 @@ def test_the_condition_follows_the_labels(env: Env) -> None:
     ops.patch(
         env.api, kinds.NODE.resource, name, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}}
     )
-    inplace.update_node_condition_based_on_label(
+    inplace_io.update_node_condition_based_on_label(
         MachineScope.begin(machine.key, machine), machine, env.node(name)
     )
     assert _reason(env, name) == "SelectedForUpdate"
@@ -60,13 +60,15 @@ def test_a_stale_read_of_the_node_undoes_no_later_step(env: Env) -> None:
     machine = env.reconcile_until(name, phase_is("Running"))
     both = {CANDIDATE_FOR_UPDATE_LABEL_KEY: "true", SELECTED_FOR_UPDATE_LABEL_KEY: "true"}
     ops.patch(env.api, kinds.NODE.resource, name, {"metadata": {"labels": both}})
-    candidate = nodecondition.condition("InPlaceUpdate", "True", "CandidateForUpdate", "candidate", now_utc())
-    nodecondition.write(env.api, name, candidate)
+    candidate = nodecondition_io.condition(
+        "InPlaceUpdate", "True", "CandidateForUpdate", "candidate", now_utc()
+    )
+    nodecondition_io.write(env.api, name, candidate)
     stale = env.node(name)
-    ready = nodecondition.condition("InPlaceUpdate", "True", "ReadyForUpdate", "drained", now_utc())
-    nodecondition.write(env.api, name, ready)  # the drain finished after the read
+    ready = nodecondition_io.condition("InPlaceUpdate", "True", "ReadyForUpdate", "drained", now_utc())
+    nodecondition_io.write(env.api, name, ready)  # the drain finished after the read
 
-    node, _ = inplace.update_node_condition_based_on_label(
+    node, _ = inplace_io.update_node_condition_based_on_label(
         MachineScope.begin(machine.key, machine), machine, stale
     )
     assert _reason(env, name) == "ReadyForUpdate"

@@ -8,7 +8,7 @@ import pytest
 
 from mcm_tasks import kinds
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER, MCM_FINALIZER, NODE_FINALIZER
-from mcm_tasks.controllers.common.frozen import set_frozen
+from mcm_tasks.controllers.common.frozen_io import set_frozen
 from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.nodes import reconcile_node
 from mcm_tasks.controllers.machine.secrets import reconcile_secret

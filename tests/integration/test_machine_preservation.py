@@ -1,4 +1,4 @@
-"""The machine controller's preservation step (``controllers/machine/preserve.py``
+"""The machine controller's preservation step (``controllers/machine/preserve_io.py``
 ``manage_preservation``) against the sandbox API server as control and target cluster, one row per
 case of upstream's ``#preserveMachine`` and ``#stopPreservationIfActive`` tables
 (machine_util_test.go), named after them; the rows upstream's fake clients cannot have (a refused
@@ -21,7 +21,7 @@ from mcm_tasks.api.constants import (
     PRESERVE_ANNOTATION,
     PRESERVED_TAINT,
 )
-from mcm_tasks.controllers.machine.preserve import manage_preservation
+from mcm_tasks.controllers.machine.preserve_io import manage_preservation
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
 from tests.integration.machine_support import Env

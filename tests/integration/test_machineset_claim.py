@@ -8,7 +8,7 @@ import pytest
 from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
-from mcm_tasks.controllers.common.claim import CannotAdopt
+from mcm_tasks.controllers.common.claim_io import CannotAdopt
 from mcm_tasks.kube import ops
 from tests.integration.machineset_support import HOLD, Harness
 

@@ -13,7 +13,7 @@ import pytest
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_sandbox.testing.hostile import nested
 from mcm_tasks import kinds
-from mcm_tasks.controllers.common.frozen import is_frozen
+from mcm_tasks.controllers.common.frozen_io import is_frozen
 from mcm_tasks.controllers.machine.metrics import MachineCollector
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.problems import UNREADABLE_REASON

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from mcm_sandbox.procs import ManagedProcess, wait_until
-from mcm_tasks.controllers.safety import ORPHAN_VMS, debounce
+from mcm_tasks.controllers.safety import ORPHAN_VMS, debounce_io
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.queue import Requeue, enqueue
 from mcm_tasks.redisdb import get_redis, rkey
@@ -124,7 +124,9 @@ def test_requests_one_after_another_cost_one_scan_per_window_and_each_is_followe
     assert trailing >= window_ends - 0.05, "and not before the window ends"
 
     # a request once the window is over runs at once again
-    wait_until(lambda: worker.pttl(debounce.window_key(ORPHAN_VMS)) < 0, WINDOW + 5, what="the window to end")
+    wait_until(
+        lambda: worker.pttl(debounce_io.window_key(ORPHAN_VMS)) < 0, WINDOW + 5, what="the window to end"
+    )
     after = request_and_wait(worker)
     wait_until(lambda: len(scans(worker)) >= 3, 10, what="the request after the window to scan")
     assert scans(worker)[2] > after

@@ -14,7 +14,7 @@ from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers import problems
 from mcm_tasks.controllers.machine.classes import class_problems
 from mcm_tasks.controllers.machineset import status
-from mcm_tasks.controllers.safety import ORPHAN_VMS, orphans_io, reads
+from mcm_tasks.controllers.safety import ORPHAN_VMS, orphans_io, reads_io
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube.events import ObjectRef
 
@@ -84,8 +84,8 @@ def test_the_orphan_job_skips_a_class_that_raises_and_collects_the_others(
             {"a": []}["a"].items()  # type: ignore[attr-defined]  # the upstream report's AttributeError
         collected.append(machine_class.metadata.name or "")
 
-    monkeypatch.setattr(reads, "machines_for_orphans", lambda scope: [])
-    monkeypatch.setattr(reads, "machine_classes", lambda scope: classes("a", "list-where-map", "b"))
+    monkeypatch.setattr(reads_io, "machines_for_orphans", lambda scope: [])
+    monkeypatch.setattr(reads_io, "machine_classes", lambda scope: classes("a", "list-where-map", "b"))
     monkeypatch.setattr(orphans_io, "_collect_class", collect)
     monkeypatch.setattr(orphans_io, "sweep_nodes", lambda scope, machines, report: None)
 

@@ -6,7 +6,7 @@ import base64
 import re
 from datetime import UTC, datetime
 
-from mcm_tasks.controllers.machine.bootstrap import (
+from mcm_tasks.controllers.machine.bootstrap_io import (
     needs_token,
     new_token_secret,
     substitute,

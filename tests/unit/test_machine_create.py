@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from mcm_tasks.api import NodeAddress
-from mcm_tasks.controllers.machine.create import (
+from mcm_tasks.controllers.machine.create_io import (
     address_status,
     create_error_retry,
     create_failure_phase,

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from mcm_tasks.api import MachineClass
-from mcm_tasks.controllers.machine.create import (
+from mcm_tasks.controllers.machine.create_io import (
     InitializeFailure,
     create_error_retry,
     initialize_failure,

@@ -16,7 +16,7 @@ from mcm_tasks.api.constants import (
     NODE_FINALIZER,
     NODE_LABEL_KEY,
 )
-from mcm_tasks.controllers.common.frozen import set_frozen
+from mcm_tasks.controllers.common.frozen_io import set_frozen
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.machine.health import not_marked_description
 from mcm_tasks.controllers.machine.reconcile import machine_pass, reconcile_machine

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, debounce, register
+from mcm_tasks.controllers.safety import APISERVER, ORPHAN_VMS, OVERSHOOTING, debounce_io, register
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.queue import Requeue
@@ -22,7 +22,7 @@ WINDOW = 10.0
     [(-2, None), (-1, None), (0, None), (1, 0.001), (2500, 2.5), (10_000, 10.0)],
 )
 def test_hold_off(pttl_ms: int, wait: float | None) -> None:
-    assert debounce.hold_off(pttl_ms) == wait
+    assert debounce_io.hold_off(pttl_ms) == wait
 
 
 @pytest.mark.parametrize(
@@ -30,12 +30,12 @@ def test_hold_off(pttl_ms: int, wait: float | None) -> None:
     [(10.0, 0.13, 9870), (10.0, 0.0, 10_000), (10.0, 10.0, None), (10.0, 12.0, None), (0.0, 0.1, None)],
 )
 def test_window_after(interval: float, elapsed: float, left_ms: int | None) -> None:
-    assert debounce.window_after(interval, elapsed) == left_ms
+    assert debounce_io.window_after(interval, elapsed) == left_ms
 
 
 def test_only_the_jobs_the_informer_triggers_coalesce() -> None:
-    assert {ORPHAN_VMS, OVERSHOOTING} == debounce.COALESCED
-    assert APISERVER not in debounce.COALESCED, "its requeue is timed to freeze on time"
+    assert {ORPHAN_VMS, OVERSHOOTING} == debounce_io.COALESCED
+    assert APISERVER not in debounce_io.COALESCED, "its requeue is timed to freeze on time"
 
 
 class Spies:
@@ -78,7 +78,7 @@ def test_a_burst_of_requests_costs_one_scan_and_defers_the_rest_to_the_window_en
     afters = [r.after for r in deferred if r is not None]
     assert afters == sorted(afters, reverse=True)
 
-    redis_client.delete(debounce.window_key(ORPHAN_VMS))  # the window ends
+    redis_client.delete(debounce_io.window_key(ORPHAN_VMS))  # the window ends
     assert reconcile_safety(ORPHAN_VMS) is None, "the countdown that fires at the window's end scans"
     assert spies.runs == {ORPHAN_VMS: 2}
     assert isinstance(reconcile_safety(ORPHAN_VMS), Requeue), "and closes the window again"
@@ -93,7 +93,7 @@ def test_each_job_has_its_own_window(spies: Spies) -> None:
 
 def test_the_window_lives_in_redis_with_an_expiry(spies: Spies, redis_client: redis.Redis) -> None:
     reconcile_safety(OVERSHOOTING)
-    left = redis_client.pttl(debounce.window_key(OVERSHOOTING))
+    left = redis_client.pttl(debounce_io.window_key(OVERSHOOTING))
     assert 0 < left <= WINDOW * 1000, "other workers see it, and it ends by itself"
 
 

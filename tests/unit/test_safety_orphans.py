@@ -24,7 +24,7 @@ from mcm_tasks.controllers.safety.orphans import (
     stub_machine,
     vm_verdict,
 )
-from mcm_tasks.controllers.safety.reads import orphan_facts
+from mcm_tasks.controllers.safety.reads_io import orphan_facts
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 TIMEOUT = 20 * 60.0

@@ -15,7 +15,7 @@ from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
 from mcm_tasks.api.drainrule import OWN_API_VERSION
 from mcm_tasks.controllers.common import drainrules_io
-from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
+from mcm_tasks.controllers.common.frozen_io import is_frozen, set_frozen
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.safety import APISERVER, DRAIN_RULES, ORPHAN_VMS, OVERSHOOTING
 from mcm_tasks.controllers.safety.apiserver import RESET_DESCRIPTION

@@ -14,7 +14,7 @@ from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.controllers import problems
-from mcm_tasks.controllers.safety import APISERVER, OVERSHOOTING, apiserver_io, overshooting_io, reads
+from mcm_tasks.controllers.safety import APISERVER, OVERSHOOTING, apiserver_io, overshooting_io, reads_io
 from mcm_tasks.controllers.safety.overshooting import FreezeChange, machines_per_owner
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube.events import ObjectRef
@@ -63,10 +63,10 @@ def run_overshooting(
     def apply(scope: Any, api: Any, res: Any, obj: Any, decision: Any, errors: Any) -> None:
         applied[obj.metadata.name] = decision.change
 
-    monkeypatch.setattr(reads, "machine_sets", lambda scope: problems.parse_each(scope, MachineSet, sets))
-    monkeypatch.setattr(reads, "machine_deployments", lambda scope: [])
-    monkeypatch.setattr(reads, "machines_per_owner", lambda scope, uids: machines_per_owner(machines))
-    monkeypatch.setattr(reads.context, "control_api", lambda: None)  # the scope's api
+    monkeypatch.setattr(reads_io, "machine_sets", lambda scope: problems.parse_each(scope, MachineSet, sets))
+    monkeypatch.setattr(reads_io, "machine_deployments", lambda scope: [])
+    monkeypatch.setattr(reads_io, "machines_per_owner", lambda scope, uids: machines_per_owner(machines))
+    monkeypatch.setattr(reads_io.context, "control_api", lambda: None)  # the scope's api
     monkeypatch.setattr(overshooting_io, "_apply", apply)
     overshooting_io.check_overshooting(SafetyScope.begin(OVERSHOOTING, OVERSHOOTING))
     return applied
@@ -124,8 +124,8 @@ def test_unfreeze_resets_the_readable_unknown_machines_around_an_unreadable_one(
         reset.append(machine.metadata.name or "")
         return True
 
-    monkeypatch.setattr(reads.context, "control_api", lambda: None)
-    monkeypatch.setattr(reads.ops, "list_", lambda api, res, namespace=None: {"items": raws})
+    monkeypatch.setattr(reads_io.context, "control_api", lambda: None)
+    monkeypatch.setattr(reads_io.ops, "list_", lambda api, res, namespace=None: {"items": raws})
     monkeypatch.setattr(apiserver_io, "reset_health_timeout", reset_health_timeout)
     monkeypatch.setattr(apiserver_io, "enqueue_after", lambda kind, key, delay: enqueued.append(key))
     monkeypatch.setattr(apiserver_io, "get_redis", Keys)

@@ -24,7 +24,7 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.common.status import last_operation, update_machine_status, updated_status
-from mcm_tasks.controllers.machine import bootstrap, creation_timeout_io, metrics, remediation_io, storm
+from mcm_tasks.controllers.machine import bootstrap_io, creation_timeout_io, metrics, remediation_io, storm
 from mcm_tasks.controllers.machine.health import HealthDecision, decide_health, not_marked_description
 from mcm_tasks.controllers.machine.nodesync import node_sync_patch, virtual_capacity_patches
 from mcm_tasks.controllers.machine.scope import MachineScope
@@ -97,9 +97,9 @@ def _after_join(scope: MachineScope, machine: Machine, cc: ClassContext | None) 
     """First join: the bootstrap token has served its purpose; note how long joining took."""
     target = scope.target
     user_data = cc.secret.data.get(USER_DATA_SECRET_KEY, b"") if cc is not None else b""
-    if target is not None and bootstrap.needs_token(user_data):
+    if target is not None and bootstrap_io.needs_token(user_data):
         try:
-            bootstrap.delete_token(target, machine.metadata.name or "")
+            bootstrap_io.delete_token(target, machine.metadata.name or "")
         except Exception as err:  # best effort, as upstream: the token expires anyway
             log.warning("machine %s: could not delete its bootstrap token: %s", machine.key, err)
     created = machine.metadata.creation_timestamp

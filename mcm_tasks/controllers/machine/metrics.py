@@ -168,7 +168,7 @@ class MachineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         from mcm_tasks.cache import get_listers
-        from mcm_tasks.controllers.common.frozen import is_frozen
+        from mcm_tasks.controllers.common.frozen_io import is_frozen
 
         machines: list[Any] = get_listers().machines.list()
         yield from machine_metrics(machines, is_frozen())

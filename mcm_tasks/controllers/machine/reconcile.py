@@ -9,10 +9,10 @@
    (upstream ``updateNodeConditionBasedOnLabel``; before the health check here, so that the
    machine's copy of the conditions is current in the same pass), health check (while an in-place
    update owns the phase only the copy of the node's conditions), node sync, the in-place update
-   step (``inplace.reconcile_in_place``); a pass that does not sync its node
+   step (``inplace_io.reconcile_in_place``); a pass that does not sync its node
    (stopped at 3–5, or no phase yet) hands a node still without its finalizer to the node task
    (``hand_node_over``), which the informer leaves out for a node joining such a machine;
-7. machine preservation (upstream ``manageMachinePreservation``, ``preserve.manage_preservation``);
+7. machine preservation (upstream ``manageMachinePreservation``, ``preserve_io.manage_preservation``);
 8. no providerID, or phase empty / CrashLoopBackOff → creation flow; else LongRetry.
 
 The pass runs in a ``MachineScope`` (``controllers/machine/scope.py``) that registration builds around
@@ -45,11 +45,11 @@ from mcm_tasks.cache.models import Unreadable
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.finalizers import with_finalizer
-from mcm_tasks.controllers.common.frozen import frozen_key, is_frozen
+from mcm_tasks.controllers.common.frozen_io import frozen_key, is_frozen
 from mcm_tasks.controllers.common.phases import Halt, Phase, PhaseResult, run_phases
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
-from mcm_tasks.controllers.machine import create, health_io, inplace, preserve
+from mcm_tasks.controllers.machine import create_io, health_io, inplace_io, preserve_io
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable
 from mcm_tasks.kinds import Queue
@@ -240,7 +240,7 @@ def _node_condition(scope: MachineScope) -> PhaseResult:
     """Upstream ``updateNodeConditionBasedOnLabel``; the pass goes on with the Node as it left it."""
     if not needs_health_check(scope.machine):
         return None
-    node, labelled = inplace.update_node_condition_based_on_label(scope, scope.machine, scope.node())
+    node, labelled = inplace_io.update_node_condition_based_on_label(scope, scope.machine, scope.node())
     scope.node_written(node)
     return labelled
 
@@ -250,8 +250,8 @@ def _health(scope: MachineScope) -> PhaseResult:
     conditions."""
     if not needs_health_check(scope.machine):
         return None
-    if inplace.in_place_owns(scope.machine):
-        scope.machine = inplace.copy_node_conditions(scope, scope.machine, scope.node())
+    if inplace_io.in_place_owns(scope.machine):
+        scope.machine = inplace_io.copy_node_conditions(scope, scope.machine, scope.node())
         return None
     scope.machine, recheck = health_io.reconcile_health(
         scope, scope.machine, _class_context(scope), scope.node()
@@ -270,13 +270,13 @@ def _node_sync(scope: MachineScope) -> PhaseResult:
 def _in_place(scope: MachineScope) -> PhaseResult:
     if not needs_health_check(scope.machine):
         return None
-    scope.machine, updating = inplace.reconcile_in_place(scope, scope.machine, scope.node())
+    scope.machine, updating = inplace_io.reconcile_in_place(scope, scope.machine, scope.node())
     return updating
 
 
 def _preservation(scope: MachineScope) -> PhaseResult:
     """Upstream ``manageMachinePreservation``."""
-    scope.machine, preserved = preserve.manage_preservation(scope, scope.machine, scope.node())
+    scope.machine, preserved = preserve_io.manage_preservation(scope, scope.machine, scope.node())
     return preserved
 
 
@@ -284,7 +284,7 @@ def _creation(scope: MachineScope) -> PhaseResult:
     """Upstream ``triggerCreationFlow``, for a machine without a VM yet (``needs_creation``)."""
     if not needs_creation(scope.machine):
         return None
-    return create.trigger_creation_flow(scope, scope.machine, _class_context(scope))
+    return create_io.trigger_creation_flow(scope, scope.machine, _class_context(scope))
 
 
 #: upstream ``reconcileClusterMachine``, in its order (the module's steps), folded by ``run_phases``
@@ -311,7 +311,7 @@ def resolved_operation(machine: Machine) -> tuple[str, MachineState, MachineOper
         return None
     phase = machine.status.current_status.phase
     if phase == MachinePhase.PENDING:
-        return create.CREATING_DESCRIPTION, MachineState.PROCESSING, MachineOperationType.CREATE
+        return create_io.CREATING_DESCRIPTION, MachineState.PROCESSING, MachineOperationType.CREATE
     if phase in (MachinePhase.RUNNING, MachinePhase.UNKNOWN, MachinePhase.AVAILABLE):
         return RESOLVED_DESCRIPTION, MachineState.SUCCESSFUL, MachineOperationType.HEALTH_CHECK
     return None

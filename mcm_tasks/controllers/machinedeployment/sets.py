@@ -29,7 +29,7 @@ from mcm_tasks.api import (
     new_controller_ref,
 )
 from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY, REVISION_ANNOTATION
-from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
+from mcm_tasks.controllers.common.claim_io import claim_children, recheck_owner
 from mcm_tasks.controllers.common.rollout import max_surge
 from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, pruned
 from mcm_tasks.controllers.machinedeployment import progress

@@ -40,7 +40,7 @@ from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import context, preservation
-from mcm_tasks.controllers.common.claim import claim_children, recheck_owner
+from mcm_tasks.controllers.common.claim_io import claim_children, recheck_owner
 from mcm_tasks.controllers.common.context import (
     get_node,
     get_object,

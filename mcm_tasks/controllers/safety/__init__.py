@@ -15,8 +15,8 @@ and by the informer on the events that make a check urgent:
 - ``drain-rules`` (mcm-tasks's own): each ``MachineDrainRule`` gets its ``Valid`` condition, and an
   invalid one a Warning Event (``common.drainrules_io.validate_rules``).
 
-``reads`` lists what the jobs look at (the informers' mirror once synced, else the API server),
-``register`` wires the jobs into the queue contract, and ``debounce`` folds the informer's bursts of
+``reads_io`` lists what the jobs look at (the informers' mirror once synced, else the API server),
+``register`` wires the jobs into the queue contract, and ``debounce_io`` folds the informer's bursts of
 requests for one job into at most one full run per ``safety_event_min_interval``.
 """
 

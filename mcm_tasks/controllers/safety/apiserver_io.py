@@ -21,10 +21,10 @@ from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState
-from mcm_tasks.controllers.common.frozen import is_frozen, set_frozen
+from mcm_tasks.controllers.common.frozen_io import is_frozen, set_frozen
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.common.status import write_operation
-from mcm_tasks.controllers.safety import reads
+from mcm_tasks.controllers.safety import reads_io
 from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION, FreezeAction, decide
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kinds import machine_queue_items
@@ -117,7 +117,7 @@ def check_apiservers(scope: SafetyScope) -> Requeue | None:
 def unfreeze(scope: PassScope[Any]) -> None:
     """Give Unknown machines their health timeout back, reconcile every machine soon, then unfreeze."""
     settings = scope.settings
-    machines = reads.machines_live(scope)
+    machines = reads_io.machines_live(scope)
     reset = 0
     for machine in machines:
         if machine.status.current_status.phase == MachinePhase.UNKNOWN and reset_health_timeout(

@@ -19,7 +19,7 @@ from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import warn
-from mcm_tasks.controllers.safety import reads
+from mcm_tasks.controllers.safety import reads_io
 from mcm_tasks.controllers.safety.orphans import (
     MachineFacts,
     OrphanVM,
@@ -59,9 +59,9 @@ class OrphanReport:
 def collect_orphans(scope: SafetyScope) -> OrphanReport:
     """The orphan job (upstream ``checkMachineClasses``, then ``AnnotateNodesUnmanagedByMCM``)."""
     report = OrphanReport()
-    machines = reads.machines_for_orphans(scope)
+    machines = reads_io.machines_for_orphans(scope)
     by_name = {m.name: m for m in machines}
-    for machine_class in reads.machine_classes(scope):
+    for machine_class in reads_io.machine_classes(scope):
         report.classes += 1
         try:
             _collect_class(scope, machine_class, by_name, report)
@@ -117,7 +117,7 @@ def _confirmed(scope: PassScope[Any], vm: OrphanVM, namespace: str) -> bool:
     if context.creation_in_progress(object_key(namespace, vm.machine_name)):
         return False
     try:
-        live = reads.machine_live(scope, vm.machine_name, namespace)
+        live = reads_io.machine_live(scope, vm.machine_name, namespace)
     except Exception as err:
         log.warning(
             "orphan VM %s: cannot confirm machine %s: %s", vm.provider_id, vm.machine_name, describe(err)
@@ -154,7 +154,7 @@ def sweep_nodes(scope: SafetyScope, machines: list[MachineFacts], report: Orphan
     ``AnnotateNodesUnmanagedByMCM``)."""
     api = scope.target
     counts = machine_counts_by_node(machines)
-    nodes = reads.nodes_to_judge(scope, counts)
+    nodes = reads_io.nodes_to_judge(scope, counts)
     if nodes is None or api is None:
         return
     now = scope.clock()

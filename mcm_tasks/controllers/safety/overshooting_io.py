@@ -36,7 +36,7 @@ from mcm_tasks.api.constants import FREEZE_LABEL_KEY, FREEZE_LABEL_VALUE, UNFREE
 from mcm_tasks.api.validation import validate_machine_deployment, validate_machine_set
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.scope import PassScope
-from mcm_tasks.controllers.safety import reads
+from mcm_tasks.controllers.safety import reads_io
 from mcm_tasks.controllers.safety.overshooting import Decision, FreezeChange, Plan, plan
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kube import ops
@@ -51,11 +51,11 @@ Frozenable = TypeVar("Frozenable", MachineSet, MachineDeployment)
 
 def check_overshooting(scope: SafetyScope) -> Plan:
     settings = scope.settings
-    machine_sets = [s for s in reads.machine_sets(scope) if not validate_machine_set(s)]
+    machine_sets = [s for s in reads_io.machine_sets(scope) if not validate_machine_set(s)]
     the_plan = plan(
         machine_sets,
-        [d for d in reads.machine_deployments(scope) if not validate_machine_deployment(d)],
-        reads.machines_per_owner(scope, [s.metadata.uid for s in machine_sets if s.metadata.uid]),
+        [d for d in reads_io.machine_deployments(scope) if not validate_machine_deployment(d)],
+        reads_io.machines_per_owner(scope, [s.metadata.uid for s in machine_sets if s.metadata.uid]),
         settings.safety_up,
         settings.safety_down,
     )

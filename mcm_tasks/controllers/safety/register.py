@@ -13,7 +13,7 @@ from collections.abc import Callable
 from mcm_tasks.controllers.common.drainrules_io import validate_rules
 from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.common.registration import scoped
-from mcm_tasks.controllers.safety import APISERVER, DRAIN_RULES, ORPHAN_VMS, OVERSHOOTING, debounce
+from mcm_tasks.controllers.safety import APISERVER, DRAIN_RULES, ORPHAN_VMS, OVERSHOOTING, debounce_io
 from mcm_tasks.controllers.safety.apiserver_io import check_apiservers
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.overshooting_io import check_overshooting
@@ -60,15 +60,15 @@ def safety_pass(scope: SafetyScope) -> Requeue | None:
     """Run the scope's job, unless it is one the informer triggers and it ran within the interval."""
     key, job = scope.key, JOBS[scope.job]
     interval = scope.settings.safety_event_min_interval
-    if key not in debounce.COALESCED or interval <= 0:
+    if key not in debounce_io.COALESCED or interval <= 0:
         return job(scope)
-    wait = debounce.wait_before_run(key)
+    wait = debounce_io.wait_before_run(key)
     if wait is not None:
         log.debug("safety: %s ran less than %.0fs ago; runs again in %.2fs", key, interval, wait)
         return Requeue(wait)
     started = time.monotonic()
     result = job(scope)
-    debounce.close_window(key, interval, time.monotonic() - started)
+    debounce_io.close_window(key, interval, time.monotonic() - started)
     return result
 
 

@@ -11,7 +11,7 @@ from kubernetes import config
 
 from mcm_sandbox.crds import install_crds
 from mcm_sandbox.procs import ApiServer, wait_until
-from mcm_tasks.controllers.machine import preserve
+from mcm_tasks.controllers.machine import preserve_io
 from mcm_tasks.controllers.machine.drain import cluster_io
 from tests.integration.deletion.support import Env, assert_all_gone, drive, index, unique
 
@@ -69,6 +69,6 @@ def test_without_eviction_a_preserved_node_drain_deletes_the_pods(env: Env) -> N
     env.launch(name)
     env.run_pod("kept-" + name, name)
     wait_until(lambda: env.running("kept-" + name), 15, what="pod running")
-    left, refused = preserve.drain_pods(env.api, name)
+    left, refused = preserve_io.drain_pods(env.api, name)
     assert (left, refused) == (1, [])
     wait_until(lambda: env.pod("kept-" + name) is None, 15, what="the pod deleted")

@@ -29,7 +29,7 @@ from mcm_tasks.api.constants import (
     PRESERVED_TAINT,
     TAINT_EFFECT_NO_SCHEDULE,
 )
-from mcm_tasks.controllers.common import nodecondition, status
+from mcm_tasks.controllers.common import nodecondition_io, status
 from mcm_tasks.controllers.common import preservation as p
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import select as ds
@@ -131,10 +131,10 @@ def _patch_node(api: ApiClient, node: Obj, body: Obj) -> None:
 
 
 def _write_condition(api: ApiClient, node: Obj, cond: p.PreservedCondition, now: datetime) -> None:
-    nodecondition.write(
+    nodecondition_io.write(
         api,
         str(node["metadata"]["name"]),
-        nodecondition.condition(p.PRESERVED_CONDITION, cond.status, cond.reason, cond.message, now),
+        nodecondition_io.condition(p.PRESERVED_CONDITION, cond.status, cond.reason, cond.message, now),
     )
 
 

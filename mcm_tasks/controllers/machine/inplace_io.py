@@ -30,11 +30,11 @@ from mcm_tasks.api import (
 )
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers.common import inplace as ip
-from mcm_tasks.controllers.common import nodecondition, status
+from mcm_tasks.controllers.common import nodecondition_io, status
 from mcm_tasks.controllers.machine import health_io
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.health import conditions_changed, health_timeout, node_conditions
-from mcm_tasks.controllers.machine.preserve import evict_pods
+from mcm_tasks.controllers.machine.preserve_io import evict_pods
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.durations import format_duration
 from mcm_tasks.kube import ops
@@ -78,12 +78,12 @@ def update_node_condition_based_on_label(
         if decided.reason is None:
             return node, Requeue.medium() if decided.awaiting_drain else None
         stamp = scope.clock()
-        condition = nodecondition.condition(
+        condition = nodecondition_io.condition(
             ip.IN_PLACE_CONDITION, "True", decided.reason, decided.message, stamp
         )
         name = str(node["metadata"]["name"])
         try:
-            nodecondition.write(
+            nodecondition_io.write(
                 api, name, condition, resource_version=node["metadata"].get("resourceVersion")
             )
         except ApiException as err:
@@ -222,10 +222,10 @@ def _prepare(
                 or machine
             )
         return machine, Requeue.short()
-    ready = nodecondition.condition(
+    ready = nodecondition_io.condition(
         ip.IN_PLACE_CONDITION, "True", ip.READY_FOR_UPDATE, ip.NODE_READY_FOR_UPDATE, now
     )
-    nodecondition.write(api, name, ready)
+    nodecondition_io.write(api, name, ready)
     written = _phase(
         scope, machine, MachinePhase.IN_PLACE_UPDATING, ip.NODE_READY_FOR_UPDATE, MachineState.PROCESSING, now
     )

@@ -36,7 +36,7 @@ from mcm_tasks.controllers.common.status import (
     write_operation,
     write_problem,
 )
-from mcm_tasks.controllers.machine import bootstrap, metrics
+from mcm_tasks.controllers.machine import bootstrap_io, metrics
 from mcm_tasks.controllers.machine.health import creation_timeout
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.kube import ops
@@ -198,7 +198,7 @@ def trigger_creation_flow(scope: MachineScope, machine: Machine, cc: ClassContex
         return Requeue.long()
     name = machine.metadata.name or ""
     target = scope.target
-    secret = bootstrap.prepare_secret(
+    secret = bootstrap_io.prepare_secret(
         cc.secret,
         name,
         target,
