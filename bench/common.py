@@ -80,6 +80,7 @@ def parse_args(
     parser.add_argument(
         "--no-calibration", action="store_true", help="skip the host calibration (CPU per empty Celery task)"
     )
+    parser.add_argument("--keep-logs", action="store_true", help="keep each sandbox's folder and logs")
     return parser.parse_args()
 
 
@@ -277,10 +278,14 @@ def pod_on(node: str, name: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running_sandbox(
-    args: argparse.Namespace, with_beat: bool = False, cloud_redis: bool = False
+    args: argparse.Namespace,
+    with_beat: bool = False,
+    cloud_redis: bool = False,
+    informer_watch_delay: float = 0.0,
 ) -> Iterator[Bench]:
     """The sandbox with BENCH_ENV (caller's own MCM_* settings win), stopped and cleaned afterwards;
-    ``cloud_redis``: the local cloud in a Redis of its own (see ``bench.figures.OUR_ROLES``)."""
+    ``cloud_redis``: the local cloud in a Redis of its own (see ``bench.figures.OUR_ROLES``);
+    ``informer_watch_delay``: the informer's watches that many seconds late (``mcm_sandbox.watchdelay``)."""
     saved = {k: os.environ.get(k) for k in BENCH_ENV}
     for key, value in BENCH_ENV.items():
         os.environ.setdefault(key, value)
@@ -293,6 +298,7 @@ def running_sandbox(
         sandbox = up(
             directory, workers=args.workers, with_beat=with_beat, timeout=120, echo=lambda _: None,
             cloud_redis=cloud_redis, beat_in_informer=getattr(args, "beat_in_informer", False),
+            informer_watch_delay=informer_watch_delay,
         )  # fmt: skip
         configure({"redis_url": sandbox.redis_url})
         apis = {
@@ -312,8 +318,10 @@ def running_sandbox(
         for name, was in saved.items():
             if was is None:
                 os.environ.pop(name, None)
-        if ok:
+        if ok and not getattr(args, "keep_logs", False):
             shutil.rmtree(directory, ignore_errors=True)
+        elif ok:
+            print(f"sandbox logs kept in {directory / 'logs'}", file=sys.stderr)
         else:
             print(f"sandbox logs kept in {directory / 'logs'}", file=sys.stderr)
 
