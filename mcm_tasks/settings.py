@@ -348,6 +348,19 @@ class Settings(BaseSettings):
     expectations_timeout: Duration = Field(
         5 * 60.0, description="MachineSet expectations expire after this (client-go's ExpectationsTimeout)"
     )
+    mirror_lag_threshold: Duration = Field(
+        2.0,
+        ge=0,
+        description="a mirror whose Machines, MachineSets or MachineDeployments arrive this late "
+        "(mcm_informer_lag_seconds) lags: a rollout's passes then wake each other and read live "
+        "(0: never; the lag has 1 s resolution)",
+    )
+    mirror_lag_node_poll: Duration = Field(
+        0.5,
+        gt=0,
+        description="while the mirror lags, a Pending machine reads its Node from the API server this "
+        "often instead of waiting for the Node's late events",
+    )
     watch_timeout: Duration = Field(5 * 60.0, description="watch timeoutSeconds asked of the API server")
     watch_client_timeout: Duration = Field(
         6 * 60.0, description="client-side read timeout of a watch stream, so a silent stream cannot stall"

@@ -33,7 +33,7 @@ import itertools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -441,7 +441,12 @@ class MemoryReader(CacheReader):
     def synced(self, kind: str) -> bool:
         return True
 
+    def prefetch(self, wanted: Iterable[tuple[str, str]], exists: Sequence[str] = ()) -> builtins.list[bool]:
+        """Nothing to read ahead in memory: later gets read the snapshot, and the Redis keys of
+        ``exists`` are left to their callers' own reads (an empty answer says so)."""
+        return []
+
     def _no_index(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("MemoryReader keeps no mirror indexes: give the test the sandbox mirror")
 
-    prefetch = by_index = index_members = by_index_stored = index_sizes_if_synced = _no_index  # type: ignore[assignment]
+    by_index = index_members = by_index_stored = index_sizes_if_synced = _no_index  # type: ignore[assignment]

@@ -159,8 +159,38 @@ def get_object(
     return None if data is None else parse_object(model, data)
 
 
-def get_machine(api: ApiClient, name: str, namespace: str) -> Machine | None:
-    return get_object(_listers().machines, api, kinds.MACHINE.resource, Machine, name, namespace)
+def get_pass_object(
+    lister: Lister[M],
+    api: ApiClient,
+    resource: Resource,
+    model: type[M],
+    name: str,
+    namespace: str,
+    *,
+    lagging: bool,
+) -> M | None:
+    """The object a Machine, MachineSet or termination pass is about: ``get_object``, but from the
+    API server while the mirror lags (``lagging``: ``lagging_io.mirror_lagging``), as the pass that
+    wrote it may have woken this one before the watch brought the change (``lagging_io.wake``)."""
+    if lagging:
+        data = ops.get(api, resource, name, namespace, missing_ok=True)
+        return None if data is None else parse_object(model, data)
+    return get_object(lister, api, resource, model, name, namespace)
+
+
+def get_machine(api: ApiClient, name: str, namespace: str, *, lagging: bool = False) -> Machine | None:
+    """The machine ``namespace/name`` (``get_pass_object``: live while the mirror lags)."""
+    return get_pass_object(
+        _listers().machines, api, kinds.MACHINE.resource, Machine, name, namespace, lagging=lagging
+    )
+
+
+def get_node_live(target: ApiClient | None, name: str) -> Obj | None:
+    """The target cluster's Node from the API server (None: absent, or no-target mode): what a
+    machine waiting to join reads while the mirror lags (``MachineScope.node``)."""
+    if not name or target is None:
+        return None
+    return ops.get(target, kinds.NODE.resource, name, missing_ok=True)
 
 
 def get_machine_live(api: ApiClient, name: str, namespace: str) -> Machine | None:
@@ -211,6 +241,11 @@ def get_machine_class(api: ApiClient, name: str, namespace: str) -> MachineClass
     return get_object(
         _listers().machine_classes, api, kinds.MACHINE_CLASS.resource, MachineClass, name, namespace
     )
+
+
+def get_machine_class_live(api: ApiClient, name: str, namespace: str) -> MachineClass | None:
+    data = ops.get(api, kinds.MACHINE_CLASS.resource, name, namespace, missing_ok=True)
+    return None if data is None else parse_object(MachineClass, data)
 
 
 def readable(model: type[M], raws: Iterable[Obj]) -> list[M]:

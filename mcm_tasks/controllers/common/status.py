@@ -44,8 +44,10 @@ from mcm_tasks.api import (
 from mcm_tasks.api.constants import API_VERSION, NODE_LABEL_KEY
 from mcm_tasks.controllers.common import events
 from mcm_tasks.controllers.common.creating import with_creating_condition
+from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.common.metrics import observe_status_write
 from mcm_tasks.controllers.common.scope import PassScope
+from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef
 
@@ -254,6 +256,10 @@ def update_machine_status(
     body = machine.model_copy(update={"status": status})
     written = Machine.model_validate(ops.update_status(scope.api, kinds.MACHINE.resource, dump(body)))
     observe_status_write(machine.status, status)
+    if status.current_status.phase != machine.status.current_status.phase:
+        wake(
+            scope.settings, owner_set_items(written)
+        )  # while the mirror lags: its set counts the new phase at once
     for spec in status_events(machine.status, status):
         record_event(scope.api, written, spec.type, spec.reason, spec.message)
     log.info(
@@ -265,6 +271,14 @@ def update_machine_status(
         status.last_operation.description,
     )
     return written
+
+
+def owner_set_items(machine: Machine) -> list[tuple[Queue, str]]:
+    """The machine's MachineSet as a queue item (none for a machine no set controls)."""
+    ref = machine.metadata.controller_ref()
+    if ref is None or ref.kind != "MachineSet" or not ref.name:
+        return []
+    return [(Queue.MACHINE_SET, f"{machine.metadata.namespace}/{ref.name}")]
 
 
 def write_operation(

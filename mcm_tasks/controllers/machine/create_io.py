@@ -28,6 +28,7 @@ from mcm_tasks.api.constants import MACHINE_PRIORITY_ANNOTATION, MACHINE_PRIORIT
 from mcm_tasks.api.enums import MachineOperationType
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.status import (
     current_status,
     last_operation,
@@ -309,6 +310,8 @@ def _create(
     if machine.status.current_status.phase not in ("", MachinePhase.CRASH_LOOP_BACK_OFF):
         return Requeue.long()
     update_machine_status(scope, machine, created_status(machine, vm, target_mode, scope.clock()))
+    if mirror_lagging(scope.settings):  # the Node's join is polled (``MachineScope.waits_under_lag``)
+        return Requeue(scope.settings.mirror_lag_node_poll)
     return Requeue.short()
 
 

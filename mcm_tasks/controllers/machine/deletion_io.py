@@ -41,6 +41,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context, status
 from mcm_tasks.controllers.common.finalizers import with_finalizer
+from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.machine import deleting, metrics
 from mcm_tasks.controllers.machine.deletion_steps import (
     NO_TARGET_SKIP,
@@ -440,6 +441,7 @@ def _remove_finalizer(scope: MachineScope) -> Requeue | None:
         seconds = (scope.clock() - deleted).total_seconds()
         metrics.observe_duration("delete", machine, seconds, scope.machine_class())
     log.info("machine %s: finalizer removed, deletion complete", machine.key)
+    wake(scope.settings, status.owner_set_items(machine))  # while the mirror lags: its set counts it gone
     return None
 
 

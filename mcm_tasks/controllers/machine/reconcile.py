@@ -46,6 +46,7 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.frozen_io import frozen_key, is_frozen
+from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.phases import Halt, Phase, PhaseResult, run_phases
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
@@ -152,9 +153,13 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
     if machine_class is None:
         write_problem(scope, machine, f"MachineClass {class_name} not found")
         return Requeue.long()
+    lagging = MCM_FINALIZER not in machine_class.metadata.finalizers and mirror_lagging(scope.settings)
+    if lagging:  # a new class: its pass may have added the finalizer, which the late mirror lacks
+        machine_class = context.get_machine_class_live(scope.api, class_name, namespace) or machine_class
     if MCM_FINALIZER not in machine_class.metadata.finalizers:
         enqueue(Queue.MACHINE_CLASS, object_key(machine_class.metadata.namespace, class_name))
-        return Requeue.short()
+        # while the mirror lags, back as soon as the class pass may have added it, to read it live
+        return Requeue(scope.settings.mirror_lag_node_poll) if lagging else Requeue.short()
     problem = class_problem(machine_class)
     if problem:
         write_problem(scope, machine, problem)
@@ -287,6 +292,12 @@ def _creation(scope: MachineScope) -> PhaseResult:
     return create_io.trigger_creation_flow(scope, scope.machine, _class_context(scope))
 
 
+def _lag_poll(scope: MachineScope) -> PhaseResult:
+    """While the mirror lags, a Pending machine comes back every ``--mirror-lag-node-poll`` to read
+    its Node from the API server (``MachineScope.waits_under_lag``), not after the Node's late event."""
+    return Requeue(scope.settings.mirror_lag_node_poll) if scope.waits_under_lag() else None
+
+
 #: upstream ``reconcileClusterMachine``, in its order (the module's steps), folded by ``run_phases``
 MACHINE_PHASES: tuple[Phase[MachineScope], ...] = (
     _to_termination,
@@ -299,6 +310,7 @@ MACHINE_PHASES: tuple[Phase[MachineScope], ...] = (
     _in_place,
     _preservation,
     _creation,
+    _lag_poll,
 )
 
 

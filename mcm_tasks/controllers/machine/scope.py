@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcm_tasks.api import Machine, MachineClass, Obj
+from mcm_tasks.api import Machine, MachineClass, MachinePhase, Obj
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
 from mcm_tasks.settings import get_settings
 
@@ -33,9 +34,12 @@ class MachineScope(PassScope[Machine]):
     @staticmethod
     def read(key: str) -> Machine | None:
         """The machine a pass over ``key`` is about, read before its scope is built (so with the
-        process's client and settings): the mirror when it is complete, else the API server."""
-        namespace, name = context.namespace_of(key, get_settings().namespace)
-        return context.get_machine(context.control_api(), name, namespace)
+        process's client and settings): the mirror when it is complete, else the API server; from
+        the API server while the mirror lags (``lagging_io.mirror_lagging``), as the pass that wrote
+        it may have woken this one before the watch brought the change (``lagging_io.wake``)."""
+        settings = get_settings()
+        namespace, name = context.namespace_of(key, settings.namespace)
+        return context.get_machine(context.control_api(), name, namespace, lagging=mirror_lagging(settings))
 
     def machine_class(self) -> MachineClass | None:
         """The machine's class without its secrets (None when it names none or it does not exist),
@@ -59,8 +63,23 @@ class MachineScope(PassScope[Machine]):
         name = self.node_name()
         if not name:
             return None
-        found: Obj | None = self.remember(f"node:{name}", lambda: context.get_node(self.target, name))
+        # while the mirror lags the machine was read from the API server (``MachineScope.read``): its
+        # Node too, or a machine that just joined would find its Node "missing" in the late mirror
+        if mirror_lagging(self.settings):
+            found: Obj | None = self.remember(
+                f"node:{name}", lambda: context.get_node_live(self.target, name)
+            )
+        else:
+            found = self.remember(f"node:{name}", lambda: context.get_node(self.target, name))
         return found
+
+    def waits_under_lag(self) -> bool:
+        """A Pending machine (waiting for its Node to join) while the mirror lags: its pass comes back
+        every ``--mirror-lag-node-poll`` to read the Node from the API server instead of waiting for
+        the Node's events, which arrive as late as the mirror (issue 29)."""
+        return self.machine.status.current_status.phase == MachinePhase.PENDING and mirror_lagging(
+            self.settings
+        )
 
     def node_written(self, answer: Obj | None) -> None:
         """Hold the API server's answer to a write of a Node as the pass's view of it (None: nothing

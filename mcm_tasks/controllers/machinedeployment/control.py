@@ -33,12 +33,14 @@ from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common.context import control_api, list_objects, mirror_has
 from mcm_tasks.controllers.common.finalizers import with_finalizer
+from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
 from mcm_tasks.controllers.common.template import merge_diff
 from mcm_tasks.controllers.machinedeployment.conditions import with_why
 from mcm_tasks.controllers.machinedeployment.seen import MACHINE_NODES
 from mcm_tasks.controllers.machinedeployment.status import status_key
+from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.events import EventRecorder, EventType
@@ -254,6 +256,9 @@ class Context(PassScope[MachineDeployment]):
         patch.setdefault("metadata", {})["resourceVersion"] = current.metadata.resource_version
         name = current.metadata.name or ""
         written = ops.patch(self.api, kinds.MACHINE_SET.resource, name, patch, current.metadata.namespace)
+        wake(
+            self.settings, [(Queue.MACHINE_SET, current.key)]
+        )  # while the mirror lags: the set acts on it at once
         return self.replace_set(MachineSet.model_validate(written))
 
     def create_set(self, body: MachineSet) -> MachineSet:
@@ -261,6 +266,7 @@ class Context(PassScope[MachineDeployment]):
             ops.create(self.api, kinds.MACHINE_SET.resource, dump(body), self.namespace)
         )
         self.sets = [*self.sets, written]
+        wake(self.settings, [(Queue.MACHINE_SET, written.key)])  # while the mirror lags
         return written
 
     def read_set(self, name: str) -> MachineSet | None:

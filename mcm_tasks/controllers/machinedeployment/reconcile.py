@@ -14,7 +14,9 @@ invalid or select-all deployment, once deleted, keeps its finalizer forever; her
 first and only needs the sets the deployment already controls.
 
 A pass decides on cached MachineSets and writes with their resourceVersions; when a write meets a
-Conflict (the mirror lagged), the pass runs once more on live reads. The deployment comes back
+Conflict (the mirror lagged), the pass runs once more on live reads; while the mirror lags
+(``lagging_io.mirror_lagging``) it reads live from the start, and the sets it writes are woken at
+once (``control.Context.update_set``). The deployment comes back
 after ShortRetry while a rollout is under way (besides the informer's events for its sets),
 after LongRetry once it is complete, and in time to notice a missed progress deadline.
 """
@@ -29,6 +31,7 @@ from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.enums import ConditionStatus
 from mcm_tasks.api.validation import validate_machine_deployment
 from mcm_tasks.cache.layout import split_key
+from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.machinedeployment import progress
 from mcm_tasks.controllers.machinedeployment import sets as machine_sets
 from mcm_tasks.controllers.machinedeployment.control import Context
@@ -57,7 +60,8 @@ def reconcile_machine_deployment(key: str) -> Requeue | None:
     settings = get_settings()
     namespace, name = split_key(key)
     namespace = namespace or settings.namespace
-    for live in (False, True):
+    # while the mirror lags (issue 29) the sets' latest status is not in it yet: live reads at once
+    for live in (True,) if mirror_lagging(settings) else (False, True):
         try:
             return reconcile_once(namespace, name, live=live)
         except machine_sets.HashCollision:

@@ -32,10 +32,12 @@ from mcm_tasks.api import (
 from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION, MCM_FINALIZER
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import with_finalizer
+from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.common.status import write_operation
 from mcm_tasks.controllers.machineset import metrics
 from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
+from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict, is_not_found, is_timeout
 from mcm_tasks.kube.events import NORMAL, WARNING
@@ -124,6 +126,7 @@ def create_machines(
     body = new_machine(machine_set)
     expectations.expect_creations(key, count)
     events = recorder(api)
+    made: list[str] = []
 
     def create_one() -> None:
         try:
@@ -137,6 +140,7 @@ def create_machines(
             )
             raise
         name = (created.get("metadata") or {}).get("name")
+        made.append(f"{machine_set.metadata.namespace}/{name}")
         events.event(machine_set, NORMAL, SUCCESSFUL_CREATE, f"Created Machine: {name}", action="Create",
                      related=created)  # fmt: skip
 
@@ -146,6 +150,7 @@ def create_machines(
         log.info("MachineSet %s: slow start stopped after %d of %d creations: %s",
                  key, created, count, describe(error) if error else "")  # fmt: skip
     expectations.issued(key, skipped)
+    wake(scope.settings, ((Queue.MACHINE, k) for k in made))  # while the mirror lags: need not wait for it
     return created, error
 
 
@@ -195,6 +200,7 @@ def terminate_machines(
     results = _each_concurrently(targets, delete_one)
     if expect:
         expectations.issued(key)
+    wake(scope.settings, ((Queue.MACHINE_TERMINATION, m.key) for m in targets))  # while the mirror lags
     return next((r for r in results if r is not None), None)
 
 

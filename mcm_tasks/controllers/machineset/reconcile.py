@@ -44,11 +44,13 @@ from mcm_tasks.controllers.common.claim_io import claim_children, recheck_owner
 from mcm_tasks.controllers.common.context import (
     get_node,
     get_object,
+    get_pass_object,
     list_objects,
     mirror_has,
     set_setting,
 )
 from mcm_tasks.controllers.common.finalizers import with_finalizer
+from mcm_tasks.controllers.common.lagging_io import mirror_lagging, wake
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machineset import control, status
@@ -65,6 +67,7 @@ from mcm_tasks.controllers.machineset.replicas import (
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.controllers.machineset.sync import propagate
 from mcm_tasks.controllers.problems import answers_unreadable
+from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import NORMAL, WARNING
@@ -90,6 +93,23 @@ class ManageReplicasError(RuntimeError):
 def get_machine_set(api: ApiClient, name: str, namespace: str) -> MachineSet | None:
     return get_object(
         get_listers().machine_sets, api, kinds.MACHINE_SET.resource, MachineSet, name, namespace
+    )
+
+
+def _read(key: str) -> MachineSet | None:
+    """The set a pass over ``key`` is about, read before its scope is built (with the process's
+    client and settings); from the API server while the mirror lags (``get_pass_object``): its
+    deployment may have scaled it and woken this pass before the watch brought the change."""
+    settings = get_settings()
+    namespace, name = split_key(key)
+    return get_pass_object(
+        get_listers().machine_sets,
+        context.control_api(),
+        kinds.MACHINE_SET.resource,
+        MachineSet,
+        name,
+        namespace or settings.namespace,
+        lagging=mirror_lagging(settings),
     )
 
 
@@ -189,12 +209,6 @@ def set_finalizer(scope: MachineSetScope, present: bool) -> MachineSet:
 # --- the reconcile ---------------------------------------------------------------------------------------
 
 
-def _read(key: str) -> MachineSet | None:
-    """The set a pass over ``key`` is about, read before its scope is built."""
-    namespace, name = split_key(key)
-    return get_machine_set(context.control_api(), name, namespace or get_settings().namespace)
-
-
 def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     """One pass of upstream ``reconcileClusterMachineSet`` over the set its scope read."""
     key, settings, api = scope.key, scope.settings, scope.api
@@ -220,16 +234,24 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     # make a list without it look trusted (a scale-up of a thousand overshot by a burst that way).
     # Expectations an earlier pass left open (it died mid-creation) end on evidence: this pass reads
     # the set's machines from the API server, which holds whatever that pass created, and drops them.
+    # While the mirror lags (issue 29), the machines are read from the API server too: a machine pass
+    # that wrote a new phase woke this one before the watch brought it. Such a list, taken after the
+    # earlier pass issued its writes (its record closed), holds its creations and deletions: pending
+    # expectations end on it as a dead pass's do, instead of waiting for the lagging watch.
     state = expectations.state_for_pass(key)
-    live = state is expectations.PassState.ABANDONED
-    satisfied = state is not expectations.PassState.PENDING
+    lagging = mirror_lagging(settings)
+    live = state is expectations.PassState.ABANDONED or lagging
+    satisfied = state is not expectations.PassState.PENDING or lagging
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
         candidate_machines(scope, live=live),
         recheck_owner(api, kinds.MACHINE_SET.resource, machine_set),
     )  # fmt: skip
-    if live:
+    if state is expectations.PassState.ABANDONED:
         log.info("MachineSet %s: a pass died mid-way; its expectations end on a live list", key)
+        expectations.delete_expectations(key)
+    elif state is expectations.PassState.PENDING and lagging:
+        log.debug("MachineSet %s: the mirror lags; its expectations end on a live list", key)
         expectations.delete_expectations(key)
     if claim.adopted or claim.released:
         log.info("MachineSet %s: adopted %s, released %s", key, claim.adopted, claim.released)
@@ -268,6 +290,10 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         return scaling_conditions(ms, status.calculate_status(ms, machines, failure, now), machines, now)
 
     written = status.update_machine_set_status(api, machine_set, compute)
+    if written is not None and written is not machine_set:
+        wake(
+            settings, _deployment_items(written)
+        )  # while the mirror lags: its deployment reads the new counts
     if written is not None and written is not machine_set and written.status.failed_machines:
         # failedMachines is kept until the set is back to all-ready *as its status last said*: settled
         # here against the status just written, since that write's echo does not wake the set
@@ -283,6 +309,13 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
 reconcile_machine_set = answers_unreadable(
     scoped(_read, machine_set_pass, MachineSetScope.begin, gone=expectations.delete_expectations)
 )
+
+
+def _deployment_items(machine_set: MachineSet) -> list[tuple[Queue, str]]:
+    ref = machine_set.metadata.controller_ref()
+    if ref is None or ref.kind != "MachineDeployment" or not ref.name:
+        return []
+    return [(Queue.MACHINE_DEPLOYMENT, f"{machine_set.metadata.namespace}/{ref.name}")]
 
 
 def auto_preserve(scope: MachineSetScope, machines: list[Machine]) -> list[Machine]:
