@@ -18,6 +18,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api.constants import MCM_FINALIZER, NODE_FINALIZER
 from mcm_tasks.controllers.common import lagging_io
 from mcm_tasks.controllers.common.lagging import SIGNAL_WINDOW, is_lagging
+from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_machine_deployment
@@ -261,3 +262,17 @@ def test_a_machine_whose_deletion_completes_wakes_its_set_only_under_lag(lag: fl
         reconcile_termination(f"{NS}/m1")
     assert kube.get_object(MACHINES, "m1", NS) is None
     assert pending_keys("machineset") == ({f"{NS}/web"} if lag else set())
+
+
+@pytest.mark.parametrize("lag", [0.0, 3.0])
+def test_a_new_class_gets_its_finalizer_for_machines_the_late_mirror_lacks_only_under_lag(lag: float) -> None:
+    kube = FakeKube([secret(), machine_class_for_pass()])
+    kube.change(CLASSES, "cls", NS, lambda o: o["metadata"].update(finalizers=[]))
+    stale = kube.mirror()  # before the set created the class's first machine
+    kube.add(machine_for_pass("m1"))
+    report_lag(lag)
+    with kube.installed(mirror=stale):
+        reconcile_machine_class(f"{NS}/cls")
+    found = kube.get_object(CLASSES, "cls", NS)
+    assert found is not None
+    assert (MCM_FINALIZER in (found["metadata"].get("finalizers") or [])) is (lag > 0)

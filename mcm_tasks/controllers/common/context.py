@@ -262,27 +262,36 @@ def readable(model: type[M], raws: Iterable[Obj]) -> list[M]:
     return out
 
 
-def machines_of_class(api: ApiClient, name: str, namespace: str) -> list[Machine]:
+def machines_of_class(api: ApiClient, name: str, namespace: str, *, live: bool = False) -> list[Machine]:
     """The machines of a class (upstream's ``findMachinesForClass``) that can be read, through
-    ``list_objects``: the mirror's class index, else one LIST of the namespace."""
+    ``list_objects``: the mirror's class index, else (or ``live``) one LIST of the namespace."""
     lister = _listers().machines
 
     def of_class_in_mirror() -> list[Obj]:
         return [m for m in lister.raw.of_class(name) if _namespace_of(m) == namespace]
 
-    raws = list_objects(lister, api, kinds.MACHINE.resource, namespace, mirror=of_class_in_mirror)
+    raws = list_objects(lister, api, kinds.MACHINE.resource, namespace, mirror=of_class_in_mirror, live=live)
     return [m for m in readable(Machine, raws) if m.spec.class_.name == name]
 
 
-def class_in_use(api: ApiClient, name: str, namespace: str) -> bool:
+def class_in_use(api: ApiClient, name: str, namespace: str, *, lagging: bool = False) -> bool:
     """Whether a machine that can be read uses the class (the class reconcile's question for its
     finalizer): from the mirror, the keys under the class index and, from the first one on, its
     machines read (shared models, not parsed again while unchanged) until one is readable: one
     machine read, not every machine of the class parsed on every pass.
-    Without the mirror, ``machines_of_class``. The same answer as ``bool(machines_of_class(...))``."""
+    Without the mirror, ``machines_of_class``. The same answer as ``bool(machines_of_class(...))``.
+    A "no" while the mirror lags (``lagging``) is asked of the API server: the first machines of a
+    new class wait for its finalizer (a rollout to a new class), and the late mirror has not seen them
+    yet."""
     lister = _listers().machines
     if not mirror_has(lister):
         return bool(machines_of_class(api, name, namespace))
+    if _class_in_mirror(lister, name, namespace):
+        return True
+    return lagging and bool(machines_of_class(api, name, namespace, live=True))
+
+
+def _class_in_mirror(lister: Lister[Machine], name: str, namespace: str) -> bool:
     shared = lister.shared
     for key in lister.keys_by_index(BY_CLASS, name):
         if split_key(key)[0] != namespace:

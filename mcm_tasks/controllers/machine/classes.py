@@ -24,6 +24,7 @@ from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import answers_unreadable, warn
@@ -76,7 +77,7 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
     if not meta.is_deleting:
         _report_problems(scope, machine_class)
     namespace, name = context.namespace_of(key, scope.settings.namespace)
-    in_use = context.class_in_use(scope.api, name, namespace)
+    in_use = context.class_in_use(scope.api, name, namespace, lagging=mirror_lagging(scope.settings))
     if not meta.is_deleting and in_use:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
         if patch is not None:
