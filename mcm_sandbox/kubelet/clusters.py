@@ -74,14 +74,19 @@ class SharedVMs:
     def __init__(self, source: VMSource) -> None:
         self.source = source
         self._by_cluster: dict[str, list[kn.KubeletVM]] = {}
+        #: when the VMs in hand started being read (monotonic): a tick that ended before it has its
+        #: registrations in them (``ClusterKubelet.tick``)
+        self.read_at = float("-inf")
 
     def refresh(self, route: Callable[[kn.KubeletVM], str | None]) -> None:
+        started = time.monotonic()
         by_cluster: dict[str, list[kn.KubeletVM]] = {}
         for vm in self.source.live_vms():  # oldest first, kept so in every share
             key = route(vm)
             if key is not None:
                 by_cluster.setdefault(key, []).append(vm)
         self._by_cluster = by_cluster
+        self.read_at = started
 
     def view(self, key: str) -> VMSource:
         return _View(self, key)
@@ -120,22 +125,40 @@ class ClusterKubelet:
     loaded_from: tuple[Path, int] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    #: the VMs all clusters share; a tick waits for a read of them that began after its last tick
+    shared: SharedVMs | None = None
+    #: when its last tick ended (monotonic)
+    ticked_at: float = float("-inf")
+
+    def fresh(self) -> bool:
+        """Whether the shared VMs were read after this cluster's last tick ended. A tick on an older
+        read would not see the registrations its last tick made (a VM's ``registered_at``) and would
+        register those Nodes again, even after MCM deleted them with their VMs."""
+        return self.shared is None or self.shared.read_at >= self.ticked_at
 
     def tick(self) -> dict[str, int] | None:
-        """One tick once its watches have listed (None before: it would see an empty cluster); a
-        failure is logged, never raised: the next tick tries again."""
+        """One tick once its watches have listed (None before: it would see an empty cluster) and on
+        VMs read since its last tick (``fresh``); a failure is logged, never raised: the next tick
+        tries again."""
         if self.watched is not None and not self.watched.synced():
+            return None
+        if not self.fresh():
             return None
         try:
             return self.sim.tick()
         except Exception as err:  # its API server down or restarting must not end it
             log.warning("kubelet tick of %s failed: %s: %s", self.key or "default", type(err).__name__, err)
             return None
+        finally:
+            self.ticked_at = time.monotonic()
 
     def start(self, interval: float) -> None:
         def loop() -> None:
             while not self.stopping.is_set():
                 started = time.monotonic()
+                if not self.fresh():  # the next read of the VMs is at most an interval away
+                    self.stopping.wait(min(interval, 0.05))
+                    continue
                 done = self.tick()
                 if done:
                     summary = ", ".join(f"{k}={v}" for k, v in sorted(done.items()))
@@ -181,7 +204,9 @@ class MultiClusterKubelet:
         api = self.connect(kubeconfig)
         watched = WatchedLists(api) if self.watch else None
         sim = KubeletSimulator(api, self.shared.view(key), watched=watched, **self.sim_options)
-        cluster = ClusterKubelet(key, api, sim, watched, (kubeconfig, mtime) if from_folder else None)
+        cluster = ClusterKubelet(
+            key, api, sim, watched, (kubeconfig, mtime) if from_folder else None, shared=self.shared
+        )
         self.clusters[key] = cluster
         if watched is not None:
             watched.start()

@@ -239,3 +239,30 @@ def test_the_kubelet_command_serves_a_clusters_folder(
         proc.stop()
     assert proc.proc is not None and proc.proc.returncode == 0, proc.log_tail()
     assert in_b not in node_names(clients["shoot-a"])
+
+
+def test_a_tick_on_vms_read_before_its_last_tick_registers_no_node_again(
+    host: ApiServer, redis_url: str, clients: dict[str, client.ApiClient]
+) -> None:
+    """The VMs are read once per round for all clusters while each cluster ticks in its own thread:
+    a tick on a read older than its last tick would not see that tick's registrations and would
+    register the Node again, after MCM deleted it with its VM (seen: a scale-down whose Nodes came
+    back). Such a tick waits for a fresh read."""
+    multi = MultiClusterKubelet(
+        LocalSource(LocalCloud(get_redis(redis_url))),
+        lambda path: config.new_client_from_config(config_file=str(path)),
+        watch=False,
+    )
+    try:
+        cluster = multi.add("shoot-a", host.cluster_kubeconfig("shoot-a"))
+        name = unique("once")
+        launch(LocalDriver(redis_url), "shoot-a", name)
+        multi.tick()  # a fresh read, then a tick: the Node registers
+        assert name in node_names(clients["shoot-a"])
+        client.CoreV1Api(clients["shoot-a"]).delete_node(name)  # as MCM's deletion flow does
+        assert cluster.tick() is None  # the VMs in hand were read before that tick: no tick on them
+        assert name not in node_names(clients["shoot-a"])
+        multi.tick()  # a read after it knows the Node was registered once
+        assert name not in node_names(clients["shoot-a"])
+    finally:
+        multi.close()
