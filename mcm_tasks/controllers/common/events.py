@@ -1,5 +1,5 @@
 """The Events every controller records, under MCM's component names: ``machine-controller`` for what the
-machine controller says about Machines (``common.status``), ``machine-controller-manager`` for the
+machine controller says about Machines (``common.status_io``), ``machine-controller-manager`` for the
 MachineSet, MachineDeployment and safety controllers and for the queue's reports on failing keys.
 One recorder per process and component (``kube.events.recorder_for`` folds repeats across pods).
 """

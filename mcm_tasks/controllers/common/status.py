@@ -1,8 +1,7 @@
-"""Machine status: building it, deciding whether it is worth writing, writing it, and telling people.
+"""Machine status, decided: building it, whether it is worth writing, and what it tells people.
 
-Every status write of the machine controller goes through ``update_machine_status`` (with the pass's
-scope: its client and clock) so that three rules hold
-everywhere:
+``status_io.py`` writes it (``update_machine_status``, with the pass's scope: its client and clock)
+under three rules decided here:
 
 - **De-duplication** (MCM's ``isMachineStatusSimilar``): a new status that differs from the current one
   only in timestamps, or in a lastOperation description at least 75 % similar (the same cloud error
@@ -22,14 +21,10 @@ never secret material.
 from __future__ import annotations
 
 import difflib
-import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
-from kubernetes.client import ApiClient
-
-from mcm_tasks import kinds
 from mcm_tasks.api import (
     CurrentStatus,
     LastOperation,
@@ -39,19 +34,10 @@ from mcm_tasks.api import (
     MachineState,
     MachineStatus,
     NodeCondition,
-    dump,
 )
 from mcm_tasks.api.constants import API_VERSION, NODE_LABEL_KEY
-from mcm_tasks.controllers.common import events
-from mcm_tasks.controllers.common.creating import with_creating_condition
-from mcm_tasks.controllers.common.lagging_io import wake
-from mcm_tasks.controllers.common.metrics import observe_status_write
-from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.kinds import Queue
-from mcm_tasks.kube import ops
-from mcm_tasks.kube.events import NORMAL, WARNING, EventRecorder, EventType, ObjectRef
-
-log = logging.getLogger(__name__)
+from mcm_tasks.kube.events import NORMAL, WARNING, EventType, ObjectRef
 
 #: descriptions at least this similar count as the same (MCM's StringSimilarityRatio threshold)
 SIMILARITY_THRESHOLD: Final = 0.75
@@ -207,14 +193,6 @@ def status_events(old: MachineStatus, new: MachineStatus) -> list[EventSpec]:
     return []
 
 
-# --- I/O -----------------------------------------------------------------------------------------------
-
-
-def recorder(api: ApiClient) -> EventRecorder:
-    """The machine controller's recorder on the control cluster ``api``."""
-    return events.recorder(api, events.MACHINE_COMPONENT)
-
-
 def machine_ref(machine: Machine) -> ObjectRef:
     meta = machine.metadata
     return ObjectRef(
@@ -232,90 +210,12 @@ def node_ref(machine: Machine) -> ObjectRef | None:
     return ObjectRef(api_version="v1", kind="Node", name=node) if node else None
 
 
-def record_event(api: ApiClient, machine: Machine, type_: EventType, reason: str, message: str) -> None:
-    """Best effort, as Kubernetes events are: never raises. A status change is the action; the
-    machine's Node is the related object (events.k8s.io/v1)."""
-    recorder(api).event(machine_ref(machine), type_, reason, message, action="UpdateStatus",
-                     related=node_ref(machine))  # fmt: skip
-
-
-def update_machine_status(
-    scope: PassScope[Any], machine: Machine, status: MachineStatus, *, dedup: bool = True
-) -> Machine | None:
-    """Write ``status`` over the machine's (PUT to the status subresource with its resourceVersion).
-
-    Returns the machine as written, or None when de-duplication skipped the write. A Conflict or any
-    other API error propagates.
-    Upstream: ``updateMachineStatus``.
-    """
-    now = scope.clock()
-    status = with_creating_condition(machine, status, now)
-    if dedup and is_status_similar(status, machine.status, now):
-        log.debug("machine %s: status similar to the current one, not written", machine.key)
-        return None
-    body = machine.model_copy(update={"status": status})
-    written = Machine.model_validate(ops.update_status(scope.api, kinds.MACHINE.resource, dump(body)))
-    observe_status_write(machine.status, status)
-    if status.current_status.phase != machine.status.current_status.phase:
-        wake(
-            scope.settings, owner_set_items(written)
-        )  # while the mirror lags: its set counts the new phase at once
-    for spec in status_events(machine.status, status):
-        record_event(scope.api, written, spec.type, spec.reason, spec.message)
-    log.info(
-        "machine %s: phase %s, %s/%s: %s",
-        machine.key,
-        status.current_status.phase or "<none>",
-        status.last_operation.type,
-        status.last_operation.state,
-        status.last_operation.description,
-    )
-    return written
-
-
 def owner_set_items(machine: Machine) -> list[tuple[Queue, str]]:
     """The machine's MachineSet as a queue item (none for a machine no set controls)."""
     ref = machine.metadata.controller_ref()
     if ref is None or ref.kind != "MachineSet" or not ref.name:
         return []
     return [(Queue.MACHINE_SET, f"{machine.metadata.namespace}/{ref.name}")]
-
-
-def write_operation(
-    scope: PassScope[Any],
-    machine: Machine,
-    description: str,
-    state: MachineState | str,
-    type_: MachineOperationType | str,
-    *,
-    phase: MachinePhase | str | None = None,
-    timeout_active: bool = False,
-    error_code: str = "",
-    last_known_state: str | None = None,
-) -> Machine | None:
-    """MCM's ``machineStatusUpdate``: a new lastOperation and (when ``phase`` is given) a new
-    currentStatus, de-duplicated. The common case of every flow."""
-    now = scope.clock()
-    status = updated_status(
-        machine,
-        last_op=last_operation(description, state, type_, error_code=error_code, now=now),
-        current=None if phase is None else current_status(phase, timeout_active=timeout_active, now=now),
-        last_known_state=last_known_state,
-    )
-    return update_machine_status(scope, machine, status)
-
-
-def write_problem(scope: PassScope[Any], machine: Machine, description: str) -> Machine | None:
-    """Report bad input (invalid machine, missing class or secret or userData, invalid class, unknown
-    provider) on the machine: lastOperation Failed with the operation it was in (Create when none),
-    errorCode ``ConfigurationError``, phase unchanged.
-
-    Upstream: ``updateMachineToFailedState``.
-    """
-    type_ = machine.status.last_operation.type or MachineOperationType.CREATE
-    return write_operation(
-        scope, machine, description, MachineState.FAILED, type_, error_code=CONFIGURATION_ERROR_CODE
-    )
 
 
 def is_problem(op: LastOperation) -> bool:

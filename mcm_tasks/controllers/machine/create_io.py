@@ -29,14 +29,8 @@ from mcm_tasks.api.enums import MachineOperationType
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
-from mcm_tasks.controllers.common.status import (
-    current_status,
-    last_operation,
-    update_machine_status,
-    updated_status,
-    write_operation,
-    write_problem,
-)
+from mcm_tasks.controllers.common.status import current_status, last_operation, updated_status
+from mcm_tasks.controllers.common.status_io import update_machine_status, write_operation, write_problem
 from mcm_tasks.controllers.machine import bootstrap_io, metrics
 from mcm_tasks.controllers.machine.health import creation_timeout
 from mcm_tasks.controllers.machine.scope import MachineScope

@@ -46,7 +46,7 @@ from __future__ import annotations
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineStatus
-from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common import context, status_io
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machine.deleting import with_deleting_condition
 from mcm_tasks.controllers.machine.deletion_io import Continue, Stop, step
@@ -119,6 +119,6 @@ def _write(
 ) -> None:
     """Every status the flow writes carries its ``Deleting`` condition, derived from its description
     and what holds the step (``detail``; ``deleting.with_deleting_condition``, the one place)."""
-    status.update_machine_status(
+    status_io.update_machine_status(
         scope, machine, with_deleting_condition(new, scope.clock(), detail), dedup=dedup
     )

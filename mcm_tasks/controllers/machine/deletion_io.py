@@ -39,7 +39,7 @@ from mcm_tasks.api.constants import (
     NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION,
     PRE_DRAIN_HOOKS_RELEASED_ANNOTATION,
 )
-from mcm_tasks.controllers.common import context, status
+from mcm_tasks.controllers.common import context, status, status_io
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.machine import deleting, metrics
@@ -131,7 +131,9 @@ def _deployment_timeout(scope: MachineScope, key: str) -> float | None:
         try:
             return deleting.parse_timeout(raw)
         except ValueError as err:
-            status.record_event(scope.api, scope.machine, WARNING, "InvalidTimeout", f"{key}: {err}; ignored")
+            status_io.record_event(
+                scope.api, scope.machine, WARNING, "InvalidTimeout", f"{key}: {err}; ignored"
+            )
             return None
 
     return scope.remember(f"timeout:{key}", read)
@@ -162,7 +164,7 @@ def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
     """The class context and Driver, or None (with a Warning Event) when they cannot be had."""
     machine, machine_class = scope.machine, scope.machine_class()
     if machine_class is None:
-        status.record_event(
+        status_io.record_event(
             scope.api, machine, WARNING, "DeleteBlocked", f"MachineClass {machine.spec.class_.name} not found"
         )
         return None
@@ -172,7 +174,7 @@ def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
     try:
         return found, traced_driver(get_driver(machine_class.provider))
     except UnknownProviderError as err:
-        status.record_event(scope.api, machine, WARNING, "DeleteBlocked", str(err))
+        status_io.record_event(scope.api, machine, WARNING, "DeleteBlocked", str(err))
         return None
 
 
@@ -196,7 +198,7 @@ def _set_terminating(scope: MachineScope) -> StepResult:
     )
     new = deleting.with_deleting_condition(new, now)
     # its own write, even when alike (a restart): the phase says Terminating while the node drains
-    written = status.update_machine_status(scope, machine, new, dedup=False)
+    written = status_io.update_machine_status(scope, machine, new, dedup=False)
     return Requeue.conflict() if written is None else Continue(written, unwritten=False)
 
 
@@ -240,7 +242,7 @@ def _held_by_hooks(scope: MachineScope, names: list[str], description: str, reas
     machine = scope.machine
     changed = machine.status.last_operation.description != description
     if changed:
-        status.record_event(scope.api, machine, NORMAL, reason, description.rsplit(". ", 1)[0])
+        status_io.record_event(scope.api, machine, NORMAL, reason, description.rsplit(". ", 1)[0])
     op = status.last_operation(
         description, MachineState.PROCESSING, MachineOperationType.DELETE, now=scope.clock()
     )
@@ -259,7 +261,7 @@ def _mark_released(scope: MachineScope, machine: Machine) -> Machine:
         {"metadata": {"annotations": stamp}},
         machine.metadata.namespace,
     )
-    status.record_event(
+    status_io.record_event(
         scope.api, machine, NORMAL, "PreDrainHooksReleased", "No pre-drain hook is left: draining the node"
     )
     return Machine.model_validate(patched).model_copy(update={"status": machine.status})
@@ -328,7 +330,7 @@ def _delete_volume_attachments(scope: MachineScope) -> StepResult:
     if deleting.timed_out(machine, deleting.DETACHING_VOLUMES_REASON, timeout, scope.clock()):
         names = ", ".join(sorted(str(va["metadata"]["name"]) for va in live))
         text = f"VolumeAttachments of node {node_name} still live after {timeout:g}s: {names}"
-        status.record_event(
+        status_io.record_event(
             scope.api,
             machine,
             WARNING,
@@ -403,7 +405,7 @@ def _delete_node(scope: MachineScope) -> StepResult:
         if deleting.timed_out(machine, deleting.DELETING_NODE_REASON, timeout, scope.clock()):
             given_up = f"{failed}; gave up after the node deletion timeout of {timeout:g}s"
             note = f"{given_up} ({NODE_DELETION_TIMEOUT_ANNOTATION}); the Node is left behind"
-            status.record_event(scope.api, machine, WARNING, "NodeDeletionTimeout", note)
+            status_io.record_event(scope.api, machine, WARNING, "NodeDeletionTimeout", note)
             return _step_result(scope, machine, moving_on(f"{given_up}. {INITIATE_FINALIZER_REMOVAL}"))
         return _step_result(
             scope,

@@ -23,7 +23,8 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.context import ClassContext
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
-from mcm_tasks.controllers.common.status import last_operation, update_machine_status, updated_status
+from mcm_tasks.controllers.common.status import last_operation, updated_status
+from mcm_tasks.controllers.common.status_io import update_machine_status
 from mcm_tasks.controllers.machine import bootstrap_io, creation_timeout_io, metrics, remediation_io, storm
 from mcm_tasks.controllers.machine.health import HealthDecision, decide_health, not_marked_description
 from mcm_tasks.controllers.machine.nodesync import node_sync_patch, virtual_capacity_patches

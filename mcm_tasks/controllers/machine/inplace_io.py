@@ -30,7 +30,7 @@ from mcm_tasks.api import (
 )
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.controllers.common import inplace as ip
-from mcm_tasks.controllers.common import nodecondition_io, status
+from mcm_tasks.controllers.common import nodecondition_io, status, status_io
 from mcm_tasks.controllers.machine import health_io
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.health import conditions_changed, health_timeout, node_conditions
@@ -111,7 +111,7 @@ def copy_node_conditions(scope: MachineScope, machine: Machine, node: dict[str, 
     if not conditions_changed(machine.status.conditions, observed):
         return machine
     return (
-        status.update_machine_status(scope, machine, status.updated_status(machine, conditions=observed))
+        status_io.update_machine_status(scope, machine, status.updated_status(machine, conditions=observed))
         or machine
     )
 
@@ -197,7 +197,7 @@ def _phase(
             update={"preserve_expiry_time": machine.status.current_status.preserve_expiry_time}
         ),
     )
-    written = status.update_machine_status(scope, machine, new, dedup=False) or machine
+    written = status_io.update_machine_status(scope, machine, new, dedup=False) or machine
     log.info("machine %s: %s (%s)", machine.key, phase, description)
     return written
 
@@ -218,7 +218,7 @@ def _prepare(
                 now=now,
             )
             machine = (
-                status.update_machine_status(scope, machine, status.updated_status(machine, last_op=op))
+                status_io.update_machine_status(scope, machine, status.updated_status(machine, last_op=op))
                 or machine
             )
         return machine, Requeue.short()

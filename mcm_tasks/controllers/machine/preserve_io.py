@@ -29,7 +29,7 @@ from mcm_tasks.api.constants import (
     PRESERVED_TAINT,
     TAINT_EFFECT_NO_SCHEDULE,
 )
-from mcm_tasks.controllers.common import nodecondition_io, status
+from mcm_tasks.controllers.common import nodecondition_io, status_io
 from mcm_tasks.controllers.common import preservation as p
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import select as ds
@@ -205,8 +205,8 @@ def _preserve(
         new = machine.status.model_copy(
             update={"current_status": current.model_copy(update={"preserve_expiry_time": expiry})}
         )
-        machine = status.update_machine_status(scope, machine, new, dedup=False) or machine
-        status.record_event(
+        machine = status_io.update_machine_status(scope, machine, new, dedup=False) or machine
+        status_io.record_event(
             scope.api,
             machine,
             NORMAL,
@@ -234,7 +234,7 @@ def _preserve(
     if cond is not None:
         _write_condition(api, node, cond, now)
         if drain_failed:
-            status.record_event(scope.api, machine, WARNING, "PreservedNodeDrainFailed", cond.message)
+            status_io.record_event(scope.api, machine, WARNING, "PreservedNodeDrainFailed", cond.message)
     return machine, retry
 
 
@@ -261,8 +261,8 @@ def _stop(
     new = machine.status.model_copy(
         update={"current_status": current.model_copy(update={"preserve_expiry_time": None})}
     )
-    written = status.update_machine_status(scope, machine, new, dedup=False) or machine
-    status.record_event(
+    written = status_io.update_machine_status(scope, machine, new, dedup=False) or machine
+    status_io.record_event(
         scope.api, written, NORMAL, "MachinePreservationStopped", f"Machine preservation stopped: {why}"
     )
     log.info("machine %s: preservation stopped (%s)", machine.key, why)

@@ -49,7 +49,8 @@ from mcm_tasks.controllers.common.frozen_io import frozen_key, is_frozen
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.phases import Halt, Phase, PhaseResult, run_phases
 from mcm_tasks.controllers.common.registration import scoped
-from mcm_tasks.controllers.common.status import is_problem, write_operation, write_problem
+from mcm_tasks.controllers.common.status import is_problem
+from mcm_tasks.controllers.common.status_io import write_operation, write_problem
 from mcm_tasks.controllers.machine import create_io, health_io, inplace_io, preserve_io
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable

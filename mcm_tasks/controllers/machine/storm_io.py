@@ -25,12 +25,8 @@ from mcm_tasks.controllers.common import context
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.scope import PassScope
-from mcm_tasks.controllers.common.status import (
-    last_operation,
-    record_event,
-    update_machine_status,
-    updated_status,
-)
+from mcm_tasks.controllers.common.status import last_operation, updated_status
+from mcm_tasks.controllers.common.status_io import record_event, update_machine_status
 from mcm_tasks.controllers.machine.storm import (
     HOLD_RELEASED,
     NODE_DELETION_STORM,

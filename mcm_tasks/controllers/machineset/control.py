@@ -33,7 +33,7 @@ from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION, MCM_F
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import wake
-from mcm_tasks.controllers.common.status import write_operation
+from mcm_tasks.controllers.common.status_io import write_operation
 from mcm_tasks.controllers.machineset import metrics
 from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
 from mcm_tasks.controllers.machineset.scope import MachineSetScope

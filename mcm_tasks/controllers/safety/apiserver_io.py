@@ -23,7 +23,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState
 from mcm_tasks.controllers.common.frozen_io import is_frozen, set_frozen
 from mcm_tasks.controllers.common.scope import PassScope
-from mcm_tasks.controllers.common.status import write_operation
+from mcm_tasks.controllers.common.status_io import write_operation
 from mcm_tasks.controllers.safety import reads_io
 from mcm_tasks.controllers.safety.apiserver import PROBE_NAME, RESET_DESCRIPTION, FreezeAction, decide
 from mcm_tasks.controllers.safety.scope import SafetyScope

@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineClass, Obj
 from mcm_tasks.api.constants import NODE_TERMINATING_REASON_SCALE_DOWN
-from mcm_tasks.controllers.common import drainrules_io, status
+from mcm_tasks.controllers.common import drainrules_io, status_io
 from mcm_tasks.controllers.machine import metrics
 from mcm_tasks.controllers.machine.drain import cluster_io as io
 from mcm_tasks.controllers.machine.drain import plan, rules
@@ -137,7 +137,7 @@ def drain_step(
     if not params.force and progress.pods and not eviction and starting is not None:
         message = (f"The cluster of node {node_name} serves no pod eviction: its pods are deleted, "
                    "without asking their PodDisruptionBudgets")  # fmt: skip
-        status.record_event(scope.api, machine, WARNING, "EvictionUnsupported", message)
+        status_io.record_event(scope.api, machine, WARNING, "EvictionUnsupported", message)
     budget = _issue_removals(api, progress, by_key, node, params, settings, now, eviction)
 
     staying = [p for p in pods if ds.node_name_of(p) == node_name and ds.skip_reason(p)] + by_rules.held
@@ -149,7 +149,7 @@ def drain_step(
         _announce(scope, machine, node_name, starting)
         starting = None
     for warning in conclusion.warnings:
-        status.record_event(scope.api, machine, WARNING, "DrainWarning", warning)
+        status_io.record_event(scope.api, machine, WARNING, "DrainWarning", warning)
     if not conclusion.done or by_rules.holds_the_drain:
         progress.barrier_since = conclusion.barrier_since
         if progress.fingerprint() != before:
@@ -284,7 +284,7 @@ def _started(scope: MachineScope, machine: Machine, node_name: str, params: Drai
             f"Draining node {node_name} (timeout {params.timeout:g}s, "
             f"max evict retries {params.max_evict_retries})"
         )
-    status.record_event(scope.api, machine, NORMAL, "DrainStarted", message)
+    status_io.record_event(scope.api, machine, NORMAL, "DrainStarted", message)
 
 
 def _finish(
@@ -304,12 +304,12 @@ def _finish(
     if result.outcome is Outcome.SUCCEEDED:
         if not went_unremarked(result, progress, starting):
             what = "Force drain" if result.forced else "Drain"
-            status.record_event(
+            status_io.record_event(
                 scope.api, machine, NORMAL, "DrainSucceeded", f"{what} of node {node} successful"
             )
         _observe_duration(machine, machine_class, now - progress.started_at)
     else:
-        status.record_event(
+        status_io.record_event(
             scope.api, machine, WARNING, "DrainFailed", f"Drain of node {node} failed: {result.message}"
         )
     return result
