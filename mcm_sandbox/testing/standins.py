@@ -2,7 +2,7 @@
 MachineDeployment) controller without one.
 
 The MachineSet creates every machine with the MCM finalizer in its metadata
-(``mcm_tasks.controllers.machineset.control.new_machine``), so a deleted machine stays until the
+(``mcm_tasks.controllers.machineset.control_io.new_machine``), so a deleted machine stays until the
 machine controller's deletion flow removes it. Where no machine controller runs,
 ``finish_deletions`` does that last step in its stead.
 """

@@ -18,8 +18,8 @@ from mcm_tasks.api.constants import (
     MARKED_FOR_DELETION_TIME_ANNOTATION,
     MCM_FINALIZER,
 )
-from mcm_tasks.controllers.machineset import control, reconcile
-from mcm_tasks.controllers.machineset.metrics import stale_machines_key
+from mcm_tasks.controllers.machineset import control_io, reconcile
+from mcm_tasks.controllers.machineset.metrics_io import stale_machines_key
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, expectations
@@ -299,7 +299,7 @@ def test_a_pass_that_died_mid_creation_ends_its_expectations_on_evidence(
     harness.scale("dies", 10)
     harness.sync()
     batches: list[int] = []
-    run_batch = control.run_concurrently
+    run_batch = control_io.run_concurrently
 
     def dies_at_the_third_batch(n: int, fn: Callable[[], None]) -> list[Exception | None]:
         batches.append(n)
@@ -307,7 +307,7 @@ def test_a_pass_that_died_mid_creation_ends_its_expectations_on_evidence(
             raise Killed
         return run_batch(n, fn)
 
-    monkeypatch.setattr(control, "run_concurrently", dies_at_the_third_batch)
+    monkeypatch.setattr(control_io, "run_concurrently", dies_at_the_third_batch)
     with pytest.raises(Killed):
         harness.reconcile("dies")
     monkeypatch.undo()

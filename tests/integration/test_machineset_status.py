@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mcm_tasks.controllers.machineset.metrics import register_machine_set_metrics
+from mcm_tasks.controllers.machineset.metrics_io import register_machine_set_metrics
 from mcm_tasks.controllers.machineset.reconcile import ManageReplicasError
 from mcm_tasks.queue import expectations
 from tests.integration.machineset_support import Harness

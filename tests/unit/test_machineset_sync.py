@@ -1,5 +1,5 @@
 """In-place propagation of node template, machine configuration and class kind (``machineset.sync``)
-and the creation body of new machines (``machineset.control.new_machine``)."""
+and the creation body of new machines (``machineset.control_io.new_machine``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mcm_sandbox.patch import merge_patch
 from mcm_tasks.api import Machine, MachineSet
 from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION, MCM_FINALIZER
 from mcm_tasks.controllers.common.template import merge_diff, pruned
-from mcm_tasks.controllers.machineset.control import new_machine
+from mcm_tasks.controllers.machineset.control_io import new_machine
 from mcm_tasks.controllers.machineset.sync import desired_of, propagation_patch
 
 NODE_TEMPLATE = {

@@ -1,6 +1,6 @@
 """What every controller shares: the reads (``context``), the scope of a pass and the registration that
 builds it (``scope``, ``registration``), the fold of a pass's phases (``phases``), the Machine status
-writer (``status``), owner references and the claim (``owners``, ``claim_io``), Events (``events``),
+(``status`` decides, ``status_io`` writes), owner references and the claim (``owners``, ``claim_io``), Events (``events``),
 the freeze flag (``frozen_io``), template comparison (``template``), rollout budgets (``rollout``) and
 metric vocabulary (``metrics``). A module whose name ends in ``_io`` acts (the API servers, Redis);
 the others decide, or are the shared edges named for what they hold. A controller imports this

@@ -4,34 +4,19 @@ installation.
 The gauges are read at scrape time from the informers' mirror of the MachineSets (MCM computes them
 from its lister the same way), so any process can serve them and they agree across workers. The one
 counter, stale machines removed (Failed by the health check, then deleted by their set), lives in
-Redis and is raised by whichever worker deleted the machine. Names and labels follow MCM.
+Redis and is raised by whichever worker deleted the machine (``metrics_io.py`` keeps it and serves
+the scrape). Names and labels follow MCM.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Final
 
-import redis
-from prometheus_client.core import REGISTRY, CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from mcm_tasks.api import MachineSet
-from mcm_tasks.cache import get_listers
 from mcm_tasks.controllers.common.metrics import CONDITION_VALUE, FAILED_MACHINE_LABELS
-from mcm_tasks.redisdb import get_redis, rkey
-
-
-def stale_machines_key() -> str:
-    return rkey("metrics", "stale-machines-removed")
-
-
-def count_stale_machine_removed(client: redis.Redis | None = None) -> None:
-    """Best effort: a metric must never fail a deletion."""
-    with contextlib.suppress(redis.RedisError):
-        (client or get_redis()).incr(stale_machines_key())
-
 
 #: (metric name after ``mcm_machine_set_``, what it counts, how to read it)
 _GAUGES: Final[tuple[tuple[str, str, Callable[[MachineSet], float]], ...]] = (
@@ -89,24 +74,3 @@ def machine_set_metrics(machine_sets: Iterable[MachineSet]) -> list[Metric]:
                 1,
             )
     return [items, info, *(family for family, _ in gauges), conditions, failed]
-
-
-class MachineSetMetricsCollector(Collector):
-    def __init__(self, client: redis.Redis | None = None) -> None:
-        self.client = client
-
-    def collect(self) -> Iterator[Metric]:
-        yield from machine_set_metrics(get_listers().machine_sets.list())
-        stale = CounterMetricFamily(
-            "mcm_machine_stale_machines",
-            "Number of stale machines removed (Failed by the health check, deleted by their set).",
-        )
-        raw = (self.client or get_redis()).get(stale_machines_key())
-        stale.add_metric([], float(raw or 0))
-        yield stale
-
-
-def register_machine_set_metrics(
-    registry: CollectorRegistry = REGISTRY, client: redis.Redis | None = None
-) -> None:
-    registry.register(MachineSetMetricsCollector(client))

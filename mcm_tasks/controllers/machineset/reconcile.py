@@ -53,7 +53,7 @@ from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging, wake
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
-from mcm_tasks.controllers.machineset import control, status
+from mcm_tasks.controllers.machineset import control_io, status, status_io
 from mcm_tasks.controllers.machineset.conditions import scaling_conditions
 from mcm_tasks.controllers.machineset.replicas import (
     SKIP_FROZEN,
@@ -65,7 +65,7 @@ from mcm_tasks.controllers.machineset.replicas import (
     plan_replicas,
 )
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
-from mcm_tasks.controllers.machineset.sync import propagate
+from mcm_tasks.controllers.machineset.sync_io import propagate
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
@@ -220,7 +220,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         scope.recorder.event(machine_set, WARNING, INVALID_REASON, message)
         # said on the status too (cleared by the first valid pass, which recomputes ReplicaFailure)
         invalid = status.ReplicaFailure(INVALID_REASON, message)
-        status.update_machine_set_status(
+        status_io.update_machine_set_status(
             api, machine_set, lambda ms: status.with_failure(ms.status, invalid, scope.clock())
         )
         return None
@@ -280,7 +280,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     elif not machines:
         machine_set = set_finalizer(scope, False)
     elif machine_set.metadata.has_finalizer(MCM_FINALIZER):
-        error = control.terminate_machines(scope, machine_set, machines, expect=False)
+        error = control_io.terminate_machines(scope, machine_set, machines, expect=False)
         if error is not None:
             log.warning("MachineSet %s: deleting its machines: %s", key, describe(error))
 
@@ -289,7 +289,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     def compute(ms: MachineSet) -> status.MachineSetStatus:
         return scaling_conditions(ms, status.calculate_status(ms, machines, failure, now), machines, now)
 
-    written = status.update_machine_set_status(api, machine_set, compute)
+    written = status_io.update_machine_set_status(api, machine_set, compute)
     if written is not None and written is not machine_set:
         wake(
             settings, _deployment_items(written)
@@ -298,7 +298,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         # failedMachines is kept until the set is back to all-ready *as its status last said*: settled
         # here against the status just written, since that write's echo does not wake the set
         # (``watches.wakes_machine_set``)
-        status.update_machine_set_status(api, written, compute)
+        status_io.update_machine_set_status(api, written, compute)
     if failure is not None:
         raise ManageReplicasError(f"MachineSet {key}: {failure.reason}: {failure.message}")
     return requeue
@@ -487,7 +487,7 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
     if plan.create:
         log.info("MachineSet %s: too few replicas (need %d), creating %d",
                  key, machine_set.spec.replicas, plan.create)  # fmt: skip
-        _, error = control.create_machines(scope, machine_set, plan.create)
+        _, error = control_io.create_machines(scope, machine_set, plan.create)
         return None if error is None else status.ReplicaFailure(status.FAILED_CREATE, describe(error))
     for machine in plan.replacing:
         marked = machine.metadata.annotations.get(MARKED_FOR_DELETION_TIME_ANNOTATION, "")
@@ -499,6 +499,6 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
     if plan.delete:
         log.info("MachineSet %s: deleting %d machines (replicas %d): %s", key, len(plan.delete),
                  machine_set.spec.replicas, [m.metadata.name for m in plan.delete])  # fmt: skip
-        error = control.terminate_machines(scope, machine_set, plan.delete)
+        error = control_io.terminate_machines(scope, machine_set, plan.delete)
         return None if error is None else status.ReplicaFailure(status.FAILED_DELETE, describe(error))
     return None

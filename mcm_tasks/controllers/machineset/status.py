@@ -1,4 +1,4 @@
-"""MachineSet status: computed from the claimed machines, written only when it changed.
+"""MachineSet status: computed from the claimed machines, written (``status_io.py``) only when it changed.
 
 replicas = claimed machines; fullyLabeledReplicas = those carrying every template label;
 readyReplicas = Running; availableReplicas = Running or Available; failedMachines = machines whose
@@ -19,14 +19,11 @@ FailedDelete); MCM guesses it from the replica difference and leaves it empty wh
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from kubernetes.client import ApiClient
-
-from mcm_tasks import kinds
 from mcm_tasks.api import (
     ConditionStatus,
     Machine,
@@ -43,8 +40,6 @@ from mcm_tasks.api import (
     set_condition,
 )
 from mcm_tasks.controllers.common import preservation
-from mcm_tasks.kube import ops
-from mcm_tasks.kube.errors import is_conflict, is_not_found
 
 log = logging.getLogger(__name__)
 
@@ -143,37 +138,3 @@ def _managed(status: MachineSetStatus) -> tuple[Any, ...]:
 def status_changed(machine_set: MachineSet, new: MachineSetStatus) -> bool:
     """Whether writing ``new`` would change anything this controller manages."""
     return _managed(machine_set.status) != _managed(new)
-
-
-def update_machine_set_status(
-    api: ApiClient, machine_set: MachineSet, compute: Callable[[MachineSet], MachineSetStatus]
-) -> MachineSet | None:
-    """Write the status ``compute`` gives for the set, if it changed; on a Conflict the set is read
-    afresh and the status computed again for it. None when the set is gone.
-
-    Upstream: ``updateMachineSetStatus``.
-    """
-    current: list[MachineSet] = [machine_set]
-
-    def attempt() -> MachineSet:
-        obj = current[0]
-        new = compute(obj)
-        if not status_changed(obj, new):
-            return obj
-        body = obj.model_copy(update={"status": new})
-        try:
-            return MachineSet.model_validate(ops.update_status(api, kinds.MACHINE_SET.resource, dump(body)))
-        except Exception as err:
-            if is_conflict(err):
-                fresh = ops.get(
-                    api, kinds.MACHINE_SET.resource, obj.metadata.name or "", obj.metadata.namespace
-                )
-                current[0] = MachineSet.model_validate(fresh)
-            raise
-
-    try:
-        return ops.retry_on_conflict(attempt)
-    except Exception as err:
-        if is_not_found(err):
-            return None
-        raise

@@ -34,7 +34,7 @@ from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.common.status_io import write_operation
-from mcm_tasks.controllers.machineset import metrics
+from mcm_tasks.controllers.machineset import metrics_io
 from mcm_tasks.controllers.machineset.replicas import is_failed, slow_start
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.kinds import Queue
@@ -193,7 +193,7 @@ def terminate_machines(
         events.event(machine_set, NORMAL, SUCCESSFUL_DELETE, f"Deleted machine: {name}", action="Delete",
                      related=machine)  # fmt: skip
         if is_failed(machine) and machine.status.last_operation.type == MachineOperationType.HEALTH_CHECK:
-            metrics.count_stale_machine_removed()
+            metrics_io.count_stale_machine_removed()
         if answer and answer.get("kind") == "Machine":
             mark_terminating(scope, Machine.model_validate(answer))
 
