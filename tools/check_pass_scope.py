@@ -41,7 +41,7 @@ SCOPE_BUILDERS: frozenset[tuple[str, str]] = frozenset(
         ("machine/classes.py", "_read"),
         ("machine/secrets.py", "_read"),
         ("machineset/reconcile.py", "_read"),
-        ("machinedeployment/control.py", "Context.read"),
+        ("machinedeployment/scope.py", "Context.read"),
         ("machinedeployment/reconcile.py", "reconcile_machine_deployment"),
         # outside any pass: the queue's report on a failing key
         ("recovery.py", "reporter.report"),

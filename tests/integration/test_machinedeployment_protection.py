@@ -23,7 +23,7 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.controllers.common import context as common_context
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
-from mcm_tasks.controllers.machinedeployment import taints
+from mcm_tasks.controllers.machinedeployment import taints_io
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once
 from mcm_tasks.kube import ops
 from tests.integration.machinedeployment_support import (
@@ -193,14 +193,14 @@ def test_an_old_node_is_tainted_and_protected_in_one_write(
     (v1,) = world.sets()
     names = _node_names(world, v1)
     written: list[str] = []
-    real_patch = taints.ops.patch
+    real_patch = taints_io.ops.patch
 
     def patch(api: Any, resource: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         if resource == kinds.NODE.resource:
             written.append(name)
         return real_patch(api, resource, name, *args, **kwargs)
 
-    monkeypatch.setattr(taints.ops, "patch", patch)
+    monkeypatch.setattr(taints_io.ops, "patch", patch)
     world.patch({"spec": {"template": template("class-v2")}})
     world.reconcile()  # the rollout's first pass
 

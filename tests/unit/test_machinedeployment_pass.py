@@ -22,8 +22,8 @@ from mcm_tasks.api.constants import (
     UPDATE_RESULT_SUCCESSFUL,
     UPDATE_SUCCESSFUL_REASON,
 )
-from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.reconcile import deployment_pass, reconcile_machine_deployment
+from mcm_tasks.controllers.machinedeployment.scope import Context
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, get_settings, reset_settings
 from tests.kube_fake import FakeKube

@@ -16,7 +16,7 @@ first and only needs the sets the deployment already controls.
 A pass decides on cached MachineSets and writes with their resourceVersions; when a write meets a
 Conflict (the mirror lagged), the pass runs once more on live reads; while the mirror lags
 (``lagging_io.mirror_lagging``) it reads live from the start, and the sets it writes are woken at
-once (``control.Context.update_set``). The deployment comes back
+once (``scope.Context.update_set``). The deployment comes back
 after ShortRetry while a rollout is under way (besides the informer's events for its sets),
 after LongRetry once it is complete, and in time to notice a missed progress deadline.
 """
@@ -32,16 +32,16 @@ from mcm_tasks.api.enums import ConditionStatus
 from mcm_tasks.api.validation import validate_machine_deployment
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
-from mcm_tasks.controllers.machinedeployment import progress
+from mcm_tasks.controllers.machinedeployment import progress, sets_io
 from mcm_tasks.controllers.machinedeployment import sets as machine_sets
-from mcm_tasks.controllers.machinedeployment.control import Context
-from mcm_tasks.controllers.machinedeployment.inplace import rollout_in_place
-from mcm_tasks.controllers.machinedeployment.recreate import rollout_recreate
-from mcm_tasks.controllers.machinedeployment.rollback import rollback
-from mcm_tasks.controllers.machinedeployment.rolling import rollout_rolling
+from mcm_tasks.controllers.machinedeployment.inplace_io import rollout_in_place
+from mcm_tasks.controllers.machinedeployment.recreate_io import rollout_recreate
+from mcm_tasks.controllers.machinedeployment.rollback_io import rollback
+from mcm_tasks.controllers.machinedeployment.rolling_io import rollout_rolling
 from mcm_tasks.controllers.machinedeployment.scaling import is_scaling_event
-from mcm_tasks.controllers.machinedeployment.sync import status_only, sync
-from mcm_tasks.controllers.machinedeployment.trigger import handle_trigger_deletion
+from mcm_tasks.controllers.machinedeployment.scope import Context
+from mcm_tasks.controllers.machinedeployment.sync_io import status_only, sync
+from mcm_tasks.controllers.machinedeployment.trigger_io import handle_trigger_deletion
 from mcm_tasks.controllers.problems import answers_unreadable
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
@@ -88,7 +88,7 @@ def deployment_pass(ctx: Context) -> Requeue | None:
     deleting = deployment.metadata.is_deleting
     if deleting:
         # deletion needs neither a valid spec nor a selector: only the sets the deployment controls
-        machine_sets.claim_sets(ctx)
+        sets_io.claim_sets(ctx)
         return _delete(ctx)
 
     problems = validate_machine_deployment(deployment)
@@ -112,8 +112,8 @@ def deployment_pass(ctx: Context) -> Requeue | None:
             ctx.write_status(ctx.deployment.status.model_copy(update={"observed_generation": generation}))
         return None
 
-    machine_sets.claim_sets(ctx)
-    if not machine_sets.sync_hash_keys(ctx):
+    sets_io.claim_sets(ctx)
+    if not sets_io.sync_hash_keys(ctx):
         return Requeue.short()
     paused = progress.paused_condition(ctx.deployment, ctx.now)
     if paused is not None:
@@ -152,7 +152,7 @@ def _delete(ctx: Context) -> Requeue | None:
         ctx.set_finalizer(False)
         log.info("MachineDeployment %s: all machine sets gone, finalizer removed", ctx.key)
         return None
-    machine_sets.delete_all_sets(ctx)
+    sets_io.delete_all_sets(ctx)
     if not validate_machine_deployment(ctx.deployment):
         new_set, old_sets = machine_sets.split(ctx.deployment, ctx.sets)
         status_only(ctx, new_set, old_sets)

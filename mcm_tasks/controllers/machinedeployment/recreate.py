@@ -12,11 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from mcm_tasks.api import MachineDeployment, MachineSet
-from mcm_tasks.controllers.machinedeployment import sets as machine_sets
-from mcm_tasks.controllers.machinedeployment import taints
-from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.scaling import Sizes, active
-from mcm_tasks.controllers.machinedeployment.sync import finish_rollout
 
 
 class Step(StrEnum):
@@ -52,20 +48,3 @@ def plan_recreate(
         else {new_set.metadata.name or "": deployment.spec.replicas}
     )
     return RecreatePlan(Step.SCALE_NEW, sizes)
-
-
-def rollout_recreate(ctx: Context) -> float | None:
-    """Upstream: ``rolloutRecreate``."""
-    new_set, old_sets = machine_sets.new_and_old(ctx, create=False)
-    if taints.rollout_running(old_sets):
-        taints.protect_from_scale_down(ctx, [*old_sets, *([new_set] if new_set else [])])
-    old_machines = sum(len(ctx.machines_of(ms)) for ms in old_sets)
-    plan = plan_recreate(ctx.deployment, new_set, old_sets, old_machines)
-    if plan.step in (Step.SCALE_DOWN_OLD, Step.WAIT_FOR_OLD_MACHINES):
-        machine_sets.apply_sizes(ctx, plan.sizes)
-        return finish_rollout(ctx, new_set, old_sets, complete_actions=False)
-    if plan.step is Step.CREATE_NEW:
-        new_set = machine_sets.create_new_set(ctx, old_sets)
-    else:
-        machine_sets.apply_sizes(ctx, plan.sizes)
-    return finish_rollout(ctx, new_set, old_sets, complete_actions=True)

@@ -17,16 +17,12 @@ from typing import Final
 
 from mcm_tasks.api import MachineDeployment, MachineSet
 from mcm_tasks.api.constants import MACHINE_TEMPLATE_HASH_LABEL_KEY
-from mcm_tasks.controllers.machinedeployment import sets as machine_sets
-from mcm_tasks.controllers.machinedeployment import taints
-from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.hash import equal_ignore_hash
 from mcm_tasks.controllers.machinedeployment.revisions import (
     last_revision,
     revision_of,
     rolled_back_annotations,
 )
-from mcm_tasks.kube.events import NORMAL, WARNING
 
 log = logging.getLogger(__name__)
 
@@ -77,25 +73,3 @@ def rolled_back(
     return deployment.model_copy(
         update={"metadata": metadata, "spec": deployment.spec.model_copy(update=spec_update)}
     )
-
-
-def rollback(ctx: Context) -> None:
-    """Upstream: ``rollbackToTemplate``."""
-    new_set, old_sets = machine_sets.new_and_old(ctx, create=False)
-    all_sets = [*old_sets, *([new_set] if new_set is not None else [])]
-    plan = plan_rollback(ctx.deployment, all_sets)
-    name = ctx.deployment.metadata.name
-    if plan.target is None:
-        ctx.event(WARNING, ROLLBACK_REVISION_NOT_FOUND, plan.problem)
-    else:
-        taints.untaint_set(ctx, machine_sets.current(ctx, plan.target) or plan.target)
-        if not plan.changes_template:
-            ctx.event(
-                WARNING,
-                ROLLBACK_TEMPLATE_UNCHANGED,
-                f'The rollback revision contains the same template as current deployment "{name}"',
-            )
-    ctx.update_deployment(rolled_back(ctx.deployment, plan.target, take_template=plan.changes_template))
-    if plan.target is not None and plan.changes_template:
-        log.info("MachineDeployment %s: rolled back to revision %d", ctx.key, plan.revision)
-        ctx.event(NORMAL, ROLLBACK_DONE, f'Rolled back deployment "{name}" to revision {plan.revision}')

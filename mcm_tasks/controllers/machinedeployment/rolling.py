@@ -16,9 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mcm_tasks.api import MachineDeployment, MachineSet
-from mcm_tasks.controllers.machinedeployment import sets as machine_sets
-from mcm_tasks.controllers.machinedeployment import taints
-from mcm_tasks.controllers.machinedeployment.control import Context
 from mcm_tasks.controllers.machinedeployment.scaling import (
     Sizes,
     active,
@@ -29,7 +26,6 @@ from mcm_tasks.controllers.machinedeployment.scaling import (
     scale_down_old,
     with_sizes,
 )
-from mcm_tasks.controllers.machinedeployment.sync import finish_rollout
 
 
 def plan_new_set(deployment: MachineDeployment, all_sets: Sequence[MachineSet], new_set: MachineSet) -> Sizes:
@@ -69,23 +65,3 @@ def plan_rolling(deployment: MachineDeployment, new_set: MachineSet, old_sets: S
     """This pass's step: the new set's resize if there is one, else the old sets' scale-down."""
     all_sets = [*old_sets, new_set]
     return plan_new_set(deployment, all_sets, new_set) or plan_old_sets(deployment, all_sets, new_set)
-
-
-def rollout_rolling(ctx: Context) -> float | None:
-    """One pass of the RollingUpdate strategy; seconds until the next deadline check, if any.
-
-    Upstream: ``rolloutRolling``.
-    """
-    new_set, old_sets = machine_sets.new_and_old(ctx, create=True)
-    assert new_set is not None
-    running = taints.rollout_running(old_sets)
-    taints.taint_old_sets(ctx, old_sets, protect=running)
-    if running:
-        taints.protect_from_scale_down(ctx, [*old_sets, new_set])
-    old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
-    new_set = machine_sets.current(ctx, new_set) or new_set
-
-    step = plan_rolling(ctx.deployment, new_set, old_sets)
-    if step and machine_sets.apply_sizes(ctx, step):
-        return finish_rollout(ctx, new_set, old_sets, complete_actions=False)
-    return finish_rollout(ctx, new_set, old_sets, complete_actions=True)

@@ -5,13 +5,10 @@ deleted.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from mcm_tasks.api import MachineSet
-from mcm_tasks.controllers.machinedeployment import sets as machine_sets
-from mcm_tasks.controllers.machinedeployment import taints
-from mcm_tasks.controllers.machinedeployment.control import Context
+from mcm_tasks.controllers.machinedeployment import sets_io, taints_io
 from mcm_tasks.controllers.machinedeployment.progress import (
     NEW_MACHINE_SET_AVAILABLE,
     deadline_check_after,
@@ -20,9 +17,8 @@ from mcm_tasks.controllers.machinedeployment.progress import (
     rollout_conditions,
 )
 from mcm_tasks.controllers.machinedeployment.scaling import desired_annotation_stale, plan_scale
+from mcm_tasks.controllers.machinedeployment.scope import Context
 from mcm_tasks.controllers.machinedeployment.status import calculate_status
-
-log = logging.getLogger(__name__)
 
 
 def _all(new_set: MachineSet | None, old_sets: Sequence[MachineSet]) -> list[MachineSet]:
@@ -38,8 +34,8 @@ def finish_rollout(
 
     Upstream: ``calculateDeploymentStatus``.
     """
-    new_set = machine_sets.current(ctx, new_set)
-    old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
+    new_set = sets_io.current(ctx, new_set)
+    old_sets = [sets_io.current(ctx, ms) or ms for ms in old_sets]
     all_sets = _all(new_set, old_sets)
     deployment = ctx.deployment
     status = calculate_status(deployment, all_sets, new_set, ctx.now)
@@ -47,10 +43,10 @@ def finish_rollout(
         previous = progressing(ctx.observed)
         if previous is None or previous.reason != NEW_MACHINE_SET_AVAILABLE:
             # once per completed rollout: it reads every node of the deployment
-            taints.end_scale_down_protection(ctx, all_sets)
+            taints_io.end_scale_down_protection(ctx, all_sets)
         if new_set is not None:
-            taints.untaint_set(ctx, new_set)
-        machine_sets.cleanup(ctx, old_sets)
+            taints_io.untaint_set(ctx, new_set)
+        sets_io.cleanup(ctx, old_sets)
     status = rollout_conditions(ctx.deployment, ctx.observed, status, new_set, all_sets, ctx.now)
     ctx.write_status(status)
     return deadline_check_after(ctx.deployment, ctx.deployment.status, ctx.now)
@@ -59,21 +55,21 @@ def finish_rollout(
 def sync(ctx: Context) -> None:
     """Scale proportionally (scaling event, paused deployment); a paused deployment not being rolled
     back also cleans up old sets. Status without progress estimation, as MCM."""
-    new_set, old_sets = machine_sets.new_and_old(ctx, create=False)
+    new_set, old_sets = sets_io.new_and_old(ctx, create=False)
     deployment = ctx.deployment
     sizes = plan_scale(deployment, new_set, old_sets)
     by_name = {ms.metadata.name: ms for ms in ctx.sets}
     for name, size in sizes.items():
         ms = by_name.get(name)
         if ms is not None and (ms.spec.replicas != size or desired_annotation_stale(deployment, ms)):
-            machine_sets.scale_set(ctx, ms, size)
+            sets_io.scale_set(ctx, ms, size)
     if deployment.spec.paused and deployment.spec.rollback_to is None:
-        machine_sets.cleanup(ctx, old_sets)
+        sets_io.cleanup(ctx, old_sets)
     status_only(ctx, new_set, old_sets)
 
 
 def status_only(ctx: Context, new_set: MachineSet | None, old_sets: Sequence[MachineSet]) -> None:
     """Upstream: ``syncStatusOnly``."""
-    new_set = machine_sets.current(ctx, new_set)
-    old_sets = [machine_sets.current(ctx, ms) or ms for ms in old_sets]
+    new_set = sets_io.current(ctx, new_set)
+    old_sets = [sets_io.current(ctx, ms) or ms for ms in old_sets]
     ctx.write_status(calculate_status(ctx.deployment, _all(new_set, old_sets), new_set, ctx.now))
