@@ -28,8 +28,8 @@ GETTERS = frozenset({"get_settings", "now_utc", "get_clusters", "control_api", "
 SCOPE_BUILDERS: frozenset[tuple[str, str]] = frozenset(
     {
         # the process's clients, read by the scope's properties
-        ("common/context.py", "control_api"),
-        ("common/context.py", "target_api"),
+        ("common/context_io.py", "control_api"),
+        ("common/context_io.py", "target_api"),
         # every pass scope: settings and clock at the start of the pass, the clients when first used
         ("common/scope.py", "PassScope.begin"),
         ("common/scope.py", "PassScope.api"),

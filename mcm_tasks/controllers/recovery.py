@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.reader import get_reader
-from mcm_tasks.controllers.common.context import control_api
+from mcm_tasks.controllers.common.context_io import control_api
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.kinds import OF_QUEUE
 from mcm_tasks.kube import resources as kres

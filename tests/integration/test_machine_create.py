@@ -207,7 +207,7 @@ def test_no_bootstrap_token_without_the_placeholder(env: Env) -> None:
 
 
 def test_creation_marker_is_gone_after_the_flow(env: Env) -> None:
-    from mcm_tasks.controllers.common.context import creation_in_progress
+    from mcm_tasks.controllers.common.context_io import creation_in_progress
 
     cls = env.setup_class()
     name = env.name("h")

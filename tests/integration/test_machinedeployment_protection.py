@@ -21,7 +21,7 @@ from mcm_tasks.api.constants import (
     PRESERVE_ANNOTATION,
 )
 from mcm_tasks.cache.reader import CacheReader
-from mcm_tasks.controllers.common import context as common_context
+from mcm_tasks.controllers.common import context_io as common_context
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment import taints_io
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once

@@ -13,7 +13,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass
 from mcm_tasks.api.constants import NODE_FINALIZER, NODE_LABEL_KEY, NOT_MANAGED_BY_MCM_ANNOTATION
 from mcm_tasks.cache import get_reader
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.safety import ORPHAN_VMS, orphans_io
 from mcm_tasks.controllers.safety.orphans import node_action
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
@@ -95,7 +95,7 @@ def test_a_class_that_cannot_be_listed_does_not_stop_the_others_and_a_running_cr
     orphan = launch_vm(env, good, env.name("orphan"))
     in_flight = launch_vm(env, good, env.name("in-flight"))  # its Machine is not visible yet
 
-    with context.creation_in_flight(
+    with context_io.creation_in_flight(
         f"{env.namespace}/{env.name('in-flight')}", get_settings().reconcile_lock_ttl
     ):
         report = collect_orphans(orphan_scope())

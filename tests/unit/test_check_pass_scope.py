@@ -13,17 +13,17 @@ import check_pass_scope  # noqa: E402
 
 PHASE = """
 from mcm_tasks.api import now_utc
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.settings import get_settings
 
 
 def build(key):
-    return get_settings(), context.control_api()
+    return get_settings(), context_io.control_api()
 
 
 def phase(scope, machine):
     retry = get_settings().short_retry
-    api = context.target_api()
+    api = context_io.target_api()
     stamp = now_utc()
     return retry, api, stamp
 

@@ -17,7 +17,7 @@ from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache.models import parse_object
 from mcm_tasks.controllers import problems
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.machine import secrets
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.kube.events import ObjectRef
@@ -90,14 +90,14 @@ def listed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> l
         }
 
     machines = Machines(request.param)
-    monkeypatch.setattr(context, "_listers", lambda: SimpleNamespace(machines=machines))
-    monkeypatch.setattr(context, "control_api", lambda: None)
-    monkeypatch.setattr(context.ops, "list_", list_)
+    monkeypatch.setattr(context_io, "_listers", lambda: SimpleNamespace(machines=machines))
+    monkeypatch.setattr(context_io, "control_api", lambda: None)
+    monkeypatch.setattr(context_io.ops, "list_", list_)
     return selectors
 
 
 def test_an_unreadable_machine_is_left_out_of_the_machines_of_a_class(listed: list[str | None]) -> None:
-    assert [m.metadata.name for m in context.machines_of_class(None, "c", fx.NS)] == ["a", "b"]
+    assert [m.metadata.name for m in context_io.machines_of_class(None, "c", fx.NS)] == ["a", "b"]
 
 
 def test_a_class_is_in_use_only_by_a_machine_that_can_be_read(
@@ -105,24 +105,24 @@ def test_a_class_is_in_use_only_by_a_machine_that_can_be_read(
 ) -> None:
     """``class_in_use`` answers as ``machines_of_class`` would, on either path."""
     bad_only = [unreadable("bad", cls="e", node="n")]
-    assert context.class_in_use(None, "c", fx.NS)
-    assert not context.class_in_use(None, "unused", fx.NS)
-    assert not context.class_in_use(None, "c", "elsewhere")
+    assert context_io.class_in_use(None, "c", fx.NS)
+    assert not context_io.class_in_use(None, "unused", fx.NS)
+    assert not context_io.class_in_use(None, "c", "elsewhere")
     monkeypatch.setattr(__name__ + ".RAWS", [*RAWS, *bad_only])
-    assert not context.class_in_use(None, "e", fx.NS)
+    assert not context_io.class_in_use(None, "e", fx.NS)
 
 
 def test_the_class_question_reads_one_machine_not_all(monkeypatch: pytest.MonkeyPatch) -> None:
     """From the mirror, the first readable machine answers: the others are not read, let alone parsed
     (at a thousand machines of a class that was a thousand parses on every pass of the class)."""
     machines = Machines(True)
-    monkeypatch.setattr(context, "_listers", lambda: SimpleNamespace(machines=machines))
-    assert context.class_in_use(None, "c", fx.NS)
+    monkeypatch.setattr(context_io, "_listers", lambda: SimpleNamespace(machines=machines))
+    assert context_io.class_in_use(None, "c", fx.NS)
     assert machines.parsed == [f"{fx.NS}/a"]
 
 
 def test_an_unreadable_machine_is_left_out_of_the_machines_on_a_node(listed: list[str | None]) -> None:
-    assert [m.metadata.name for m in context.machines_on_node(None, "n")] == ["a", "b"]
+    assert [m.metadata.name for m in context_io.machines_on_node(None, "n")] == ["a", "b"]
     assert listed in ([], [f"{NODE_LABEL_KEY}=n"])
 
 
@@ -133,9 +133,9 @@ def test_the_unreadable_machine_is_answered_by_its_own_reconcile(monkeypatch: py
         warned.append((obj.name if isinstance(obj, ObjectRef) else obj.metadata.name, reason))
 
     monkeypatch.setattr(problems, "warn", warn)
-    monkeypatch.setattr(context, "mirror_has", lambda lister: False)
-    monkeypatch.setattr(context, "control_api", lambda: None)
-    monkeypatch.setattr(context.ops, "get", lambda api, res, name, namespace=None, **kw: RAWS[1])
+    monkeypatch.setattr(context_io, "mirror_has", lambda lister: False)
+    monkeypatch.setattr(context_io, "control_api", lambda: None)
+    monkeypatch.setattr(context_io.ops, "get", lambda api, res, name, namespace=None, **kw: RAWS[1])
     assert reconcile_machine(f"{fx.NS}/bad") is None
     assert warned == [("bad", problems.UNREADABLE_REASON)]
 
@@ -148,7 +148,7 @@ def test_an_unreadable_class_is_left_out_of_the_classes_referencing_a_secret(
     bad = fx.machine_class("bad", secret="s")
     bad["nodeTemplate"] = {"spec": nested(110)}
     raws = [fx.machine_class("a", secret="s"), bad, fx.machine_class("other", secret="t")]
-    monkeypatch.setattr(context, "mirror_has", lambda lister: False)
-    monkeypatch.setattr(context, "control_api", lambda: None)
-    monkeypatch.setattr(context.ops, "list_", lambda api, res, namespace=None, **kw: {"items": raws})
+    monkeypatch.setattr(context_io, "mirror_has", lambda lister: False)
+    monkeypatch.setattr(context_io, "control_api", lambda: None)
+    monkeypatch.setattr(context_io.ops, "list_", lambda api, res, namespace=None, **kw: {"items": raws})
     assert [c.metadata.name for c in secrets.classes_referencing(None, f"{fx.NS}/s")] == ["a"]

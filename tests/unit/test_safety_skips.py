@@ -66,7 +66,7 @@ def run_overshooting(
     monkeypatch.setattr(reads_io, "machine_sets", lambda scope: problems.parse_each(scope, MachineSet, sets))
     monkeypatch.setattr(reads_io, "machine_deployments", lambda scope: [])
     monkeypatch.setattr(reads_io, "machines_per_owner", lambda scope, uids: machines_per_owner(machines))
-    monkeypatch.setattr(reads_io.context, "control_api", lambda: None)  # the scope's api
+    monkeypatch.setattr(reads_io.context_io, "control_api", lambda: None)  # the scope's api
     monkeypatch.setattr(overshooting_io, "_apply", apply)
     overshooting_io.check_overshooting(SafetyScope.begin(OVERSHOOTING, OVERSHOOTING))
     return applied
@@ -124,7 +124,7 @@ def test_unfreeze_resets_the_readable_unknown_machines_around_an_unreadable_one(
         reset.append(machine.metadata.name or "")
         return True
 
-    monkeypatch.setattr(reads_io.context, "control_api", lambda: None)
+    monkeypatch.setattr(reads_io.context_io, "control_api", lambda: None)
     monkeypatch.setattr(reads_io.ops, "list_", lambda api, res, namespace=None: {"items": raws})
     monkeypatch.setattr(apiserver_io, "reset_health_timeout", reset_health_timeout)
     monkeypatch.setattr(apiserver_io, "enqueue_after", lambda kind, key, delay: enqueued.append(key))

@@ -1,4 +1,4 @@
-"""What every controller shares: the reads (``context``), the scope of a pass and the registration that
+"""What every controller shares: the reads (``context_io``), the scope of a pass and the registration that
 builds it (``scope``, ``registration``), the fold of a pass's phases (``phases``), the Machine status
 (``status`` decides, ``status_io`` writes), owner references and the claim (``owners``,
 ``claim_io``), Events (``events``), the freeze flag (``frozen_io``), template comparison

@@ -6,10 +6,10 @@ listers, ``safetyOptions``) beside the object ``reconcileClusterMachine`` and it
 - ``obj``: the object the pass is about, read once at its start, kept as last written; each
   controller names it (``ObjectName``: ``scope.machine``, ``scope.machine_set``, ``ctx.deployment``,
   ``scope.job``);
-- the shared reader: ``listers``, read through the one policy of ``context`` (``get_object``,
+- the shared reader: ``listers``, read through the one policy of ``context_io`` (``get_object``,
   ``list_objects``: the mirror once complete, else the API server);
 - the writer's clients: ``api`` (control cluster) and ``target`` (None in no-target mode), this
-  process's (``context.control_api``, ``context.target_api``), resolved when a phase first uses them:
+  process's (``context_io.control_api``, ``context_io.target_api``), resolved when a phase first uses them:
   a pass that writes nothing (a debounced safety job, a frozen machine) never builds them; or the
   ones the scope was built with (``clients``: a test's recording fake);
 - ``recorder`` (Events), ``settings``, ``now`` (the pass's one clock reading at its start) and
@@ -34,7 +34,7 @@ from kubernetes.client import ApiClient
 
 from mcm_tasks.api import now_utc
 from mcm_tasks.cache import Listers, get_listers
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.kube.events import EventRecorder
 from mcm_tasks.settings import Settings, get_settings
@@ -66,12 +66,12 @@ class PassScope(Generic[T]):
     @property
     def api(self) -> ApiClient:
         """The control cluster's client: where the pass writes."""
-        return self.clients[0] if self.clients is not None else context.control_api()
+        return self.clients[0] if self.clients is not None else context_io.control_api()
 
     @property
     def target(self) -> ApiClient | None:
         """The target cluster's client; None in no-target mode (``--target-kubeconfig=none``)."""
-        return self.clients[1] if self.clients is not None else context.target_api()
+        return self.clients[1] if self.clients is not None else context_io.target_api()
 
     @property
     def recorder(self) -> EventRecorder:

@@ -22,7 +22,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.registration import scoped
@@ -55,7 +55,7 @@ def class_problems(machine_class: MachineClass, missing_secrets: list[str]) -> l
 
 
 def _report_problems(scope: PassScope[MachineClass], machine_class: MachineClass) -> None:
-    loaded = context.load_class_context(scope.api, machine_class, scope.settings)
+    loaded = context_io.load_class_context(scope.api, machine_class, scope.settings)
     problems = class_problems(machine_class, loaded.missing_secrets)
     if problems:
         message = f"MachineClass {machine_class.metadata.name} cannot make machines: " + "; ".join(problems)
@@ -65,8 +65,8 @@ def _report_problems(scope: PassScope[MachineClass], machine_class: MachineClass
 
 def _read(key: str) -> MachineClass | None:
     """The class a pass over ``key`` is about, read before its scope is built."""
-    namespace, name = context.namespace_of(key, get_settings().namespace)
-    return context.get_machine_class(context.control_api(), name, namespace)
+    namespace, name = context_io.namespace_of(key, get_settings().namespace)
+    return context_io.get_machine_class(context_io.control_api(), name, namespace)
 
 
 def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
@@ -76,19 +76,19 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
     meta = machine_class.metadata
     if not meta.is_deleting:
         _report_problems(scope, machine_class)
-    namespace, name = context.namespace_of(key, scope.settings.namespace)
-    in_use = context.class_in_use(scope.api, name, namespace, lagging=mirror_lagging(scope.settings))
+    namespace, name = context_io.namespace_of(key, scope.settings.namespace)
+    in_use = context_io.class_in_use(scope.api, name, namespace, lagging=mirror_lagging(scope.settings))
     if not meta.is_deleting and in_use:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
         if patch is not None:
             _patch(scope, patch)
-            enqueue_many(machine_queue_items(context.machines_of_class(scope.api, name, namespace)))
+            enqueue_many(machine_queue_items(context_io.machines_of_class(scope.api, name, namespace)))
         return resync
     if in_use:
         # the seeds' flow: a class being deleted that machines still use enqueues them, so each pass
         # of theirs (a deletion under way, a failure to report) runs while the class waits on them
         log.info("machine class %s: being deleted but still used by machines, keeping its finalizer", key)
-        enqueue_many(machine_queue_items(context.machines_of_class(scope.api, name, namespace)))
+        enqueue_many(machine_queue_items(context_io.machines_of_class(scope.api, name, namespace)))
         return Requeue.short()
     patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
     if patch is not None:

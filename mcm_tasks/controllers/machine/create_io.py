@@ -26,8 +26,8 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachinePhase, MachineState, MachineStatus, NodeAddress
 from mcm_tasks.api.constants import MACHINE_PRIORITY_ANNOTATION, MACHINE_PRIORITY_DEFAULT, NODE_LABEL_KEY
 from mcm_tasks.api.enums import MachineOperationType
-from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common import context_io
+from mcm_tasks.controllers.common.context_io import ClassContext
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.status import current_status, last_operation, updated_status
 from mcm_tasks.controllers.common.status_io import update_machine_status, write_operation, write_problem
@@ -205,7 +205,7 @@ def trigger_creation_flow(scope: MachineScope, machine: Machine, cc: ClassContex
             scope, machine, f"Secret data of MachineClass {cc.machine_class.metadata.name} has no userData"
         )
         return Requeue.short()
-    with context.creation_in_flight(machine.key, settings.reconcile_lock_ttl):
+    with context_io.creation_in_flight(machine.key, settings.reconcile_lock_ttl):
         return _create(scope, machine, cc, driver, secret, target is not None)
 
 
@@ -262,7 +262,7 @@ def _find_or_launch(
     vm = VM(created.node_name, created.provider_id, _addresses(created.addresses), uninitialized=True)
     name = machine.metadata.name or ""
     if target_mode and is_stale_node(
-        context.get_node(scope.target, vm.node_name), vm.node_name, name, vm.provider_id
+        context_io.get_node(scope.target, vm.node_name), vm.node_name, name, vm.provider_id
     ):
         return _stale_node(scope, machine, cc, driver, secret, vm.provider_id)
     return vm

@@ -14,7 +14,7 @@ from typing import Any
 from mcm_tasks import kinds
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import EFFECTIVE_CREATION_TIMEOUT_ANNOTATION, MACHINE_DEPLOYMENT_NAME_LABEL_KEY
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common import creation_timeout as adaptive
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.scope import PassScope
@@ -35,7 +35,7 @@ def _adapt(scope: PassScope[Any], machine: Machine, decide: Decide, reason: str,
         return
     settings = scope.settings
     namespace = machine.metadata.namespace or settings.namespace
-    deployment = context.get_machine_deployment(scope.api, name, namespace)
+    deployment = context_io.get_machine_deployment(scope.api, name, namespace)
     if deployment is None:
         return
     declared = declared_creation_timeout(machine, settings)

@@ -46,7 +46,7 @@ from __future__ import annotations
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineStatus
-from mcm_tasks.controllers.common import context, status_io
+from mcm_tasks.controllers.common import context_io, status_io
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machine.deleting import with_deleting_condition
 from mcm_tasks.controllers.machine.deletion_io import Continue, Stop, step
@@ -94,7 +94,7 @@ def terminate(scope: MachineScope) -> Requeue | None:
     A creation still running (MCM's pendingMachineCreationMap) holds the flow back. It is asked once
     per pass: none can start once the machine is seen deleting, which is how this pass began.
     """
-    if context.creation_in_progress(scope.machine.key):
+    if context_io.creation_in_progress(scope.machine.key):
         return Requeue.medium()
     unwritten = False
     for _ in range(scope.settings.deletion_steps_per_pass):

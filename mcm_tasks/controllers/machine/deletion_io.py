@@ -39,7 +39,7 @@ from mcm_tasks.api.constants import (
     NODE_VOLUME_DETACH_TIMEOUT_ANNOTATION,
     PRE_DRAIN_HOOKS_RELEASED_ANNOTATION,
 )
-from mcm_tasks.controllers.common import context, status, status_io
+from mcm_tasks.controllers.common import context_io, status, status_io
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.machine import deleting, metrics
@@ -127,7 +127,7 @@ def _deployment_timeout(scope: MachineScope, key: str) -> float | None:
     per pass; None when unset or 0. An invalid value is a Warning Event and counts as unset."""
 
     def read() -> float | None:
-        raw = context.machine_setting(scope.api, scope.machine, key, scope.settings.namespace)
+        raw = context_io.machine_setting(scope.api, scope.machine, key, scope.settings.namespace)
         try:
             return deleting.parse_timeout(raw)
         except ValueError as err:
@@ -160,7 +160,7 @@ def _step_result(
     return Stop(new, requeue(transition.retry), moves)
 
 
-def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
+def _driver(scope: MachineScope) -> tuple[context_io.ClassContext, Driver] | None:
     """The class context and Driver, or None (with a Warning Event) when they cannot be had."""
     machine, machine_class = scope.machine, scope.machine_class()
     if machine_class is None:
@@ -169,7 +169,7 @@ def _driver(scope: MachineScope) -> tuple[context.ClassContext, Driver] | None:
         )
         return None
     if scope.class_context is None or scope.class_context.machine_class is not machine_class:
-        scope.class_context = context.load_class_context(scope.api, machine_class, scope.settings)
+        scope.class_context = context_io.load_class_context(scope.api, machine_class, scope.settings)
     found = scope.class_context
     try:
         return found, traced_driver(get_driver(machine_class.provider))

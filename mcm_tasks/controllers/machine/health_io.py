@@ -20,8 +20,8 @@ from mcm_tasks.api.constants import (
     NODE_LABEL_KEY,
     USER_DATA_SECRET_KEY,
 )
-from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common import context_io
+from mcm_tasks.controllers.common.context_io import ClassContext
 from mcm_tasks.controllers.common.remediation import MAX_REPLACEMENTS_REACHED
 from mcm_tasks.controllers.common.status import last_operation, updated_status
 from mcm_tasks.controllers.common.status_io import update_machine_status
@@ -159,7 +159,7 @@ def mark_failed(scope: MachineScope, machine: Machine, failed: MachineStatus) ->
         log.info("machine %s: permit of deployment %s busy; will try again", machine.key, deployment)
         return Requeue.short()
     try:
-        peers = context.machines_with_label(
+        peers = context_io.machines_with_label(
             scope.api, MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace
         )
         name = machine.metadata.name or ""
@@ -201,7 +201,7 @@ def refresh_remediation(scope: MachineScope, machine: Machine) -> None:
     if token is None:
         return
     try:
-        peers = context.machines_with_label(
+        peers = context_io.machines_with_label(
             scope.api, MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace
         )
         remediation_io.report(scope, remediation_io.read_view(scope, namespace, deployment, peers))

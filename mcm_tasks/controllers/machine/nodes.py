@@ -23,7 +23,7 @@ from mcm_tasks.api.constants import (
     NOT_MANAGED_BY_MCM_ANNOTATION,
     TRIGGER_DELETION_BY_MCM_ANNOTATION,
 )
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
@@ -56,10 +56,10 @@ def node_pass(scope: PassScope[str]) -> Requeue | None:
     target = scope.target
     if target is None:
         return None
-    node = context.get_node(scope.target, name)
+    node = context_io.get_node(scope.target, name)
     if node is not None and not is_managed(node):
         return None
-    machines = context.machines_on_node(scope.api, name)
+    machines = context_io.machines_on_node(scope.api, name)
     if len(machines) != 1:
         if len(machines) > 1:
             log.warning("node %s: %d machines claim it; leaving it alone", name, len(machines))

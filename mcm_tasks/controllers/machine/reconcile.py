@@ -42,8 +42,8 @@ from mcm_tasks.api.constants import MCM_FINALIZER, NODE_FINALIZER, NODE_LABEL_KE
 from mcm_tasks.api.validation import validate_machine, validate_machine_class
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable
-from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common import context_io
+from mcm_tasks.controllers.common.context_io import ClassContext
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.frozen_io import frozen_key, is_frozen
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
@@ -113,8 +113,8 @@ def machine_pass(scope: MachineScope) -> Requeue | None:
 def _read_machine(key: str) -> Machine | None:
     """The machine, read with the mirror's synced kinds in one round trip: the object its scope is
     built around (a scope builder: it reads the process's client and settings)."""
-    namespace, name = context.namespace_of(key, get_settings().namespace)
-    context.prefetch([(kinds.MACHINE.mirror, object_key(namespace, name))])
+    namespace, name = context_io.namespace_of(key, get_settings().namespace)
+    context_io.prefetch([(kinds.MACHINE.mirror, object_key(namespace, name))])
     return MachineScope.read(key)
 
 
@@ -146,7 +146,7 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
     namespace = machine.metadata.namespace or ""
     class_name = machine.spec.class_.name
     try:
-        machine_class = context.get_machine_class(scope.api, class_name, namespace)
+        machine_class = context_io.get_machine_class(scope.api, class_name, namespace)
     except Unreadable as err:
         report_unreadable(scope, err)
         write_problem(scope, machine, f"MachineClass {class_name} cannot be read: {err.problem}")
@@ -156,7 +156,7 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
         return Requeue.long()
     lagging = MCM_FINALIZER not in machine_class.metadata.finalizers and mirror_lagging(scope.settings)
     if lagging:  # a new class: its pass may have added the finalizer, which the late mirror lacks
-        machine_class = context.get_machine_class_live(scope.api, class_name, namespace) or machine_class
+        machine_class = context_io.get_machine_class_live(scope.api, class_name, namespace) or machine_class
     if MCM_FINALIZER not in machine_class.metadata.finalizers:
         enqueue(Queue.MACHINE_CLASS, object_key(machine_class.metadata.namespace, class_name))
         # while the mirror lags, back as soon as the class pass may have added it, to read it live
@@ -165,7 +165,7 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
     if problem:
         write_problem(scope, machine, problem)
         return Requeue.short()
-    scope.class_context = context.load_class_context(scope.api, machine_class, scope.settings)
+    scope.class_context = context_io.load_class_context(scope.api, machine_class, scope.settings)
     return None
 
 
@@ -179,7 +179,7 @@ def _ready(scope: MachineScope) -> Requeue | None:
     wanted = [(kinds.MACHINE_CLASS.mirror, object_key(namespace, machine.spec.class_.name))]
     if node_name:
         wanted.append((kinds.NODE.mirror, object_key(None, node_name)))
-    flags = context.prefetch(wanted, exists=[frozen_key()])
+    flags = context_io.prefetch(wanted, exists=[frozen_key()])
     if flags[0] if flags else is_frozen():
         log.info("machine %s: machine controller frozen, not reconciling", scope.machine.key)
         return Requeue.long()

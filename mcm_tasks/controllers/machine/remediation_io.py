@@ -21,7 +21,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineDeployment, MachineDeploymentCondition, dump
 from mcm_tasks.api.constants import MACHINE_DEPLOYMENT_NAME_LABEL_KEY, NODE_LABEL_KEY
 from mcm_tasks.api.meta import get_condition
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.remediation import (
     INVALID_BUDGET,
@@ -77,7 +77,7 @@ def _class_zones(scope: PassScope[Any], machines: list[Machine], namespace: str)
         name = m.spec.class_.name
         if name in out:
             continue
-        klass = context.get_machine_class(scope.api, name, namespace)
+        klass = context_io.get_machine_class(scope.api, name, namespace)
         spec = klass.provider_spec if klass is not None else None
         zone = spec.get("zone") if isinstance(spec, dict) else None
         out[name] = zone if isinstance(zone, str) else ""
@@ -91,7 +91,7 @@ def read_view(
     live by the caller under its permit. The zone view is read from the mirror: it spans the
     namespace and only needs to be about right; a cached one only ever holds a machine back."""
     settings = scope.settings
-    deployment = context.get_machine_deployment(scope.api, deployment_name, namespace)
+    deployment = context_io.get_machine_deployment(scope.api, deployment_name, namespace)
     replicas = deployment.spec.replicas if deployment is not None else len(peers)
     annotations = deployment.metadata.annotations if deployment is not None else {}
     budgets = deployment_budgets(annotations, replicas, settings)
@@ -130,8 +130,8 @@ def _namespace_zones(
         cached = _zone_views.get(namespace)
         if not fresh and cached is not None and now - cached[0] < ZONE_VIEW_TTL:
             return cached[1], cached[2]
-    machines = {m.metadata.name or "": m for m in context.machines_in_namespace(scope.api, namespace)}
-    nodes = {(n.get("metadata") or {}).get("name", ""): n for n in context.all_nodes(scope.target)}
+    machines = {m.metadata.name or "": m for m in context_io.machines_in_namespace(scope.api, namespace)}
+    nodes = {(n.get("metadata") or {}).get("name", ""): n for n in context_io.all_nodes(scope.target)}
     class_zones = _class_zones(scope, list(machines.values()), namespace)
     zones = {
         name: zone_of(
@@ -212,7 +212,7 @@ def is_blocked(scope: PassScope[Any], machine: Machine) -> bool:
     name = machine.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY, "")
     if not name:
         return False
-    deployment = context.get_machine_deployment(
+    deployment = context_io.get_machine_deployment(
         scope.api, name, machine.metadata.namespace or scope.settings.namespace
     )
     if deployment is None:

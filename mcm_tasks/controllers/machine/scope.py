@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from mcm_tasks.api import Machine, MachineClass, MachinePhase, Obj
 from mcm_tasks.api.constants import NODE_LABEL_KEY
-from mcm_tasks.controllers.common import context
-from mcm_tasks.controllers.common.context import ClassContext
+from mcm_tasks.controllers.common import context_io
+from mcm_tasks.controllers.common.context_io import ClassContext
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.scope import ObjectName, PassScope
 from mcm_tasks.settings import get_settings
@@ -38,8 +38,10 @@ class MachineScope(PassScope[Machine]):
         the API server while the mirror lags (``lagging_io.mirror_lagging``), as the pass that wrote
         it may have woken this one before the watch brought the change (``lagging_io.wake``)."""
         settings = get_settings()
-        namespace, name = context.namespace_of(key, settings.namespace)
-        return context.get_machine(context.control_api(), name, namespace, lagging=mirror_lagging(settings))
+        namespace, name = context_io.namespace_of(key, settings.namespace)
+        return context_io.get_machine(
+            context_io.control_api(), name, namespace, lagging=mirror_lagging(settings)
+        )
 
     def machine_class(self) -> MachineClass | None:
         """The machine's class without its secrets (None when it names none or it does not exist),
@@ -49,7 +51,7 @@ class MachineScope(PassScope[Machine]):
             return None
         namespace = self.machine.metadata.namespace or self.settings.namespace
         return self.remember(
-            f"class:{namespace}/{name}", lambda: context.get_machine_class(self.api, name, namespace)
+            f"class:{namespace}/{name}", lambda: context_io.get_machine_class(self.api, name, namespace)
         )
 
     def node_name(self) -> str:
@@ -67,10 +69,10 @@ class MachineScope(PassScope[Machine]):
         # Node too, or a machine that just joined would find its Node "missing" in the late mirror
         if mirror_lagging(self.settings):
             found: Obj | None = self.remember(
-                f"node:{name}", lambda: context.get_node_live(self.target, name)
+                f"node:{name}", lambda: context_io.get_node_live(self.target, name)
             )
         else:
-            found = self.remember(f"node:{name}", lambda: context.get_node(self.target, name))
+            found = self.remember(f"node:{name}", lambda: context_io.get_node(self.target, name))
         return found
 
     def waits_under_lag(self) -> bool:

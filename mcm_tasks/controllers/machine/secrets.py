@@ -16,7 +16,7 @@ from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MC_SECRET_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
@@ -32,7 +32,7 @@ def references(machine_class: MachineClass, secret_key: str) -> bool:
     namespace = machine_class.metadata.namespace or ""
     return any(
         object_key(ref.namespace or namespace, ref.name) == secret_key
-        for ref in context.secret_refs(machine_class)
+        for ref in context_io.secret_refs(machine_class)
     )
 
 
@@ -41,30 +41,30 @@ def classes_referencing(api: ApiClient, secret_key: str) -> list[MachineClass]:
     through ``list_objects``: the mirror's secret index, else one LIST of the controller's own
     namespace (as upstream's namespaced lister: a namespaced Role allows no more)."""
     lister = get_listers().machine_classes
-    raws = context.list_objects(
+    raws = context_io.list_objects(
         lister,
         api,
         kinds.MACHINE_CLASS.resource,
         mirror=lambda: lister.raw.referencing_secret(secret_key),
     )
-    return [c for c in context.readable(MachineClass, raws) if references(c, secret_key)]
+    return [c for c in context_io.readable(MachineClass, raws) if references(c, secret_key)]
 
 
 def get_secret_meta(api: ApiClient, name: str, namespace: str) -> dict[str, Any] | None:
     """The secret's metadata only: this reconcile never needs its data."""
-    found = context.get_raw(get_listers().secrets, api, kinds.SECRET.resource, name, namespace)
+    found = context_io.get_raw(get_listers().secrets, api, kinds.SECRET.resource, name, namespace)
     return None if found is None else dict(found.get("metadata") or {})
 
 
 def _read(key: str) -> dict[str, Any] | None:
     """The secret's metadata a pass over ``key`` is about, read before its scope is built."""
-    namespace, name = context.namespace_of(key, get_settings().namespace)
-    return get_secret_meta(context.control_api(), name, namespace)
+    namespace, name = context_io.namespace_of(key, get_settings().namespace)
+    return get_secret_meta(context_io.control_api(), name, namespace)
 
 
 def secret_pass(scope: PassScope[dict[str, Any]]) -> Requeue | None:
     """Upstream: ``findMachineClassForSecret``, ``addSecretFinalizers``, ``deleteSecretFinalizers``."""
-    namespace, name = context.namespace_of(scope.key, scope.settings.namespace)
+    namespace, name = context_io.namespace_of(scope.key, scope.settings.namespace)
     meta = scope.obj
     secret_key = object_key(namespace, name)
     referenced = bool(classes_referencing(scope.api, secret_key))

@@ -21,7 +21,7 @@ from mcm_tasks.api.constants import (
     NODE_DELETION_RELEASED_ANNOTATION,
     NODE_FINALIZER,
 )
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.events import recorder
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.scope import PassScope
@@ -74,15 +74,17 @@ def _group_size(scope: PassScope[Any], namespace: str, deployment: str) -> int:
     replacements of the first deletions would raise the limit as the storm goes on); the machines
     of a deployment the mirror does not know; the namespace's machines of no deployment."""
     if deployment:
-        found = context.get_machine_deployment(scope.api, deployment, namespace)
+        found = context_io.get_machine_deployment(scope.api, deployment, namespace)
         if found is not None:
             return found.spec.replicas
         return len(
-            context.machines_with_label(scope.api, MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace)
+            context_io.machines_with_label(
+                scope.api, MACHINE_DEPLOYMENT_NAME_LABEL_KEY, deployment, namespace
+            )
         )
     return sum(
         1
-        for m in context.machines_in_namespace(scope.api, namespace)
+        for m in context_io.machines_in_namespace(scope.api, namespace)
         if not m.metadata.labels.get(MACHINE_DEPLOYMENT_NAME_LABEL_KEY)
     )
 
@@ -152,7 +154,7 @@ def _tell_deployment(
     flag = rkey("storm", "announced", f"{namespace}/{deployment}")
     if not get_redis().set(flag, "1", nx=True, ex=max(1, int(settings.node_deletion_storm_window))):
         return
-    found = context.get_machine_deployment(scope.api, deployment, namespace)
+    found = context_io.get_machine_deployment(scope.api, deployment, namespace)
     if found is None:
         return
     recorder(scope.api).event(

@@ -31,7 +31,7 @@ from mcm_tasks.api.constants import MCM_FINALIZER, NODE_LABEL_KEY
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.controllers.common.context import control_api, list_objects, mirror_has
+from mcm_tasks.controllers.common.context_io import control_api, list_objects, mirror_has
 from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import wake
 from mcm_tasks.controllers.common.owners import selects

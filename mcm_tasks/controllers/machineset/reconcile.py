@@ -39,9 +39,9 @@ from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.controllers.common import context, preservation
+from mcm_tasks.controllers.common import context_io, preservation
 from mcm_tasks.controllers.common.claim_io import claim_children, recheck_owner
-from mcm_tasks.controllers.common.context import (
+from mcm_tasks.controllers.common.context_io import (
     get_node,
     get_object,
     get_pass_object,
@@ -104,7 +104,7 @@ def _read(key: str) -> MachineSet | None:
     namespace, name = split_key(key)
     return get_pass_object(
         get_listers().machine_sets,
-        context.control_api(),
+        context_io.control_api(),
         kinds.MACHINE_SET.resource,
         MachineSet,
         name,

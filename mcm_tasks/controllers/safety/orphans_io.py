@@ -16,7 +16,7 @@ from typing import Any, Final
 from mcm_tasks import kinds
 from mcm_tasks.api import MachineClass
 from mcm_tasks.cache.layout import object_key
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import warn
 from mcm_tasks.controllers.safety import reads_io
@@ -85,7 +85,7 @@ def _collect_class(
     scope: PassScope[Any], machine_class: MachineClass, by_name: dict[str, MachineFacts], report: OrphanReport
 ) -> None:
     """Upstream: ``checkMachineClass``."""
-    class_ctx = context.load_class_context(scope.api, machine_class, scope.settings)
+    class_ctx = context_io.load_class_context(scope.api, machine_class, scope.settings)
     if class_ctx.missing_secrets:
         _skip(scope, machine_class, report, f"secrets missing: {', '.join(class_ctx.missing_secrets)}")
         return
@@ -114,7 +114,7 @@ def _skip(scope: PassScope[Any], machine_class: MachineClass, report: OrphanRepo
 
 def _confirmed(scope: PassScope[Any], vm: OrphanVM, namespace: str) -> bool:
     """The API server agrees the VM is an orphan, and no create of that machine is running."""
-    if context.creation_in_progress(object_key(namespace, vm.machine_name)):
+    if context_io.creation_in_progress(object_key(namespace, vm.machine_name)):
         return False
     try:
         live = reads_io.machine_live(scope, vm.machine_name, namespace)

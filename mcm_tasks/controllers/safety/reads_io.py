@@ -30,7 +30,7 @@ from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import BY_OWNER
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems import parse_each
 from mcm_tasks.controllers.safety import orphans, overshooting
@@ -44,7 +44,7 @@ M = TypeVar("M", bound=K8sObject)
 def _list(scope: PassScope[Any], lister: Lister[M], res: Resource, model: type[M]) -> list[M]:
     """Every object of a kind in the control namespace that can be read: one that does not parse is
     reported on itself and left out, so that the job still covers all the others."""
-    return parse_each(scope, model, context.list_objects(lister, scope.api, res, scope.settings.namespace))
+    return parse_each(scope, model, context_io.list_objects(lister, scope.api, res, scope.settings.namespace))
 
 
 def _obj(value: Any) -> Obj:
@@ -159,7 +159,7 @@ def nodes_to_judge(scope: PassScope[Any], claims: Mapping[str, int]) -> list[Obj
 
 
 def machine_live(scope: PassScope[Any], name: str, namespace: str) -> Machine | None:
-    return context.get_machine_live(scope.api, name, namespace)
+    return context_io.get_machine_live(scope.api, name, namespace)
 
 
 def machines_live(scope: PassScope[Any]) -> list[Machine]:

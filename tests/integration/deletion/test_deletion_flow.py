@@ -13,7 +13,7 @@ from kubernetes import watch
 
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import MCM_FINALIZER
-from mcm_tasks.controllers.common.context import creation_in_flight
+from mcm_tasks.controllers.common.context_io import creation_in_flight
 from mcm_tasks.controllers.machine import deletion_io
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from mcm_tasks.controllers.machine.deletion_steps import Step

@@ -24,7 +24,7 @@ from mcm_tasks.api.constants import (
     NODE_TERMINATING_CONDITION,
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
-from mcm_tasks.controllers.common import context
+from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.registration import mirror_pass
 from mcm_tasks.controllers.machine.deletion import reconcile_termination
 from tests.integration.deletion.support import (
@@ -55,7 +55,7 @@ def requests_sent() -> Iterator[list[tuple[str, str]]]:
     """(method, resource) of every request the controller's clients send meanwhile."""
     sent: list[tuple[str, str]] = []
     clients: list[ApiClient] = []
-    for api in (context.control_api(), context.target_api()):
+    for api in (context_io.control_api(), context_io.target_api()):
         if api is not None and all(api is not c for c in clients):
             clients.append(api)
     originals = [c.call_api for c in clients]
@@ -77,7 +77,7 @@ def requests_sent() -> Iterator[list[tuple[str, str]]]:
 
 
 def _deleting(name: str) -> bool:
-    machine = context.get_machine(context.control_api(), name, "default")
+    machine = context_io.get_machine(context_io.control_api(), name, "default")
     return machine is not None and machine.metadata.is_deleting
 
 
@@ -88,7 +88,7 @@ def test_a_machine_with_nothing_to_drain_costs_one_status_write_and_one_event(en
     env.core.patch_node(name, {"metadata": {"finalizers": [NODE_FINALIZER]}})  # as the node task adds it
     env.delete_machine(name)
     wait_until(
-        lambda: NODE_FINALIZER in str(context.get_node(context.target_api(), name)),
+        lambda: NODE_FINALIZER in str(context_io.get_node(context_io.target_api(), name)),
         10,
         what="the mirror sees the node",
     )
@@ -126,7 +126,7 @@ def test_a_failed_machine_s_node_keeps_the_unhealthy_reason_the_flow_gave_it(env
     env.delete_machine(name)
 
     def seen_failed_and_deleting() -> bool:
-        machine = context.get_machine(context.control_api(), name, "default")
+        machine = context_io.get_machine(context_io.control_api(), name, "default")
         return (
             machine is not None
             and machine.metadata.is_deleting

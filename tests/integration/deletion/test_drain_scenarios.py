@@ -13,7 +13,7 @@ from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
 from mcm_tasks.api.constants import NODE_FINALIZER
 from mcm_tasks.cache import get_listers
-from mcm_tasks.controllers.common.context import list_objects
+from mcm_tasks.controllers.common.context_io import list_objects
 from mcm_tasks.controllers.machine.drain.state_io import PodProgress, drain_key
 from mcm_tasks.kube.clients import get_clusters
 from tests.integration.deletion.support import (

@@ -29,7 +29,7 @@ from mcm_tasks.api.constants import (
     NODE_TERMINATING_REASON_UNHEALTHY,
 )
 from mcm_tasks.cache import Listers, get_listers
-from mcm_tasks.controllers.common.context import list_objects, mirror_has
+from mcm_tasks.controllers.common.context_io import list_objects, mirror_has
 from mcm_tasks.controllers.machine.drain import select as ds
 from mcm_tasks.controllers.machine.drain.pods import Answer, Removal, Reply
 from mcm_tasks.controllers.machine.drain.volumes import shared_pv_names
