@@ -203,7 +203,7 @@ def secret_data_digest(secret: Mapping[str, Any]) -> str:
 def _secret_stored(obj: Obj) -> Obj:
     """A Secret as the mirror (and the informer's memory) keeps it: metadata, type and a digest of the
     data in an annotation, never the data. Workers fetch the data from the API server when a driver
-    call needs it (``mcm_tasks.controllers.common.secretdata``)."""
+    call needs it (``mcm_tasks.controllers.common.secretdata_io``)."""
     m = meta(_without_managed_fields(obj))
     annotations = {
         k: v for k, v in (m.get("annotations") or {}).items() if k not in _SECRET_COPYING_ANNOTATIONS

@@ -44,7 +44,7 @@ SCOPE_BUILDERS: frozenset[tuple[str, str]] = frozenset(
         ("machinedeployment/scope.py", "Context.read"),
         ("machinedeployment/reconcile.py", "reconcile_machine_deployment"),
         # outside any pass: the queue's report on a failing key
-        ("recovery.py", "reporter.report"),
+        ("recovery_io.py", "reporter.report"),
     }
 )
 

@@ -30,7 +30,7 @@ class Unreadable(ValueError):
 
     Carries the object's identity (never its content) and what is wrong, field by field. Listers leave
     such objects out of lists and raise this for a single get; the reconcilers answer it with a Warning
-    Event on the object (``controllers.problems``) instead of failing, since retrying cannot help.
+    Event on the object (``controllers.problems_io``) instead of failing, since retrying cannot help.
     """
 
     def __init__(self, kind: str, raw: Mapping[str, Any], problem: str) -> None:

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from mcm_tasks.controllers import recovery
+from mcm_tasks.controllers import recovery_io
 from mcm_tasks.controllers.machine import register as machine
 from mcm_tasks.controllers.machine import register_termination as machine_termination
 from mcm_tasks.controllers.machinedeployment import register as machinedeployment
 from mcm_tasks.controllers.machineset import register as machineset
 from mcm_tasks.controllers.safety import register as safety
 
-__all__ = ["machine", "machine_termination", "machinedeployment", "machineset", "recovery", "safety"]
+__all__ = ["machine", "machine_termination", "machinedeployment", "machineset", "recovery_io", "safety"]

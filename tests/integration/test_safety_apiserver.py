@@ -16,7 +16,7 @@ from mcm_tasks import kinds
 from mcm_tasks.controllers.common.frozen_io import is_frozen
 from mcm_tasks.controllers.machine.metrics import MachineCollector
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
-from mcm_tasks.controllers.problems import UNREADABLE_REASON
+from mcm_tasks.controllers.problems_io import UNREADABLE_REASON
 from mcm_tasks.controllers.safety import APISERVER
 from mcm_tasks.controllers.safety.apiserver import RESET_DESCRIPTION
 from mcm_tasks.controllers.safety.apiserver_io import down_since_key

@@ -16,7 +16,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, UNFREEZE_ANNOTATION
 from mcm_tasks.cache import get_reader
 from mcm_tasks.cache.reader import CacheReader
-from mcm_tasks.controllers.problems import UNREADABLE_REASON
+from mcm_tasks.controllers.problems_io import UNREADABLE_REASON
 from mcm_tasks.controllers.safety import OVERSHOOTING
 from mcm_tasks.controllers.safety.register import reconcile_safety
 from mcm_tasks.kube import ops

@@ -11,7 +11,7 @@ import pytest
 from mcm_sandbox.testing import fixtures as fx
 from mcm_tasks.api import MachineClass, MachineSet, now_utc
 from mcm_tasks.cache.models import Unreadable, parse_object
-from mcm_tasks.controllers import problems
+from mcm_tasks.controllers import problems_io
 from mcm_tasks.controllers.machine.classes import class_problems
 from mcm_tasks.controllers.machineset import status
 from mcm_tasks.controllers.safety import ORPHAN_VMS, orphans_io, reads_io
@@ -30,7 +30,7 @@ def warned(monkeypatch: pytest.MonkeyPatch) -> Warned:
         name = obj.name if isinstance(obj, ObjectRef) else obj.metadata.name
         seen.append((name, reason, message))
 
-    monkeypatch.setattr(problems, "warn", record)
+    monkeypatch.setattr(problems_io, "warn", record)
     monkeypatch.setattr(orphans_io, "warn", record)
     return seen
 
@@ -42,18 +42,18 @@ def unreadable_set(name: str = "bad") -> dict[str, Any]:
 
 
 def test_an_unreadable_object_ends_the_pass_with_an_event(warned: Warned) -> None:
-    @problems.answers_unreadable
+    @problems_io.answers_unreadable
     def reconcile(key: str) -> str:
         parse_object(MachineSet, unreadable_set())
         return "never"
 
     assert reconcile("mcm/bad") is None
-    assert [(name, reason) for name, reason, _ in warned] == [("bad", problems.UNREADABLE_REASON)]
+    assert [(name, reason) for name, reason, _ in warned] == [("bad", problems_io.UNREADABLE_REASON)]
     assert "spec.replicas" in warned[0][2] and "many" not in warned[0][2]
 
 
 def test_other_errors_still_raise(warned: Warned) -> None:
-    @problems.answers_unreadable
+    @problems_io.answers_unreadable
     def reconcile(key: str) -> None:
         raise RuntimeError("a bug, or an outage: backoff is right for these")
 
@@ -63,7 +63,7 @@ def test_other_errors_still_raise(warned: Warned) -> None:
 
 
 def test_parse_each_reports_and_skips_the_unreadable(warned: Warned) -> None:
-    parsed = problems.parse_each(None, MachineSet, [fx.machine_set("good"), unreadable_set()])
+    parsed = problems_io.parse_each(None, MachineSet, [fx.machine_set("good"), unreadable_set()])
     assert [s.metadata.name for s in parsed] == ["good"]
     assert [name for name, _, _ in warned] == ["bad"]
 
@@ -122,7 +122,7 @@ def test_an_invalid_set_gets_a_replica_failure_condition_a_valid_pass_clears() -
 def test_unreadable_carries_what_an_event_needs() -> None:
     with pytest.raises(Unreadable) as caught:
         parse_object(MachineSet, unreadable_set())
-    ref = problems.ref_of(caught.value.identity, caught.value.kind)
+    ref = problems_io.ref_of(caught.value.identity, caught.value.kind)
     assert ref is not None and (ref.kind, ref.name, ref.namespace) == ("MachineSet", "bad", fx.NS)
 
 
@@ -135,5 +135,5 @@ def test_the_event_reference_of_a_deep_object_needs_no_dump() -> None:
     deep = MachineClass.model_validate(obj)
     with pytest.raises(Exception, match="depth"):
         ObjectRef.of(deep)  # what the recorder does with a model: dumps it whole
-    ref = problems.identity(deep)
+    ref = problems_io.identity(deep)
     assert (ref.kind, ref.name, ref.namespace) == ("MachineClass", "deep", fx.NS)

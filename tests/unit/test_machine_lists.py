@@ -16,7 +16,7 @@ from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache.models import parse_object
-from mcm_tasks.controllers import problems
+from mcm_tasks.controllers import problems_io
 from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.machine import secrets
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
@@ -132,12 +132,12 @@ def test_the_unreadable_machine_is_answered_by_its_own_reconcile(monkeypatch: py
     def warn(scope: Any, obj: Any, reason: str, message: str) -> None:
         warned.append((obj.name if isinstance(obj, ObjectRef) else obj.metadata.name, reason))
 
-    monkeypatch.setattr(problems, "warn", warn)
+    monkeypatch.setattr(problems_io, "warn", warn)
     monkeypatch.setattr(context_io, "mirror_has", lambda lister: False)
     monkeypatch.setattr(context_io, "control_api", lambda: None)
     monkeypatch.setattr(context_io.ops, "get", lambda api, res, name, namespace=None, **kw: RAWS[1])
     assert reconcile_machine(f"{fx.NS}/bad") is None
-    assert warned == [("bad", problems.UNREADABLE_REASON)]
+    assert warned == [("bad", problems_io.UNREADABLE_REASON)]
 
 
 def test_an_unreadable_class_is_left_out_of_the_classes_referencing_a_secret(

@@ -13,7 +13,7 @@ import pytest
 from mcm_sandbox.testing import fixtures as fx
 from mcm_sandbox.testing.hostile import nested
 from mcm_tasks.api import Machine, MachineSet
-from mcm_tasks.controllers import problems
+from mcm_tasks.controllers import problems_io
 from mcm_tasks.controllers.safety import APISERVER, OVERSHOOTING, apiserver_io, overshooting_io, reads_io
 from mcm_tasks.controllers.safety.overshooting import FreezeChange, machines_per_owner
 from mcm_tasks.controllers.safety.scope import SafetyScope
@@ -31,7 +31,7 @@ def warned(monkeypatch: pytest.MonkeyPatch) -> Warned:
     def record(scope: Any, obj: Any, reason: str, message: str) -> None:
         seen.append((obj.name if isinstance(obj, ObjectRef) else obj.metadata.name, reason))
 
-    monkeypatch.setattr(problems, "warn", record)
+    monkeypatch.setattr(problems_io, "warn", record)
     return seen
 
 
@@ -63,7 +63,9 @@ def run_overshooting(
     def apply(scope: Any, api: Any, res: Any, obj: Any, decision: Any, errors: Any) -> None:
         applied[obj.metadata.name] = decision.change
 
-    monkeypatch.setattr(reads_io, "machine_sets", lambda scope: problems.parse_each(scope, MachineSet, sets))
+    monkeypatch.setattr(
+        reads_io, "machine_sets", lambda scope: problems_io.parse_each(scope, MachineSet, sets)
+    )
     monkeypatch.setattr(reads_io, "machine_deployments", lambda scope: [])
     monkeypatch.setattr(reads_io, "machines_per_owner", lambda scope, uids: machines_per_owner(machines))
     monkeypatch.setattr(reads_io.context_io, "control_api", lambda: None)  # the scope's api
@@ -78,7 +80,7 @@ def run_overshooting(
     [
         pytest.param(valid_set("bad", replicas=-5), None, id="negative-replicas"),
         pytest.param(valid_set("bad", replicas=-(2**31)), None, id="int32-min-replicas"),
-        pytest.param(unreadable_set("bad"), problems.UNREADABLE_REASON, id="unreadable"),
+        pytest.param(unreadable_set("bad"), problems_io.UNREADABLE_REASON, id="unreadable"),
     ],
 )
 def test_overshooting_skips_a_set_it_cannot_judge_and_freezes_the_healthy_one_beside_it(
@@ -95,7 +97,7 @@ def test_overshooting_leaves_a_quiet_fleet_with_an_unreadable_set_alone(
 ) -> None:
     applied = run_overshooting(monkeypatch, [unreadable_set("bad"), valid_set("good", 3)], owned("good", 3))
     assert applied == {}
-    assert warned == [("bad", problems.UNREADABLE_REASON)]
+    assert warned == [("bad", problems_io.UNREADABLE_REASON)]
 
 
 def unknown_machine(name: str, deep: bool = False) -> dict[str, Any]:
@@ -135,5 +137,5 @@ def test_unfreeze_resets_the_readable_unknown_machines_around_an_unreadable_one(
 
     assert reset == ["a", "b"]
     assert frozen == [False], "the unreadable machine does not keep the controller frozen"
-    assert warned == [("bad", problems.UNREADABLE_REASON)]
+    assert warned == [("bad", problems_io.UNREADABLE_REASON)]
     assert all("bad" not in key for key in enqueued) and len(enqueued) >= 2

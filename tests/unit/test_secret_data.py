@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcm_tasks.controllers.common.secretdata import SecretDataCache, decode_secret_data
+from mcm_tasks.controllers.common.secretdata_io import SecretDataCache, decode_secret_data
 from mcm_tasks.settings import configure, get_settings, reset_settings
 
 

@@ -36,7 +36,7 @@ from mcm_tasks.cache.layout import BY_CLASS, split_key
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.cache.reader import get_reader
-from mcm_tasks.controllers.common import secretdata
+from mcm_tasks.controllers.common import secretdata_io
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.clients import get_clusters
 from mcm_tasks.kube.resources import Resource
@@ -251,7 +251,7 @@ def get_machine_class_live(api: ApiClient, name: str, namespace: str) -> Machine
 def readable(model: type[M], raws: Iterable[Obj]) -> list[M]:
     """The objects that parse, as models; one that does not is left out without a word, as the
     listers leave it out of every mirror list: its own reconcile reads it, fails to parse it and
-    answers with an ``Unreadable`` Event (``controllers.problems.answers_unreadable``), and one bad
+    answers with an ``Unreadable`` Event (``controllers.problems_io.answers_unreadable``), and one bad
     object cannot stall the pass that lists it."""
     out = []
     for raw in raws:
@@ -365,7 +365,7 @@ def get_secret_data(
         if mirrored is None:
             return None
         version = str((mirrored.get("metadata") or {}).get("resourceVersion", ""))
-    return secretdata.read_secret_data(api, ref.name, namespace, version, ttl=ttl)
+    return secretdata_io.read_secret_data(api, ref.name, namespace, version, ttl=ttl)
 
 
 def merge_secret_data(*datas: Mapping[str, bytes]) -> dict[str, bytes]:

@@ -27,7 +27,7 @@ from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
-from mcm_tasks.controllers.problems import answers_unreadable, warn
+from mcm_tasks.controllers.problems_io import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, enqueue_many

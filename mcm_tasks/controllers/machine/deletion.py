@@ -52,7 +52,7 @@ from mcm_tasks.controllers.machine.deleting import with_deleting_condition
 from mcm_tasks.controllers.machine.deletion_io import Continue, Stop, step
 from mcm_tasks.controllers.machine.drain.state_io import DrainStore
 from mcm_tasks.controllers.machine.scope import MachineScope
-from mcm_tasks.controllers.problems import answers_unreadable
+from mcm_tasks.controllers.problems_io import answers_unreadable
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.queue import Requeue
 from mcm_tasks.tracing import machine_span

@@ -53,7 +53,7 @@ from mcm_tasks.controllers.common.status import is_problem
 from mcm_tasks.controllers.common.status_io import write_operation, write_problem
 from mcm_tasks.controllers.machine import create_io, health_io, inplace_io, preserve_io
 from mcm_tasks.controllers.machine.scope import MachineScope
-from mcm_tasks.controllers.problems import answers_unreadable, report_unreadable
+from mcm_tasks.controllers.problems_io import answers_unreadable, report_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict

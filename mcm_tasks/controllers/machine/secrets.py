@@ -20,7 +20,7 @@ from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
-from mcm_tasks.controllers.problems import answers_unreadable
+from mcm_tasks.controllers.problems_io import answers_unreadable
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings

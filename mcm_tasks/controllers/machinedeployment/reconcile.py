@@ -42,7 +42,7 @@ from mcm_tasks.controllers.machinedeployment.scaling import is_scaling_event
 from mcm_tasks.controllers.machinedeployment.scope import Context
 from mcm_tasks.controllers.machinedeployment.sync_io import status_only, sync
 from mcm_tasks.controllers.machinedeployment.trigger_io import handle_trigger_deletion
-from mcm_tasks.controllers.problems import answers_unreadable
+from mcm_tasks.controllers.problems_io import answers_unreadable
 from mcm_tasks.kube.errors import describe, is_conflict
 from mcm_tasks.kube.events import WARNING
 from mcm_tasks.queue import Requeue

@@ -66,7 +66,7 @@ from mcm_tasks.controllers.machineset.replicas import (
 )
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.controllers.machineset.sync_io import propagate
-from mcm_tasks.controllers.problems import answers_unreadable
+from mcm_tasks.controllers.problems_io import answers_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import describe, is_conflict

@@ -18,7 +18,7 @@ from mcm_tasks.api import MachineClass
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.scope import PassScope
-from mcm_tasks.controllers.problems import warn
+from mcm_tasks.controllers.problems_io import warn
 from mcm_tasks.controllers.safety import reads_io
 from mcm_tasks.controllers.safety.orphans import (
     MachineFacts,

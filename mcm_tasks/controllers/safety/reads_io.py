@@ -7,7 +7,7 @@ their owner index (``machines_per_owner``), the orphan job reads five strings of
 (``orphan_facts``) and decodes only the Nodes a change is possible for (``nodes_to_judge``).
 
 A MachineSet, MachineDeployment or MachineClass that does not parse is reported on itself
-(``controllers.problems``) and left out: a fleet-wide job must not fail for everyone because of one
+(``controllers.problems_io``) and left out: a fleet-wide job must not fail for everyone because of one
 bad object. A machine is not reported here (its own reconcile does it) and is counted by its owner
 whatever its content.
 
@@ -32,7 +32,7 @@ from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.scope import PassScope
-from mcm_tasks.controllers.problems import parse_each
+from mcm_tasks.controllers.problems_io import parse_each
 from mcm_tasks.controllers.safety import orphans, overshooting
 from mcm_tasks.controllers.safety.orphans import MachineFacts
 from mcm_tasks.kube import ops
