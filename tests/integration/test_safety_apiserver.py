@@ -14,7 +14,7 @@ from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_sandbox.testing.hostile import nested
 from mcm_tasks import kinds
 from mcm_tasks.controllers.common.frozen_io import is_frozen
-from mcm_tasks.controllers.machine.metrics import MachineCollector
+from mcm_tasks.controllers.machine.metrics_io import MachineCollector
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.problems_io import UNREADABLE_REASON
 from mcm_tasks.controllers.safety import APISERVER

@@ -3,8 +3,8 @@
 Two kinds, as upstream:
 
 - state metrics (items, phase, info, conditions, frozen) are computed at scrape time from the mirror
-  by ``MachineCollector``, so any process with Redis can serve them and they agree across workers;
-  register it with ``register_collector``;
+  by ``metrics_io.MachineCollector``, so any process with Redis can serve them and they agree across
+  workers; register it with ``metrics_io.register_collector``;
 - event metrics (create / initialize / join / delete / drain durations, failed joins) are observed by
   the process that saw the event, in the default prometheus_client registry.
 
@@ -14,12 +14,10 @@ call is counted once whoever makes it. Label values are names, never secret mate
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import Histogram
-from prometheus_client.core import REGISTRY, CollectorRegistry, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from mcm_tasks.api import Machine, MachineClass, MachinePhase
 from mcm_tasks.api.constants import MACHINE_DEPLOYMENT_NAME_LABEL_KEY, NODE_LABEL_KEY
@@ -161,20 +159,3 @@ def machine_metrics(machines: list[Machine], frozen: bool) -> list[Metric]:
     )
     frozen_gauge.add_metric([], 1 if frozen else 0)
     return [items, phase, info, conditions, frozen_gauge]
-
-
-class MachineCollector(Collector):
-    """Reads the machines from the mirror at each scrape."""
-
-    def collect(self) -> Iterator[Metric]:
-        from mcm_tasks.cache import get_listers
-        from mcm_tasks.controllers.common.frozen_io import is_frozen
-
-        machines: list[Any] = get_listers().machines.list()
-        yield from machine_metrics(machines, is_frozen())
-
-
-def register_collector(registry: CollectorRegistry = REGISTRY) -> MachineCollector:
-    collector = MachineCollector()
-    registry.register(collector)
-    return collector
