@@ -1,4 +1,5 @@
-"""Check that the controllers read clients, settings and the clock from their pass scope only.
+"""Check that the controllers read clients, settings and the clock from their pass scope only, and
+that a module that decides does not act.
 
 A phase below a controller's entry gets what it works with from the scope it is handed
 (``controllers/common/scope.py`` ``PassScope``: ``api``, ``target``, ``settings``, ``clock()``), so a
@@ -6,6 +7,13 @@ test builds the scope around a fake and the phase never reaches for a process gl
 This walks every module under ``mcm_tasks/controllers/`` and reports each call of a process getter
 (``get_settings()``, ``now_utc()``, ``get_clusters()``, ``control_api()``, ``target_api()``) outside
 the scope builders listed in ``SCOPE_BUILDERS``: the only places that may read them.
+
+It also checks the naming rule of docs/architecture.md: under ``mcm_tasks/controllers/`` a module
+decides and its ``_io`` sibling acts. A module whose name does not end in ``_io`` (the entry modules of
+``ENTRY_MODULES`` and the pass modules of ``PASS_MODULES`` aside) must not import an edge that acts
+(``ACTING_MODULES``: the API calls, the Redis client) nor an ``_io`` module or one of its functions;
+it may name an ``_io`` module's types (a CamelCase name), as the drain's plan names its progress
+records.
 
     python tools/check_pass_scope.py          # exit 1 and list the calls when there is one
 """
@@ -47,6 +55,59 @@ SCOPE_BUILDERS: frozenset[tuple[str, str]] = frozenset(
         ("recovery_io.py", "reporter.report"),
     }
 )
+
+
+#: the modules that wire a reconciler: the pass itself, its registration, its wake-up rules, its scope
+ENTRY_MODULES: frozenset[str] = frozenset(
+    {"reconcile", "register", "register_termination", "watches", "scope", "reconcilers"}
+)
+
+#: the pass modules of the machine controller's other queues (module path under controllers/)
+PASS_MODULES: frozenset[str] = frozenset(
+    {"machine/classes.py", "machine/secrets.py", "machine/nodes.py", "machine/deletion.py"}
+)
+
+#: the edges that act: a module importing one (or a name from one) acts
+ACTING_MODULES: tuple[str, ...] = (
+    "mcm_tasks.kube.ops",
+    "mcm_tasks.kube.clients",
+    "mcm_tasks.kube.rest",
+    "mcm_tasks.redisdb",
+    "redis",
+)
+
+
+def _acting_import(module: str, name: str | None) -> bool:
+    """Whether importing ``name`` from ``module`` (or ``module`` itself when ``name`` is None) brings
+    something that acts into a module that decides."""
+    full = module if name is None else f"{module}.{name}"
+    if any(full == edge or full.startswith(edge + ".") for edge in ACTING_MODULES):
+        return True
+    if name is not None and name.endswith("_io"):
+        return True
+    return module.rsplit(".", 1)[-1].endswith("_io") and name is not None and not name[:1].isupper()
+
+
+def naming_violations(root: Path = CONTROLLERS) -> list[str]:
+    """``module:line: imports what`` for each module that decides (no ``_io`` suffix, not an entry or
+    pass module) yet imports an edge that acts, or an ``_io`` module's function."""
+    found: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        module = path.relative_to(root).as_posix()
+        if path.stem.endswith("_io") or path.stem in ENTRY_MODULES or module in PASS_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                pairs = [(alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                pairs = [(node.module, alias.name) for alias in node.names]
+            else:
+                continue
+            for mod, name in pairs:
+                if _acting_import(mod, name):
+                    what = mod if name is None else f"{mod}.{name}"
+                    found.append(f"{module}:{node.lineno}: decides but imports {what} (name it *_io.py)")
+    return found
 
 
 def _reads(node: ast.AST, scope: list[str]) -> Iterator[tuple[str, int, str]]:
@@ -92,13 +153,13 @@ def violations(root: Path = CONTROLLERS, builders: frozenset[tuple[str, str]] = 
 
 
 def main() -> int:
-    found = violations()
+    found = violations() + naming_violations()
     for line in found:
         print(line)
     if found:
         print(
-            f"{len(found)} read(s) of process globals under mcm_tasks/controllers/: take them from the "
-            "pass scope (tools/check_pass_scope.py lists the scope builders)",
+            f"{len(found)} finding(s) under mcm_tasks/controllers/: take the process's globals from the "
+            "pass scope (tools/check_pass_scope.py lists the scope builders); x.py decides, x_io.py acts",
             file=sys.stderr,
         )
         return 1

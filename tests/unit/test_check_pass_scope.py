@@ -54,3 +54,30 @@ def test_a_builder_that_reads_nothing_is_a_stale_entry(tmp_path: Path) -> None:
     assert check_pass_scope.violations(tmp_path, frozenset({("flow.py", "build")})) == [
         "flow.py: scope builder build reads nothing"
     ]
+
+
+DECIDES = """
+import redis
+from mcm_tasks.kube import ops
+from mcm_tasks.controllers.common import status_io
+from mcm_tasks.controllers.common.status_io import update_machine_status
+from mcm_tasks.controllers.machine.drain.state_io import DrainProgress
+from mcm_tasks.kube.errors import is_conflict
+"""
+
+
+def test_every_module_that_decides_imports_nothing_that_acts() -> None:
+    assert check_pass_scope.naming_violations() == []
+
+
+def test_a_module_that_decides_yet_imports_what_acts_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "machine").mkdir()
+    for name in ("plan.py", "plan_io.py", "reconcile.py", "classes.py"):
+        (tmp_path / "machine" / name).write_text(DECIDES)
+    assert check_pass_scope.naming_violations(tmp_path) == [
+        "machine/plan.py:2: decides but imports redis (name it *_io.py)",
+        "machine/plan.py:3: decides but imports mcm_tasks.kube.ops (name it *_io.py)",
+        "machine/plan.py:4: decides but imports mcm_tasks.controllers.common.status_io (name it *_io.py)",
+        "machine/plan.py:5: decides but imports mcm_tasks.controllers.common.status_io.update_machine_status "
+        "(name it *_io.py)",
+    ]
