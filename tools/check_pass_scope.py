@@ -2,11 +2,13 @@
 that a module that decides does not act.
 
 A phase below a controller's entry gets what it works with from the scope it is handed
-(``controllers/common/scope.py`` ``PassScope``: ``api``, ``target``, ``settings``, ``clock()``), so a
-test builds the scope around a fake and the phase never reaches for a process global behind it.
-This walks every module under ``mcm_tasks/controllers/`` and reports each call of a process getter
-(``get_settings()``, ``now_utc()``, ``get_clusters()``, ``control_api()``, ``target_api()``) outside
-the scope builders listed in ``SCOPE_BUILDERS``: the only places that may read them.
+(``controllers/common/scope.py`` ``PassScope``: ``api``, ``target``, ``settings``, ``clock()``,
+``precise_clock()``), so a test builds the scope around a fake and a fixed clock and the phase never
+reaches for a process global behind it. This walks every module under ``mcm_tasks/controllers/`` and
+reports each call of a process getter (``get_settings()``, ``now_utc()``, ``precise_now_utc()``,
+``get_clusters()``, ``control_api()``, ``target_api()``) or of the wall clock itself
+(``datetime.now()``) outside the scope builders listed in ``SCOPE_BUILDERS``: the only places that
+may read them.
 
 It also checks the naming rule of docs/architecture.md: under ``mcm_tasks/controllers/`` a module
 decides and its ``_io`` sibling acts. A module whose name does not end in ``_io`` (the entry modules of
@@ -29,7 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTROLLERS = ROOT / "mcm_tasks" / "controllers"
 
 #: the process's getters a phase must not call: it reads them from its scope
-GETTERS = frozenset({"get_settings", "now_utc", "get_clusters", "control_api", "target_api"})
+GETTERS = frozenset(
+    {"get_settings", "now_utc", "precise_now_utc", "get_clusters", "control_api", "target_api"}
+)
+
+#: the wall clock read directly (``datetime.now(UTC)``): a phase reads ``scope.precise_clock()``
+CLOCK_READS = frozenset({"now", "utcnow", "today"})
 
 #: (module path under mcm_tasks/controllers/, qualified function name): where a scope is built, the
 #: one place each of its parts is read from the process
@@ -110,6 +117,13 @@ def naming_violations(root: Path = CONTROLLERS) -> list[str]:
     return found
 
 
+def _is_datetime(node: ast.AST) -> bool:
+    """``datetime`` or ``<module>.datetime``: the class whose ``now()`` reads the wall clock."""
+    return (isinstance(node, ast.Name) and node.id == "datetime") or (
+        isinstance(node, ast.Attribute) and node.attr == "datetime"
+    )
+
+
 def _reads(node: ast.AST, scope: list[str]) -> Iterator[tuple[str, int, str]]:
     """(qualified name of the enclosing function or class, line, getter) of each read of a getter:
     a call by bare name (``get_settings()``) or attribute (``context.control_api()``), or the getter
@@ -124,6 +138,8 @@ def _reads(node: ast.AST, scope: list[str]) -> Iterator[tuple[str, int, str]]:
             name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
             if name in GETTERS:
                 yield where, child.lineno, name
+            elif isinstance(func, ast.Attribute) and func.attr in CLOCK_READS and _is_datetime(func.value):
+                yield where, child.lineno, f"datetime.{func.attr}"
             for arg in [*child.args, *(k.value for k in child.keywords)]:
                 if isinstance(arg, ast.Name | ast.Attribute):
                     handed = arg.id if isinstance(arg, ast.Name) else arg.attr

@@ -66,6 +66,7 @@ from mcm_tasks.api.meta import (
     get_condition,
     new_controller_ref,
     now_utc,
+    precise_now_utc,
     remove_condition,
     set_condition,
 )
@@ -143,6 +144,7 @@ __all__ = [
     "new_controller_ref",
     "now_utc",
     "parse",
+    "precise_now_utc",
     "remove_condition",
     "resolve_int_or_percent",
     "set_condition",

@@ -213,6 +213,12 @@ def now_utc() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+def precise_now_utc() -> datetime:
+    """The time to the microsecond, for what measures a span rather than stamps a status field (a
+    drain's progress and its Pod-eviction deadlines, a bootstrap token's expiry)."""
+    return datetime.now(UTC)
+
+
 def beyond_status(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
     """An object (as the API server sends it) less its ``status`` and its resourceVersion, which every
     write advances: two versions with equal projections differ only in their status. What the watch

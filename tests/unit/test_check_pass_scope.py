@@ -81,3 +81,22 @@ def test_a_module_that_decides_yet_imports_what_acts_is_caught(tmp_path: Path) -
         "machine/plan.py:5: decides but imports mcm_tasks.controllers.common.status_io.update_machine_status "
         "(name it *_io.py)",
     ]
+
+
+WALL_CLOCK = """
+import datetime as dt
+from datetime import UTC, datetime
+
+
+def step(scope):
+    started = datetime.now(UTC)
+    return started, dt.datetime.utcnow(), scope.precise_clock()
+"""
+
+
+def test_a_phase_that_reads_the_wall_clock_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "drain_io.py").write_text(WALL_CLOCK)
+    assert check_pass_scope.violations(tmp_path, frozenset()) == [
+        "drain_io.py:7: datetime.now in step",
+        "drain_io.py:8: datetime.utcnow in step",
+    ]

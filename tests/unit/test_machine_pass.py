@@ -4,6 +4,7 @@ out. The local provider's cloud and the queue's keys live in a real Redis, as in
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -241,3 +242,31 @@ def test_a_pass_reads_clients_settings_and_clock_from_its_scope_alone() -> None:
     machine_pass(scope_of(kube.get_object(MACHINES, "m1", NS)))
     m1 = kube.get_object(MACHINES, "m1", NS)
     assert m1 is not None and m1["status"]["currentStatus"]["phase"] == "Running"
+
+
+def test_a_bootstrap_token_expires_by_the_scopes_precise_clock() -> None:
+    """The token's expiry is measured from ``scope.precise_clock()`` (to the microsecond, unlike the
+    status fields' ``clock``), so a test fixes it as it fixes ``clock``. (A machine, class and Secret of
+    its own: the local cloud in Redis and the process's Secret cache keep those of the tests before.)"""
+    with_token = secret("tokcloud")
+    with_token["data"]["userData"] = base64.b64encode(b"#!/bin/sh\njoin <<BOOTSTRAP_TOKEN>>\n").decode()
+    ref = {"name": "tokcloud", "namespace": NS}
+    tok1 = machine("tok1", spec={"class": {"kind": "MachineClass", "name": "tokcls"}})
+    kube = FakeKube([with_token, machine_class("tokcls", secretRef=ref), tok1])
+    clock = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    precise = clock.replace(microsecond=500_000)
+    raw = kube.get_object(MACHINES, "tok1", NS)
+    assert raw is not None
+    scope = MachineScope(key=f"{NS}/tok1", obj=Machine.model_validate(raw), settings=get_settings(),
+                         listers=kube.listers(NS), clients=(kube, kube), now=clock,
+                         clock=lambda: clock, precise_clock=lambda: precise)  # fmt: skip
+
+    machine_pass(scope)
+
+    [token] = [
+        s
+        for s in kube.list_objects("secrets", "kube-system")
+        if s["metadata"]["name"].startswith("bootstrap-token-")
+    ]
+    expiration = base64.b64decode(token["data"]["expiration"]).decode()
+    assert expiration.startswith("2026-03-01T"), expiration

@@ -13,7 +13,9 @@ listers, ``safetyOptions``) beside the object ``reconcileClusterMachine`` and it
   a pass that writes nothing (a debounced safety job, a frozen machine) never builds them; or the
   ones the scope was built with (``clients``: a test's recording fake);
 - ``recorder`` (Events), ``settings``, ``now`` (the pass's one clock reading at its start) and
-  ``clock`` (read again by a step that times what the pass itself waited on: a drain, a VM call);
+  ``clock`` (read again by a step that times what the pass itself waited on: a drain, a VM call),
+  both to the second as status fields have them; ``precise_clock``, to the microsecond, for what
+  measures a span (a drain's progress, a bootstrap token's expiry);
 - ``memo``: what one phase works out that a later phase of the same pass reads again.
 
 Registration builds it (``registration.scoped``): a controller gives the read of its object and its
@@ -32,7 +34,7 @@ from typing import Any, Generic, Self, TypeVar, overload
 
 from kubernetes.client import ApiClient
 
-from mcm_tasks.api import now_utc
+from mcm_tasks.api import now_utc, precise_now_utc
 from mcm_tasks.cache import Listers, get_listers
 from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.events import recorder
@@ -54,6 +56,7 @@ class PassScope(Generic[T]):
     listers: Listers
     now: datetime = field(default_factory=now_utc)
     clock: Callable[[], datetime] = field(default=now_utc, repr=False)
+    precise_clock: Callable[[], datetime] = field(default=precise_now_utc, repr=False)
     #: (control, target) the pass uses instead of the process's; None: the process's
     clients: tuple[ApiClient, ApiClient | None] | None = field(default=None, repr=False)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)

@@ -20,7 +20,7 @@ import base64
 import hashlib
 import secrets
 import string
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -104,11 +104,12 @@ def _decoded(secret: dict[str, Any], key: str) -> str:
     return base64.b64decode(raw).decode() if raw else ""
 
 
-def ensure_token(api: ApiClient, machine_name: str, valid_for: float, extra_groups: str) -> str:
+def ensure_token(
+    api: ApiClient, machine_name: str, valid_for: float, extra_groups: str, now: datetime
+) -> str:
     """``<id>.<secret>`` of the machine's bootstrap token, creating its Secret when absent or expired."""
     name = token_secret_name(machine_name)
     found = ops.get(api, kinds.SECRET.resource, name, BOOTSTRAP_TOKEN_NAMESPACE, missing_ok=True)
-    now = datetime.now(UTC)
     if found is not None:
         expiration = _decoded(found, "expiration")
         part = _decoded(found, "token-secret")
@@ -137,16 +138,22 @@ def delete_token(api: ApiClient, machine_name: str) -> None:
 
 
 def prepare_secret(
-    secret: Secret, machine_name: str, token_api: ApiClient | None, valid_for: float, extra_groups: str
+    secret: Secret,
+    machine_name: str,
+    token_api: ApiClient | None,
+    valid_for: float,
+    extra_groups: str,
+    now: datetime,
 ) -> Secret | None:
     """A copy of the merged secret with userData's placeholders filled in; None when there is no
-    userData (the caller reports it). ``token_api`` None = no target cluster, no token."""
+    userData (the caller reports it). ``token_api`` None = no target cluster, no token; ``now`` the
+    pass's precise clock (``scope.precise_clock()``), against which a token's expiry is judged."""
     user_data = secret.data.get(USER_DATA_SECRET_KEY)
     if not user_data:
         return None
     token = None
     if token_api is not None and needs_token(user_data):
-        token = ensure_token(token_api, machine_name, valid_for, extra_groups)
+        token = ensure_token(token_api, machine_name, valid_for, extra_groups, now)
     data = dict(secret.data)
     data[USER_DATA_SECRET_KEY] = substitute(user_data, machine_name, token)
     return Secret(data=data)

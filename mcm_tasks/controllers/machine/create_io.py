@@ -199,6 +199,7 @@ def trigger_creation_flow(scope: MachineScope, machine: Machine, cc: ClassContex
         target,
         creation_timeout(machine, settings),
         settings.bootstrap_token_auth_extra_groups,
+        scope.precise_clock(),
     )
     if secret is None:
         write_problem(

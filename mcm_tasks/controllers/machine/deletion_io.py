@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Final
 
 from kubernetes.client.exceptions import ApiException
@@ -187,7 +186,7 @@ def _set_terminating(scope: MachineScope) -> StepResult:
         node = scope.node()
         if node is not None:
             try:  # remember that a failed machine goes, before its phase no longer says so
-                now = datetime.now(UTC)
+                now = scope.precise_clock()
                 scope.node_written(io.set_terminating(api, node, NODE_TERMINATING_REASON_UNHEALTHY, now))
             except ApiException as err:
                 log.warning("machine %s: Terminating condition not set: %s", machine.key, describe(err))

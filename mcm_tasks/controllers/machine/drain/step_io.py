@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from kubernetes.client import ApiClient
@@ -81,7 +80,7 @@ def drain_step(
     if not node_name or api is None:
         store.clear(machine.key)
         return DrainResult(Outcome.SKIPPED)
-    now_dt = datetime.now(UTC)
+    now_dt = scope.precise_clock()
     now = now_dt.timestamp()
     node = scope.node()
     params = drain_params(machine, node, now_dt, settings)
