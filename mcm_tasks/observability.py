@@ -116,9 +116,9 @@ class InformerLagCollector(Collector):
 
 
 def fleet_collectors() -> list[Collector]:
-    from mcm_tasks.controllers.common.remediation_metrics import RemediationCollector
+    from mcm_tasks.controllers.common.remediation_metrics_io import RemediationCollector
     from mcm_tasks.controllers.machine.metrics_io import MachineCollector
-    from mcm_tasks.controllers.machinedeployment.metrics import MachineDeploymentMetricsCollector
+    from mcm_tasks.controllers.machinedeployment.metrics_io import MachineDeploymentMetricsCollector
     from mcm_tasks.controllers.machineset.metrics_io import MachineSetMetricsCollector
     from mcm_tasks.queue.metrics import QueueMetricsCollector
     from mcm_tasks.why_metrics import ConditionCollector, FailingAgeCollector

@@ -11,11 +11,11 @@ reports each call of a process getter (``get_settings()``, ``now_utc()``, ``prec
 may read them.
 
 It also checks the naming rule of docs/architecture.md: under ``mcm_tasks/controllers/`` a module
-decides and its ``_io`` sibling acts. A module whose name does not end in ``_io`` (the entry modules of
-``ENTRY_MODULES`` and the pass modules of ``PASS_MODULES`` aside) must not import an edge that acts
-(``ACTING_MODULES``: the API calls, the Redis client) nor an ``_io`` module or one of its functions;
-it may name an ``_io`` module's types (a CamelCase name), as the drain's plan names its progress
-records.
+decides and its ``_io`` sibling acts. A module whose name does not end in ``_io`` (the entry modules
+of ``ENTRY_MODULES`` and the pass modules of ``PASS_MODULES`` aside) must not import an edge that
+acts (``ACTING_MODULES``: the API calls, the mirror, the Redis client) nor an ``_io`` module or one
+of its functions; it may name an ``_io`` module's types (a CamelCase name), as the drain's plan names
+its progress records.
 
     python tools/check_pass_scope.py          # exit 1 and list the calls when there is one
 """
@@ -79,6 +79,7 @@ ACTING_MODULES: tuple[str, ...] = (
     "mcm_tasks.kube.ops",
     "mcm_tasks.kube.clients",
     "mcm_tasks.kube.rest",
+    "mcm_tasks.cache.get_listers",
     "mcm_tasks.redisdb",
     "redis",
 )

@@ -1,18 +1,16 @@
 """``mcm_remediation_blocked``: per MachineDeployment, 1 while its ``RemediationAllowed`` condition is
 False (a short-circuit or a zone outage holds its unhealthy machines), else 0. Read at scrape time
-from the mirror of the deployments, so every process serves the same figures; deployments never held
-(no condition) report 0."""
+(``remediation_metrics_io.py``) from the mirror of the deployments, so every process serves the same
+figures; deployments never held (no condition) report 0."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily
 
 from mcm_tasks.api import MachineDeployment
 from mcm_tasks.api.meta import get_condition
-from mcm_tasks.cache import get_listers
 from mcm_tasks.controllers.common.remediation import REMEDIATION_ALLOWED
 
 
@@ -30,8 +28,3 @@ def remediation_blocked(deployments: Iterable[MachineDeployment]) -> GaugeMetric
             [d.metadata.name or "", d.metadata.namespace or "", reason], 1.0 if blocked else 0.0
         )
     return family
-
-
-class RemediationCollector(Collector):
-    def collect(self) -> Iterator[Metric]:
-        yield remediation_blocked(get_listers().machine_deployments.list())

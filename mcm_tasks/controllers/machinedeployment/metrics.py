@@ -1,18 +1,17 @@
-"""MCM's ``mcm_machine_deployment_*`` metrics, read at scrape time from the informers' mirror of the
-MachineDeployments (as MCM computes them from its lister), so any process serves the same figures.
+"""MCM's ``mcm_machine_deployment_*`` metrics, computed at scrape time (``metrics_io.py``) from the
+informers' mirror of the MachineDeployments (as MCM computes them from its lister), so any process
+serves the same figures.
 Names and labels follow MCM; values are counts and names, never secret material.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from mcm_tasks.api import MachineDeployment
-from mcm_tasks.cache import get_listers
 from mcm_tasks.controllers.common.metrics import CONDITION_VALUE, FAILED_MACHINE_LABELS
 from mcm_tasks.controllers.common.rollout import max_surge, max_unavailable
 
@@ -112,8 +111,3 @@ def machine_deployment_metrics(deployments: Iterable[MachineDeployment]) -> list
                 1,
             )
     return [items, info, *(family for family, _ in gauges), conditions, failed]
-
-
-class MachineDeploymentMetricsCollector(Collector):
-    def collect(self) -> Iterator[Metric]:
-        yield from machine_deployment_metrics(get_listers().machine_deployments.list())
