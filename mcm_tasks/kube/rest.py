@@ -211,9 +211,24 @@ def encode(api: ApiClient, body: Any) -> bytes:
         return json.dumps(api.sanitize_for_serialization(body)).encode()
 
 
+#: every digit to ``0``, every other byte to a space: a run of 19 digits (the shortest number orjson
+#: may read as a float instead of an integer) is then a plain substring search, ten times cheaper
+#: than a regular expression over the answer
+DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+LONG_NUMBER = b"0" * 19
+
+
 def decode(data: bytes) -> Any:
-    """A JSON answer. ``json``, not orjson: orjson turns an integer beyond 64 bits (a user's value
-    in a provider spec) into a float, which a read-modify-write would then send back."""
+    """A JSON answer: orjson, which decodes an answer several times faster than ``json`` (a status
+    write's answer is a whole Machine), except where it would change a value. orjson turns an
+    integer beyond 64 bits (a user's value in a provider spec) into a float, which a
+    read-modify-write would then send back, and refuses ``NaN``: an answer holding 19 digits in a
+    row (a long integer, or only a long string of digits) or that orjson refuses is ``json``'s."""
+    if LONG_NUMBER not in data.translate(DIGITS):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(data)
 
 

@@ -66,6 +66,21 @@ def test_answers_decode_losslessly_even_beyond_64_bits() -> None:
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        b'{"n": -9223372036854775809}',  # one below int64: orjson reads a float
+        b'{"n": 18446744073709551616}',  # one above uint64
+        b'{"n": [9223372036854775807, 18446744073709551615, -9223372036854775808]}',
+        b'{"n": NaN, "m": Infinity}',  # orjson refuses these
+        b'{"s": "1234567890123456789012", "t": 1.5e300, "u": "\\u00e9", "v": {"w": [true, false, null]}}',
+    ],
+)
+def test_orjson_decodes_answers_only_where_it_reads_them_as_json_does(text: bytes) -> None:
+    decoded, expected = rest.decode(text), json.loads(text)
+    assert repr(decoded) == repr(expected)
+
+
+@pytest.mark.parametrize(
     ("given", "total", "connect", "read"),
     [(None, None, None, None), (5, 5, None, None), (2.5, 2.5, None, None), ((1.0, 30.0), None, 1.0, 30.0)],
 )
