@@ -55,25 +55,30 @@ class K8sModel(BaseModel):
         self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        fields_set = self.model_fields_set
-        by_alias = bool(info.by_alias)
-        for name, alias in _field_keys(type(self)):
-            if name in fields_set:
-                continue
-            key = alias if by_alias else name
-            if key in data and _is_zero(data[key]):
-                del data[key]
+        names, aliases = _field_keys(type(self))
+        untouched = names - self.model_fields_set
+        if untouched:
+            wire = aliases if info.by_alias else None
+            for name in untouched:
+                key = wire[name] if wire is not None else name
+                value = data.get(key, _ABSENT)
+                if value is not _ABSENT and _is_zero(value):
+                    del data[key]
         return data
 
 
-_FIELD_KEYS: dict[type[BaseModel], tuple[tuple[str, str], ...]] = {}
+_ABSENT = object()
+_FIELD_KEYS: dict[type[BaseModel], tuple[frozenset[str], dict[str, str]]] = {}
 
 
-def _field_keys(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
-    """(attribute, wire name) per field, computed once per class (dumping is on the hot path)."""
+def _field_keys(cls: type[BaseModel]) -> tuple[frozenset[str], dict[str, str]]:
+    """The field names and each one's wire name, computed once per class: dumping is on the hot path
+    (every status write dumps its whole object, a model per nested struct), and the fields never set
+    are then one set difference instead of a test per field."""
     keys = _FIELD_KEYS.get(cls)
     if keys is None:
-        keys = _FIELD_KEYS[cls] = tuple((n, f.alias or n) for n, f in cls.model_fields.items())
+        fields = cls.model_fields
+        keys = _FIELD_KEYS[cls] = (frozenset(fields), {n: f.alias or n for n, f in fields.items()})
     return keys
 
 
@@ -91,12 +96,9 @@ def _parse_time(value: Any) -> Any:
 
 
 def format_time(value: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z``, as Kubernetes writes ``metav1.Time`` (microseconds only when set)."""
-    value = value.astimezone(UTC)
-    text = value.strftime("%Y-%m-%dT%H:%M:%S")
-    if value.microsecond:
-        text += f".{value.microsecond:06d}"
-    return text + "Z"
+    """RFC 3339 in UTC with a ``Z``, as Kubernetes writes ``metav1.Time`` (microseconds only when set:
+    ``isoformat``'s own rule; a third of ``strftime``'s cost, and every timestamp of a dump pays it)."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 #: a ``metav1.Time``: an aware datetime in Python, RFC 3339 UTC on the wire
