@@ -21,6 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: How often a server whose free port was taken before it bound it is started on another one.
+PORT_ATTEMPTS = 3
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -131,18 +134,32 @@ class ServerProcess:
         interval: float = 0.05,
     ) -> None:
         """Take a free port (unless one is set), run ``argv()`` logging to ``<log_name>-<port>.log``,
-        and wait until ``answers()``."""
-        self.port = self.port or free_port(self.host)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        process = self.process = ManagedProcess(list(argv()), self.workdir / f"{log_name}-{self.port}.log")
-        process.start()
+        and wait until ``answers()``.
 
-        def ready() -> bool:
-            if not process.alive():
-                raise RuntimeError(f"{what} exited:\n{process.log_tail()}")
-            return answers()
+        A free port is only free when it is asked for: another process (a test suite's parallel
+        worker, any client's outgoing connection) may bind it before the server does. A server that
+        exits saying its address is in use is started again on another port, when the port was ours
+        to choose."""
+        chosen = not self.port
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.port = self.port or free_port(self.host)
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            log = self.workdir / f"{log_name}-{self.port}.log"
+            process = self.process = ManagedProcess(list(argv()), log)
+            process.start()
 
-        wait_until(ready, timeout, interval=interval, what=what)
+            def ready(process: ManagedProcess = process) -> bool:
+                if not process.alive():
+                    raise RuntimeError(f"{what} exited:\n{process.log_tail()}")
+                return answers()
+
+            try:
+                wait_until(ready, timeout, interval=interval, what=what)
+                return
+            except RuntimeError:
+                if not (chosen and attempt < PORT_ATTEMPTS and "in use" in process.log_tail().lower()):
+                    raise
+                self.port = 0
 
     def stop(self) -> None:
         if self.process:
@@ -159,6 +176,8 @@ class RedisServer(ServerProcess):
 
     def start(self, timeout: float = 15.0) -> RedisServer:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         def argv() -> list[str]:
             return [
@@ -173,13 +192,19 @@ class RedisServer(ServerProcess):
                 "--hz", "1",  # as the Helm chart's Redis (helm/mcm-tasks/templates/redis.yaml)
             ]  # fmt: skip
 
-        clients: list[redis.Redis] = []  # made once the port is known
+        clients: list[redis.Redis] = []  # made once the port is known (again if it changes)
 
         def answers() -> bool:
-            if not clients:
-                clients.append(redis.Redis(host=self.host, port=self.port))
+            if not clients or clients[-1].connection_pool.connection_kwargs["port"] != self.port:
+                # one bounded try a poll: whatever else listens on a taken port need not answer
+                clients.append(
+                    redis.Redis(
+                        host=self.host, port=self.port, socket_timeout=1, socket_connect_timeout=1,
+                        retry=Retry(NoBackoff(), 0),
+                    )
+                )  # fmt: skip
             try:
-                return bool(clients[0].ping())
+                return bool(clients[-1].ping())
             except redis.RedisError:
                 return False
 
