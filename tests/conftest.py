@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests in a fast folder (make test-fast) that need the sandbox API server or are marked "
             "integration/e2e; move them to tests/integration/:\n  " + "\n  ".join(wrong)
         )
+
+
+#: The environment the session began with: each test module leaves it so (see below).
+_ENVIRONMENT_AT_START: dict[str, str] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _ENVIRONMENT_AT_START.update(os.environ)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A module's tests leave the process environment as the session found it, once its fixtures
+    are gone: processes a later test starts inherit it, and under xdist which modules share a
+    worker process, in which order, changes from run to run. A leak fails the last test of the
+    module, names the variables, and is undone so that it spoils nothing else."""
+    yield
+    if nextitem is not None and nextitem.path == item.path:
+        return
+    changed = sorted(
+        key
+        for key in set(os.environ) | set(_ENVIRONMENT_AT_START)
+        if os.environ.get(key) != _ENVIRONMENT_AT_START.get(key)
+    )
+    if not changed:
+        return
+    for key in changed:
+        if key in _ENVIRONMENT_AT_START:
+            os.environ[key] = _ENVIRONMENT_AT_START[key]
+        else:
+            del os.environ[key]
+    raise AssertionError(
+        f"{item.path.name} left environment variables changed: {', '.join(changed)} "
+        "(use monkeypatch.setenv/delenv, or undo them in the fixture that sets them)"
+    )
 
 
 @pytest.fixture(scope="session")

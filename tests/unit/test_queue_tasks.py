@@ -77,7 +77,10 @@ def test_worker_flags_reach_the_celery_app(monkeypatch: pytest.MonkeyPatch, tmp_
     from mcm_tasks.queue.registry import ENV
     from mcm_tasks.settings import get_settings, reset_settings
 
-    monkeypatch.delenv(ENV, raising=False)
+    # set, then removed: so monkeypatch undoes what prepare_worker writes (delenv of an unset
+    # variable records nothing, and a later sandbox's workers would inherit the value)
+    monkeypatch.setenv(ENV, "")
+    monkeypatch.delenv(ENV)
     try:
         kubeconfig = tmp_path / "kubeconfig"  # the worker loads it at start: a bad one stops it there
         write_kubeconfig(kubeconfig, "http://127.0.0.1:1", "t0ken")
