@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lock redis-server promtool test test-fast demo lint bench crds clean chart-render \
+.PHONY: install lock redis-server promtool test test-fast coverage demo lint bench crds clean chart-render \
         chart-schema docs docs-serve config-reference
 
 # pinned by constraints.txt, as the Dockerfile installs (tests/unit/test_image.py checks they agree)
@@ -43,8 +43,22 @@ promtool:
 # The chart's tests render with helm when it is on PATH, else with build/chart-render (built on
 # demand; a machine that can do neither skips them, unless CI=true): tests/chart_support.py.
 # --durations: the 25 slowest setups and calls, so a test that got slow is seen where it is run.
+# In TEST_WORKERS processes (pytest-xdist; most tests wait on I/O, so more workers than cores pay):
+# each worker has its own redis-server, sandbox API server and temp dirs, and --dist loadfile keeps
+# a module's tests on one worker, so its module-scoped worlds start once (docs/development.md).
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP) redis-server promtool
-	$(BIN)/pytest -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
+
+# Branch coverage of mcm_tasks/, informers/ and providers/ over the suite as `make test` runs it,
+# the Python processes the tests start included ([tool.coverage] in pyproject.toml): the report
+# on the terminal, the figures in build/coverage/coverage.json.
+coverage: $(STAMP) redis-server promtool
+	rm -rf build/coverage && mkdir -p build/coverage
+	$(BIN)/coverage run -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/coverage combine -q && $(BIN)/coverage report && \
+	$(BIN)/coverage json -q -o build/coverage/coverage.json && exit $$rc
 
 # Decisions and whole passes only: the tests of the folders tests/conftest.py marks `fast` (a real
 # Redis, no sandbox API server, no worker process). Budget: 60 s on the 2-core CI machine.
