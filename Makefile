@@ -46,8 +46,11 @@ promtool:
 # In TEST_WORKERS processes (pytest-xdist; most tests wait on I/O, so more workers than cores pay):
 # each worker has its own redis-server, sandbox API server and temp dirs, and --dist loadfile keeps
 # a module's tests on one worker, so its module-scoped worlds start once (docs/development.md).
+# Modules are handed out in collection order (--no-loadscope-reorder), tests/e2e/ first: the long
+# end-to-end modules start at once and the many short ones fill in behind, instead of xdist's
+# default of the modules with the most tests first, which left the e2e ones to run last.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP) redis-server promtool
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 
