@@ -139,7 +139,9 @@ def test_success_shows_its_outcome_as_the_result(flower: tuple[Flower, redis.Red
 
 def test_queue_lengths_through_our_transport(flower: tuple[Flower, redis.Redis]) -> None:
     f, client = flower
-    set_behaviour(client, "machineset", "*", sleep=1.5)
+    # a worker of concurrency 1 runs them one by one: two or more wait for the first ~12 s, a
+    # window a busy machine's Flower (each answer asks the broker) still sees into
+    set_behaviour(client, "machineset", "*", sleep=3)
     for i in range(6):
         enqueue("machineset", f"default/set-{i}")
 
