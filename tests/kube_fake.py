@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -140,12 +140,20 @@ def _parse_path(path: str) -> _Path:
 class FakeKube(ApiClient):
     """An API server in a dict, behind the official client; ``actions`` records every request."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), now: datetime | None = None) -> None:
+    def __init__(
+        self,
+        objects: Iterable[Mapping[str, Any]] = (),
+        now: datetime | None = None,
+        tick: timedelta | None = None,
+    ) -> None:
         # a host of its own, so that the control and the target fake are told apart (probe clients)
         super().__init__(Configuration(host=f"http://fake-kube-{next(_fakes)}.invalid"))
         self.objects: dict[tuple[str, str | None, str], Obj] = {}
         self.actions: list[Action] = []
         self.now = now or datetime(2026, 1, 1, tzinfo=UTC)
+        #: how far the clock moves on at each create (None: it stands still), so that objects created
+        #: one after another are told apart by age, as on an API server where time passes
+        self.tick = tick
         #: an outage: while set, every request is recorded and answered 503 ServiceUnavailable
         self.unavailable = False
         self._rv = itertools.count(1)
@@ -307,6 +315,8 @@ class FakeKube(ApiClient):
         key = (p.resource, p.namespace, meta["name"])
         if key in self.objects:
             raise _Refused(409, "AlreadyExists", f'{p.resource} "{meta["name"]}" already exists')
+        if self.tick is not None:
+            self.now += self.tick
         meta["uid"] = f"uid-{next(self._ids)}"
         meta["creationTimestamp"] = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
         meta["generation"] = 1
