@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from mcm_sandbox.procs import ApiServer, ManagedProcess
+from tests.machineset_support import harness
 from tests.unit.machine_support import settings
 
-__all__ = ["settings"]
+__all__ = ["harness", "settings"]
 
 
 @pytest.fixture(autouse=True)

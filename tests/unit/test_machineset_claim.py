@@ -1,5 +1,5 @@
 """Claiming (adopt, release, no adoption by a set being deleted), in-place propagation of the template,
-and the deletion of a MachineSet cascading to its machines, against the sandbox API server and Redis."""
+and the deletion of a MachineSet cascading to its machines, on the recording fake and a real Redis."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.controllers.common.claim_io import CannotAdopt
 from mcm_tasks.kube import ops
-from tests.integration.machineset_support import HOLD, Harness
-
-pytestmark = pytest.mark.integration
+from tests.machineset_support import HOLD, Harness
 
 
 def owner_uids(machine: dict) -> list[str]:  # type: ignore[type-arg]

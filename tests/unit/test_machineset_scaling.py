@@ -1,4 +1,4 @@
-"""MachineSet scaling against the sandbox API server and Redis: 0 → 1 → 6 → 2, expectations under a
+"""MachineSet scaling on the recording fake and a real Redis: 0 → 1 → 6 → 2, expectations under a
 lagging cache and after a pass that died mid-creation, the freeze label, Failed machines replaced,
 the autoscaler's marked machines."""
 
@@ -24,9 +24,7 @@ from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import get_settings
-from tests.integration.machineset_support import HOLD, Harness
-
-pytestmark = pytest.mark.integration
+from tests.machineset_support import HOLD, Harness
 
 DELETING = "Deleting machine from cloud provider"
 

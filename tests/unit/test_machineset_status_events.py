@@ -1,17 +1,14 @@
-"""The MachineSet controller's status, events and metrics, on the harness of machineset_support.py
-(the reconcile in-process against the sandbox API server and a real Redis)."""
+"""The MachineSet controller's status, events and metrics, on the harness of tests/machineset_support.py
+(the reconcile in-process on the recording fake and a real Redis). A creation or deletion the API
+server refuses is tested against the sandbox API server's faults (tests/integration/
+test_machineset_api_faults.py)."""
 
 from __future__ import annotations
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from mcm_tasks.controllers.machineset.metrics_io import register_machine_set_metrics
-from mcm_tasks.controllers.machineset.reconcile import ManageReplicasError
-from mcm_tasks.queue import expectations
-from tests.integration.machineset_support import Harness
-
-pytestmark = pytest.mark.integration
+from tests.machineset_support import Harness
 
 
 def test_status_follows_the_machines(harness: Harness) -> None:
@@ -58,65 +55,6 @@ def test_failed_machines_are_settled_in_the_pass_that_writes_the_status(harness:
     status = harness.get_set("fs")["status"]  # type: ignore[index]
     assert (status["replicas"], status["readyReplicas"]) == (3, 3)
     assert not status.get("failedMachines")
-
-
-def test_failed_creation_sets_replica_failure_and_stops_the_slow_start(harness: Harness) -> None:
-    harness.create_set("fc", 0)
-    harness.settle("fc")
-    harness.scale("fc", 10)
-    harness.sync()
-    rule = harness.fault(action="error", status_code=500, verbs=["create"], resources=["machines"],
-                         message="no room", duration_seconds=60)  # fmt: skip
-    try:
-        with pytest.raises(ManageReplicasError):
-            harness.reconcile("fc")
-    finally:
-        harness.clear_fault(rule)
-    assert harness.machines("fc") == []
-    failed = harness.events("FailedCreate")
-    assert len(failed) == 1  # the slow start tried one machine, not ten
-    assert "no room" in failed[0]["message"]
-    condition = harness.get_set("fc")["status"]["machineSetCondition"]  # type: ignore[index]
-    condition = [c for c in condition if c["type"] == "ReplicaFailure"]  # ScalingUp says the rest
-    assert [(c["type"], c["status"], c["reason"]) for c in condition] == [
-        ("ReplicaFailure", "True", "FailedCreate")
-    ]
-    assert "no room" in condition[0]["message"]
-    # the refused creation was not left expected: the next pass creates at once, and the condition goes
-    assert expectations.satisfied(harness.key("fc"))
-    harness.settle("fc")
-    assert len(harness.machines("fc")) == 10
-    left = harness.get_set("fc")["status"].get("machineSetCondition") or []  # type: ignore[index]
-    assert "ReplicaFailure" not in {c["type"] for c in left}
-    assert len(harness.events("SuccessfulCreate")) >= 1
-
-
-def test_failed_deletion_sets_replica_failure_and_lowers_expectations(harness: Harness) -> None:
-    harness.create_set("fd", 3)
-    harness.settle("fd")
-    harness.scale("fd", 1)
-    harness.sync()
-    rule = harness.fault(action="error", status_code=500, verbs=["delete"], resources=["machines"],
-                         message="stuck", duration_seconds=60)  # fmt: skip
-    try:
-        with pytest.raises(ManageReplicasError):
-            harness.reconcile("fd")
-    finally:
-        harness.clear_fault(rule)
-    assert len(harness.machines("fd")) == 3
-    # one Event, counted twice (core/v1's count, or events.k8s.io/v1's series)
-    assert (
-        sum(e.get("count") or (e.get("series") or {}).get("count", 1) for e in harness.events("FailedDelete"))
-        == 2
-    )
-    condition = harness.get_set("fd")["status"]["machineSetCondition"]  # type: ignore[index]
-    condition = [c for c in condition if c["type"] == "ReplicaFailure"]  # ScalingDown says the rest
-    assert [(c["type"], c["reason"]) for c in condition] == [("ReplicaFailure", "FailedDelete")]
-    assert expectations.satisfied(harness.key("fd"))  # the refused deletions are not waited for
-    harness.settle("fd")
-    assert len(harness.machines("fd")) == 1
-    left = harness.get_set("fd")["status"].get("machineSetCondition") or []  # type: ignore[index]
-    assert "ReplicaFailure" not in {c["type"] for c in left}
 
 
 def test_invalid_set_is_skipped_with_an_event(harness: Harness) -> None:

@@ -1,4 +1,4 @@
-"""Auto-preservation in the MachineSet pass against the sandbox API server and Redis: no
+"""Auto-preservation in the MachineSet pass on the recording fake and a real Redis: no
 auto-preservation in a set whose deployment is being rolled out (upstream MCM #1137), and again once
 the old set is gone; a lowered ``autoPreserveFailedMachineMax`` takes the annotation off."""
 
@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION
 from mcm_tasks.api.constants import PRESERVE_ANNOTATION, PRESERVE_AUTO_PRESERVED
 from mcm_tasks.controllers.machineset.reconcile import AUTO_PRESERVATION_STOPPED_REASON
 from mcm_tasks.kube import ops
-from tests.integration.machineset_support import HOLD, Harness
-
-pytestmark = pytest.mark.integration
+from tests.machineset_support import HOLD, Harness
 
 
 def owned_by_a_deployment(harness: Harness, name: str) -> None:
