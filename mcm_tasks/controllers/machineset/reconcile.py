@@ -69,7 +69,7 @@ from mcm_tasks.controllers.machineset.sync_io import propagate
 from mcm_tasks.controllers.problems_io import answers_unreadable
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.errors import describe, is_conflict
+from mcm_tasks.kube.errors import describe
 from mcm_tasks.kube.events import NORMAL, WARNING
 from mcm_tasks.queue import Requeue, expectations
 from mcm_tasks.settings import get_settings
@@ -194,11 +194,7 @@ def set_finalizer(scope: MachineSetScope, present: bool) -> MachineSet:
                 api, kinds.MACHINE_SET.resource, obj.metadata.name or "", body, obj.metadata.namespace
             )
         except Exception as err:
-            if is_conflict(err):
-                fresh = ops.get(
-                    api, kinds.MACHINE_SET.resource, obj.metadata.name or "", obj.metadata.namespace
-                )
-                current[0] = MachineSet.model_validate(fresh)
+            status_io.reread_on_conflict(api, current, err)
             raise
         return MachineSet.model_validate(written)
 

@@ -15,6 +15,15 @@ from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict, is_not_found
 
 
+def reread_on_conflict(api: ApiClient, current: list[MachineSet], err: Exception) -> None:
+    """A write of ``current[0]`` met ``err``: on a Conflict, hold the set as the API server has it
+    now, for ``ops.retry_on_conflict``'s next attempt to work on."""
+    if is_conflict(err):
+        obj = current[0]
+        fresh = ops.get(api, kinds.MACHINE_SET.resource, obj.metadata.name or "", obj.metadata.namespace)
+        current[0] = MachineSet.model_validate(fresh)
+
+
 def update_machine_set_status(
     api: ApiClient, machine_set: MachineSet, compute: Callable[[MachineSet], MachineSetStatus]
 ) -> MachineSet | None:
@@ -34,11 +43,7 @@ def update_machine_set_status(
         try:
             return MachineSet.model_validate(ops.update_status(api, kinds.MACHINE_SET.resource, dump(body)))
         except Exception as err:
-            if is_conflict(err):
-                fresh = ops.get(
-                    api, kinds.MACHINE_SET.resource, obj.metadata.name or "", obj.metadata.namespace
-                )
-                current[0] = MachineSet.model_validate(fresh)
+            reread_on_conflict(api, current, err)
             raise
 
     try:
