@@ -23,7 +23,7 @@ import psutil
 
 #: the kubelet simulator's summary line (``log.info("tick: %s", "what=n, …")``), whatever the logger's
 #: name and the log format (text or JSON): its writes are subtracted from the controller's
-TICK = re.compile(r"\btick: (\w+=\d+(?:, \w+=\d+)*)")
+TICK = re.compile(r"\btick(?: [\w.-]+)?: (\w+=\d+(?:, \w+=\d+)*)")
 #: the sandbox processes that are ours (what a user runs): Redis, the informer, the workers, beat.
 #: The API servers and the kubelet simulator stand in for Kubernetes and are not counted; the local
 #: cloud has no process of its own (its VMs live in a Redis, driven from the workers): in our Redis,

@@ -58,3 +58,9 @@ def test_the_kubelet_simulators_writes_are_read_from_its_log_line() -> None:
     found = TICK.search(line)
     assert found is not None and found.group(1) == "register=3, status=12"
     assert TICK.search('{"msg": "tick: register=3", "logger": "x"}').group(1) == "register=3"  # type: ignore[union-attr]
+    # the multi-cluster kubelet (mcm_sandbox/kubelet/clusters.py) names the cluster of each tick
+    cluster = logging.LogRecord(
+        "mcm_sandbox.kubelet.clusters", logging.INFO, __file__, 1, "tick %s: %s", ("shoot-a", *args), None
+    )
+    found = TICK.search(logging.Formatter(TEXT_FORMAT).format(cluster))
+    assert found is not None and found.group(1) == "register=3, status=12"
