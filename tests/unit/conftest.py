@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from mcm_sandbox.procs import ApiServer, ManagedProcess
+from tests.machinedeployment_support import world
 from tests.machineset_support import harness
 from tests.unit.machine_support import settings
 
-__all__ = ["harness", "settings"]
+__all__ = ["harness", "settings", "world"]
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,10 @@
-"""The cluster-autoscaler's scale-down protection of a rollout against the machine controller, end to
-end against the sandbox API server and a real Redis: machine passes during a rollout must leave the
+"""The cluster-autoscaler's scale-down protection of a rollout against the machine controller, on the
+recording fake (tests/kube_fake.py) and a real Redis: machine passes during a rollout must leave the
 protection the deployment put on its nodes (the preservation step shares the ``…-by-mcm`` marker
 and once took it for a leftover of its own), so each node is annotated once and cleared once, and
 no node keeps it after the rollout (issue 19: 2–3× the node annotation writes, protection flapping).
+A live pass reading the nodes from a real informer's mirror needs the sandbox API server:
+tests/integration/test_machinedeployment_api_server.py.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcm_sandbox.procs import ApiServer, wait_until
-from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
+from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
@@ -20,13 +21,10 @@ from mcm_tasks.api.constants import (
     PREFER_NO_SCHEDULE_KEY,
     PRESERVE_ANNOTATION,
 )
-from mcm_tasks.cache.reader import CacheReader
-from mcm_tasks.controllers.common import context_io as common_context
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment import taints_io
-from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once
 from mcm_tasks.kube import ops
-from tests.integration.machinedeployment_support import (
+from tests.machinedeployment_support import (
     World,
     _annotations,
     _joined,
@@ -36,8 +34,6 @@ from tests.integration.machinedeployment_support import (
     deployment_body,
     template,
 )
-
-pytestmark = pytest.mark.integration
 
 Obj = dict[str, Any]
 
@@ -149,39 +145,6 @@ def test_a_protection_taken_off_by_hand_comes_back_within_short_retry(world: Wor
         return _mcm_protected(world.node(node))
 
     wait_until(protected_again, 10.0, interval=0.2, what="the protection back")
-
-
-def test_a_live_pass_takes_the_rollouts_node_marks_from_the_mirror(
-    world: World, apiserver: ApiServer, redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The second attempt of a pass after a Conflict decides the sizes on live MachineSets, but the
-    taints and the scale-down protection (idempotent marks) take machines and nodes from the mirror:
-    a LIST of every machine and node of a rollout of 300 was most of that attempt's time."""
-    world.reconfigure(autoscaler_scaledown_annotation_during_rollout=True)
-    world.create(deployment_body("pool", 3, surge=1, unavailable=0))
-    world.settle()
-    (v1,) = world.sets()
-    with InformerThread(sandbox_settings(apiserver.kubeconfig, redis_url, world.namespace)) as informer:
-        wait_until(informer.synced, 30.0, what="the mirror")
-        names = _node_names(world, v1)
-        reader = CacheReader()
-        wait_until(
-            lambda: len(reader.get_many(kinds.NODE.mirror, names)) == len(names), 10.0, what="nodes mirrored"
-        )
-        listed: list[str] = []
-        real_list = common_context.ops.list_
-
-        def list_(api: Any, resource: Any, *args: Any, **kwargs: Any) -> Any:
-            listed.append(resource.plural)
-            return real_list(api, resource, *args, **kwargs)
-
-        monkeypatch.setattr(common_context.ops, "list_", list_)
-        world.patch({"spec": {"template": template("class-v2")}})
-        reconcile_once(world.namespace, world.name, live=True)
-
-    assert "machinesets" in listed, listed  # the sizes are decided on live sets
-    assert "machines" not in listed and "nodes" not in listed, listed
-    assert all(_mcm_protected(world.node(n)) for n in names)
 
 
 def test_an_old_node_is_tainted_and_protected_in_one_write(

@@ -1,21 +1,17 @@
-"""What a MachineDeployment does to Nodes and to its own conditions, end to end against the sandbox
-API server and a real Redis: the PreferNoSchedule taint and the cluster-autoscaler's scale-down
-protection coming off again (rollback, completed rollout), the Progressing reasons
-FoundNewMachineSet and MachineSetCreateError, and a node template change reaching the Machines and
-their Nodes without a rollout (through the real machine reconcile)."""
+"""What a MachineDeployment does to Nodes and to its own conditions, on the recording fake
+(tests/kube_fake.py) and a real Redis: the PreferNoSchedule taint and the cluster-autoscaler's scale-down
+protection coming off again (rollback, completed rollout), the Progressing reason
+FoundNewMachineSet, and a node template change reaching the Machines and
+their Nodes without a rollout (through the real machine reconcile).
+MachineSetCreateError needs the sandbox API server (its fault injection and name validation):
+tests/integration/test_machinedeployment_api_server.py."""
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from kubernetes.client.exceptions import ApiException
-
-from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
 from mcm_tasks.api import MachineSet
 from mcm_tasks.api.constants import (
@@ -29,7 +25,7 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.machinedeployment.hash import has_hash_key
 from mcm_tasks.kube import ops
-from tests.integration.machinedeployment_support import (
+from tests.machinedeployment_support import (
     LABELS,
     World,
     _annotations,
@@ -40,8 +36,6 @@ from tests.integration.machinedeployment_support import (
     deployment_body,
     template,
 )
-
-pytestmark = pytest.mark.integration
 
 Obj = dict[str, Any]
 
@@ -236,80 +230,6 @@ def test_an_adopted_set_with_the_template_is_found_as_the_new_set(world: World) 
     world.settle()
     assert [s.metadata.name for s in world.sets()] == ["pool-adopted"]
     assert _progressing(world)[:2] == ("True", "NewMachineSetAvailable")
-
-
-def _add_fault(server: ApiServer, rule: Obj) -> str:
-    request = urllib.request.Request(
-        server.url + "/sandbox/faults",
-        data=json.dumps(rule).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=5) as resp:
-        return str(json.loads(resp.read())["id"])
-
-
-def _remove_fault(server: ApiServer, rule_id: str) -> None:
-    request = urllib.request.Request(f"{server.url}/sandbox/faults/{rule_id}", method="DELETE")
-    try:
-        urllib.request.urlopen(request, timeout=5).close()
-    except urllib.error.HTTPError as err:
-        if err.code != 404:  # expired already
-            raise
-
-
-@pytest.fixture()
-def failing_set_creates(apiserver: ApiServer) -> Iterator[str]:
-    """The sandbox API server answers 500 to every MachineSet create while the rule is active (it
-    expires on its own in case a test dies)."""
-    rule_id = _add_fault(
-        apiserver,
-        {"action": "error", "status_code": 500, "verbs": ["create"], "resources": ["machinesets"],
-         "message": "etcd is on fire", "duration_seconds": 60},
-    )  # fmt: skip
-    try:
-        yield rule_id
-    finally:
-        _remove_fault(apiserver, rule_id)
-
-
-def test_a_failed_set_create_is_reported_as_machine_set_create_error_until_it_succeeds(
-    world: World, apiserver: ApiServer, failing_set_creates: str
-) -> None:
-    world.create(deployment_body("pool", 2))
-    with pytest.raises(ApiException) as err:
-        world.reconcile()  # the reconcile fails (the queue retries it) after recording the condition
-    assert err.value.status == 500
-    assert world.sets() == []
-    status, reason, message = _progressing(world)
-    assert (status, reason) == ("False", "MachineSetCreateError")
-    assert message.startswith('Failed to create new machine set "pool-') and "etcd is on fire" in message
-    (event,) = world.events("MachineSetCreateError")
-    assert event["type"] == "Warning" and event["message"] == message
-
-    _remove_fault(apiserver, failing_set_creates)
-    world.reconcile()
-    (created,) = world.sets()
-    assert _progressing(world) == (
-        "True",
-        "NewMachineSetCreated",
-        f'Created new machine set "{created.metadata.name}"',
-    )
-    world.settle()
-    assert _progressing(world)[:2] == ("True", "NewMachineSetAvailable")
-
-
-def test_a_set_name_the_api_server_rejects_is_a_machine_set_create_error(world: World) -> None:
-    name = "p" * 250  # a valid deployment name, but <name>-<hash[:5]> exceeds the 253 characters
-    world.create(deployment_body(name, 1))
-    for _ in range(2):  # a permanent error: every pass fails the same way
-        with pytest.raises(ApiException) as err:
-            world.reconcile()
-        assert err.value.status == 422
-        status, reason, message = _progressing(world)
-        assert (status, reason) == ("False", "MachineSetCreateError")
-        assert "must be no more than 253 characters" in message
-    assert world.sets() == []
 
 
 # --- 3. the node template reaches the machines and their nodes without a rollout --------------------------

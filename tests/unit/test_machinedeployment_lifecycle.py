@@ -1,4 +1,4 @@
-"""MachineDeployment lifecycle against the sandbox API server and a real Redis: rollback, pause →
+"""MachineDeployment lifecycle on the recording fake (tests/kube_fake.py) and a real Redis: rollback, pause →
 scale → resume, the autoscaler's trigger-deletion, deletion cascading to zero machines, an empty
 selector, an invalid deployment, the InPlaceUpdate strategy, claiming sets and hash collisions."""
 
@@ -20,9 +20,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.machinedeployment.hash import machine_set_name, template_hash
 from mcm_tasks.kube import ops
-from tests.integration.machinedeployment_support import LABELS, World, deployment_body, template
-
-pytestmark = pytest.mark.integration
+from tests.machinedeployment_support import LABELS, World, deployment_body, template
 
 
 def _progressing(world: World) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""MachineDeployment rollouts against the sandbox API server and a real Redis, with the MachineSet
+"""MachineDeployment rollouts on the recording fake (tests/kube_fake.py) and a real Redis, with the MachineSet
 reconciler creating and deleting the machines: creation, RollingUpdate budgets at every step (with
 taints and autoscaler protection), Recreate, in-place propagation, proportional scaling during a
 rollout, revisionHistoryLimit and the progress deadline."""
@@ -6,8 +6,6 @@ rollout, revisionHistoryLimit and the progress deadline."""
 from __future__ import annotations
 
 from typing import Any
-
-import pytest
 
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.api.constants import (
@@ -19,9 +17,7 @@ from mcm_tasks.api.constants import (
     PREFER_NO_SCHEDULE_KEY,
     REVISION_ANNOTATION,
 )
-from tests.integration.machinedeployment_support import World, deployment_body, template
-
-pytestmark = pytest.mark.integration
+from tests.machinedeployment_support import World, deployment_body, template
 
 
 def _taint_keys(node: dict[str, Any] | None) -> list[str]:
