@@ -126,7 +126,7 @@ def test_a_protection_taken_off_by_hand_comes_back_within_short_retry(world: Wor
     """Deliberate difference: a process re-reads a node it found protected during the rollout only
     once ShortRetry has passed (``machinedeployment.seen``), not on every pass as upstream: a pass
     reads the nodes that joined since, not every node of the deployment."""
-    world.reconfigure(autoscaler_scaledown_annotation_during_rollout=True, short_retry=3.0)
+    world.reconfigure(autoscaler_scaledown_annotation_during_rollout=True, short_retry=1.0)
     world.create(deployment_body("pool", 3, surge=1, unavailable=0))
     world.settle()
     (v1,) = world.sets()
