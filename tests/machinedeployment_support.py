@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient
 
 from mcm_sandbox.testing.standins import finish_deletions
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineDeployment, MachineSet
+from mcm_tasks.api import MachineDeployment, MachineSet, Obj
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
     MCM_FINALIZER,
@@ -44,8 +44,6 @@ SETTINGS: dict[str, Any] = {
 }
 LABELS = {"name": "pool"}
 
-Obj = dict[str, Any]
-
 
 def template(class_name: str = "class-v1", **spec: Any) -> dict[str, Any]:
     return {
@@ -59,8 +57,8 @@ def deployment_body(
     replicas: int,
     *,
     strategy: str = "RollingUpdate",
-    surge: int | str = 2,
-    unavailable: int | str = 1,
+    surge: int | str | None = 2,
+    unavailable: int | str | None = 1,
     tmpl: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from mcm_sandbox.procs import ApiServer, wait_until
 from mcm_sandbox.testing.informers import InformerThread, sandbox_settings
 from mcm_tasks import kinds
+from mcm_tasks.api import Obj
 from mcm_tasks.cache.reader import CacheReader
 from mcm_tasks.controllers.common import context_io as common_context
 from mcm_tasks.controllers.machinedeployment.reconcile import reconcile_once
@@ -29,8 +30,6 @@ from tests.integration.machinedeployment_support import (
 )
 
 pytestmark = pytest.mark.integration
-
-Obj = dict[str, Any]
 
 
 def _progressing(world: World) -> tuple[str, str, str]:

@@ -13,16 +13,11 @@ from mcm_tasks.api.constants import (
     MAX_REPLICAS_ANNOTATION,
     REVISION_ANNOTATION,
 )
+from tests.machinedeployment_support import LABELS, deployment_body, template
+
+__all__ = ["LABELS", "T0", "deployment", "machine_set", "template"]
 
 T0 = datetime(2024, 5, 6, 7, 0, 0, tzinfo=UTC)
-LABELS = {"name": "pool"}
-
-
-def template(class_name: str = "class-v1", **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"labels": dict(LABELS)},
-        "spec": {"class": {"kind": "MachineClass", "name": class_name}, **spec},
-    }
 
 
 def deployment(
@@ -38,36 +33,13 @@ def deployment(
     generation: int = 1,
     **spec: Any,
 ) -> MachineDeployment:
-    strat: dict[str, Any] = {"type": strategy}
-    if strategy == "RollingUpdate":
-        strat["rollingUpdate"] = {"maxSurge": surge, "maxUnavailable": unavailable}
-    if strategy == "InPlaceUpdate":
-        strat["inPlaceUpdate"] = {
-            "maxSurge": surge,
-            "maxUnavailable": unavailable,
-            "orchestrationType": "Auto",
-        }
-    obj = parse(
-        {
-            "apiVersion": "machine.sapcloud.io/v1alpha1",
-            "kind": "MachineDeployment",
-            "metadata": {
-                "name": name,
-                "namespace": "ns",
-                "uid": f"uid-{name}",
-                "generation": generation,
-                "annotations": dict(annotations or {}),
-            },
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": dict(LABELS)},
-                "strategy": strat,
-                "template": tmpl or template(),
-                **spec,
-            },
-            "status": status or {},
-        }
+    body = deployment_body(
+        name, replicas, strategy=strategy, surge=surge, unavailable=unavailable, tmpl=tmpl, **spec
     )
+    body["metadata"].update(
+        namespace="ns", uid=f"uid-{name}", generation=generation, annotations=dict(annotations or {})
+    )
+    obj = parse({**body, "status": status or {}})
     assert isinstance(obj, MachineDeployment)
     return obj
 

@@ -35,8 +35,6 @@ from tests.machinedeployment_support import (
     template,
 )
 
-Obj = dict[str, Any]
-
 
 class Flips:
     """Each node's protection as last seen, and how often it changed (seen between passes)."""

@@ -9,11 +9,10 @@ tests/integration/test_machinedeployment_api_server.py."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineSet
+from mcm_tasks.api import MachineSet, Obj
 from mcm_tasks.api.constants import (
     CA_SCALE_DOWN_DISABLED_ANNOTATION,
     CA_SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION,
@@ -36,8 +35,6 @@ from tests.machinedeployment_support import (
     deployment_body,
     template,
 )
-
-Obj = dict[str, Any]
 
 #: a taint someone else put on a node: the deployment must never touch it
 FOREIGN_TAINT: Obj = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
