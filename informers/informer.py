@@ -30,6 +30,7 @@ from mcm_tasks.api import Obj
 from mcm_tasks.kube import rest
 from mcm_tasks.kube.errors import is_gone
 from mcm_tasks.settings import Settings
+from mcm_tasks.tenancy import carried
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,10 @@ class Reflector:
         self._response: Any = None
         self._need_list = True
         self._initial = True
-        self.thread = threading.Thread(target=self.run, name=f"reflector-{resource.kind}", daemon=True)
+        # within its creator's context: a seed-mode tenant's reflector reads with the tenant's settings
+        self.thread = threading.Thread(
+            target=carried(self.run), name=f"reflector-{resource.kind}", daemon=True
+        )
 
     # --- control from other threads -------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from informers.events import Problem
+from mcm_tasks.tenancy import carried
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class ProblemReporter:
 
     def _start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="informer-problems", daemon=True)
+            self._thread = threading.Thread(target=carried(self._run), name="informer-problems", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:

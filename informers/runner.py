@@ -101,6 +101,7 @@ class Informer:
         sink: Sink,
         identity: str = "",
         resources: list[WatchedResource] | None = None,
+        trimmer: Trimmer | None = None,
     ) -> None:
         self.settings = settings
         self.apis = apis
@@ -124,8 +125,9 @@ class Informer:
         self._lag_due = 0.0
         self.problems = ProblemReporter(self._record_problem)
         #: gives back the heap a burst of events left (mcm_tasks/memory.py); started when leading
-        self.trimmer = Trimmer()
-        self._trimming = False
+        #: a seed-mode informer's tenants share their process's trimmer (started by its owner)
+        self.trimmer = trimmer or Trimmer()
+        self._trimming = trimmer is not None
 
     def _record_problem(self, identity: Obj, reason: str, message: str) -> None:
         """A Warning Event on the object, in its own cluster (the control cluster for MCM kinds)."""

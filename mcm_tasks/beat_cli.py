@@ -42,12 +42,13 @@ from redbeat import RedBeatScheduler
 from redis.exceptions import LockError
 
 from beat_schedule import beat_schedule, job_of
-from mcm_tasks import standby
+from mcm_tasks import standby, tenancy_io
 from mcm_tasks.cli_support import command_settings, log_level
 from mcm_tasks.probes import LEADING, PROGRESS, standard_probes
 from mcm_tasks.queue import enqueue
 from mcm_tasks.redisdb import get_redis, redbeat_options, rkey
 from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.tenancy import serving
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,14 @@ class SafetyScheduler(RedBeatScheduler):  # type: ignore[misc]
         if held is not None:  # a Go MCM holds upstream's Lease: its safety jobs are its own
             log.info("beat %s: %s not run, %s", self.identity, entry.name, held.describe())
             return
-        published = enqueue(*job)
+        settings = get_settings()
+        if settings.seed_mode:  # each served namespace has its own safety jobs (mcm_tasks.tenancy)
+            published = 0
+            for namespace in tenancy_io.served(get_redis(), settings):
+                with serving(namespace, settings):
+                    published += enqueue(*job)
+        else:
+            published = enqueue(*job)
         record_fire(get_redis(), entry.name, self.identity)
         log.debug("beat %s: %s → %s %s (%s)", self.identity, entry.name, job[0], job[1],
                   "enqueued" if published else "coalesced with a waiting run")  # fmt: skip

@@ -53,6 +53,7 @@ from mcm_tasks.kinds import QUEUES
 from mcm_tasks.memory import Trimmer
 from mcm_tasks.queue.messages import TASK_PREFIX, broker_prefix, task_name
 from mcm_tasks.redisdb import broker_options
+from mcm_tasks.seed_queues import SeedQueues
 from mcm_tasks.settings import Settings, get_settings
 from mcm_tasks.task_events import BatchedTaskEvents
 from mcm_tasks.timelimits import ENFORCED_BY_CELERY, Watchdog
@@ -109,6 +110,7 @@ register_transport()
 app = Celery("mcm_tasks", include=["mcm_tasks.tasks"])
 app.conf.update(celery_config(get_settings()))
 app.steps["consumer"].add(BatchedTaskEvents)
+app.steps["consumer"].add(SeedQueues)
 
 
 def apply_settings(settings: Settings) -> None:

@@ -59,6 +59,8 @@ def check_kubeconfigs(settings: Settings, only_given: bool = False) -> None:
             value = getattr(settings, setting)
             if (setting == "target_kubeconfig" and value == TARGET_DISABLED) or (only_given and not value):
                 continue
+            if setting == "target_kubeconfig" and settings.seed_mode:
+                continue  # each served namespace's target comes from its Secrets (mcm_tasks.tenancy)
             load_configuration(value, setting)
     except ClusterConfigError as err:
         typer.echo(f"Error: {' '.join(str(err).split())}", err=True)

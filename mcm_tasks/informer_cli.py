@@ -15,6 +15,7 @@ from types import FrameType
 import typer
 
 from mcm_tasks.cli_support import ALL_CLUSTERS, command_settings, log_level
+from mcm_tasks.settings import Settings
 
 app = typer.Typer(add_completion=False)
 log = logging.getLogger("informers")
@@ -53,6 +54,9 @@ def informer(
     from mcm_tasks.redisdb import get_redis
 
     me = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    if settings.seed_mode:
+        seed_informer(settings, me, sink, beat)
+        return
     clusters = build_clusters(settings)
     check_control_cluster(clusters)
     serve(settings, standard_probes(settings), fleet=lambda: LEADING.get("informer", False))
@@ -114,3 +118,62 @@ def informer(
     if stop_beat is not None:
         stop_beat()  # releases the beat lock: a standby takes over at once
     clusters.close()
+
+
+def seed_informer(settings: Settings, me: str, sink: str, beat: bool) -> None:
+    """Seed mode (``--namespaces``/``--namespace-selector``): the leader serves every namespace,
+    each with its own informer and target cluster (``informers/seed.py``). Upstream's Leases are a
+    per-shoot MCM's, in each shoot namespace: a seed installation does not take them (scale the
+    shoots' MCMs down before serving their namespaces)."""
+    from informers.leader import LeaderElector
+    from informers.seed import SeedInformer
+    from mcm_tasks.kube.clients import CONTROL, check_control_cluster, leader_election_client, new_cluster
+    from mcm_tasks.kube.clients import Clusters as ClientSet
+    from mcm_tasks.observability import serve
+    from mcm_tasks.probes import LEADING, standard_probes
+    from mcm_tasks.redisdb import get_redis
+
+    control = new_cluster(CONTROL, settings.control_kubeconfig, settings)
+    check_control_cluster(ClientSet(control, None))
+    serve(settings, standard_probes(settings), fleet=lambda: LEADING.get("informer", False))
+    client = get_redis(settings.redis_url, decode=False)
+    seed = SeedInformer(settings, control.api, client, sink, me)
+    LEADING["informer"] = False
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def act(acting: threading.Event) -> None:
+        LEADING["informer"] = True
+        try:
+            seed.lead(acting)
+        finally:
+            LEADING["informer"] = False
+
+    stop_beat = None
+    if beat:
+        from mcm_tasks.beat_cli import start_beat_thread
+
+        stop_beat = start_beat_thread(settings, me)
+    if settings.leader_elect:
+        election_api = leader_election_client(settings)
+        elector = LeaderElector(
+            election_api,
+            settings.namespace,
+            me,
+            settings.leader_elect_lease_duration,
+            settings.leader_elect_renew_deadline,
+            settings.leader_elect_retry_period,
+        )
+        elector.run(act, stop)
+        election_api.close()
+    else:
+        act(stop)
+    if stop_beat is not None:
+        stop_beat()
+    control.close()

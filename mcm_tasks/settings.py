@@ -10,10 +10,12 @@ shortened, which is how tests run on compressed time.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -91,7 +93,29 @@ class Settings(BaseSettings):
         description='kubeconfig of the target cluster (nodes, pods); `inClusterConfig` or "" = the pod\'s '
         "ServiceAccount, `none` = no target",
     )
-    namespace: str = Field("default", description="namespace of the machine objects in the control cluster")
+    namespace: str = Field(
+        "default",
+        description="namespace of the machine objects in the control cluster (in seed mode: the namespace of "
+        "the installation's own Leases)",
+    )
+    namespaces: str = Field(
+        "",
+        description="seed mode: the namespaces served, comma-separated, each with its own target cluster "
+        "read from its Secrets (not in MCM)",
+    )
+    namespace_selector: str = Field(
+        "",
+        description="seed mode: serve the control cluster's namespaces matching this label selector, picked "
+        "up and dropped as they come and go (not in MCM)",
+    )
+    target_kubeconfig_secret: str = Field(
+        "",
+        description="seed mode: the Secret of a served namespace holding its target kubeconfig; empty = as "
+        "Gardener names it (the namespace's Cluster annotation, else `generic-token-kubeconfig`)",
+    )
+    seed_refresh_period: Duration = Field(
+        2.0, gt=0, description="seed mode: how often the served namespaces are listed again"
+    )
     kube_api_qps: float = Field(
         20.0, description="API requests per second per cluster, shared by all processes through Redis"
     )
@@ -366,6 +390,24 @@ class Settings(BaseSettings):
         6 * 60.0, description="client-side read timeout of a watch stream, so a silent stream cannot stall"
     )
 
+    #: a tenant's view (seed mode, ``mcm_tasks.tenancy``): the installation's own key prefix
+    _install_prefix: str = PrivateAttr("")
+
+    @property
+    def install_prefix(self) -> str:
+        """The installation's key prefix, under which the broker, the keepers and the tenants'
+        registry live; a tenant's own keys are under ``key_prefix``."""
+        return self._install_prefix or self.key_prefix
+
+    @property
+    def namespace_list(self) -> list[str]:
+        return [n.strip() for n in self.namespaces.split(",") if n.strip()]
+
+    @property
+    def seed_mode(self) -> bool:
+        """Whether this installation serves many namespaces (``--namespaces``/``--namespace-selector``)."""
+        return bool(self.namespaces.strip() or self.namespace_selector.strip())
+
     @property
     def node_condition_list(self) -> list[str]:
         return [c.strip() for c in self.node_conditions.split(",") if c.strip()]
@@ -418,6 +460,7 @@ class Settings(BaseSettings):
         if lock not in LEASE_LOCKS:
             allowed = ", ".join(LEASE_LOCKS)
             problems.append(("leader_elect_resource_lock", f"{lock!r} is not supported, use {allowed}"))
+        problems += seed_problems(self)
         if self.no_target and not self.control_kubeconfig:
             problems.append(("control_kubeconfig", "is required when --target-kubeconfig=none"))
         if self.worker_lost_timeout >= self.visibility_timeout:
@@ -432,6 +475,28 @@ class Settings(BaseSettings):
         if problems:
             raise ValueError("; ".join(f"{_describe(n)}: {msg}" for n, msg in problems))
         return self
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def seed_problems(s: Settings) -> list[tuple[str, str]]:
+    """Seed mode's flags: one way to name the namespaces, each a namespace name."""
+    problems: list[tuple[str, str]] = []
+    if s.namespaces.strip() and s.namespace_selector.strip():
+        problems.append(("namespaces", "and --namespace-selector exclude each other"))
+    for name in s.namespace_list:
+        if not _DNS_LABEL.match(name):
+            problems.append(("namespaces", f"{name[:70]!r} is not a namespace name"))
+    if len(s.namespace_selector) > 1024:
+        problems.append(("namespace_selector", "is longer than 1024 characters"))
+    if s.target_kubeconfig_secret and not re.match(
+        r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", s.target_kubeconfig_secret
+    ):
+        problems.append(
+            ("target_kubeconfig_secret", f"{s.target_kubeconfig_secret[:70]!r} is not a Secret name")
+        )
+    return problems
 
 
 def budget_problem(value: str) -> str:
@@ -539,10 +604,17 @@ def split_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
 
 
 _current: Settings | None = None
+#: a tenant's settings while its work runs (seed mode: ``mcm_tasks.tenancy.serving``)
+SCOPED: ContextVar[Settings | None] = ContextVar("mcm_tenant_settings", default=None)
 
 
 def get_settings() -> Settings:
-    """The process-wide settings: what configure() set, else the environment's (loaded once)."""
+    """The settings in force: the tenant's while a seed-mode tenant's work runs
+    (``mcm_tasks.tenancy``), else the process-wide ones: what configure() set, else the
+    environment's (loaded once)."""
+    scoped = SCOPED.get()
+    if scoped is not None:
+        return scoped
     global _current
     if _current is None:
         _current = load_settings()

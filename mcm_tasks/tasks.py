@@ -1,5 +1,6 @@
 """The Celery tasks ``mcm.reconcile.<kind>``: thin shells that take the key (a string, nothing
-else: arguments are visible in Flower) and hand it to the queue contract."""
+else: arguments are visible in Flower) and hand it to the queue contract; in seed mode within the
+tenant whose queue the message came on (``mcm_tasks.tenancy``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from mcm_tasks.queue.messages import task_name
 from mcm_tasks.queue.policy import SKIPPED, ReconcileFailed
 from mcm_tasks.queue.processing import deliver
 from mcm_tasks.queue.producer import MAX_KEY_LENGTH
+from mcm_tasks.settings import get_settings
+from mcm_tasks.tenancy import serving, tenant_of_queue
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,18 @@ def _shell(kind: str) -> Task:
                 len(kwargs),
             )
             return SKIPPED["invalid"]
-        delivery = deliver(kind, key, str(self.request.id), worker=self.request.hostname)
+        base = get_settings()
+        if base.seed_mode:
+            queue = str((self.request.delivery_info or {}).get("routing_key") or "")
+            tenant = tenant_of_queue(queue, base.install_prefix)
+            if tenant is None or tenant[1] != kind:
+                log.error("dropped %s message %s: queue %r is no served namespace's",
+                          task_name(kind), self.request.id, queue[:200])  # fmt: skip
+                return SKIPPED["invalid"]
+            with serving(tenant[0], base):
+                delivery = deliver(kind, key, str(self.request.id), worker=self.request.hostname)
+        else:
+            delivery = deliver(kind, key, str(self.request.id), worker=self.request.hostname)
         if delivery.error is not None:
             raise ReconcileFailed.of(*delivery.error)
         return delivery.describe()

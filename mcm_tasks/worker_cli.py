@@ -29,7 +29,12 @@ def queue_names(spec: str) -> list[str]:
     """Kinds (``machine,node``) to queue names; anything that is not a kind is taken as a queue name."""
     settings = get_settings()
     items = [item.strip() for item in spec.split(",") if item.strip()] or list(QUEUES)
-    return [settings.queue_name(item) if item in QUEUES else item for item in items]
+    names = [settings.queue_name(item) if item in QUEUES else item for item in items]
+    if settings.seed_mode:  # and every served namespace's queues of those kinds (seed_queues.py)
+        from mcm_tasks.seed_queues import served_queues
+
+        names += served_queues(settings, [item for item in items if item in QUEUES])
+    return names
 
 
 #: seconds between a worker's event heartbeats (Celery's default: 2)

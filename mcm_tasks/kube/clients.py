@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from kubernetes import client
+from kubernetes import config as k8s_config
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
@@ -30,7 +31,9 @@ from mcm_tasks.kube.credentials import IN_CLUSTER, ClusterConfigError
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.kube.ratelimit import cluster_bucket, install_rate_limit
 from mcm_tasks.kube.resources import MACHINE_API_VERSION, Resource
-from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.kube.target_secret import TargetConfig, TargetSecretError
+from mcm_tasks.kube.target_secret_io import read_target
+from mcm_tasks.settings import SCOPED, Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +148,11 @@ _current: Clusters | None = None
 
 
 def get_clusters() -> Clusters:
-    """This process's clients, built on first use from the settings; a forked child builds its own."""
+    """This process's clients, built on first use from the settings; a forked child builds its own.
+    While a seed-mode tenant's work runs (``mcm_tasks.tenancy``), the tenant's clients."""
+    scoped = SCOPED.get()
+    if scoped is not None and scoped.key_prefix != scoped.install_prefix:
+        return tenant_clusters(scoped)
     global _current
     found = _current
     if found is not None and found.pid == os.getpid():
@@ -164,6 +171,87 @@ def reset_clusters() -> None:
         if _current is not None and _current.pid == os.getpid():
             _current.close()
         _current = None
+        _tenants.clear()
+
+
+# --- seed mode: a tenant's clients --------------------------------------------------------------
+
+#: a tenant's target Secrets are read again this often (a rotated token, a moved API server)
+TENANT_RECHECK = 60.0
+#: a tenant whose Secrets could not be read is tried again after this (its passes fail meanwhile)
+TENANT_RETRY = 5.0
+
+
+@dataclass
+class _Tenant:
+    clusters: Clusters | None
+    versions: tuple[str, ...]
+    checked_at: float
+    problem: Exception | None = None
+
+
+_tenants: dict[str, _Tenant] = {}
+
+
+def target_from_config(config: TargetConfig, settings: Settings) -> Cluster:
+    """A client of a tenant's target cluster from its resolved kubeconfig (the token inline: read
+    from the Secret, never from a file), rate limited by the tenant's own bucket."""
+    configuration = Configuration()
+    k8s_config.load_kube_config_from_dict(config.kubeconfig, client_configuration=configuration)
+    api = ApiClient(configuration)
+    api.user_agent = f"mcm-tasks/{TARGET}"
+    if settings.redis_url:
+        install_rate_limit(
+            api, cluster_bucket(TARGET, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
+        )
+    else:
+        rest.install_edge(api)
+    return Cluster(TARGET, api)
+
+
+def tenant_clusters(settings: Settings) -> Clusters:
+    """The tenant's clients: the control cluster's through the tenant's own budget (each namespace
+    gets the request rate one Go MCM would) and the target cluster from the namespace's Secrets,
+    read again every ``TENANT_RECHECK`` and rebuilt when either changed. A namespace whose Secrets
+    are missing or refused raises ``TargetSecretError`` (its passes fail and back off, its queue
+    only)."""
+    namespace = settings.namespace
+    now = time.monotonic()
+    found = _tenants.get(namespace)
+    if found is not None and now - found.checked_at < (TENANT_RETRY if found.problem else TENANT_RECHECK):
+        if found.problem is not None:
+            raise found.problem
+        assert found.clusters is not None
+        return found.clusters
+    with _lock:
+        found = _tenants.get(namespace)
+        if found is not None and found.clusters is not None and found.clusters.pid != os.getpid():
+            found = None  # the parent's, in a forked child
+        control = found.clusters.control if found is not None and found.clusters is not None else None
+        if control is None:
+            control = new_cluster(CONTROL, settings.control_kubeconfig, settings)
+        try:
+            config = read_target(control.api, namespace, settings.target_kubeconfig_secret)
+        except (TargetSecretError, ApiException) as err:
+            if found is not None and found.clusters is not None and not isinstance(err, TargetSecretError):
+                found.checked_at = now  # a blip: keep the clients in use, look again later
+                return found.clusters
+            _tenants[namespace] = _Tenant(None, (), now, err)
+            raise
+        if found is not None and found.clusters is not None and found.versions == config.versions:
+            found.checked_at = now
+            return found.clusters
+        # the old clients are dropped, not closed: a pass of another thread may be using them
+        clusters = Clusters(control, target_from_config(config, settings))
+        _tenants[namespace] = _Tenant(clusters, config.versions, now)
+        log.info("namespace %s: target cluster %s from %s", namespace, config.server, config.source)
+        return clusters
+
+
+def forget_tenant(namespace: str) -> None:
+    """Drop a namespace no longer served (its clients go with the last pass using them)."""
+    with _lock:
+        _tenants.pop(namespace, None)
 
 
 # --- start-up check ------------------------------------------------------------------------------

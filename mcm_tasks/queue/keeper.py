@@ -49,7 +49,7 @@ import time
 
 import redis
 
-from mcm_tasks import standby
+from mcm_tasks import standby, tenancy_io
 from mcm_tasks.broker import held_delivery_tags
 from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, wake_channel, workers_key
 from mcm_tasks.queue.producer import publish_due, scripts_for
@@ -57,6 +57,7 @@ from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, Settings, get_settings
 from mcm_tasks.standby import UPSTREAM_RETRY_PERIOD, Standby
+from mcm_tasks.tenancy import tenant_settings
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ SWEEP_BATCH = 200
 FORGET_WORKERS_AFTER = 86400.0
 
 # KEYS: unacked hash, unacked index. ARGV: deadline (index time below it = lost), limit, broker key
-# prefix, key prefix (a queue ``<key prefix>.<kind>`` counts in ``<key prefix>:q:<kind>:metrics``).
+# prefix, key prefix (a queue ``<key prefix>.<kind>`` counts in ``<key prefix>:q:<kind>:metrics``, a
+# tenant's ``<key prefix>:ns:<namespace>.<kind>`` in its own).
 # kombu stores json.dumps([message, exchange, routing_key]); the message is pushed back as stored
 # (the text between the outer "[" and the last two strings), onto the queues bound to (exchange,
 # routing key), at the consuming end, as kombu's restore does.
@@ -96,9 +98,10 @@ for _, tag in ipairs(tags) do
       if #queues == 0 then queues[1] = routing_key end
       for _, queue in ipairs(queues) do
         redis.call('RPUSH', ARGV[3] .. queue, message)
-        if string.sub(queue, 1, #ARGV[4] + 1) == ARGV[4] .. '.' then
-          local kind = string.sub(queue, #ARGV[4] + 2)
-          redis.call('HINCRBY', ARGV[4] .. ':q:' .. kind .. ':metrics', 'recovered', 1)
+        -- <prefix>.<kind>, or a seed-mode tenant's <prefix>:ns:<namespace>.<kind>
+        local owner, kind = string.match(queue, '^(.*)%.([^.]+)$')
+        if owner and string.sub(owner, 1, #ARGV[4]) == ARGV[4] then
+          redis.call('HINCRBY', owner .. ':q:' .. kind .. ':metrics', 'recovered', 1)
         end
       end
       restored = restored + 1
@@ -125,7 +128,7 @@ def renew(client: redis.Redis, worker: str, tags: list[str], now: float, setting
 
 def repair_turn_key(settings: Settings) -> str:
     """Taken (``SET NX PX``) by the keeper whose turn it is to repair (see ``take_repair_turn``)."""
-    return f"{settings.key_prefix}:q:keeper:repair"
+    return f"{settings.install_prefix}:q:keeper:repair"
 
 
 def take_repair_turn(client: redis.Redis, worker: str, every: float, settings: Settings) -> bool:
@@ -167,6 +170,29 @@ def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
     return published
 
 
+def tenant_views(client: redis.Redis, settings: Settings) -> list[Settings]:
+    """The settings each queue set is kept under: the installation's, or in seed mode each served
+    namespace's (``mcm_tasks.tenancy``: a tenant's delayed sets and markers are its own)."""
+    if not settings.seed_mode:
+        return [settings]
+    return [tenant_settings(settings, ns) for ns in tenancy_io.served(client, settings)]
+
+
+def publish_due_all(client: redis.Redis, now: float, settings: Settings) -> tuple[int, float | None]:
+    """``publish_due`` for every view of ``tenant_views``: the messages published, the first due time."""
+    published, first = 0, None
+    for view in tenant_views(client, settings):
+        count, due = publish_due(client, now, view)
+        published += count
+        if due is not None:
+            first = due if first is None else min(first, due)
+    return published, first
+
+
+def repair_lost_all(client: redis.Redis, now: float, settings: Settings) -> int:
+    return sum(repair_lost(client, now, view) for view in tenant_views(client, settings))
+
+
 def sweep(client: redis.Redis, now: float, settings: Settings) -> int:
     """Put the messages of dead workers back on their queues; how many."""
     return sweep_until(client, now, settings)[0]
@@ -179,7 +205,7 @@ def sweep_until(client: redis.Redis, now: float, settings: Settings) -> tuple[in
     times later). A worker whose clock runs behind by d is found lost up to d late."""
     prefix = broker_prefix(settings)
     keys = (prefix + "unacked", prefix + "unacked_index")
-    args = [now - settings.worker_lost_timeout, SWEEP_BATCH, prefix, settings.key_prefix]
+    args = [now - settings.worker_lost_timeout, SWEEP_BATCH, prefix, settings.install_prefix]
     total = 0
     while True:
         scanned, restored, *oldest = _SWEEP(client, keys, args)
@@ -279,7 +305,7 @@ class Keeper(threading.Thread):
                 if now >= next_repair:
                     if take_repair_turn(client, self.worker, repair_every, s):
                         self.repairs += 1
-                        self.repaired += repair_lost(client, now, s)
+                        self.repaired += repair_lost_all(client, now, s)
                         next_due = min(next_due, now)  # the backstop of a missed notification
                     next_repair = now + repair_every
                 if now >= next_due:
@@ -293,7 +319,7 @@ class Keeper(threading.Thread):
                         if self.standing_by is not None:
                             log.info("keeper: standby over, publishing delayed keys again")
                         self.standing_by = None
-                        published, first_due = publish_due(client, now)
+                        published, first_due = publish_due_all(client, now, s)
                         self.published += published
                         self.due_reads += 1
                         next_due = float("inf") if first_due is None else first_due

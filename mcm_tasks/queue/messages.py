@@ -32,8 +32,9 @@ def task_name(kind: str) -> str:
 
 
 def broker_prefix(settings: Settings | None = None) -> str:
-    """kombu's ``global_keyprefix``: the broker's own keys live under the installation's prefix too."""
-    return f"{(settings or get_settings()).key_prefix}:broker:"
+    """kombu's ``global_keyprefix``: the broker's own keys live under the installation's prefix too
+    (in seed mode the installation's, not a tenant's: every tenant's queues are one broker's)."""
+    return f"{(settings or get_settings()).install_prefix}:broker:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +69,12 @@ def wake_channel(settings: Settings | None = None) -> str:
     """Pub/sub channel (all kinds): a script that schedules a key earlier than every key already
     waiting in its kind's delayed set publishes the due time here, so the keepers wake for it
     instead of polling the delayed sets several times a second (keeper.py)."""
-    return f"{(settings or get_settings()).key_prefix}:q:wake"
+    return f"{(settings or get_settings()).install_prefix}:q:wake"
 
 
 def workers_key(settings: Settings | None = None) -> str:
     """Sorted set worker name → time of its last heartbeat."""
-    return f"{(settings or get_settings()).key_prefix}:q:workers"
+    return f"{(settings or get_settings()).install_prefix}:q:workers"
 
 
 _keys_cache: dict[tuple[str, str], QueueKeys] = {}

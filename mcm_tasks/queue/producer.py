@@ -46,13 +46,14 @@ def _group(items: Iterable[tuple[str, str]]) -> dict[str, dict[str, None]]:
     return groups
 
 
-_by_settings: dict[str, tuple[Settings, scripts.KindScripts]] = {}
+#: per (key prefix, kind): a seed mode's tenants each have their own keys
+_by_settings: dict[tuple[str, str], tuple[Settings, scripts.KindScripts]] = {}
 
 
 def scripts_for(kind: str, settings: Settings | None = None) -> scripts.KindScripts:
     """The kind's scripts for these settings (looked up once per reconcile: kept cheap)."""
     s = settings or get_settings()
-    cached = _by_settings.get(kind)
+    cached = _by_settings.get((s.key_prefix, kind))
     if cached is not None and cached[0] is s:
         return cached[1]
     limits = scripts.Limits(
@@ -60,7 +61,7 @@ def scripts_for(kind: str, settings: Settings | None = None) -> scripts.KindScri
         history_length=s.history_length, history_ttl=HISTORY_TTL, concurrent_syncs=s.concurrent_syncs,
     )  # fmt: skip
     found = scripts.kind_scripts(queue_keys(kind, s), limits)
-    _by_settings[kind] = (s, found)
+    _by_settings[(s.key_prefix, kind)] = (s, found)
     return found
 
 
@@ -187,13 +188,15 @@ def _due_script(settings: Settings) -> scripts.LuaScript:
     return found
 
 
-def publish_due(client: redis.Redis | None = None, now: float | None = None) -> tuple[int, float | None]:
+def publish_due(
+    client: redis.Redis | None = None, now: float | None = None, settings: Settings | None = None
+) -> tuple[int, float | None]:
     """Publish the keys of every kind's delayed set that are due (client-go's ``waitingLoop``).
     Any number of processes may call it at once: a key is moved by exactly one of them. Returns the
     messages published and the next due time still waiting (None if no key waits). One script call
     finds what is due in every kind (every worker's keeper runs this several times a second), and
     one more round trip publishes it when something is."""
-    settings = get_settings()
+    settings = settings or get_settings()
     client = client or get_redis()
     now = time.time() if now is None else now
     replies = _due_script(settings)(client, (), [repr(now)])

@@ -1,7 +1,8 @@
 """The local cloud: VMs as Redis hashes, so every worker process, the kubelet simulator and
 ``mcm-tasks sandbox cloud ls`` see the same machines.
 
-Keys (all under ``<prefix>:localcloud:``):
+Keys (all under ``<prefix>:localcloud:``, the installation's prefix: in seed mode every namespace's
+VMs are in the one cloud, as a real cloud account serves many shoots):
 
 - ``vm:<id>``            hash, one per VM (see :class:`LocalVM`; never the userData itself)
 - ``vms``                set of all VM ids
@@ -28,7 +29,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel, Field
 
-from mcm_tasks.redisdb import rkey
+from mcm_tasks.settings import get_settings
 from providers.local.spec import FailCreates
 
 
@@ -133,6 +134,10 @@ return 0
 """
 
 
+
+def _key(*parts: str) -> str:
+    return ":".join((get_settings().install_prefix, "localcloud", *parts))
+
 class LocalCloud:
     """Redis-backed VM inventory. ``clock`` is wall time: several processes share it."""
 
@@ -144,19 +149,19 @@ class LocalCloud:
     # --- keys ---
     @staticmethod
     def vm_key(vm_id: str) -> str:
-        return rkey("localcloud", "vm", vm_id)
+        return _key("vm", vm_id)
 
     @staticmethod
     def all_key() -> str:
-        return rkey("localcloud", "vms")
+        return _key("vms")
 
     @staticmethod
     def class_index(class_key: str) -> str:
-        return rkey("localcloud", "class", class_key)
+        return _key("class", class_key)
 
     @staticmethod
     def machine_index(machine: str) -> str:
-        return rkey("localcloud", "machine", machine)
+        return _key("machine", machine)
 
     # --- reads ---
     def _load(self, ids: Iterable[str]) -> list[LocalVM]:
@@ -303,9 +308,9 @@ class LocalCloud:
         """True if this create (or ``operation="initializes"``: initialize) must fail: draws one from
         the class's budget, shared by every process. The key names count and code, so editing
         ``failCreates`` / ``failInitializes`` arms a fresh budget."""
-        key = rkey("localcloud", f"fail{operation}", class_key, str(fail.count), fail.code.name)
+        key = _key(f"fail{operation}", class_key, str(fail.count), fail.code.name)
         return bool(self._consume(keys=[key], args=[fail.count]))
 
     def next_ip(self) -> str:
-        n = int(self.r.incr(rkey("localcloud", "ipseq"))) + 1  # 10.0.0.2 first
+        n = int(self.r.incr(_key("ipseq"))) + 1  # 10.0.0.2 first
         return f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"

@@ -36,19 +36,20 @@ def mirror_lagging(settings: Settings) -> bool:
     if settings.mirror_lag_threshold <= 0:
         return False
     url, now = settings.redis_url, time.monotonic()
+    key = rkey(*INFORMER_LAG_KEY_PARTS)  # a seed mode's namespaces each have their own informer
     with _lock:
-        found = _cached.get(url)
+        found = _cached.get(url + key)
         if found is not None and now - found[0] < CACHE_SECONDS:
             return found[1]
     try:
-        raw = get_redis(url).hgetall(rkey(*INFORMER_LAG_KEY_PARTS))
+        raw = get_redis(url).hgetall(key)
     except Exception:  # the lag mode is a shortcut; without Redis the informer's routing still works
         log.debug("informer lag not read", exc_info=True)
         return False
     values = {_text(k): _text(v) for k, v in raw.items()}  # type: ignore[union-attr]
     answer = is_lagging(values, time.time(), settings.mirror_lag_threshold)
     with _lock:
-        _cached[url] = (now, answer)
+        _cached[url + key] = (now, answer)
     return answer
 
 

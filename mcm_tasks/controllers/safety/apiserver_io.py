@@ -44,20 +44,22 @@ def down_since_key() -> str:
     return rkey("safety", "apiserver-down-since")
 
 
-_probe_clients: dict[tuple[int, str], ApiClient] = {}
+#: per process and client (a seed mode's namespaces each have their own target, maybe on one host);
+#: the client is kept beside its copy, so its id is not reused while the entry lives
+_probe_clients: dict[tuple[int, int], tuple[ApiClient, ApiClient]] = {}
 
 
 def probe_client(api: ApiClient) -> ApiClient:
     """A client of the same server and credentials that neither retries nor waits for the shared rate
     limit: a probe measures the server, so one attempt within its timeout is the answer (the regular
     client retries a 503 with Retry-After three times, and a throttled budget is not an outage)."""
-    ident = (os.getpid(), str(api.configuration.host))
+    ident = (os.getpid(), id(api))
     found = _probe_clients.get(ident)
-    if found is None:
+    if found is None or found[0] is not api:
         configuration = copy.deepcopy(api.configuration)
         configuration.retries = False
-        found = _probe_clients[ident] = ApiClient(configuration)
-    return found
+        found = _probe_clients[ident] = (api, ApiClient(configuration))
+    return found[1]
 
 
 def probe(api: ApiClient, res: Resource, namespace: str | None, timeout: float) -> bool:

@@ -1,0 +1,181 @@
+"""Seed mode's informer: one ``Informer`` per served namespace, each in its tenant's context.
+
+Every ``--seed-refresh-period`` the seed informer resolves the namespaces to serve
+(``tenancy_io.wanted``), narrows them to those this process owns (``own``: all of them while it
+leads, or its shard's), publishes the served set in the registry the workers follow, and starts or
+stops the namespaces' informers: a namespace added is watched within a period, a namespace removed
+has its watches closed. A namespace's informer is the single-namespace informer itself, run on a
+thread under the tenant's settings (its mirror, queues and budgets are the tenant's:
+``mcm_tasks.tenancy``) with clients built from the namespace's Secrets. A namespace whose Secrets
+are missing or refused, or whose informer died, is tried again every period; its problem is in the
+registry (``mcm-tasks admin seed``), and no other namespace waits for it. When the namespace's
+Secrets change (a rotated token, another API server) its informer restarts on the new clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from informers.runner import Informer
+from informers.sink import make_sink
+from mcm_tasks import tenancy_io
+from mcm_tasks.kube.clients import Clusters, forget_tenant, get_clusters
+from mcm_tasks.kube.target_secret import TargetSecretError
+from mcm_tasks.memory import Trimmer
+from mcm_tasks.settings import Settings
+from mcm_tasks.tenancy import serving
+
+log = logging.getLogger(__name__)
+
+#: how long a stopping namespace's informer is given to close its watches
+STOP_TIMEOUT = 5.0
+
+
+@dataclass
+class Tenant:
+    namespace: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    clusters: Clusters | None = None
+    problem: str = ""
+    entry: dict[str, Any] = field(default_factory=tenancy_io.since_now)
+
+
+def everything(namespaces: set[str]) -> set[str]:
+    """The leader's share: every namespace."""
+    return namespaces
+
+
+class SeedInformer:
+    """The informers of the namespaces this process owns."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        control: ApiClient,
+        client: redis.Redis,
+        sink: str = "queue",
+        identity: str = "",
+        own: Callable[[set[str]], set[str]] = everything,
+        publish: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.control = control
+        self.redis = client
+        self.sink = sink
+        self.identity = identity
+        self.own = own
+        self.publish = publish
+        self.tenants: dict[str, Tenant] = {}
+        self.trimmer = Trimmer()
+
+    def lead(self, stop: threading.Event) -> None:
+        """Serve until ``stop``; every namespace's informer is stopped on the way out."""
+        self.trimmer.start()
+        try:
+            while True:
+                self.refresh()
+                if stop.wait(self.settings.seed_refresh_period):
+                    break
+        finally:
+            for namespace in list(self.tenants):
+                self._stop(namespace)
+            self.trimmer.stop()
+
+    def refresh(self) -> None:
+        """One round: resolve, narrow, publish, start and stop."""
+        try:
+            wanted = set(tenancy_io.wanted(self.control, self.settings))
+        except (ApiException, OSError) as err:  # the control cluster blinked: keep what runs
+            log.warning("seed mode: namespaces not listed, keeping %d: %s", len(self.tenants), err)
+            return
+        owned = self.own(wanted)
+        for namespace in sorted(set(self.tenants) - owned):
+            self._stop(namespace)
+        for namespace in sorted(owned):
+            tenant = self.tenants.get(namespace)
+            if tenant is None or tenant.thread is None or not tenant.thread.is_alive():
+                self._start(namespace, tenant)
+            elif self._rotated(tenant):
+                log.info("namespace %s: target Secrets changed, restarting its informer", namespace)
+                self._stop(namespace)
+                self._start(namespace, None)
+        if self.publish:
+            entries = {ns: self._entry(ns) for ns in sorted(wanted)}
+            try:
+                tenancy_io.publish(self.redis, self.settings, entries)
+            except redis.RedisError as err:
+                log.warning("seed mode: registry not written: %s", err)
+
+    def _entry(self, namespace: str) -> dict[str, Any]:
+        tenant = self.tenants.get(namespace)
+        if tenant is None:
+            return tenancy_io.since_now()
+        return {**tenant.entry, "problem": tenant.problem} if tenant.problem else dict(tenant.entry)
+
+    def _rotated(self, tenant: Tenant) -> bool:
+        """Whether the namespace's clients were rebuilt (its Secrets changed) since its informer started."""
+        try:
+            with serving(tenant.namespace, self.settings):
+                return get_clusters() is not tenant.clusters
+        except (TargetSecretError, ApiException, OSError):
+            return False  # the running informer keeps its clients until the Secrets read again
+
+    def _start(self, namespace: str, previous: Tenant | None) -> None:
+        tenant = Tenant(namespace)
+        if previous is not None:
+            tenant.entry = previous.entry
+        self.tenants[namespace] = tenant
+        try:
+            with serving(namespace, self.settings):
+                tenant.clusters = get_clusters()
+        except (TargetSecretError, ApiException, OSError) as err:
+            problem = str(err) if isinstance(err, TargetSecretError) else f"target Secrets not read: {err}"
+            if problem != (previous.problem if previous is not None else ""):
+                log.warning("namespace %s: not served: %s", namespace, problem)
+            tenant.problem = problem[:500]
+            return
+        tenant.thread = threading.Thread(
+            target=self._run, args=(tenant,), name=f"informer-{namespace}"[:60], daemon=True
+        )
+        tenant.thread.start()
+        log.info("namespace %s: informer started", namespace)
+
+    def _run(self, tenant: Tenant) -> None:
+        clusters = tenant.clusters
+        assert clusters is not None
+        with serving(tenant.namespace, self.settings) as view:
+            apis = {"control": clusters.control.api}
+            if clusters.target is not None:
+                apis["target"] = clusters.target.api
+            runner = Informer(
+                view,
+                apis,
+                self.redis,
+                make_sink(self.sink, self.redis),
+                f"{self.identity}/{tenant.namespace}",
+                trimmer=self.trimmer,
+            )
+            try:
+                runner.lead(tenant.stop)
+            except Exception as err:  # one namespace's failure is its own: tried again next round
+                log.exception("namespace %s: informer stopped", tenant.namespace)
+                tenant.problem = f"informer stopped: {type(err).__name__}: {err}"[:500]
+
+    def _stop(self, namespace: str) -> None:
+        tenant = self.tenants.pop(namespace, None)
+        if tenant is None:
+            return
+        tenant.stop.set()
+        if tenant.thread is not None:
+            tenant.thread.join(STOP_TIMEOUT)
+            log.info("namespace %s: informer stopped", namespace)
+        forget_tenant(namespace)

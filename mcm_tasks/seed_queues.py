@@ -1,0 +1,104 @@
+"""Seed mode's worker: consume the queues of every served namespace, as they come and go.
+
+A worker starts on the installation's own queues (``<prefix>.<kind>``, empty in seed mode, so that
+a worker of an installation with no namespace yet still runs) plus the served namespaces' queues
+known at start (``served_queues``), and this consumer bootstep follows the registry
+(``tenancy_io.served``) every ``--seed-refresh-period``: a namespace added gets its queues consumed
+within seconds, a namespace removed has them cancelled (what waits on them stays in Redis, for the
+namespace's return). The change is handed to the consumer's own loop (``call_soon``), as Celery's
+``add_consumer`` control command does it. Which kinds a worker consumes comes from its own
+installation queues (``--queues``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+from celery import bootsteps
+
+from mcm_tasks import tenancy_io
+from mcm_tasks.kinds import QUEUES
+from mcm_tasks.redisdb import get_redis
+from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.tenancy import queue_names as tenant_queue_names
+
+log = logging.getLogger(__name__)
+
+
+def served_queues(settings: Settings, kinds: list[str]) -> list[str]:
+    """The served namespaces' queues of these kinds, at a worker's start."""
+    try:
+        served = tenancy_io.served(get_redis(), settings)
+    except redis.RedisError as err:  # the bootstep adds them once Redis answers
+        log.warning("seed mode: served namespaces unknown at start (%s)", err)
+        served = []
+    return tenant_queue_names(settings, served, kinds)
+
+
+def consumed_kinds(settings: Settings, queues: list[str]) -> list[str]:
+    """The kinds of the installation's queues among ``queues`` (what ``--queues`` asked for)."""
+    own = {settings.queue_name(kind): kind for kind in QUEUES}
+    return [own[q] for q in queues if q in own]
+
+
+def queue_changes(current: set[str], wanted: set[str]) -> tuple[list[str], list[str]]:
+    """(to add, to cancel) among the tenants' queues."""
+    return sorted(wanted - current), sorted(current - wanted)
+
+
+class SeedQueues(bootsteps.StartStopStep):
+    """Follows the served namespaces (a thread), handing queue changes to the consumer loop."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.thread: threading.Thread | None = None
+        self.stopped = threading.Event()
+        self.c: Any = None
+
+    def start(self, c: Any) -> None:
+        self.c = c  # a restarted consumer (a lost connection) is the one to hand changes to
+        settings = get_settings()
+        if not settings.seed_mode or (self.thread is not None and self.thread.is_alive()):
+            return
+        self.stopped.clear()
+        self.thread = threading.Thread(target=self._follow, args=(settings,), name="seed-queues", daemon=True)
+        self.thread.start()
+
+    def stop(self, c: Any) -> None:
+        self.stopped.set()
+
+    def shutdown(self, c: Any) -> None:
+        self.stopped.set()
+
+    def _consumed(self) -> set[str]:
+        consumer = getattr(self.c, "task_consumer", None)
+        return {q.name for q in getattr(consumer, "queues", None) or []}
+
+    def _follow(self, settings: Settings) -> None:
+        down = False
+        while not self.stopped.wait(settings.seed_refresh_period):
+            try:
+                consumed = self._consumed()
+                kinds = consumed_kinds(settings, sorted(consumed))
+                served = tenancy_io.served(get_redis(), settings)
+            except redis.RedisError as err:
+                if not down:
+                    log.warning("seed mode: served namespaces unreadable, keeping the queues: %s", err)
+                down = True
+                continue
+            down = False
+            own = {settings.queue_name(kind) for kind in QUEUES}
+            tenants = {q for q in consumed if q not in own}
+            add, cancel = queue_changes(tenants, set(tenant_queue_names(settings, served, kinds)))
+            c = self.c
+            for queue in add:
+                c.call_soon(c.add_task_queue, queue, routing_key=queue)
+            for queue in cancel:
+                c.call_soon(c.cancel_task_queue, queue)
+            if add or cancel:
+                log.info("seed mode: consuming %d more queues, %d fewer", len(add), len(cancel))

@@ -1,0 +1,80 @@
+"""Seed mode's registry of served namespaces (``tenancy`` decides the names).
+
+The informer that resolves the namespaces (``--namespaces`` as given, ``--namespace-selector`` by
+listing the control cluster's namespaces) publishes them in one Redis hash,
+``<prefix>:seed:namespaces`` (namespace → JSON: since when, and the target cluster's source or the
+problem reading it); workers, beat and the admin CLI read it. No credential is in it: each process
+reads a tenant's target Secrets itself (``kube.clients``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+from kubernetes.client import ApiClient
+
+from mcm_tasks import kinds
+from mcm_tasks.kube import ops
+from mcm_tasks.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def registry_key(settings: Settings) -> str:
+    return f"{settings.install_prefix}:seed:namespaces"
+
+
+def served(client: redis.Redis, settings: Settings) -> list[str]:
+    """The namespaces the installation serves now: ``--namespaces`` as given; with a selector, what
+    the informer last published."""
+    if settings.namespace_list:
+        return settings.namespace_list
+    names = client.hkeys(registry_key(settings))
+    return sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names)
+
+
+def entries(client: redis.Redis, settings: Settings) -> dict[str, dict[str, Any]]:
+    """The registry as published: namespace → its entry (``since``, ``target`` or ``problem``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, raw in client.hgetall(registry_key(settings)).items():
+        key = name.decode() if isinstance(name, bytes) else str(name)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = {}
+        found[key] = value if isinstance(value, dict) else {}
+    return found
+
+
+def publish(client: redis.Redis, settings: Settings, namespaces: Mapping[str, Mapping[str, Any]]) -> None:
+    """Replace the registry with ``namespaces`` (one MULTI: readers never see it half written)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(registry_key(settings))
+    if namespaces:
+        pipe.hset(registry_key(settings), mapping={k: json.dumps(dict(v)) for k, v in namespaces.items()})
+    pipe.execute()
+
+
+def wanted(api: ApiClient, settings: Settings) -> list[str]:
+    """The namespaces to serve now: ``--namespaces`` as given; else those matching
+    ``--namespace-selector``, without the ones being deleted (their machines go with them)."""
+    if settings.namespace_list:
+        return settings.namespace_list
+    listed = ops.list_(api, kinds.NAMESPACE.resource, label_selector=settings.namespace_selector)
+    names = []
+    for item in listed.get("items") or []:
+        meta = item.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (item.get("status") or {}).get("phase") == "Terminating":
+            continue
+        if isinstance(meta.get("name"), str):
+            names.append(meta["name"])
+    return sorted(names)
+
+
+def since_now() -> dict[str, Any]:
+    return {"since": round(time.time(), 3)}
