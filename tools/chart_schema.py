@@ -33,6 +33,10 @@ CHART_MANAGED = frozenset(
         "port",
         "address",
         "worker_concurrency",
+        # seed mode: the chart's seed.namespaces, .namespaceSelector, .targetKubeconfigSecret
+        "namespaces",
+        "namespace_selector",
+        "target_kubeconfig_secret",
     }
 )
 #: a Go duration (``90s``, ``1h30m``, ``500ms``) or a number of seconds
@@ -82,6 +86,30 @@ LIST = {"type": "array"}
 RESOURCES = _obj({"requests": MAP, "limits": MAP})
 PLACEMENT = {"nodeSelector": MAP, "tolerations": LIST, "affinity": MAP, "podAnnotations": MAP}
 PER_COMPONENT_SECRETS = _obj({"informer": STR, "worker": STR})
+#: a namespace's name (RFC 1123 label); a Secret's (RFC 1123 subdomain) or empty
+DNS_LABEL = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63}
+SECRET_NAME = {"type": "string", "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$", "maxLength": 253}
+
+
+def seed_schema() -> dict[str, Any]:
+    """Seed mode's values. One way to choose the namespaces: with seed.namespaces given the selector
+    must be empty, and seed.enabled without a selector needs the list. validate.yaml says the same in
+    words (a schema's refusal names only the value it points at)."""
+    listed = {"properties": {"namespaces": {"minItems": 1}}, "required": ["namespaces"]}
+    no_selector = {"properties": {"namespaceSelector": {"maxLength": 0}}}
+    enabled = {"properties": {"enabled": {"const": True}}, "required": ["enabled"]}
+    return _obj(
+        {
+            "enabled": BOOL,
+            "namespaces": {"type": "array", "items": DNS_LABEL, "uniqueItems": True},
+            "namespaceSelector": STR,
+            "targetKubeconfigSecret": SECRET_NAME,
+        },
+        allOf=[
+            {"if": listed, "then": no_selector},
+            {"if": {"allOf": [enabled, no_selector]}, "then": listed},
+        ],
+    )
 
 
 def schema() -> dict[str, Any]:
@@ -109,6 +137,7 @@ def schema() -> dict[str, Any]:
                 "targetCluster": _obj(
                     {"none": BOOL, "kubeconfigSecrets": PER_COMPONENT_SECRETS, "createTokenSecrets": BOOL}
                 ),
+                "seed": seed_schema(),
                 "rbac": _obj({"create": BOOL}),
                 "serviceAccount": _obj({"create": BOOL, "annotations": MAP}),
                 "settings": settings_schema(),

@@ -106,17 +106,19 @@ def _rules(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize("values", [None, *VALUE_SETS], ids=lambda v: v.name if v else "default")
 def test_rbac_has_no_wildcards_and_control_grants_are_namespaced(values: Path | None) -> None:
     docs = render_file(values) if values else render()
+    seed = values is not None and values.name.startswith("seed")  # tests/unit/test_chart_seed.py
     for _, rule in _rules(docs):
         for key in ("verbs", "resources", "apiGroups"):
             assert "*" not in rule[key], rule
     for role in by_kind(docs, "ClusterRole"):
         groups = {g for rule in role["rules"] for g in rule["apiGroups"]}
         assert "machine.sapcloud.io" not in groups, "machine objects are granted per namespace only"
-        assert role["metadata"]["name"].endswith("-target")
+        assert role["metadata"]["name"].endswith("-seed-discovery" if seed else "-target")
     informer_verbs = {v for d in docs if d["metadata"]["name"].startswith("mcm-tasks-informer")
                       and d["kind"] in ("Role", "ClusterRole") for r in d["rules"]
                       if "leases" not in r["resources"] for v in r["verbs"]}  # fmt: skip
-    assert informer_verbs <= {"list", "watch"}, "the informer only reads"
+    # in seed mode it also reads a namespace's target kubeconfig Secrets one by one
+    assert informer_verbs <= {"list", "watch", *(["get"] if seed else [])}, "the informer only reads"
 
 
 def test_control_and_target_render_apart() -> None:

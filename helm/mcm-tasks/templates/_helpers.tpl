@@ -128,8 +128,22 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .root.Values.metrics.port | quote }}
 - name: MCM_CONTROL_KUBECONFIG
   value: {{ ternary "/etc/mcm/control/kubeconfig" "inClusterConfig" (not (empty (index .root.Values.controlCluster.kubeconfigSecrets .component | default ""))) | quote }}
+{{- if .root.Values.seed.enabled }}
+{{- /* seed mode: the namespaces to serve; each one's target cluster comes from its own Secrets */}}
+{{- with .root.Values.seed.namespaces }}
+- name: MCM_NAMESPACES
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- with .root.Values.seed.namespaceSelector }}
+- name: MCM_NAMESPACE_SELECTOR
+  value: {{ . | quote }}
+{{- end }}
+- name: MCM_TARGET_KUBECONFIG_SECRET
+  value: {{ .root.Values.seed.targetKubeconfigSecret | quote }}
+{{- else }}
 - name: MCM_TARGET_KUBECONFIG
   value: {{ if .root.Values.targetCluster.none }}"none"{{ else }}{{ ternary "/etc/mcm/target/kubeconfig" "inClusterConfig" (not (empty (index .root.Values.targetCluster.kubeconfigSecrets .component | default ""))) | quote }}{{ end }}
+{{- end }}
 {{- end -}}
 
 {{- define "mcm-tasks.kubeconfigVolumes" -}}
@@ -154,11 +168,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
-{{/* A pod talks to a cluster in-cluster (needs its ServiceAccount token) unless both kubeconfigs are Secrets. */}}
+{{/* A pod talks to a cluster in-cluster (needs its ServiceAccount token) unless both kubeconfigs are
+Secrets; in seed mode the target clusters' credentials come from Secrets, so only the control's counts. */}}
 {{- define "mcm-tasks.needsToken" -}}
 {{- $control := index .root.Values.controlCluster.kubeconfigSecrets .component | default "" -}}
 {{- $target := index .root.Values.targetCluster.kubeconfigSecrets .component | default "" -}}
-{{- if or (not $control) (and (not $target) (not .root.Values.targetCluster.none)) -}}true{{- end -}}
+{{- if or (not $control) (and (not $target) (not .root.Values.targetCluster.none) (not .root.Values.seed.enabled)) -}}true{{- end -}}
 {{- end -}}
 
 {{/* The pod spec of a controller process: (dict "root" $ "component" "worker" "args" (list …) "kube" true "values" .Values.worker) */}}
@@ -249,3 +264,69 @@ spec:
     spec:
       {{- include "mcm-tasks.podSpec" . | nindent 6 }}
 {{- end -}}
+
+{{/* The control cluster's grants of one process in a namespace of machine objects:
+(dict "component" "worker" "seed" false). Per-shoot: the Role in controlNamespace, with the informer's
+Lease. Seed mode: the same in every served namespace, the Lease apart (in the release namespace), and
+Secrets also read one by one and watched: a namespace's target kubeconfig and token come from them. */}}
+{{- define "mcm-tasks.controlRules" }}
+{{- if eq .component "informer" }}
+  # mirror the machine objects and their Secrets into Redis
+  - apiGroups: [machine.sapcloud.io]
+    resources: [machines, machinesets, machinedeployments, machineclasses]
+    verbs: [list, watch]
+{{- if .seed }}
+  # and the namespace's target-cluster kubeconfig and token, re-read when they change
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, list, watch]
+{{- else }}
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [list, watch]
+  # leader election (MCM's --leader-elect-resource-lock=leases)
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, create, update]
+{{- end }}
+{{- else }}
+  # reconcile: create, adopt (patch) and delete machines and sets (listed while the mirror is not
+  # synced); status through its subresource
+  - apiGroups: [machine.sapcloud.io]
+    resources: [machines, machinesets]
+    verbs: [get, list, create, patch, delete]
+  - apiGroups: [machine.sapcloud.io]
+    resources: [machinedeployments, machineclasses]
+    verbs: [get, patch]
+  - apiGroups: [machine.sapcloud.io]
+    resources: [machines/status, machinesets/status, machinedeployments/status]
+    verbs: [update]
+  # drain rules (mcm-tasks's own kind): listed by the drain; their Valid condition by the drain-rules job
+  - apiGroups: [mcm-tasks.io]
+    resources: [machinedrainrules]
+    verbs: [list]
+  - apiGroups: [mcm-tasks.io]
+    resources: [machinedrainrules/status]
+    verbs: [update]
+{{- if .seed }}
+  # the provider's credentials and user data, read on use; their finalizer; and the namespace's
+  # target-cluster kubeconfig and token, re-read when they change
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, list, watch, patch]
+{{- else }}
+  # the provider's credentials and user data, read on use; their finalizer
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, patch]
+{{- end }}
+  # Events on the machine objects; a repeat patches its count (the event correlator)
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [get, create, patch]
+  # the same Events through events.k8s.io/v1, where the API server serves it (action, related)
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [get, create, patch]
+{{- end }}
+{{- end }}
