@@ -14,7 +14,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from mcm_tasks.settings import Settings, load_settings
+from mcm_tasks.settings import load_settings
 from tests.chart_support import CHART, RenderError, by_kind, helm_command, named, render, require_engine
 
 RELEASE_NS = "mcm-system"
@@ -289,11 +289,6 @@ def test_validate_says_it_in_words_without_the_schema(
 SEED_FIELDS = ("namespaces", "namespace_selector", "target_kubeconfig_secret")
 
 
-@pytest.mark.xfail(
-    not set(SEED_FIELDS) <= set(Settings.model_fields),
-    reason="issue 33: the runtime's seed settings are not in mcm_tasks/settings.py yet",
-    strict=True,
-)
 def test_the_seed_variables_are_settings(tmp_path: Path) -> None:
     """The chart's seed variables are the runtime's settings, read back as given."""
     docs = _seed(tmp_path, namespaces=SHOOTS, targetKubeconfigSecret="kc")
@@ -302,8 +297,7 @@ def test_the_seed_variables_are_settings(tmp_path: Path) -> None:
         for key, value in env.items():
             patch.setenv(key, value)
         loaded = load_settings()
-    namespaces = loaded.namespaces
-    assert namespaces == ",".join(SHOOTS) or list(namespaces) == SHOOTS
+    assert loaded.namespace_list == SHOOTS and loaded.seed_mode
     assert loaded.target_kubeconfig_secret == "kc"
     selector = _env(_seed(tmp_path, namespaceSelector=SELECTOR), "worker")["MCM_NAMESPACE_SELECTOR"]
     with pytest.MonkeyPatch.context() as patch:
