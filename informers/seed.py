@@ -97,7 +97,7 @@ class SeedInformer:
         except (ApiException, OSError) as err:  # the control cluster blinked: keep what runs
             log.warning("seed mode: namespaces not listed, keeping %d: %s", len(self.tenants), err)
             return
-        owned = self.own(wanted)
+        owned = self.own(wanted)  # any namespace no longer owned is stopped before the next call
         for namespace in sorted(set(self.tenants) - owned):
             self._stop(namespace)
         for namespace in sorted(owned):
@@ -111,7 +111,7 @@ class SeedInformer:
         if self.publish:
             entries = {ns: self._entry(ns) for ns in sorted(wanted)}
             try:
-                tenancy_io.publish(self.redis, self.settings, entries)
+                tenancy_io.publish(self.redis, self.settings, entries, owned)
             except redis.RedisError as err:
                 log.warning("seed mode: registry not written: %s", err)
 

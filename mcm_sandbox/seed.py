@@ -66,11 +66,15 @@ def lay_out_shoot(
         "users": [{"name": namespace, "user": {"tokenFile": SHOOT_TOKEN_PATH}}],
     }
     core = client.CoreV1Api(control)
-    core.create_namespace({"metadata": {"name": namespace, "labels": {SHOOT_LABEL: "true", **(labels or {})}}})
+    core.create_namespace(
+        {"metadata": {"name": namespace, "labels": {SHOOT_LABEL: "true", **(labels or {})}}}
+    )
     core.create_namespaced_secret(
         namespace, {"metadata": {"name": secret_name}, "data": {"kubeconfig": b64(yaml.safe_dump(generic))}}
     )
-    core.create_namespaced_secret(namespace, {"metadata": {"name": SHOOT_ACCESS_SECRET}, "data": {"token": b64(token)}})
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": SHOOT_ACCESS_SECRET}, "data": {"token": b64(token)}}
+    )
 
 
 def local_class(control: ApiClient, namespace: str, name: str = "local") -> None:
@@ -107,6 +111,8 @@ class Seed:
     dir: Path
     shoots: list[str]
     workers: int = 2
+    #: informer replicas: each runs a shard of the namespaces (``--identity informer-<i>``)
+    informers: int = 1
     #: ``MCM_*`` settings of every mcm-tasks process (compressed time, the namespaces to serve)
     env: dict[str, str] = field(default_factory=dict)
     #: serve the shoots by label (``--namespace-selector``) instead of a list (``--namespaces``)
@@ -172,10 +178,20 @@ class Seed:
                 control.close()
             self._spawn(
                 "kubelet",
-                _cli("sandbox", "kubelet", "--clusters-dir", str(self.apiserver.clusters_dir),
-                     "--redis-url", self.redis_url),  # fmt: skip
+                _cli(
+                    "sandbox",
+                    "kubelet",
+                    "--clusters-dir",
+                    str(self.apiserver.clusters_dir),
+                    "--redis-url",
+                    self.redis_url,
+                ),  # fmt: skip
             )
-            self._spawn("informer", _cli("informer", *(["--beat"] if self.beat else [])))
+            for i in range(self.informers):
+                beat = ["--beat"] if self.beat and i == 0 else []
+                self._spawn(
+                    self.informer_name(i), _cli("informer", "--identity", self.informer_name(i), *beat)
+                )
             for i in range(self.workers):
                 self._spawn(f"worker-{i}", _cli("worker", "--hostname", f"worker-{i}@%h"))
             self.wait_ready(timeout)
@@ -183,6 +199,10 @@ class Seed:
             self.stop()
             raise
         return self
+
+    @staticmethod
+    def informer_name(i: int) -> str:
+        return "informer" if i == 0 else f"informer-{i}"
 
     def add_shoot_objects(self, control: ApiClient, shoot: str) -> None:
         lay_out_shoot(control, shoot, self.shoot_kubeconfig(shoot))

@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from types import FrameType
 
 import typer
@@ -121,13 +122,17 @@ def informer(
 
 
 def seed_informer(settings: Settings, me: str, sink: str, beat: bool) -> None:
-    """Seed mode (``--namespaces``/``--namespace-selector``): the leader serves every namespace,
-    each with its own informer and target cluster (``informers/seed.py``). Upstream's Leases are a
-    per-shoot MCM's, in each shoot namespace: a seed installation does not take them (scale the
-    shoots' MCMs down before serving their namespaces)."""
-    from informers.leader import LeaderElector
-    from informers.seed import SeedInformer
-    from mcm_tasks.kube.clients import CONTROL, check_control_cluster, leader_election_client, new_cluster
+    """Seed mode (``--namespaces``/``--namespace-selector``): every informer replica runs a shard of
+    the namespaces, each namespace with its own informer and target cluster (``informers/seed.py``),
+    a namespace held by one replica at a time through a lease in Redis (``informers/shards_io.py``,
+    with ``--leader-elect-lease-duration``); a replica that dies has its namespaces taken by the
+    others within the lease and a renewal. Without ``--leader-elect`` this replica runs them all.
+    Upstream's Leases are a per-shoot MCM's, in each shoot namespace: a seed installation does not
+    take them (scale the shoots' MCMs down before serving their namespaces). The first of the live
+    replicas exports the fleet-wide metrics."""
+    from informers.seed import SeedInformer, everything
+    from informers.shards_io import ShardKeeper
+    from mcm_tasks.kube.clients import CONTROL, check_control_cluster, new_cluster
     from mcm_tasks.kube.clients import Clusters as ClientSet
     from mcm_tasks.observability import serve
     from mcm_tasks.probes import LEADING, standard_probes
@@ -137,8 +142,6 @@ def seed_informer(settings: Settings, me: str, sink: str, beat: bool) -> None:
     check_control_cluster(ClientSet(control, None))
     serve(settings, standard_probes(settings), fleet=lambda: LEADING.get("informer", False))
     client = get_redis(settings.redis_url, decode=False)
-    seed = SeedInformer(settings, control.api, client, sink, me)
-    LEADING["informer"] = False
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -147,33 +150,38 @@ def seed_informer(settings: Settings, me: str, sink: str, beat: bool) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    keeper: ShardKeeper | None = None
+    own: Callable[[set[str]], set[str]] = everything
+    LEADING["informer"] = not settings.leader_elect
+    if settings.leader_elect:
+        keeper = ShardKeeper(
+            client,
+            settings.install_prefix,
+            me,
+            lease_seconds=settings.leader_elect_lease_duration,
+            renew_every=min(settings.leader_elect_retry_period, settings.leader_elect_lease_duration / 2),
+        )
+        shards = keeper
 
-    def act(acting: threading.Event) -> None:
-        LEADING["informer"] = True
-        try:
-            seed.lead(acting)
-        finally:
-            LEADING["informer"] = False
+        def sharded(wanted: set[str]) -> set[str]:
+            owned = shards.tick(wanted).owned
+            LEADING["informer"] = bool(shards.members) and shards.members[0] == me
+            return set(owned)
 
+        own = sharded
+
+    seed = SeedInformer(settings, control.api, client, sink, me, own=own)
     stop_beat = None
     if beat:
         from mcm_tasks.beat_cli import start_beat_thread
 
         stop_beat = start_beat_thread(settings, me)
-    if settings.leader_elect:
-        election_api = leader_election_client(settings)
-        elector = LeaderElector(
-            election_api,
-            settings.namespace,
-            me,
-            settings.leader_elect_lease_duration,
-            settings.leader_elect_renew_deadline,
-            settings.leader_elect_retry_period,
-        )
-        elector.run(act, stop)
-        election_api.close()
-    else:
-        act(stop)
-    if stop_beat is not None:
-        stop_beat()
-    control.close()
+    try:
+        seed.lead(stop)  # stops every namespace's informer on the way out
+    finally:
+        if keeper is not None:
+            keeper.stop()  # the others take the namespaces on their next tick
+        LEADING["informer"] = False
+        if stop_beat is not None:
+            stop_beat()
+        control.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import redis
@@ -51,12 +51,26 @@ def entries(client: redis.Redis, settings: Settings) -> dict[str, dict[str, Any]
     return found
 
 
-def publish(client: redis.Redis, settings: Settings, namespaces: Mapping[str, Mapping[str, Any]]) -> None:
-    """Replace the registry with ``namespaces`` (one MULTI: readers never see it half written)."""
+def publish(
+    client: redis.Redis,
+    settings: Settings,
+    namespaces: Mapping[str, Mapping[str, Any]],
+    mine: Collection[str] | None = None,
+) -> None:
+    """Make the registry ``namespaces``: every namespace not in it is dropped; the entries of
+    ``mine`` (the namespaces this informer runs; None: all) are written, the others' only added if
+    missing (their owner writes them). One MULTI: readers never see it half written."""
+    key = registry_key(settings)
     pipe = client.pipeline(transaction=True)
-    pipe.delete(registry_key(settings))
-    if namespaces:
-        pipe.hset(registry_key(settings), mapping={k: json.dumps(dict(v)) for k, v in namespaces.items()})
+    gone = [k for k in client.hkeys(key) if (k.decode() if isinstance(k, bytes) else k) not in namespaces]
+    if gone:
+        pipe.hdel(key, *gone)
+    for name, entry in namespaces.items():
+        value = json.dumps(dict(entry))
+        if mine is None or name in mine:
+            pipe.hset(key, name, value)
+        else:
+            pipe.hsetnx(key, name, value)
     pipe.execute()
 
 

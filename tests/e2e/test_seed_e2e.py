@@ -50,7 +50,11 @@ def machines(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
 
 
 def running(api: client.ApiClient, namespace: str) -> int:
-    return sum(1 for m in machines(api, namespace) if (m.get("status") or {}).get("currentStatus", {}).get("phase") == "Running")
+    return sum(
+        1
+        for m in machines(api, namespace)
+        if (m.get("status") or {}).get("currentStatus", {}).get("phase") == "Running"
+    )
 
 
 def nodes(seed: Seed, shoot: str) -> set[str]:
@@ -84,7 +88,9 @@ def test_each_namespace_is_served_on_its_own_target_cluster(seed: Seed, control:
         r.close()
 
 
-def test_a_namespace_added_at_run_time_is_served_within_seconds(seed: Seed, control: client.ApiClient) -> None:
+def test_a_namespace_added_at_run_time_is_served_within_seconds(
+    seed: Seed, control: client.ApiClient
+) -> None:
     seed.add_shoot("shoot-c")
     started = time.monotonic()
     ops.create(control, kinds.MACHINE_DEPLOYMENT.resource, machine_deployment("shoot-c", "workers", 1))
