@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, config
+from kubernetes import config
 from kubernetes.client import ApiClient
 
 from mcm_sandbox.procs import ApiServer, ManagedProcess, RedisServer, free_port, http_ok, wait_until
@@ -65,16 +65,19 @@ def lay_out_shoot(
         "contexts": [{"name": namespace, "context": {"cluster": namespace, "user": namespace}}],
         "users": [{"name": namespace, "user": {"tokenFile": SHOOT_TOKEN_PATH}}],
     }
-    core = client.CoreV1Api(control)
-    core.create_namespace(
-        {"metadata": {"name": namespace, "labels": {SHOOT_LABEL: "true", **(labels or {})}}}
+    labelled = {SHOOT_LABEL: "true", **(labels or {})}
+    ops.create(control, kinds.NAMESPACE.resource, {"metadata": {"name": namespace, "labels": labelled}})
+    kubeconfig = {"kubeconfig": b64(yaml.safe_dump(generic))}
+    ops.create(
+        control,
+        kinds.SECRET.resource,
+        {"metadata": {"name": secret_name, "namespace": namespace}, "data": kubeconfig},
     )
-    core.create_namespaced_secret(
-        namespace, {"metadata": {"name": secret_name}, "data": {"kubeconfig": b64(yaml.safe_dump(generic))}}
-    )
-    core.create_namespaced_secret(
-        namespace, {"metadata": {"name": SHOOT_ACCESS_SECRET}, "data": {"token": b64(token)}}
-    )
+    access = {
+        "metadata": {"name": SHOOT_ACCESS_SECRET, "namespace": namespace},
+        "data": {"token": b64(token)},
+    }
+    ops.create(control, kinds.SECRET.resource, access)
 
 
 def local_class(control: ApiClient, namespace: str, name: str = "local") -> None:
@@ -171,7 +174,7 @@ class Seed:
             register_crds(self.kubeconfig, timeout)
             control = self.control()
             try:
-                client.CoreV1Api(control).create_namespace({"metadata": {"name": "mcm-seed"}})
+                ops.create(control, kinds.NAMESPACE.resource, {"metadata": {"name": "mcm-seed"}})
                 for shoot in self.shoots:
                     self.add_shoot_objects(control, shoot)
             finally:
@@ -185,7 +188,7 @@ class Seed:
                     str(self.apiserver.clusters_dir),
                     "--redis-url",
                     self.redis_url,
-                ),  # fmt: skip
+                ),
             )
             for i in range(self.informers):
                 beat = ["--beat"] if self.beat and i == 0 else []

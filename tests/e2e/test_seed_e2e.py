@@ -60,7 +60,8 @@ def running(api: client.ApiClient, namespace: str) -> int:
 def nodes(seed: Seed, shoot: str) -> set[str]:
     target = seed.target(shoot)
     try:
-        return {n.metadata.name for n in client.CoreV1Api(target).list_node().items}
+        listed = ops.list_(target, kinds.NODE.resource).get("items") or []
+        return {str(n["metadata"]["name"]) for n in listed}
     finally:
         target.close()
 
