@@ -62,6 +62,8 @@ class Routing:
     creations_observed: list[str] = field(default_factory=list)
     #: (MachineSet key, machine name) of deletions seen
     deletions_observed: dict[tuple[str, str], None] = field(default_factory=dict)
+    #: a resync's keys, not an event's: queued behind user-facing work (``enqueue_together``)
+    background: bool = False
 
     def add(self, queue: str, key: str | None, *, batched: bool = False) -> None:
         """``batched``: a child's change waking its owner, which may wait for more of them; an

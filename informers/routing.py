@@ -386,8 +386,9 @@ def _secret(ev: Event, view: View, out: Routing) -> None:
 
 
 def full_resync(view: View) -> Routing:
-    """Every key of every reconciled kind: MCM's informer resync, and the cure for lost messages."""
-    out = Routing()
+    """Every key of every reconciled kind: MCM's informer resync, and the cure for lost messages;
+    in the background (behind every user-facing reconcile, for at most ``--background-aging``)."""
+    out = Routing(background=True)
     for machine in view.values(kinds.MACHINE.mirror):
         out.add(machine_queue(machine), key_of(machine))
     for kind, queue in (

@@ -64,7 +64,7 @@ class QueueSink:
         now, batched = routing.split()
         first = observed_calls(Counter(routing.creations_observed).items(), routing.deletions_observed)
         seconds = get_settings().machine_updates_batch_period
-        published = enqueue_together(now, batched, seconds, first, self.client)
+        published = enqueue_together(now, batched, seconds, first, self.client, routing.background)
         return published + (len(batched) if seconds > 0 else 0)
 
     def enqueue_batched(self, items: list[tuple[str, str]]) -> int:

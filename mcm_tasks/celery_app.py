@@ -51,7 +51,7 @@ from kombu import Queue
 from mcm_tasks.broker import register_transport
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.memory import Trimmer
-from mcm_tasks.queue.messages import TASK_PREFIX, broker_prefix, task_name
+from mcm_tasks.queue.messages import PRIORITY_STEPS, TASK_PREFIX, broker_prefix, task_name
 from mcm_tasks.redisdb import broker_options
 from mcm_tasks.seed_queues import SeedQueues
 from mcm_tasks.settings import Settings, get_settings
@@ -76,6 +76,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             # hour's timeout (10 s: every idle worker's Redis commands at rest)
             "unacked_restore_interval": max(1.0, min(60.0, settings.visibility_timeout / 10)),
             "unacked_restore_throttle": 1,
+            # user-facing and background (a resync's) messages: messages.PRIORITY_STEPS
+            "priority_steps": PRIORITY_STEPS,
             **broker["transport_options"],
         },
         "task_serializer": "json",

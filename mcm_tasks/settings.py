@@ -113,6 +113,12 @@ class Settings(BaseSettings):
         description="seed mode: the Secret of a served namespace holding its target kubeconfig; empty = as "
         "Gardener names it (the namespace's Cluster annotation, else `generic-token-kubeconfig`)",
     )
+    background_aging: Duration = Field(
+        10.0,
+        gt=0,
+        description="an informer resync's reconciles wait behind user-facing ones for at most this long, "
+        "then are served in turn (not in MCM)",
+    )
     seed_refresh_period: Duration = Field(
         2.0, gt=0, description="seed mode: how often the served namespaces are listed again"
     )

@@ -1,6 +1,6 @@
 """The keeper: a thread in every worker's main process that makes the queues outlive any worker.
 
-Four duties, each leader-free and idempotent (any number of workers run them at once):
+Five duties, each leader-free and idempotent (any number of workers run them at once):
 
 1. **Publish due keys** (client-go's delaying queue ``waitingLoop``): requeue-afters and error
    backoffs wait in Redis, in each kind's delayed sorted set, not as Celery ETA messages in some
@@ -37,6 +37,12 @@ Four duties, each leader-free and idempotent (any number of workers run them at 
    The repair (and the backstop read of duty 1) looks at shared state, so one keeper of the fleet
    runs it per period, whichever takes the turn first (``take_repair_turn``).
 
+5. **Age background messages**: an informer resync's messages wait on each queue's background list,
+   behind every user-facing message (``messages.BACKGROUND_PRIORITY``); one keeper of the fleet per
+   ``--background-aging`` / 2 moves those that waited ``--background-aging`` to the front of the
+   user-facing list, so a steady stream of user-facing work cannot starve them
+   (controller-runtime's priority queue starved them: #3496).
+
 A Redis outage only pauses the keeper (logged once per outage); it never stops.
 """
 
@@ -52,7 +58,7 @@ import redis
 from mcm_tasks import standby, tenancy_io
 from mcm_tasks.broker import held_delivery_tags
 from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, wake_channel, workers_key
-from mcm_tasks.queue.producer import publish_due, scripts_for
+from mcm_tasks.queue.producer import age_background, publish_due, scripts_for
 from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, Settings, get_settings
@@ -141,6 +147,19 @@ def take_repair_turn(client: redis.Redis, worker: str, every: float, settings: S
         return False
     client.zremrangebyscore(workers_key(settings), "-inf", time.time() - FORGET_WORKERS_AFTER)
     return True
+
+
+def aging_turn_key(settings: Settings) -> str:
+    return f"{settings.install_prefix}:q:keeper:aging"
+
+
+def age_all(client: redis.Redis, worker: str, now: float, every: float, settings: Settings) -> int:
+    """Duty 5, aging: one keeper of the fleet per period of ``every`` (``--background-aging`` / 2)
+    promotes the background messages (a resync's) that waited ``--background-aging`` behind
+    user-facing work, of every kind and namespace (``producer.age_background``). How many moved."""
+    if not client.set(aging_turn_key(settings), worker, nx=True, px=max(1, int(every * 1000))):
+        return 0
+    return sum(age_background(client, now, view) for view in tenant_views(client, settings))
 
 
 def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
@@ -256,6 +275,8 @@ class Keeper(threading.Thread):
         self.published = 0
         self.restored = 0
         self.repaired = 0
+        #: background messages this keeper promoted after --background-aging (duty 5)
+        self.aged = 0
         #: times the keeper read the delayed sets (publish_due): what an idle fleet pays for
         self.due_reads = 0
         #: sweeps run (when a held message can first be lost, at most every ``worker_lost_timeout / 10``)
@@ -281,7 +302,9 @@ class Keeper(threading.Thread):
         # this often: an idle fleet sweeps once per worker_lost_timeout, not ten times
         sweep_every = max(0.2, min(s.worker_lost_timeout / 10, 2.0))
         repair_every = max(1.0, s.worker_lost_timeout / 2)
+        aging_every = max(0.5, s.background_aging / 2)
         next_beat = next_sweep = next_due = 0.0
+        next_aging = time.time() + aging_every
         next_repair = time.time() + repair_every
         wake: Wake | None = None
         down = False
@@ -308,6 +331,9 @@ class Keeper(threading.Thread):
                         self.repaired += repair_lost_all(client, now, s)
                         next_due = min(next_due, now)  # the backstop of a missed notification
                     next_repair = now + repair_every
+                if now >= next_aging:
+                    self.aged += age_all(client, self.worker, now, aging_every, s)
+                    next_aging = now + aging_every
                 if now >= next_due:
                     held = standby.read(client)
                     if held is not None:  # a Go MCM holds upstream's Lease: no key of ours moves
@@ -326,7 +352,7 @@ class Keeper(threading.Thread):
                 if down:
                     log.info("keeper: Redis is back")
                     down = False
-                wait = min(next_beat, next_sweep, next_repair, next_due) - time.time()
+                wait = min(next_beat, next_sweep, next_repair, next_aging, next_due) - time.time()
                 heard = wake.wait(max(0.0, wait), self._stop_event)
                 if heard is not None:
                     # no sooner than delayed_publish_interval after the notification, and a

@@ -51,6 +51,8 @@ class QueueKeys:
     deaths: str  # hash key → worker deaths in a row during the key's reconcile (poison detection)
     metrics: str  # hash of counters and histogram buckets
     broker_list: str  # the Celery queue (a Redis list)
+    background_list: str  # its background (resync) priority's list, served after every queue's first
+    aging: str  # sorted set message id → when it went onto background_list (its age, for aging)
     history: str  # + key: list of the key's last runs (history.py)
     slots: str  # sorted set of the deliveries holding a --concurrent-syncs slot (concurrency.py)
     wake: str  # pub/sub channel: a due time earlier than its set's first (wake_channel)
@@ -60,6 +62,16 @@ class QueueKeys:
         return [self.pending, self.locks, self.dirty, self.delayed, self.failures, self.failing,
                 self.deaths, self.metrics, self.broker_list]  # fmt: skip
 
+
+#: kombu's Redis transport keeps a queue's messages of priority p > 0 in ``<queue>\x06\x16<p>``, and
+#: every BRPOP names each queue's priority-0 list before any queue's other lists: a message of
+#: ``BACKGROUND_PRIORITY`` (an informer resync's) is taken only while no user-facing message waits
+#: on any queue the worker consumes, and is promoted after ``--background-aging`` (``keeper``).
+PRIORITY_SEP = "\x06\x16"
+BACKGROUND_PRIORITY = 9
+#: the transport's priority steps: user-facing (0) and background (``BACKGROUND_PRIORITY``) only,
+#: so each BRPOP names two lists per queue instead of kombu's default four
+PRIORITY_STEPS = [0, BACKGROUND_PRIORITY]
 
 #: the lock holder that marks a quarantined key (a poison message): held until its retry is due
 QUARANTINE = "quarantine"
@@ -99,6 +111,8 @@ def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
         deaths=base + "deaths",
         metrics=base + "metrics",
         broker_list=broker_prefix(s) + s.queue_name(kind),
+        background_list=broker_prefix(s) + s.queue_name(kind) + PRIORITY_SEP + str(BACKGROUND_PRIORITY),
+        aging=base + "aging",
         history=base + "history:",
         slots=f"{s.key_prefix}:syncs:{kind}",
         wake=wake_channel(s),
@@ -112,8 +126,9 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-def build_message(kind: str, key: str, message_id: str, queue: str) -> str:
-    """The JSON a kombu Redis producer would LPUSH for ``mcm.reconcile.<kind>(key)``."""
+def build_message(kind: str, key: str, message_id: str, queue: str, priority: int = 0) -> str:
+    """The JSON a kombu Redis producer would LPUSH for ``mcm.reconcile.<kind>(key)`` (its priority
+    decides the list kombu restores it to)."""
     body = f"[[{json.dumps(key)}], {{}}, {_EMBED}]"
     return orjson.dumps(
         {
@@ -146,7 +161,7 @@ def build_message(kind: str, key: str, message_id: str, queue: str) -> str:
                 "reply_to": "",
                 "delivery_mode": 2,
                 "delivery_info": {"exchange": "", "routing_key": queue},
-                "priority": 0,
+                "priority": priority,
                 "body_encoding": "base64",
                 "delivery_tag": message_id + ".d",
             },

@@ -11,7 +11,7 @@ import redis
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue import scripts
 from mcm_tasks.queue.history import HISTORY_TTL
-from mcm_tasks.queue.messages import build_message, new_id, queue_keys
+from mcm_tasks.queue.messages import BACKGROUND_PRIORITY, build_message, new_id, queue_keys
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import Settings, get_settings
 
@@ -65,18 +65,22 @@ def scripts_for(kind: str, settings: Settings | None = None) -> scripts.KindScri
     return found
 
 
-def _enqueue_calls(groups: dict[str, dict[str, None]], settings: Settings) -> list[scripts.Call]:
+def _enqueue_calls(
+    groups: dict[str, dict[str, None]], settings: Settings, background: bool = False
+) -> list[scripts.Call]:
     now = time.time()
     calls: list[scripts.Call] = []
+    priority = BACKGROUND_PRIORITY if background else 0
     for kind, keys in groups.items():
-        script = scripts_for(kind, settings).enqueue
+        found = scripts_for(kind, settings)
+        script = found.enqueue_background if background else found.enqueue
         queue = settings.queue_name(kind)
         ordered = list(keys)
         for start in range(0, len(ordered), CHUNK):
             args: list[object] = [now]
             for key in ordered[start : start + CHUNK]:
                 mid = new_id()
-                args += (key, mid, build_message(kind, key, mid, queue))
+                args += (key, mid, build_message(kind, key, mid, queue, priority))
             calls.append((script, args))
     return calls
 
@@ -108,11 +112,13 @@ def enqueue_together(
     seconds: float,
     first: Iterable[scripts.Call] = (),
     client: redis.Redis | None = None,
+    background: bool = False,
 ) -> int:
     """``first`` (other script calls, e.g. expectations), then ``enqueue_many(now)`` and
     ``enqueue_many_after(later, seconds)``, in that order and in one round trip: what the informer
     does with each batch of events. The number of messages published. A key refused (``ValueError``)
-    refuses every key, after ``first`` ran on its own."""
+    refuses every key, after ``first`` ran on its own. ``background`` (an informer's resync):
+    the messages wait behind every user-facing one, for at most ``--background-aging``."""
     settings = get_settings()
     client = client or get_redis()
     before = list(first)
@@ -126,7 +132,7 @@ def enqueue_together(
         for kind, keys in delayed.items():
             groups.setdefault(kind, {}).update(keys)
         delayed = {}
-    adds = _enqueue_calls(groups, settings)
+    adds = _enqueue_calls(groups, settings, background)
     calls = before + adds + (_schedule_calls(delayed, settings, seconds) if delayed else [])
     if not calls:
         return 0
@@ -219,3 +225,11 @@ def publish_due(
         calls.append((scripts_for(kind, settings).promote, args))
     published = sum(int(n) for n in scripts.run_pipeline(client, calls)) if calls else 0
     return published, next_due
+
+
+def age_background(client: redis.Redis, now: float, settings: Settings) -> int:
+    """Promote the background messages of every kind that waited ``--background-aging``: they
+    are taken next (one round trip; any number of keepers may run it). How many moved."""
+    cutoff = now - settings.background_aging
+    calls: list[scripts.Call] = [(scripts_for(kind, settings).age, [cutoff, CHUNK]) for kind in QUEUES]
+    return sum(int(n) for n in scripts.run_pipeline(client, calls))

@@ -41,6 +41,7 @@ end
 _PRELUDE = """
 local PENDING, LOCKS, DIRTY, DELAYED = @PENDING@, @LOCKS@, @DIRTY@, @DELAYED@
 local FAILURES, FAILING, DEATHS, METRICS, LIST = @FAILURES@, @FAILING@, @DEATHS@, @METRICS@, @LIST@
+local LOW_LIST, AGING = @LOW_LIST@, @AGING@
 local KIND, QUARANTINE = @KIND@, @QUARANTINE@
 local STALE, TTL, POISON_AFTER, LONG_RETRY = @STALE@, @TTL@, @POISON_AFTER@, @LONG_RETRY@
 local HISTORY, HISTORY_LENGTH, HISTORY_TTL = @HISTORY@, @HISTORY_LENGTH@, @HISTORY_TTL@
@@ -166,6 +167,48 @@ if adds > 0 then redis.call('HINCRBY', METRICS, 'adds', adds) end
 return published
 """
 
+# The same add at background priority (an informer's resync): compiled with LIST the queue's
+# background list, each message published there is also noted in AGING with its time, so that the
+# keepers promote it after --background-aging (_AGE). ARGV as _ENQUEUE's.
+_ENQUEUE_BACKGROUND = """
+local now = tonumber(ARGV[1])
+local published, adds = 0, 0
+for i = 2, #ARGV, 3 do
+  local r = push_now(ARGV[i], ARGV[i + 1], ARGV[i + 2], now)
+  if r == 1 then
+    published = published + 1
+    redis.call('ZADD', AGING, now, ARGV[i + 1])
+  end
+  if r > 0 then adds = adds + 1 end
+end
+if adds > 0 then redis.call('HINCRBY', METRICS, 'adds', adds) end
+return published
+"""
+
+# Aging (the cure for starvation, controller-runtime #3496): background messages older than
+# ARGV[1] (now - --background-aging) move to the right end of the user-facing list, where the next
+# BRPOP takes them. The background list is first in, first out from its right end, so the old
+# messages are a run at that end; the first younger one ends the move. Ids in AGING that are gone
+# from the list (taken by a worker) and older than the cutoff are dropped. ARGV: cutoff, at most
+# how many to move. Returns how many moved.
+_AGE = """
+local cutoff, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local moved = 0
+while moved < limit do
+  local item = redis.call('LINDEX', LOW_LIST, -1)
+  if not item then break end
+  local id = string.match(item, '"id":%s*"([^"]+)"')
+  local since = id and redis.call('ZSCORE', AGING, id)
+  if since and tonumber(since) > cutoff then break end
+  redis.call('LMOVE', LOW_LIST, LIST, 'RIGHT', 'RIGHT')
+  if id then redis.call('ZREM', AGING, id) end
+  moved = moved + 1
+end
+redis.call('ZREMRANGEBYSCORE', AGING, '-inf', cutoff)
+if moved > 0 then redis.call('HINCRBY', METRICS, 'aged', moved) end
+return moved
+"""
+
 # ARGV: (key, due) pairs. Returns how many keys got an earlier (or a first) due time.
 _SCHEDULE = """
 local moved = 0
@@ -212,16 +255,18 @@ for i = 1, #flat, 2 do
   end
 end
 if n == 0 then return {} end
-local len = redis.call('LLEN', LIST)
-for start = 0, len - 1, 1000 do
-  for _, item in ipairs(redis.call('LRANGE', LIST, start, start + 999)) do
-    local id = string.match(item, '"id":%s*"([^"]+)"')
-    if id and old[id] then
-      old[id] = nil
-      n = n - 1
+for _, list in ipairs({LIST, LOW_LIST}) do
+  local len = redis.call('LLEN', list)
+  for start = 0, len - 1, 1000 do
+    for _, item in ipairs(redis.call('LRANGE', list, start, start + 999)) do
+      local id = string.match(item, '"id":%s*"([^"]+)"')
+      if id and old[id] then
+        old[id] = nil
+        n = n - 1
+      end
     end
+    if n == 0 then return {} end
   end
-  if n == 0 then return {} end
 end
 local out = {}
 for id, key in pairs(old) do
@@ -385,6 +430,8 @@ class LuaScript:
 @dataclass(frozen=True)
 class KindScripts:
     enqueue: LuaScript
+    enqueue_background: LuaScript
+    age: LuaScript
     schedule: LuaScript
     promote: LuaScript
     begin: LuaScript
@@ -425,6 +472,8 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         "DEATHS": lua_string(keys.deaths),
         "METRICS": lua_string(keys.metrics),
         "LIST": lua_string(keys.broker_list),
+        "LOW_LIST": lua_string(keys.background_list),
+        "AGING": lua_string(keys.aging),
         "KIND": lua_string(keys.kind),
         "QUARANTINE": lua_string(QUARANTINE),
         "STALE": repr(float(limits.stale)),
@@ -440,17 +489,24 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         "STANDBY": lua_string(keys.standby),
         "BUCKETS": ", ".join(repr(b) for b in BUCKETS),
     }
-    prelude = TAKE_SLOT + _PRELUDE
-    for name, value in constants.items():
-        prelude = prelude.replace(f"@{name}@", value)
+    prelude = _prelude(constants)
+    # the background add publishes onto the background list: push_now's LIST is that list there
+    background = _prelude({**constants, "LIST": constants["LOW_LIST"], "LOW_LIST": constants["LIST"]})
     found = KindScripts(
-        *(
-            LuaScript(prelude + body)
-            for body in (_ENQUEUE, _SCHEDULE, _PROMOTE, _BEGIN, _END, _GHOSTS, _REPAIR)
-        )
+        LuaScript(prelude + _ENQUEUE),
+        LuaScript(background + _ENQUEUE_BACKGROUND),
+        LuaScript(prelude + _AGE),
+        *(LuaScript(prelude + body) for body in (_SCHEDULE, _PROMOTE, _BEGIN, _END, _GHOSTS, _REPAIR)),
     )
     _compiled[ident] = found
     return found
+
+
+def _prelude(constants: dict[str, str]) -> str:
+    prelude = TAKE_SLOT + _PRELUDE
+    for name, value in constants.items():
+        prelude = prelude.replace(f"@{name}@", value)
+    return prelude
 
 
 #: a script call to pipeline: (script, ARGV) or (script, ARGV, KEYS)

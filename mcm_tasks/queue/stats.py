@@ -68,13 +68,16 @@ def _histogram(metrics: dict[str, str], name: str) -> Histogram:
     return Histogram(counts, int(metrics.get(f"{name}:sum_us", 0)) / 1e6)
 
 
+_QUEUED = "return redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2])"
+
+
 def read_stats(client: redis.Redis | None = None) -> list[QueueStats]:
     client = client or get_redis()
     settings = get_settings()
     pipe = client.pipeline(transaction=False)
     for kind in QUEUES:
         qk = queue_keys(kind, settings)
-        pipe.llen(qk.broker_list)
+        pipe.eval(_QUEUED, 2, qk.broker_list, qk.background_list)  # user-facing and background
         pipe.hlen(qk.pending)
         pipe.zcard(qk.delayed)
         pipe.hgetall(qk.locks)

@@ -37,7 +37,7 @@ from mcm_tasks import kinds
 from mcm_tasks.kube import ops
 from mcm_tasks.queue import enqueue, enqueue_after, enqueue_many
 from mcm_tasks.queue.messages import broker_prefix, queue_keys
-from mcm_tasks.queue.producer import enqueue_many_after
+from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together
 from mcm_tasks.queue.scripts import BUCKETS
 from mcm_tasks.queue.state import failing
 from mcm_tasks.queue.stats import read_stats
@@ -59,6 +59,7 @@ COMPRESSED = {
     "poison_after": "3",
     "worker_lost_timeout": "3",
     "expectations_timeout": "2",
+    "background_aging": "1",
 }
 WORKERS = 2
 #: a test that must hold on either worker layout: its own cluster per pool
@@ -473,3 +474,36 @@ def test_sigterm_lets_running_reconciles_finish_and_hands_back_the_rest(
     runs = [run for run in read_runs(client) if run.key in keys]
     assert sorted(run.key for run in runs) == keys, "each key ran exactly once"
     assert all(run.end - run.start >= 1.4 for run in runs), "no run was cut short"
+
+
+def test_a_resync_waits_behind_user_facing_work(client: redis.Redis) -> None:
+    """An informer resync's keys (background priority) are taken after every user-facing message
+    waiting: a user's change enqueued after 60 resync keys runs before most of them (the workers
+    had already taken a few, prefetch included)."""
+    resync = [f"resync-{i}" for i in range(60)]
+    for key in [*resync, "user"]:
+        set_behaviour(client, "machine", key, sleep=0.05)
+    enqueue_together([("machine", key) for key in resync], (), 0.0, background=True)
+    enqueue_many([("machine", "user")])
+    wait_until(lambda: quiet(client), timeout=60, what="every key to run")
+    order = [run.key for run in sorted(read_runs(client), key=lambda run: run.start)]
+    assert sorted(order) == sorted([*resync, "user"])
+    assert order.index("user") < 12, f"the user's key ran {order.index('user')}th"
+
+
+def test_a_resync_is_not_starved_by_a_stream_of_user_facing_work(client: redis.Redis) -> None:
+    """Aging (controller-runtime #3496): while user-facing keys keep every slot busy for 5 s, a
+    resync's key still runs once it waited --background-aging (1 s here), well before the stream ends."""
+    users = [f"stream-{i}" for i in range(200)]
+    for key in users:
+        set_behaviour(client, "machine", key, sleep=0.1)
+    set_behaviour(client, "machine", "aged", sleep=0.01)
+    enqueue_many(("machine", key) for key in users)
+    started = time.time()
+    enqueue_together([("machine", "aged")], (), 0.0, background=True)
+    wait_until(lambda: quiet(client), timeout=90, what="every key to run")
+    runs = sorted(read_runs(client), key=lambda run: run.start)
+    aged = next(run for run in runs if run.key == "aged")
+    assert aged.start - started < 1 + 0.5 + 1.5, f"the resync waited {aged.start - started:.1f}s"
+    assert aged.start < runs[-1].start - 1, "it ran while user-facing work still waited"
+    assert int(client.hget(queue_keys("machine").metrics, "aged") or 0) == 1
