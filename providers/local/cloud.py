@@ -134,9 +134,9 @@ return 0
 """
 
 
-
 def _key(*parts: str) -> str:
     return ":".join((get_settings().install_prefix, "localcloud", *parts))
+
 
 class LocalCloud:
     """Redis-backed VM inventory. ``clock`` is wall time: several processes share it."""
