@@ -4,7 +4,9 @@ Prometheus collector both read it, so they agree."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
@@ -12,7 +14,7 @@ from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.messages import QUARANTINE, queue_keys
 from mcm_tasks.queue.scripts import BUCKETS
 from mcm_tasks.redisdb import get_redis
-from mcm_tasks.settings import get_settings
+from mcm_tasks.settings import Settings, get_settings
 
 
 @dataclass
@@ -71,21 +73,32 @@ def _histogram(metrics: dict[str, str], name: str) -> Histogram:
 _QUEUED = "return redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2])"
 
 
-def read_stats(client: redis.Redis | None = None) -> list[QueueStats]:
+def read_stats(client: redis.Redis | None = None, settings: Settings | None = None) -> list[QueueStats]:
+    """Every queue of the installation, or of the tenant whose work runs here (seed mode)."""
+    return read_many(client, [settings or get_settings()])[0]
+
+
+def read_many(client: redis.Redis | None, views: Sequence[Settings]) -> list[list[QueueStats]]:
+    """``read_stats`` for each settings view (seed mode: each tenant's), in one round trip."""
     client = client or get_redis()
-    settings = get_settings()
     pipe = client.pipeline(transaction=False)
-    for kind in QUEUES:
-        qk = queue_keys(kind, settings)
-        pipe.eval(_QUEUED, 2, qk.broker_list, qk.background_list)  # user-facing and background
-        pipe.hlen(qk.pending)
-        pipe.zcard(qk.delayed)
-        pipe.hgetall(qk.locks)
-        pipe.scard(qk.dirty)
-        pipe.hlen(qk.failing)
-        pipe.hgetall(qk.metrics)
+    for settings in views:
+        for kind in QUEUES:
+            qk = queue_keys(kind, settings)
+            pipe.eval(_QUEUED, 2, qk.broker_list, qk.background_list)  # user-facing and background
+            pipe.hlen(qk.pending)
+            pipe.zcard(qk.delayed)
+            pipe.hgetall(qk.locks)
+            pipe.scard(qk.dirty)
+            pipe.hlen(qk.failing)
+            pipe.hgetall(qk.metrics)
     replies = pipe.execute()
     now = time.time()
+    step = 7 * len(QUEUES)
+    return [_parse(replies[i * step : (i + 1) * step], now) for i in range(len(views))]
+
+
+def _parse(replies: list[Any], now: float) -> list[QueueStats]:
     out = []
     for i, kind in enumerate(QUEUES):
         llen, pending, delayed, locks, dirty, failing, metrics = replies[i * 7 : i * 7 + 7]
