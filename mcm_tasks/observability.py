@@ -6,7 +6,8 @@ figure):
 - **fleet metrics** describe the whole installation: the queue metrics (kept in Redis by the queue
   scripts) and the machine, MachineSet and MachineDeployment gauges (computed from the mirror).
   Any process could compute them, so only one does: the leading informer (``serve(fleet=…)``);
-  every other process leaves them out, so a sum over pods counts them once;
+  every other process leaves them out, so a sum over pods counts them once. In seed mode they are
+  read for each served namespace and carry its name as ``namespace`` (``tenant_metrics``);
 - **process metrics** are recorded where work happens (driver calls, machine durations, failed
   joins) and each process exports its own. A Celery worker runs reconciles in forked children, so
   for it these go through prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``,
@@ -146,8 +147,10 @@ def build_registry(fleet: Callable[[], bool] | None = None) -> CollectorRegistry
     registry.register(LeaderCollector())
     registry.register(RedisUpCollector())
     if fleet is not None:
-        for collector in fleet_collectors():
-            registry.register(Guarded(collector, fleet))
+        from mcm_tasks.tenant_metrics import TenantCollector
+
+        for collector in fleet_collectors():  # in seed mode, each served namespace's, labelled
+            registry.register(Guarded(TenantCollector(collector), fleet))
     return registry
 
 
