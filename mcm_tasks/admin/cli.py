@@ -22,6 +22,7 @@ from rich.table import Table
 
 from mcm_tasks import standby
 from mcm_tasks.admin.keys import NotFound, check_kind, exists, inspect_key, when, worker_of
+from mcm_tasks.admin.tenants import each_tenant, seed_entries, served_now, tenant
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure
 
@@ -53,6 +54,12 @@ class Output(StrEnum):
 
 OUTPUT = typer.Option(Output.TABLE, "--output", "-o", help="table, or json for scripts.")
 KIND_FILTER = typer.Option("", "--kind", help="Only this kind.")
+NAMESPACE = typer.Option(
+    "", "--namespace", "-n", help="Seed mode: the served namespace (default: the key's namespace)."
+)
+LIST_NAMESPACE = typer.Option(
+    "", "--namespace", "-n", help="Seed mode: only this served namespace (default: every served one)."
+)
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -110,20 +117,51 @@ def _kind_or_none(kind: str) -> str | None:
 
 
 @admin_app.callback()
-def admin(redis_url: str = typer.Option("", help="Redis to use (default: MCM_REDIS_URL).")) -> None:
-    if redis_url:
-        configure({"redis_url": redis_url})
+def admin(
+    redis_url: str = typer.Option("", help="Redis to use (default: MCM_REDIS_URL)."),
+    namespaces: str = typer.Option(
+        "", help="Seed mode: the served namespaces, as the installation's (default: MCM_NAMESPACES)."
+    ),
+    namespace_selector: str = typer.Option(
+        "", help="Seed mode: the installation's namespace selector (default: MCM_NAMESPACE_SELECTOR)."
+    ),
+) -> None:
+    given = {"redis_url": redis_url, "namespaces": namespaces, "namespace_selector": namespace_selector}
+    if any(given.values()):
+        configure({k: v for k, v in given.items() if v})
+
+
+def _seed_mode() -> bool:
+    from mcm_tasks.tenancy import process_settings
+
+    return process_settings().seed_mode
+
+
+def _seed_columns(
+    columns: tuple[str, ...], rows: Sequence[Sequence[object]], found: list[dict[str, Any]]
+) -> tuple[tuple[str, ...], list[Sequence[object]]]:
+    """Seed mode's tables name each row's namespace first."""
+    if not _seed_mode():
+        return columns, list(rows)
+    return ("namespace", *columns), [(f["namespace"], *row) for f, row in zip(found, rows, strict=True)]
+
+
+def _with_namespace(namespace: str | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Seed mode's listings name each row's namespace (first); a single namespace's rows stay as they were."""
+    return rows if namespace is None else [{"namespace": namespace, **row} for row in rows]
 
 
 @admin_app.command(
     "enqueue", epilog="Example: mcm-tasks admin enqueue machineset shoot--dev--demo/worker-a-5f7c9"
 )
 @clean_errors
-def admin_enqueue(kind: str, key: str) -> None:
+def admin_enqueue(kind: str, key: str, namespace: str = NAMESPACE) -> None:
     """Reconcile one key now (coalesces with a waiting message)."""
     from mcm_tasks.queue import enqueue
 
-    published = enqueue(check_kind(kind), key)
+    check_kind(kind)
+    with tenant(namespace, key):
+        published = enqueue(kind, key)
     console.print(f"{kind} {key}: " + ("enqueued" if published else "already waiting or running (coalesced)"))
 
 
@@ -139,40 +177,77 @@ retries    reconciles retried after a failure (mcm_workqueue_retries_total)
 recovered  messages restored from dead workers (mcm_workqueue_recovered_total)"""
 
 
+QUEUE_COLUMNS = ("queue", "messages", "waiting", "delayed", "running", "dirty", "failing", "adds", "retries",
+                 "recovered")  # fmt: skip
+
+
+def _queue_rows(stats: Sequence[Any]) -> list[tuple[Any, ...]]:
+    return [(s.kind, s.queued_messages, s.pending, s.delayed, s.running, s.dirty, s.failing, s.adds,
+             s.retries, s.recovered) for s in stats]  # fmt: skip
+
+
+def seed_summary(per_namespace: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
+    """Seed mode's ``admin queues``: one row per served namespace, its queues' figures summed, and
+    each queue's own row under ``queues`` (pure)."""
+    out = []
+    for namespace, stats in per_namespace:
+        rows = [dict(zip(QUEUE_COLUMNS, row, strict=True)) for row in _queue_rows(stats)]
+        totals = {c: sum(int(r[c]) for r in rows) for c in QUEUE_COLUMNS[1:]}
+        out.append({"namespace": namespace, **totals, "queues": rows})
+    return out
+
+
 @admin_app.command("queues", epilog="Example: mcm-tasks admin queues --output json")
 @clean_errors
-def admin_queues(output: Output = OUTPUT) -> None:
-    """Depth and state of every queue, with a legend."""
-    from mcm_tasks.queue.stats import read_stats
-
-    stats = read_stats()
-    rows = [(s.kind, s.queued_messages, s.pending, s.delayed, s.running, s.dirty, s.failing, s.adds,
-             s.retries, s.recovered) for s in stats]  # fmt: skip
-    columns = ("queue", "messages", "waiting", "delayed", "running", "dirty", "failing", "adds", "retries",
-               "recovered")  # fmt: skip
+def admin_queues(namespace: str = LIST_NAMESPACE, output: Output = OUTPUT) -> None:
+    """Depth and state of every queue, with a legend. In seed mode without --namespace: one row per
+    served namespace (its queues summed)."""
+    from mcm_tasks.queue.stats import read_many, read_stats
 
     held = standby.read(get_redis())
-
-    def table() -> Any:
-        if held is not None:  # first: the one line that explains every other number here
-            console.print(held.describe(), style="bold", markup=False, highlight=False, soft_wrap=True)
-        console.print(_table(columns, rows, ""))
-        return QUEUE_LEGEND
-
     if held is not None and output is Output.JSON:
         # on stderr: the JSON on stdout keeps its shape
         errors.print(held.describe(), markup=False, highlight=False, soft_wrap=True)
-    emit(output, [dict(zip(columns, row, strict=True)) for row in rows], table)
+
+    def explained(body: Any) -> Callable[[], Any]:
+        def table() -> Any:
+            if held is not None:  # first: the one line that explains every other number here
+                console.print(held.describe(), style="bold", markup=False, highlight=False, soft_wrap=True)
+            console.print(body)
+            return QUEUE_LEGEND
+
+        return table
+
+    if _seed_mode() and not namespace:
+        from mcm_tasks.tenancy import process_settings, tenant_settings
+
+        base = process_settings()
+        served = served_now(base)
+        stats = read_many(None, [tenant_settings(base, ns) for ns in served])
+        summary = seed_summary(list(zip(served, stats, strict=True)))
+        columns = ("namespace", *QUEUE_COLUMNS[1:])
+        rows = [tuple(row[c] for c in columns) for row in summary]
+        if rows:
+            rows.append(("(all)", *(sum(int(r[i]) for r in rows) for i in range(1, len(columns)))))
+        body = _table(columns, rows, "seed mode: no namespace served yet")
+        emit(output, summary, explained(body))
+        return
+    with tenant(namespace):
+        rows = _queue_rows(read_stats())
+    emit(output, [dict(zip(QUEUE_COLUMNS, row, strict=True)) for row in rows],
+         explained(_table(QUEUE_COLUMNS, rows, "")))  # fmt: skip
 
 
 @admin_app.command(
     "inspect", epilog="Example: mcm-tasks admin inspect machine shoot--dev--demo/worker-a-5f7c9-abcde"
 )
 @clean_errors
-def admin_inspect(kind: str, key: str, output: Output = OUTPUT) -> None:
+def admin_inspect(kind: str, key: str, namespace: str = NAMESPACE, output: Output = OUTPUT) -> None:
     """One key: idle / waiting / delayed until T / running on W since T / failing N times (last
     error), and its last runs."""
-    found = inspect_key(kind, key)
+    check_kind(kind)
+    with tenant(namespace, key):
+        found = inspect_key(kind, key)
 
     def table() -> Any:
         console.print(f"{found.kind} {found.key}: {found.state}", markup=False, highlight=False)
@@ -196,13 +271,21 @@ def admin_why(
     target: str = typer.Argument(
         ..., metavar="KIND/NAMESPACE/NAME", help="machine, machineset, machinedeployment or node (node/NAME)."
     ),
+    namespace: str = typer.Option(
+        "",
+        "--namespace",
+        "-n",
+        help="Seed mode: the served namespace (default: the target's; a Node needs it).",
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """What one object waits for and since when: its conditions, its queue state, its last runs, its
     recent Events and, for a set or deployment, the machines that hold it up."""
     from mcm_tasks.admin.why import gather, parse_target
 
-    found = gather(parse_target(target))
+    parts = target.split("/")
+    with tenant(namespace or (parts[1] if len(parts) == 3 else "")):
+        found = gather(parse_target(target))
 
     def table() -> Any:
         say = functools.partial(console.print, markup=False, highlight=False)
@@ -260,15 +343,22 @@ def admin_why(
 
 @admin_app.command("running", epilog="Example: mcm-tasks admin running --kind machine-termination")
 @clean_errors
-def admin_running(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
+def admin_running(kind: str = KIND_FILTER, namespace: str = LIST_NAMESPACE, output: Output = OUTPUT) -> None:
     """Keys whose reconcile runs now, where and since when."""
     from mcm_tasks.queue.state import running
 
     now = time.time()
-    found = [{**r.model_dump(), "worker": worker_of(r.kind, r)} for r in running(_kind_or_none(kind))]
+    only = _kind_or_none(kind)
+    found = []
+    for ns in each_tenant(namespace):
+        found += _with_namespace(
+            ns, [{**r.model_dump(), "worker": worker_of(r.kind, r)} for r in running(only)]
+        )
     rows = [(r["kind"], r["key"], r["worker"] or "?", when(r["started"]), f"{now - r['started']:.1f}s")
             for r in found]  # fmt: skip
-    emit(output, found, lambda: _table(("kind", "key", "worker", "since", "for"), rows, "nothing running"))
+    columns: tuple[str, ...] = ("kind", "key", "worker", "since", "for")
+    columns, shown = _seed_columns(columns, rows, found)
+    emit(output, found, lambda: _table(columns, shown, "nothing running"))
 
 
 @admin_app.command("delayed", epilog="Example: mcm-tasks admin delayed --kind machine")
@@ -276,32 +366,42 @@ def admin_running(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
 def admin_delayed(
     kind: str = KIND_FILTER,
     limit: int = typer.Option(1000, help="At most this many per kind (earliest first)."),
+    namespace: str = LIST_NAMESPACE,
     output: Output = OUTPUT,
 ) -> None:
     """Keys waiting for a requeue-after or an error backoff, earliest first."""
     from mcm_tasks.queue.state import delayed
 
     now = time.time()
-    found = delayed(_kind_or_none(kind), limit)
-    rows = [(d.kind, d.key, when(d.due), f"{d.due - now:.1f}s") for d in found]
-    emit(output, found, lambda: _table(("kind", "key", "due", "in"), rows, "nothing delayed"))
+    only = _kind_or_none(kind)
+    found: list[dict[str, Any]] = []
+    for ns in each_tenant(namespace):
+        found += _with_namespace(ns, [d.model_dump() for d in delayed(only, limit)])
+    columns: tuple[str, ...] = ("kind", "key", "due", "in")
+    rows = [(d["kind"], d["key"], when(d["due"]), f"{d['due'] - now:.1f}s") for d in found]
+    columns, shown = _seed_columns(columns, rows, found)
+    emit(output, found, lambda: _table(columns, shown, "nothing delayed"))
 
 
 @admin_app.command("failing", epilog="Example: mcm-tasks admin failing --kind machine --output json")
 @clean_errors
-def admin_failing(kind: str = KIND_FILTER, output: Output = OUTPUT) -> None:
+def admin_failing(kind: str = KIND_FILTER, namespace: str = LIST_NAMESPACE, output: Output = OUTPUT) -> None:
     """Keys whose reconciles fail, with their streak and last error (retried automatically)."""
     from mcm_tasks.queue.state import failing
 
     now = time.time()
-    found = failing(_kind_or_none(kind))
+    only = _kind_or_none(kind)
+    found: list[dict[str, Any]] = []
+    for ns in each_tenant(namespace):
+        found += _with_namespace(ns, [f.model_dump() for f in failing(only)])
     rows = [
-        (f.kind, f.key, f.count, when(f.since), f"{f.retry_at - now:.1f}s",
-         ("quarantined; " if f.quarantined else "") + f"{f.error}: {f.message}")
+        (f["kind"], f["key"], f["count"], when(f["since"]), f"{f['retry_at'] - now:.1f}s",
+         ("quarantined; " if f["quarantined"] else "") + f"{f['error']}: {f['message']}")
         for f in found
     ]  # fmt: skip
-    columns = ("kind", "key", "failures", "since", "next retry in", "last error")
-    emit(output, found, lambda: _table(columns, rows, "no failing keys"))
+    columns: tuple[str, ...] = ("kind", "key", "failures", "since", "next retry in", "last error")
+    columns, shown = _seed_columns(columns, rows, found)
+    emit(output, found, lambda: _table(columns, shown, "no failing keys"))
 
 
 @admin_app.command("replay", epilog="Example: mcm-tasks admin replay --failing --kind machine")
@@ -311,6 +411,12 @@ def admin_replay(
     key: str = typer.Argument("", help="The key (namespace/name, or a safety job)."),
     failing_: bool = typer.Option(False, "--failing", help="Replay every failing key (of --kind)."),
     only_kind: str = KIND_FILTER,
+    namespace: str = typer.Option(
+        "",
+        "--namespace",
+        "-n",
+        help="Seed mode: the served namespace (default: the key's; with --failing, every served one).",
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """Forget a key's failure streak and reconcile it now; or every failing key."""
@@ -319,24 +425,27 @@ def admin_replay(
     if failing_:
         if kind or key:
             raise typer.BadParameter("give KIND KEY, or --failing, not both")
-        n = replay_failing(_kind_or_none(only_kind))
+        only = _kind_or_none(only_kind)
+        n = sum(replay_failing(only) for _ in each_tenant(namespace))
         emit(output, {"replayed": n}, lambda: f"replayed {n} failing keys")
         return
     if not kind or not key:
         raise typer.BadParameter("give KIND KEY, or --failing")
     check_kind(kind)
-    was_failing = replay(kind, key) if exists(kind, key) else None
+    with tenant(namespace, key):
+        was_failing = replay(kind, key) if exists(kind, key) else None
     if was_failing is None:
         raise NotFound(f"no {kind} {key!r} in the mirror")
     text = f"replayed {kind} {key}" + ("" if was_failing else " (it was not failing; enqueued)")
     emit(output, {"kind": kind, "key": key, "was_failing": was_failing}, lambda: text)
 
 
-def _freeze(kind: str, key: str, frozen: bool, output: Output) -> None:
+def _freeze(kind: str, key: str, frozen: bool, namespace: str, output: Output) -> None:
     from mcm_tasks.admin.freeze import set_frozen
 
     check_kind(kind)
-    metadata = set_frozen(kind, key, frozen)
+    with tenant(namespace, key):
+        metadata = set_frozen(kind, key, frozen)
     name = f"{metadata.get('namespace', '')}/{metadata.get('name', key)}"
     text = (f"froze {kind} {name}" if frozen
             else f"asked the safety controller to unfreeze {kind} {name} (it runs now)")  # fmt: skip
@@ -349,30 +458,35 @@ def _freeze(kind: str, key: str, frozen: bool, output: Output) -> None:
     "freeze", epilog="Example: mcm-tasks admin freeze machinedeployment shoot--dev--demo/worker-a"
 )
 @clean_errors
-def admin_freeze(kind: str, key: str, output: Output = OUTPUT) -> None:
+def admin_freeze(kind: str, key: str, namespace: str = NAMESPACE, output: Output = OUTPUT) -> None:
     """Freeze a MachineSet or MachineDeployment (MCM's ``freeze`` label): no scale-up."""
-    _freeze(kind, key, True, output)
+    _freeze(kind, key, True, namespace, output)
 
 
 @admin_app.command(
     "unfreeze", epilog="Example: mcm-tasks admin unfreeze machineset shoot--dev--demo/worker-a-5f7c9"
 )
 @clean_errors
-def admin_unfreeze(kind: str, key: str, output: Output = OUTPUT) -> None:
+def admin_unfreeze(kind: str, key: str, namespace: str = NAMESPACE, output: Output = OUTPUT) -> None:
     """Unfreeze it (MCM's ``safety.machine.sapcloud.io/unfreeze`` annotation)."""
-    _freeze(kind, key, False, output)
+    _freeze(kind, key, False, namespace, output)
 
 
 @admin_app.command("held", epilog="Example: mcm-tasks admin held -n shoot--dev--demo")
 @clean_errors
 def admin_held(
-    namespace: str = typer.Option("", "--namespace", "-n", help="Namespace (default: MCM_NAMESPACE)."),
+    namespace: str = typer.Option(
+        "", "--namespace", "-n", help="Namespace (default: MCM_NAMESPACE; in seed mode every served one)."
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """Machines held by a node-deletion storm (kept, with their VMs, although their Node was deleted)."""
     from mcm_tasks.admin.holds import list_held
 
-    found = list_held(namespace or None)
+    if not _seed_mode():
+        found = list_held(namespace or None)
+    else:
+        found = [h for ns in each_tenant(namespace) for h in list_held(ns)]
     rows = [(h.namespace, h.machine, h.deployment, h.node, h.reason, h.since) for h in found]
     columns = ("namespace", "machine", "deployment", "node", "reason", "since")
     emit(output, found, lambda: _table(columns, rows, "no machine is held"))
@@ -384,22 +498,25 @@ def admin_held(
 @clean_errors
 def admin_release(
     target: str = typer.Argument(..., help="deployment/<name> or machine/<name>"),
-    namespace: str = typer.Option("", "--namespace", "-n", help="Namespace (default: MCM_NAMESPACE)."),
+    namespace: str = typer.Option(
+        "", "--namespace", "-n", help="Namespace (default: MCM_NAMESPACE; seed mode: a served one, required)."
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """End a node-deletion storm's hold: the machines stay, their health check decides again."""
     from mcm_tasks.admin.holds import release
 
-    released = release(target, namespace or None)
+    with tenant(namespace):
+        released = release(target, namespace or None)
     text = f"released {len(released)} machines of {target}" + (f": {', '.join(released)}" if released else "")
     emit(output, {"target": target, "released": released}, lambda: text)
 
 
 @deadletter_app.command("ls", epilog="Example: mcm-tasks admin deadletter ls")
 @clean_errors
-def deadletter_ls(output: Output = OUTPUT) -> None:
+def deadletter_ls(namespace: str = LIST_NAMESPACE, output: Output = OUTPUT) -> None:
     """Failing keys (an alias of ``admin failing``)."""
-    admin_failing("", output)
+    admin_failing("", namespace, output)
 
 
 @deadletter_app.command("replay", epilog="Example: mcm-tasks admin deadletter replay --all")
@@ -408,6 +525,21 @@ def deadletter_replay(
     kind: str = typer.Argument("", help="Kind of the key to replay."),
     key: str = typer.Argument("", help="The key."),
     all_: bool = typer.Option(False, "--all", help="Replay every failing key."),
+    namespace: str = NAMESPACE,
 ) -> None:
     """Forget a key's failures and reconcile it now (an alias of ``admin replay``)."""
-    admin_replay(kind, key, all_, "", Output.TABLE)
+    admin_replay(kind, key, all_, "", namespace, Output.TABLE)
+
+
+@admin_app.command("seed", epilog="Example: mcm-tasks admin seed --output json")
+@clean_errors
+def admin_seed(output: Output = OUTPUT) -> None:
+    """Seed mode: the namespaces this installation serves, since when, and any problem serving one
+    (its target Secrets missing or refused, its informer stopped)."""
+    found = seed_entries()
+    rows = [(s.namespace, "-" if s.since is None else when(s.since), s.problem or "served") for s in found]
+    emit(
+        output,
+        found,
+        lambda: _table(("namespace", "since", "state"), rows, "seed mode: no namespace served yet"),
+    )

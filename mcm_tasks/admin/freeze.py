@@ -17,11 +17,11 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.admin.keys import NotFound
+from mcm_tasks.admin.tenants import clients
 from mcm_tasks.api.constants import FREEZE_LABEL_KEY, FREEZE_LABEL_VALUE, UNFREEZE_ANNOTATION
 from mcm_tasks.controllers.safety import OVERSHOOTING
 from mcm_tasks.kinds import MACHINE_DEPLOYMENT, MACHINE_SET, Queue
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.clients import build_clusters
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.queue import enqueue
 from mcm_tasks.settings import get_settings
@@ -46,15 +46,13 @@ def set_frozen(kind: str, key: str, frozen: bool) -> dict[str, Any]:
                                              "annotations": {UNFREEZE_ANNOTATION: None}}}  # fmt: skip
     else:
         body = {"metadata": {"annotations": {UNFREEZE_ANNOTATION: "True"}}}
-    clusters = build_clusters()
-    try:
-        written = ops.patch(clusters.control.api, found.resource, name, body, namespace)
-    except ApiException as err:
-        if is_not_found(err):
-            raise NotFound(f"no {kind} {namespace}/{name} on the control cluster") from None
-        raise
-    finally:
-        clusters.close()
+    with clients() as clusters:
+        try:
+            written = ops.patch(clusters.control.api, found.resource, name, body, namespace)
+        except ApiException as err:
+            if is_not_found(err):
+                raise NotFound(f"no {kind} {namespace}/{name} on the control cluster") from None
+            raise
     if not frozen:
         enqueue(Queue.SAFETY, OVERSHOOTING)
     enqueue(kind, f"{namespace}/{name}")

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from mcm_tasks import kinds
 from mcm_tasks.admin.keys import KeyState, NotFound, inspect_key, when
+from mcm_tasks.admin.tenants import clients
 from mcm_tasks.api import Machine
 from mcm_tasks.api.constants import (
     FREEZE_LABEL_KEY,
@@ -35,7 +36,6 @@ from mcm_tasks.controllers.machine.drain.blockers import blockers, blockers_mess
 from mcm_tasks.controllers.machine.drain.state_io import DrainProgress, DrainStore
 from mcm_tasks.kinds import Queue
 from mcm_tasks.kube import ops
-from mcm_tasks.kube.clients import build_clusters
 from mcm_tasks.kube.errors import is_not_found
 from mcm_tasks.permits import PermitGiver
 from mcm_tasks.queue import expectations
@@ -375,8 +375,7 @@ def gather(target: Target, client: redis.Redis | None = None, now: float | None 
     client = client or get_redis()
     now = time.time() if now is None else now
     facts = QueueFacts(controller_frozen=is_frozen(client))  # Redis first: unreachable, it is the one error
-    clusters = build_clusters()
-    try:
+    with clients() as clusters:
         if target.kind == "node":
             if clusters.target is None:
                 raise NotFound("no target cluster (--target-kubeconfig=none): there are no Nodes")
@@ -423,5 +422,3 @@ def gather(target: Target, client: redis.Redis | None = None, now: float | None 
             if progress is not None and clusters.target is not None:
                 facts.drain = (progress.node, _drain_blockers(clusters.target.api, progress))
         return explain(target, obj, _keys(target, client), facts, holders, events_of(events), now)
-    finally:
-        clusters.close()
