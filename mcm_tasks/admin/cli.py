@@ -486,7 +486,16 @@ def admin_held(
     if not _seed_mode():
         found = list_held(namespace or None)
     else:
-        found = [h for ns in each_tenant(namespace) for h in list_held(ns)]
+        from mcm_tasks.kube.target_secret import TargetSecretError
+
+        found = []
+        for ns in each_tenant(namespace):
+            try:
+                found += list_held(ns)
+            except TargetSecretError as err:  # one namespace's broken Secrets hide only its machines
+                if namespace:
+                    raise
+                errors.print(f"warning: {ns} not read: {err}", markup=False, highlight=False, soft_wrap=True)
     rows = [(h.namespace, h.machine, h.deployment, h.node, h.reason, h.since) for h in found]
     columns = ("namespace", "machine", "deployment", "node", "reason", "since")
     emit(output, found, lambda: _table(columns, rows, "no machine is held"))

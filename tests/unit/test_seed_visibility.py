@@ -5,6 +5,7 @@ single-namespace mode. The same against a real Redis with two tenants:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -178,3 +179,24 @@ def test_one_tenants_failing_scrape_leaves_the_others(seed: None) -> None:
 
     text = _scrape(TenantCollector(Picky()))
     assert 'namespace="shoot--b"' in text and 'namespace="shoot--a"' not in text
+
+
+def test_held_across_namespaces_skips_one_whose_secrets_are_broken(
+    seed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcm_tasks.admin import holds
+    from mcm_tasks.kube.target_secret import TargetSecretError
+
+    def list_held(namespace: str | None = None) -> list[holds.Held]:
+        if namespace == "shoot--a":
+            raise TargetSecretError("Secret shoot--a/generic-token-kubeconfig: not found")
+        return [holds.Held(namespace=get_settings().namespace, machine="m1", deployment="web", node="n1",
+                           reason="storm", since="", message="")]  # fmt: skip
+
+    monkeypatch.setattr(holds, "list_held", list_held)
+    result = runner.invoke(app, ["admin", "held", "--output", "json"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert [h["namespace"] for h in json.loads(result.stdout)] == ["shoot--b"]
+    assert "warning: shoot--a not read: Secret shoot--a/generic-token-kubeconfig" in result.stderr
+    refused = runner.invoke(app, ["admin", "held", "-n", "shoot--a"], terminal_width=200)
+    assert refused.exit_code == 2 and "generic-token-kubeconfig" in refused.stderr
