@@ -174,3 +174,41 @@ def test_every_alert_links_to_its_runbook_section() -> None:
     for name, rule in alerts().items():
         assert rule["annotations"]["runbook_url"].endswith("#" + name.lower()), name
         assert f"\n## {name}\n" in page, f"docs/operate/runbooks.md has no section for {name}"
+
+
+#: seed mode: the tenant's ``namespace`` label arrives as ``exported_namespace`` (the scrape target's
+#: ``namespace`` is the release's); the per-tenant alerts fire for the tenant, not the installation
+SEED_CASES: dict[str, dict[str, Any]] = {
+    "MCMTasksFailingKeys": {
+        "series": [(f'mcm_workqueue_longest_failing_seconds{{name="machine",exported_namespace="shoot--a",'
+                    f'namespace="{NS}"}}', "0+60x30"),
+                   (f'mcm_workqueue_longest_failing_seconds{{name="machine",exported_namespace="shoot--b",'
+                    f'namespace="{NS}"}}', "0x30")],
+        "at": 20, "labels": {"name": "machine", "exported_namespace": "shoot--a"},
+    },
+    "MCMTasksMachineControllerFrozen": {
+        "series": [(f'mcm_machine_controller_frozen{{exported_namespace="shoot--a",namespace="{NS}"}}', "1x30"),
+                   (f'mcm_machine_controller_frozen{{exported_namespace="shoot--b",namespace="{NS}"}}', "0x30")],
+        "at": 20, "labels": {"exported_namespace": "shoot--a"},
+    },
+}  # fmt: skip
+
+
+def test_in_seed_mode_the_tenant_alerts_name_the_tenant(tmp_path: Path) -> None:
+    tool = promtool()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": rule_groups()}))
+    found = alerts()
+    tests = []
+    for name, case in SEED_CASES.items():
+        labels = {**case["labels"], **found[name].get("labels", {})}
+        annotations = {k: _expanded(v, labels) for k, v in found[name]["annotations"].items()}
+        tests.append({
+            "interval": "1m", "input_series": _series(case["series"]),
+            "alert_rule_test": [{"eval_time": f"{case['at']}m", "alertname": name,
+                                 "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations}]}],
+        })  # fmt: skip
+    spec = tmp_path / "tests.yaml"
+    spec.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": tests}))
+    done = subprocess.run([tool, "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
