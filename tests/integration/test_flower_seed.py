@@ -12,7 +12,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,8 +75,13 @@ def flower(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flower]:
         ui.start()
         f = Flower(port)
         wanted = {f"mcm:ns:{ns}.{kind}" for ns in (A, B) for kind in ("machine", "machineset")}
-        wait_until(lambda: wanted <= f.consumed(), 90, interval=0.5,
-                   what=f"Flower to see the tenants' queues:\n{ui.log_tail()}\n{worker.log_tail()}")  # fmt: skip
+        logs = f"{ui.log_tail()}\n{worker.log_tail()}"
+        wait_until(
+            lambda: wanted <= f.consumed(),
+            90,
+            interval=0.5,
+            what=f"Flower to see the tenants' queues:\n{logs}",
+        )
         yield f
     finally:
         ui.stop()

@@ -187,8 +187,10 @@ SEED_CASES: dict[str, dict[str, Any]] = {
         "at": 20, "labels": {"name": "machine", "exported_namespace": "shoot--a"},
     },
     "MCMTasksMachineControllerFrozen": {
-        "series": [(f'mcm_machine_controller_frozen{{exported_namespace="shoot--a",namespace="{NS}"}}', "1x30"),
-                   (f'mcm_machine_controller_frozen{{exported_namespace="shoot--b",namespace="{NS}"}}', "0x30")],
+        "series": [(f'mcm_machine_controller_frozen{{exported_namespace="shoot--a",namespace="{NS}"}}',
+                    "1x30"),
+                   (f'mcm_machine_controller_frozen{{exported_namespace="shoot--b",namespace="{NS}"}}',
+                    "0x30")],
         "at": 20, "labels": {"exported_namespace": "shoot--a"},
     },
 }  # fmt: skip
