@@ -193,7 +193,15 @@ def _task_started(task: Any = None, args: Any = None, task_id: Any = None, **_: 
     if name.startswith(TASK_PREFIX) and isinstance(args, list | tuple) and len(args) == 1:
         from mcm_tasks.logs import enter
 
-        enter(name[len(TASK_PREFIX) :], str(args[0])[:200])
+        key = str(args[0])[:200]
+        settings = get_settings()
+        if settings.seed_mode and "/" not in key:  # a Node's or a safety job's: name its namespace
+            from mcm_tasks.tenancy import tenant_of_queue
+
+            delivery = getattr(getattr(task, "request", None), "delivery_info", None) or {}
+            tenant = tenant_of_queue(str(delivery.get("routing_key") or ""), settings.install_prefix)
+            key = f"{key} ({tenant[0]})" if tenant else key
+        enter(name[len(TASK_PREFIX) :], key)  # Celery's "succeeded" line: not in the tenant's context
 
 
 @task_postrun.connect

@@ -2,7 +2,8 @@
 
 A reconcile runs inside ``log_context(kind, key)``; a filter on every handler stamps each record
 made meanwhile (by any logger: a controller, a driver, the Kubernetes client) with ``kind`` and
-``key``. Text lines that do not already name the key get ``<kind> <key>: `` in front; JSON lines
+``key``, and in seed mode with the ``namespace`` whose work it is (a Node's or a safety job's key
+does not name it). Text lines that do not already name the key get ``<kind> <key>: `` in front; JSON lines
 carry both as fields, so ``jq 'select(.key == "shoot--x/m-1")'`` finds everything about one object.
 
 Every process sets its handlers up through ``setup_logging`` (the informer, beat) or Celery's
@@ -19,6 +20,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
+
+from mcm_tasks.settings import SCOPED
 
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -58,11 +61,23 @@ class ContextFilter(logging.Filter):
             return True
         kind, key = _current.get() or ("", "")
         record.kind, record.key = kind, key
+        record.namespace = _tenant()
         if self.prefix and key:
             message = record.getMessage()
+            shown = f"{key} ({record.namespace})" if record.namespace and "/" not in key else key
             if key not in message:
-                record.msg, record.args = f"{kind} {key}: {message}", None
+                record.msg, record.args = f"{kind} {shown}: {message}", None
+        elif self.prefix and record.namespace:  # a seed-mode tenant's informer, keeper, beat
+            record.msg, record.args = f"[{record.namespace}] {record.getMessage()}", None
         return True
+
+
+def _tenant() -> str:
+    """The seed-mode namespace whose work logs this (``mcm_tasks.tenancy``), else empty."""
+    scoped = SCOPED.get()
+    if scoped is None or scoped.key_prefix == scoped.install_prefix:
+        return ""
+    return scoped.namespace
 
 
 class JsonFormatter(logging.Formatter):
@@ -75,7 +90,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for name in ("kind", "key", "task_name", "task_id"):
+        for name in ("kind", "key", "namespace", "task_name", "task_id"):
             value = getattr(record, name, "")
             if value and value != "???":
                 entry[name] = value

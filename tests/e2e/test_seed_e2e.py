@@ -32,7 +32,7 @@ def seed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seed]:
     started = Seed(
         tmp_path_factory.mktemp("seed"),
         ["shoot-a", "shoot-b"],
-        env={**COMPRESSED, "MCM_SEED_REFRESH_PERIOD": "1s", "MCM_MACHINE_SAFETY_ORPHAN_VMS_PERIOD": "0"},
+        env={**COMPRESSED, "MCM_SEED_REFRESH_PERIOD": "1s", "MCM_MACHINE_SAFETY_ORPHAN_VMS_PERIOD": "2s"},
     ).start()
     yield started
     started.stop()

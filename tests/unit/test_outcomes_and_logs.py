@@ -78,3 +78,27 @@ def test_json_lines_carry_kind_and_key_as_fields(captured: tuple[logging.Logger,
     assert inside["kind"] == "machineset" and inside["key"] == "shoot/set"
     assert inside["message"] == "scaled up" and inside["level"] == "WARNING"
     assert "key" not in outside and outside["logger"] == "test-logs"
+
+
+def test_a_seed_tenants_lines_name_its_namespace(captured: tuple[logging.Logger, io.StringIO]) -> None:
+    """In seed mode a Node's or a safety job's key does not say whose it is, nor does an informer's
+    line: the tenant's namespace is added (and a JSON field)."""
+    from mcm_tasks.settings import load_settings
+    from mcm_tasks.tenancy import serving
+
+    logger, stream = captured
+    install(logger, "text")
+    base = load_settings({"namespaces": "shoot-a"})
+    with serving("shoot-a", base):
+        with log_context("safety", "orphan-vms"):
+            logger.info("collected")
+        with log_context("machine", "shoot-a/m-1"):
+            logger.info("created")
+        logger.info("leading")
+    logger.info("outside")
+    assert stream.getvalue().splitlines() == [
+        "safety orphan-vms (shoot-a): collected",
+        "machine shoot-a/m-1: created",
+        "[shoot-a] leading",
+        "outside",
+    ]

@@ -1,0 +1,78 @@
+"""Seed mode's shared Redis state with a real redis-server: the registry of served namespaces as
+several informer replicas write it (``tenancy_io.publish``), and the keeper's duties over every
+namespace's queues (``keeper.publish_due_all``, ``age_all``), each namespace's keys its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from mcm_sandbox.procs import wait_until
+from mcm_tasks.queue.keeper import age_all, aging_turn_key, publish_due_all, tenant_views
+from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together
+from mcm_tasks.settings import Settings, configure, reset_settings
+from mcm_tasks.tenancy import serving
+from mcm_tasks.tenancy_io import entries, publish, served
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def seed(redis_url: str) -> Iterator[Settings]:
+    yield configure({"redis_url": redis_url, "namespace_selector": "seed=true", "background_aging": "1"})
+    reset_settings()
+
+
+def test_replicas_write_the_registry_each_entry_by_its_owner(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    publish(redis_client, seed, {"a": {"since": 1}, "b": {"since": 1}}, mine={"a"})
+    publish(redis_client, seed, {"a": {"since": 2}, "b": {"since": 2, "problem": "no Secret"}}, mine={"b"})
+    assert entries(redis_client, seed) == {"a": {"since": 1}, "b": {"since": 2, "problem": "no Secret"}}
+    publish(redis_client, seed, {"b": {"since": 3}}, mine=set())  # "a" is no longer wanted
+    assert served(redis_client, seed) == ["b"]
+    assert entries(redis_client, seed) == {"b": {"since": 2, "problem": "no Secret"}}
+
+
+def test_a_static_list_is_served_as_given(redis_url: str, redis_client: redis.Redis) -> None:
+    settings = configure({"redis_url": redis_url, "namespaces": "x,y"})
+    try:
+        assert served(redis_client, settings) == ["x", "y"]
+        assert [v.namespace for v in tenant_views(redis_client, settings)] == ["x", "y"]
+    finally:
+        reset_settings()
+
+
+def test_the_keeper_publishes_every_namespaces_due_keys_on_its_own_queue(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    publish(redis_client, seed, {"a": {}, "b": {}})
+    for namespace in ("a", "b"):
+        with serving(namespace, seed):
+            enqueue_many_after([("machine", f"{namespace}/m")], 0.01)
+    published, _ = publish_due_all(redis_client, time.time() + 1, seed)
+    assert published == 2
+    for namespace in ("a", "b"):
+        with serving(namespace, seed) as view:
+            assert redis_client.llen(queue_keys("machine", view).broker_list) == 1
+    assert redis_client.llen(queue_keys("machine", seed).broker_list) == 0  # not the installation's
+
+
+def test_aging_promotes_each_namespaces_background_work_once_per_turn(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    publish(redis_client, seed, {"a": {}, "b": {}})
+    for namespace in ("a", "b"):
+        with serving(namespace, seed):
+            enqueue_together([("machine", f"{namespace}/m")], (), 0.0, background=True)
+    assert age_all(redis_client, "w1", time.time(), 0.5, seed) == 0  # younger than the aging
+    wait_until(lambda: not redis_client.exists(aging_turn_key(seed)), 2, what="the first turn to end")
+    assert age_all(redis_client, "w1", time.time() + 1, 0.5, seed) == 2
+    assert age_all(redis_client, "w2", time.time() + 1, 0.5, seed) == 0  # not this keeper's turn
+    with serving("a", seed) as view:
+        keys = queue_keys("machine", view)
+        assert redis_client.llen(keys.broker_list) == 1 and redis_client.llen(keys.background_list) == 0
