@@ -61,14 +61,15 @@ class ContextFilter(logging.Filter):
             return True
         kind, key = _current.get() or ("", "")
         record.kind, record.key = kind, key
-        record.namespace = _tenant()
+        namespace = _tenant()
+        record.namespace = namespace  # type: ignore[attr-defined]
         if self.prefix and key:
             message = record.getMessage()
-            shown = f"{key} ({record.namespace})" if record.namespace and "/" not in key else key
+            shown = f"{key} ({namespace})" if namespace and "/" not in key else key
             if key not in message:
                 record.msg, record.args = f"{kind} {shown}: {message}", None
-        elif self.prefix and record.namespace:  # a seed-mode tenant's informer, keeper, beat
-            record.msg, record.args = f"[{record.namespace}] {record.getMessage()}", None
+        elif self.prefix and namespace:  # a seed-mode tenant's informer, keeper, beat
+            record.msg, record.args = f"[{namespace}] {record.getMessage()}", None
         return True
 
 

@@ -230,15 +230,19 @@ def tenant_clusters(settings: Settings) -> Clusters:
         control = found.clusters.control if found is not None and found.clusters is not None else None
         if control is None:
             control = new_cluster(CONTROL, settings.control_kubeconfig, settings)
+        known = found.versions if found is not None and found.clusters is not None else ()
         try:
-            config = read_target(control.api, namespace, settings.target_kubeconfig_secret)
+            config = read_target(control.api, namespace, settings.target_kubeconfig_secret, known=known)
         except (TargetSecretError, ApiException) as err:
             if found is not None and found.clusters is not None and not isinstance(err, TargetSecretError):
                 found.checked_at = now  # a blip: keep the clients in use, look again later
                 return found.clusters
             _tenants[namespace] = _Tenant(None, (), now, err)
             raise
-        if found is not None and found.clusters is not None and found.versions == config.versions:
+        if config is None or (
+            found is not None and found.clusters is not None and found.versions == config.versions
+        ):
+            assert found is not None and found.clusters is not None
             found.checked_at = now
             return found.clusters
         # the old clients are dropped, not closed: a pass of another thread may be using them

@@ -165,13 +165,18 @@ def token_of(raw: bytes, ref: SecretRef) -> str:
     return token
 
 
+#: libyaml's safe loader when PyYAML was built with it: the pure-Python one took about 20 ms for a
+#: kubeconfig with its CA inline, once per namespace per minute in every process (seed mode)
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _check_shape(text: str, ref: SecretRef) -> None:
     """Walk the YAML's events (the parser is iterative, the composer recursive) before building the
     document: refuse anchors and aliases (a kubeconfig needs none, and aliases let a few bytes expand
     into gigabytes, the "billion laughs") and nesting deeper than a kubeconfig's few levels (the
     composer would recurse once a level, slowly, until Python's recursion limit)."""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise TargetSecretError(f"{ref}: {KUBECONFIG_KEY!r} has YAML anchors or aliases")
         if isinstance(event, yaml.CollectionStartEvent):
@@ -190,8 +195,10 @@ def parse_kubeconfig(raw: bytes, ref: SecretRef) -> dict[str, Any]:
         raise TargetSecretError(f"{ref}: {KUBECONFIG_KEY!r} is not UTF-8 text") from None
     try:
         _check_shape(text, ref)
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_LOADER)  # a safe loader, libyaml's when built
     except yaml.YAMLError as err:
+        if "nesting depth" in str(getattr(err, "problem", "")):  # libyaml's own limit came first
+            raise TargetSecretError(f"{ref}: {KUBECONFIG_KEY!r} is nested too deeply") from None
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise TargetSecretError(f"{ref}: {KUBECONFIG_KEY!r} is not valid YAML{where}") from None
@@ -355,6 +362,17 @@ def resolve(
         "current-context": context_name,
     }
     return TargetConfig(namespace, server, source, tuple(versions), kubeconfig, token)
+
+
+def unchanged_versions(
+    kubeconfig: Mapping[str, Any] | None, token: Mapping[str, Any] | None
+) -> tuple[str, ...]:
+    """The versions ``resolve`` would give these Secrets (the token's last, when it is used), for
+    comparing with a resolved target's ``versions`` without resolving. A missing Secret never
+    compares equal."""
+    if kubeconfig is None:
+        return ("",)
+    return (_version(kubeconfig), _version(token))
 
 
 def _version(secret: Mapping[str, Any] | None) -> str:

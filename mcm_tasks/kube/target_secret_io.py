@@ -24,6 +24,7 @@ from mcm_tasks.kube.target_secret import (
     TargetConfig,
     kubeconfig_secret_name,
     resolve,
+    unchanged_versions,
 )
 
 #: the cluster-scoped ``Cluster`` resource gardenlet keeps per shoot namespace (named as it)
@@ -56,13 +57,21 @@ def read_secret(api: ApiClient, ref: SecretRef) -> dict[str, Any] | None:
 
 
 def read_target(
-    api: ApiClient, namespace: str, kubeconfig_secret: str = "", token_secret: str = SHOOT_ACCESS_SECRET
-) -> TargetConfig:
+    api: ApiClient,
+    namespace: str,
+    kubeconfig_secret: str = "",
+    token_secret: str = SHOOT_ACCESS_SECRET,
+    known: tuple[str, ...] = (),
+) -> TargetConfig | None:
     """Namespace ``namespace``'s target cluster: ``kubeconfig_secret`` is ``--target-kubeconfig-secret``
-    (empty: as Gardener names it), ``token_secret`` the shoot access Secret a ``tokenFile`` reads."""
+    (empty: as Gardener names it), ``token_secret`` the shoot access Secret a ``tokenFile`` reads.
+    None when the Secrets' resourceVersions are still ``known`` (a resolved target's ``versions``):
+    the periodic re-read then costs the reads, not the parse."""
     annotations = {} if kubeconfig_secret else read_cluster_annotations(api, namespace)
     kubeconfig_ref = SecretRef(namespace, kubeconfig_secret_name(kubeconfig_secret, annotations))
     token_ref = SecretRef(namespace, token_secret)
     kubeconfig = read_secret(api, kubeconfig_ref)
     token = read_secret(api, token_ref) if kubeconfig is not None else None
+    if known and known == unchanged_versions(kubeconfig, token)[: len(known)]:
+        return None
     return resolve(namespace, kubeconfig, token, kubeconfig_ref, token_ref)

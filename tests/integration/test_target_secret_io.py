@@ -125,6 +125,7 @@ def test_the_target_cluster_named_by_the_cluster_resource_reaches_the_shoot(
 
     wait_until(created, 15, what="the Cluster resource")
     target = read_target(control, SHOOT)
+    assert target is not None
     assert HASHED in target.source and target.token == token
     shoot = config.new_client_from_config_dict(target.kubeconfig)
     try:
@@ -142,10 +143,12 @@ def test_a_rotated_token_changes_the_versions_and_a_stale_one_is_refused(
     _, _, token = shoot_kubeconfig(seed)
     lay_out(control, seed, namespace, GENERIC_TOKEN_KUBECONFIG, token)
     before = read_target(control, namespace)  # no Cluster for it: the static name
+    assert before is not None
+    assert read_target(control, namespace, known=before.versions) is None  # unchanged: not parsed again
     core = client.CoreV1Api(control)
     core.patch_namespaced_secret(SHOOT_ACCESS_SECRET, namespace, {"data": {"token": b64("revoked-token")}})
-    after = read_target(control, namespace)
-    assert after.versions[0] == before.versions[0] and after.versions[1] != before.versions[1]
+    after = read_target(control, namespace, known=before.versions)
+    assert after is not None and after.versions[0] == before.versions[0] and after.versions[1] != before.versions[1]
     shoot = config.new_client_from_config_dict(after.kubeconfig)
     try:
         with pytest.raises(client.ApiException) as refused:
