@@ -121,7 +121,11 @@ class Seed:
     #: serve the shoots by label (``--namespace-selector``) instead of a list (``--namespaces``)
     selector: bool = True
     beat: bool = True
+    #: the local cloud's VMs in a Redis of their own (as ``runner.up(cloud_redis=True)``: a real cloud
+    #: puts no load on our Redis; the benchmarks count our Redis's CPU and memory without it)
+    cloud_redis: bool = False
     redis: RedisServer | None = None
+    cloud: RedisServer | None = None
     apiserver: ApiServer | None = None
     procs: dict[str, ManagedProcess] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
@@ -129,6 +133,22 @@ class Seed:
     @property
     def logs(self) -> Path:
         return self.dir / "logs"
+
+    @property
+    def cloud_url(self) -> str:
+        """The Redis of the local cloud's VMs: its own with ``cloud_redis``, else ours."""
+        return self.cloud.url if self.cloud is not None else self.redis_url
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """Process id by role, named as ``runner.up`` names them (``bench.figures.OUR_ROLES``)."""
+        out: dict[str, int] = {}
+        servers = (("redis", self.redis), ("cloud-redis", self.cloud), ("apiserver", self.apiserver))
+        for role, server in servers:
+            if server is not None and server.process is not None:
+                out[role] = server.process.pid
+        out.update({name: proc.pid for name, proc in self.procs.items() if proc.proc is not None})
+        return out
 
     @property
     def kubeconfig(self) -> Path:
@@ -154,9 +174,11 @@ class Seed:
         serving = {"MCM_NAMESPACE_SELECTOR": f"{SHOOT_LABEL}=true"} if self.selector else {
             "MCM_NAMESPACES": ",".join(self.shoots)
         }  # fmt: skip
+        cloud = {"MCM_LOCAL_CLOUD_REDIS_URL": self.cloud.url} if self.cloud is not None else {}
         return {
             **os.environ,
             "MCM_REDIS_URL": self.redis_url,
+            **cloud,
             "MCM_CONTROL_KUBECONFIG": str(self.kubeconfig),
             "MCM_NAMESPACE": "mcm-seed",
             **serving,
@@ -167,6 +189,8 @@ class Seed:
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.redis = RedisServer(self.dir / "redis").start(timeout)
+            if self.cloud_redis:
+                self.cloud = RedisServer(self.dir / "cloud-redis").start(timeout)
             extra: list[str] = []
             for shoot in self.shoots:
                 extra += ["--virtual-cluster", shoot]
@@ -187,7 +211,7 @@ class Seed:
                     "--clusters-dir",
                     str(self.apiserver.clusters_dir),
                     "--redis-url",
-                    self.redis_url,
+                    self.cloud_url,
                 ),
             )
             for i in range(self.informers):
@@ -249,5 +273,6 @@ class Seed:
         self.procs.clear()
         if self.apiserver is not None:
             self.apiserver.stop()
-        if self.redis is not None:
-            self.redis.stop()
+        for server in (self.redis, self.cloud):
+            if server is not None:
+                server.stop()
