@@ -57,7 +57,10 @@ def phase_of(machine: dict[str, Any]) -> str:
 class Tracker:
     """Every event of both servers since the start: counts, and the live machines, nodes and pods."""
 
-    def __init__(self, apis: dict[str, ApiClient]) -> None:
+    def __init__(
+        self, apis: dict[str, ApiClient], watched: dict[str, tuple[Resource, ...]] | None = None
+    ) -> None:
+        """``watched``: the resources to follow per server (default ``WATCHED``: both servers')."""
         self.apis = apis
         self.cond = threading.Condition()
         self.events: Counter[str] = Counter()
@@ -71,7 +74,7 @@ class Tracker:
         self.stop = threading.Event()
         self.threads = [
             threading.Thread(target=self._run, args=(server, res), daemon=True)
-            for server, resources in WATCHED.items()
+            for server, resources in (WATCHED if watched is None else watched).items()
             for res in resources
         ]
         self._started = threading.Barrier(len(self.threads) + 1)
