@@ -129,8 +129,9 @@ chart-render:
 chart-schema: $(STAMP)
 	$(BIN)/python tools/chart_schema.py
 
+# SHOOTS=N: seed mode, one installation serving N shoot namespaces (mcm_sandbox/seed_demo.py)
 demo: $(STAMP)
-	$(BIN)/python -m mcm_sandbox.demo $(if $(KEEP),--keep,)
+	$(BIN)/python -m mcm_sandbox.demo $(if $(KEEP),--keep,) $(if $(SHOOTS),--shoots $(SHOOTS),)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

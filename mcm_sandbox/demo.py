@@ -5,7 +5,9 @@ beat), saying what starts and how long it took; then drives a MachineDeployment 
 would: create 3 machines, scale to 5, roll to a new MachineClass, scale to 2, delete. While each
 step runs, a live view shows the machines by phase per MachineSet; every step waits with a bounded
 poll on what the clusters and the local cloud show. It ends with a summary and what to try next.
-Exits 0 when done; ``--keep`` leaves the sandbox running to explore.
+Exits 0 when done; ``--keep`` leaves the sandbox running to explore. ``--shoots N`` (``make demo
+SHOOTS=N``) runs the demo in seed mode instead: one installation serving N shoot namespaces
+(``mcm_sandbox/seed_demo.py``).
 """
 
 from __future__ import annotations
@@ -149,8 +151,15 @@ def main(
     keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running afterwards."),
     dir: Path = typer.Option(None, "--dir", help="Sandbox folder (default: a new temporary one)."),
     workers: int = typer.Option(2, help="Worker processes."),
+    shoots: int = typer.Option(
+        0, "--shoots", min=0, help="Seed mode: one installation serving this many shoot namespaces (0: off)."
+    ),
 ) -> None:
     directory = (dir or Path(tempfile.mkdtemp(prefix="mcm-demo-"))).resolve()
+    if shoots > 0:  # the demo in seed mode (mcm_sandbox/seed_demo.py)
+        from mcm_sandbox import seed_demo
+
+        sys.exit(0 if seed_demo.run(shoots, directory, workers, keep, DEMO_ENV, console) else 1)
     stop_sandbox_on_signals(directory, keep)
     for key, value in DEMO_ENV.items():
         os.environ.setdefault(key, value)
