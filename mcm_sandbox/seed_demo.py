@@ -149,12 +149,8 @@ def how_to_look(seed: Seed, console: Console, keep: bool) -> None:
             "                          # to look at with kubectl, the admin CLI and Flower"
         )
         return
-    from mcm_tasks.settings import get_settings
-    from mcm_tasks.tenancy import tenant_prefix
-
     env = write_env(seed)
     first = seed.shoots[0]
-    prefix = tenant_prefix(get_settings().key_prefix, first)
     console.print(
         "\n[bold]how to look at the seed[/bold] (it runs until Ctrl-C)"
         f"\n  source {env}          # KUBECONFIG (the seed), MCM_REDIS_URL, MCM_NAMESPACE_SELECTOR\n"
@@ -162,9 +158,9 @@ def how_to_look(seed: Seed, console: Console, keep: bool) -> None:
         f"  kubectl get ns -l {SHOOT_LABEL}=true       # the shoot namespaces served\n"
         f"  kubectl --kubeconfig {seed.shoot_kubeconfig(first)} get nodes   # {first}'s Nodes\n"
         f"  ls {seed.apiserver.clusters_dir if seed.apiserver else ''}   # every shoot's kubeconfig\n"
-        f"  MCM_KEY_PREFIX={prefix} mcm-tasks admin queues   # {first}'s workqueues (admin CLI; its\n"
-        "      Celery messages are the installation's broker's: the messages column reads 0 there)\n"
-        "  celery -A mcm_tasks.celery_app flower      # Flower on http://localhost:5555\n"
+        "  mcm-tasks admin seed                       # the served namespaces (admin CLI)\n"
+        "  mcm-tasks admin queues                     # one row per namespace; -n NAMESPACE: its queues\n"
+        "  celery -A mcm_tasks.celery_app flower      # Flower on :5555; search args:NAMESPACE/\n"
         f"  ls {seed.logs}   # the processes' logs"
     )
 

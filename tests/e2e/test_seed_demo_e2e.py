@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -92,10 +93,23 @@ def test_the_kept_seed_demo_says_how_to_look_and_stops_on_a_signal(tmp_path: Pat
         text = out.read_text()
         assert "7 machines, 2 shoots" in text and "delete every shoot" not in text
         for hint in ("how to look at the seed", "kubectl get mcd,mcs,mc -A", "shoot-1.kubeconfig",
-                     "admin queues", "flower"):  # fmt: skip
+                     "admin queues", "admin seed", "flower"):  # fmt: skip
             assert hint in text, hint
-        env = directory / "env"
-        assert "MCM_NAMESPACE_SELECTOR=" in env.read_text() and "KUBECONFIG=" in env.read_text()
+        # the env file it names reaches the seed: the admin CLI lists both shoots as served
+        exports = dict(
+            shlex.split(line.removeprefix("export "))[0].split("=", 1)
+            for line in (directory / "env").read_text().splitlines()
+        )
+        assert {"KUBECONFIG", "MCM_REDIS_URL", "MCM_NAMESPACE_SELECTOR"} <= set(exports)
+        mcm_tasks = str(Path(sys.executable).with_name("mcm-tasks"))
+        served = subprocess.run(
+            [mcm_tasks, "admin", "seed"],
+            env={**_env(), **exports},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert served.returncode == 0 and "shoot-1" in served.stdout and "shoot-2" in served.stdout, served
         demo.send_signal(signal.SIGINT)  # Ctrl-C
         assert demo.wait(60) == 128 + signal.SIGINT
         wait_until(lambda: not _alive(seen), 10, what="the seed's processes gone")
