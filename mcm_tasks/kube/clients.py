@@ -209,6 +209,27 @@ def target_from_config(config: TargetConfig, settings: Settings) -> Cluster:
     return Cluster(TARGET, api)
 
 
+_seed_control: tuple[int, str, Configuration] | None = None
+
+
+def tenant_control(settings: Settings) -> Cluster:
+    """A tenant's client of the control cluster: the process's one configuration (its credentials
+    re-read once for all tenants, not once per tenant), a pool and a rate-limit bucket of its own."""
+    global _seed_control
+    if _seed_control is None or _seed_control[:2] != (os.getpid(), settings.control_kubeconfig):
+        configuration = load_configuration(settings.control_kubeconfig, "control_kubeconfig")
+        _seed_control = (os.getpid(), settings.control_kubeconfig, configuration)
+    api = ApiClient(_seed_control[2])
+    api.user_agent = f"mcm-tasks/{CONTROL}"
+    if settings.redis_url:
+        install_rate_limit(
+            api, cluster_bucket(CONTROL, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
+        )
+    else:
+        rest.install_edge(api)
+    return Cluster(CONTROL, api)
+
+
 def tenant_clusters(settings: Settings) -> Clusters:
     """The tenant's clients: the control cluster's through the tenant's own budget (each namespace
     gets the request rate one Go MCM would) and the target cluster from the namespace's Secrets,
@@ -229,7 +250,7 @@ def tenant_clusters(settings: Settings) -> Clusters:
             found = None  # the parent's, in a forked child
         control = found.clusters.control if found is not None and found.clusters is not None else None
         if control is None:
-            control = new_cluster(CONTROL, settings.control_kubeconfig, settings)
+            control = tenant_control(settings)
         known = found.versions if found is not None and found.clusters is not None else ()
         try:
             config = read_target(control.api, namespace, settings.target_kubeconfig_secret, known=known)

@@ -81,6 +81,11 @@ RELOADS = Counter(
 )
 
 
+#: libyaml's safe loader when PyYAML has it: a kubeconfig with its CA inline is read again every
+#: minute by every client (``RELOAD_PERIOD``), and the pure-Python loader took milliseconds for it
+YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @dataclass
 class Loaded:
     configuration: Configuration
@@ -191,7 +196,7 @@ def _load_kubeconfig(
     path: str, flag: str, env: Mapping[str, str], exec_cached: ExecCredential | None
 ) -> Loaded:
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = yaml.load(Path(path).read_text(), Loader=YAML_LOADER)  # a safe loader
     except FileNotFoundError:
         raise ClusterConfigError(f"{flag}: kubeconfig {path} does not exist") from None
     except OSError as err:
