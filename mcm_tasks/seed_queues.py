@@ -21,9 +21,11 @@ from celery import bootsteps
 
 from mcm_tasks import tenancy_io
 from mcm_tasks.kinds import QUEUES
+from mcm_tasks.kube.clients import forget_tenant
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import Settings, get_settings
 from mcm_tasks.tenancy import queue_names as tenant_queue_names
+from mcm_tasks.tenancy import tenant_of_queue
 
 log = logging.getLogger(__name__)
 
@@ -100,5 +102,7 @@ class SeedQueues(bootsteps.StartStopStep):
                 c.call_soon(c.add_task_queue, queue, routing_key=queue)
             for queue in cancel:
                 c.call_soon(c.cancel_task_queue, queue)
+            for namespace in {t[0] for q in cancel if (t := tenant_of_queue(q, settings.install_prefix))}:
+                forget_tenant(namespace)  # its clients go with the last pass using them
             if add or cancel:
                 log.info("seed mode: consuming %d more queues, %d fewer", len(add), len(cancel))
