@@ -77,14 +77,7 @@ def informer(
             LEADING["informer"] = False
             PROGRESS.forget("writer")  # a standby's writer does not turn
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     stop_beat = None
     if beat:
         from mcm_tasks.beat_cli import start_beat_thread
@@ -142,14 +135,7 @@ def seed_informer(settings: Settings, me: str, sink: str, beat: bool) -> None:
     check_control_cluster(ClientSet(control, None))
     serve(settings, standard_probes(settings), fleet=lambda: LEADING.get("informer", False))
     client = get_redis(settings.redis_url, decode=False)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     keeper: ShardKeeper | None = None
     own: Callable[[set[str]], set[str]] = everything
     LEADING["informer"] = not settings.leader_elect
@@ -185,3 +171,16 @@ def seed_informer(settings: Settings, me: str, sink: str, beat: bool) -> None:
         if stop_beat is not None:
             stop_beat()
         control.close()
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: the informer stops its watches and hands over."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop

@@ -113,7 +113,14 @@ class Clusters:
 
 def new_cluster(name: str, kubeconfig: str, settings: Settings) -> Cluster:
     """A cluster client; rate limited through Redis unless no Redis URL is configured."""
-    api = ApiClient(load_configuration(kubeconfig, f"{name}_kubeconfig"))
+    return cluster_of(name, load_configuration(kubeconfig, f"{name}_kubeconfig"), settings)
+
+
+def cluster_of(name: str, configuration: Configuration, settings: Settings) -> Cluster:
+    """A client over ``configuration`` with the request edge, rate limited through the cluster's
+    bucket in Redis (the settings' key prefix: a seed-mode tenant's own) unless no Redis URL is
+    configured."""
+    api = ApiClient(configuration)
     api.user_agent = f"mcm-tasks/{name}"
     if settings.redis_url:
         bucket = cluster_bucket(name, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
@@ -198,15 +205,7 @@ def target_from_config(config: TargetConfig, settings: Settings) -> Cluster:
     from the Secret, never from a file), rate limited by the tenant's own bucket."""
     configuration = Configuration()
     k8s_config.load_kube_config_from_dict(config.kubeconfig, client_configuration=configuration)
-    api = ApiClient(configuration)
-    api.user_agent = f"mcm-tasks/{TARGET}"
-    if settings.redis_url:
-        install_rate_limit(
-            api, cluster_bucket(TARGET, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
-        )
-    else:
-        rest.install_edge(api)
-    return Cluster(TARGET, api)
+    return cluster_of(TARGET, configuration, settings)
 
 
 _seed_control: tuple[int, str, Configuration] | None = None
@@ -219,15 +218,7 @@ def tenant_control(settings: Settings) -> Cluster:
     if _seed_control is None or _seed_control[:2] != (os.getpid(), settings.control_kubeconfig):
         configuration = load_configuration(settings.control_kubeconfig, "control_kubeconfig")
         _seed_control = (os.getpid(), settings.control_kubeconfig, configuration)
-    api = ApiClient(_seed_control[2])
-    api.user_agent = f"mcm-tasks/{CONTROL}"
-    if settings.redis_url:
-        install_rate_limit(
-            api, cluster_bucket(CONTROL, settings.kube_api_qps, settings.kube_api_burst, settings.redis_url)
-        )
-    else:
-        rest.install_edge(api)
-    return Cluster(CONTROL, api)
+    return cluster_of(CONTROL, _seed_control[2], settings)
 
 
 def tenant_clusters(settings: Settings) -> Clusters:

@@ -98,3 +98,14 @@ def local_class(
         "provider": "local", "providerSpec": dict(provider_spec or {}),
         "secretRef": {"name": secret, "namespace": namespace},
     })  # fmt: skip
+
+
+def machines_in(api: ApiClient, namespace: str) -> list[dict[str, Any]]:
+    """The Machines of a namespace, from the API server."""
+    return list(ops.list_(api, kinds.MACHINE.resource, namespace).get("items") or [])
+
+
+def running_in(api: ApiClient, namespace: str) -> int:
+    """How many Machines of a namespace are Running."""
+    status = [(m.get("status") or {}).get("currentStatus") or {} for m in machines_in(api, namespace)]
+    return [s.get("phase") for s in status].count("Running")

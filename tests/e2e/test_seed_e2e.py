@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -20,7 +19,7 @@ from mcm_sandbox.procs import wait_until
 from mcm_sandbox.seed import SHOOT_LABEL, Seed, machine_deployment
 from mcm_tasks import kinds
 from mcm_tasks.kube import ops
-from tests.e2e.support import COMPRESSED
+from tests.e2e.support import COMPRESSED, machines_in, running_in
 
 pytestmark = pytest.mark.e2e
 
@@ -45,16 +44,7 @@ def control(seed: Seed) -> Iterator[client.ApiClient]:
     api.close()
 
 
-def machines(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    return list(ops.list_(api, kinds.MACHINE.resource, namespace).get("items") or [])
-
-
-def running(api: client.ApiClient, namespace: str) -> int:
-    return sum(
-        1
-        for m in machines(api, namespace)
-        if (m.get("status") or {}).get("currentStatus", {}).get("phase") == "Running"
-    )
+machines, running = machines_in, running_in
 
 
 def nodes(seed: Seed, shoot: str) -> set[str]:

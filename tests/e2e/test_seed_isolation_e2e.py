@@ -9,7 +9,6 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -23,7 +22,7 @@ from mcm_tasks.controllers.common.frozen_io import is_frozen
 from mcm_tasks.kube import ops
 from mcm_tasks.settings import configure, reset_settings
 from mcm_tasks.tenancy import serving
-from tests.e2e.support import COMPRESSED
+from tests.e2e.support import COMPRESSED, machines_in, running_in
 
 pytestmark = pytest.mark.e2e
 
@@ -74,15 +73,7 @@ def r(seed: Seed) -> Iterator[redis.Redis]:
     conn.close()
 
 
-def machines(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    return list(ops.list_(api, kinds.MACHINE.resource, namespace).get("items") or [])
-
-
-def running(api: client.ApiClient, namespace: str) -> int:
-    phases = [
-        ((m.get("status") or {}).get("currentStatus") or {}).get("phase") for m in machines(api, namespace)
-    ]
-    return phases.count("Running")
+machines, running = machines_in, running_in
 
 
 def scale(api: client.ApiClient, namespace: str, replicas: int) -> None:
