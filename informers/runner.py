@@ -102,6 +102,7 @@ class Informer:
         identity: str = "",
         resources: list[WatchedResource] | None = None,
         trimmer: Trimmer | None = None,
+        pace: float = 1.0,
     ) -> None:
         self.settings = settings
         self.apis = apis
@@ -125,6 +126,10 @@ class Informer:
         self._lag_due = 0.0
         self.problems = ProblemReporter(self._record_problem)
         #: gives back the heap a burst of events left (mcm_tasks/memory.py); started when leading
+        #: how much slower the idle timers run (the wake-up, the sentinel check, the status hash):
+        #: a seed-mode process runs one informer per namespace, and at rest those timers were
+        #: most of its CPU, for checks whose answer is the same in a few seconds
+        self.pace = pace
         #: a seed-mode informer's tenants share their process's trimmer (started by its owner)
         self.trimmer = trimmer or Trimmer()
         self._trimming = trimmer is not None
@@ -204,7 +209,7 @@ class Informer:
         try:
             while not stop.is_set():
                 PROGRESS.beat("writer")
-                batch = _take_batch(inbox, IDLE_CHECK, linger=0.0)
+                batch = _take_batch(inbox, IDLE_CHECK * self.pace, linger=0.0)
                 outcome = processor.process(batch) if batch else Outcome()
                 if outcome.commit.urgent or outcome.routing:
                     # worth waiting for company: what arrives within the linger shares the write
@@ -225,7 +230,7 @@ class Informer:
                     seen = expected  # nothing to write now; the sentinel was checked lately
                 else:
                     seen = self._retry(lambda c=pending: self.mirror.write(c), stop)  # type: ignore[misc]
-                    pending, next_sentinel = Commit(), now + SENTINEL_EVERY
+                    pending, next_sentinel = Commit(), now + SENTINEL_EVERY * self.pace
                 if stop.is_set():
                     return
                 if expected is not None and seen != expected:
@@ -257,7 +262,7 @@ class Informer:
                     next_resync = now + self._resync_period()
                 if now >= next_status:
                     self._publish_status(reflectors, leading=True, epoch=epoch)
-                    next_status = now + STATUS_EVERY
+                    next_status = now + STATUS_EVERY * self.pace
         finally:
             PROGRESS.forget("writer")  # a stopped writer is not a wedged one
 

@@ -58,7 +58,7 @@ import redis
 from mcm_tasks import standby, tenancy_io
 from mcm_tasks.broker import held_delivery_tags
 from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, wake_channel, workers_key
-from mcm_tasks.queue.producer import age_background, publish_due, scripts_for
+from mcm_tasks.queue.producer import age_background, publish_due_many, scripts_for
 from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, Settings, get_settings
@@ -159,7 +159,7 @@ def age_all(client: redis.Redis, worker: str, now: float, every: float, settings
     user-facing work, of every kind and namespace (``producer.age_background``). How many moved."""
     if not client.set(aging_turn_key(settings), worker, nx=True, px=max(1, int(every * 1000))):
         return 0
-    return sum(age_background(client, now, view) for view in tenant_views(client, settings))
+    return age_background(client, now, tenant_views(client, settings))
 
 
 def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
@@ -168,21 +168,33 @@ def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
     the marker would coalesce every later event of the key into nothing for ``visibility_timeout``.
     A message merely slow to come (a long backlog) is found on its queue and left alone; should one
     be replaced anyway, BEGIN drops the older copy as a duplicate. How many were published."""
-    unacked = broker_prefix(settings) + "unacked"
-    deadline = now - settings.worker_lost_timeout
+    return repair_lost_many(client, now, [settings])
+
+
+def repair_lost_many(client: redis.Redis, now: float, views: list[Settings]) -> int:
+    """``repair_lost`` for several settings views (seed mode: every served namespace's queues); the
+    search is one round trip whatever their number."""
+    calls = [
+        (
+            scripts_for(kind, view).ghosts,
+            [now, now - view.worker_lost_timeout, broker_prefix(view) + "unacked"],
+        )
+        for view in views
+        for kind in QUEUES
+    ]
+    found_all = run_pipeline(client, calls)
     published = 0
-    calls = [(scripts_for(kind, settings).ghosts, [now, deadline, unacked]) for kind in QUEUES]
-    for kind, found in zip(QUEUES, run_pipeline(client, calls), strict=True):  # one round trip
+    for i, found in enumerate(found_all):
         if not found:
             continue
-        kind_scripts = scripts_for(kind, settings)
+        settings, kind = views[i // len(QUEUES)], QUEUES[i % len(QUEUES)]
         queue = settings.queue_name(kind)
         args: list[object] = [now]
-        for i in range(0, len(found), 2):
-            key, lost = (v.decode() if isinstance(v, bytes) else v for v in found[i : i + 2])
+        for n in range(0, len(found), 2):
+            key, lost = (v.decode() if isinstance(v, bytes) else v for v in found[n : n + 2])
             mid = new_id()
             args += (key, lost, mid, build_message(kind, key, mid, queue))
-        repaired = int(kind_scripts.repair(client, (), args))
+        repaired = int(scripts_for(kind, settings).repair(client, (), args))
         if repaired:
             log.warning("%s: published again for %d keys whose message was lost", kind, repaired)
         published += repaired
@@ -199,17 +211,11 @@ def tenant_views(client: redis.Redis, settings: Settings) -> list[Settings]:
 
 def publish_due_all(client: redis.Redis, now: float, settings: Settings) -> tuple[int, float | None]:
     """``publish_due`` for every view of ``tenant_views``: the messages published, the first due time."""
-    published, first = 0, None
-    for view in tenant_views(client, settings):
-        count, due = publish_due(client, now, view)
-        published += count
-        if due is not None:
-            first = due if first is None else min(first, due)
-    return published, first
+    return publish_due_many(client, now, tenant_views(client, settings))
 
 
 def repair_lost_all(client: redis.Redis, now: float, settings: Settings) -> int:
-    return sum(repair_lost(client, now, view) for view in tenant_views(client, settings))
+    return repair_lost_many(client, now, tenant_views(client, settings))
 
 
 def sweep(client: redis.Redis, now: float, settings: Settings) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import redis
 
@@ -202,34 +202,44 @@ def publish_due(
     messages published and the next due time still waiting (None if no key waits). One script call
     finds what is due in every kind (every worker's keeper runs this several times a second), and
     one more round trip publishes it when something is."""
-    settings = settings or get_settings()
-    client = client or get_redis()
-    now = time.time() if now is None else now
-    replies = _due_script(settings)(client, (), [repr(now)])
-    calls: list[tuple[scripts.LuaScript, list[object]]] = []
+    return publish_due_many(
+        client or get_redis(), time.time() if now is None else now, [settings or get_settings()]
+    )
+
+
+def publish_due_many(client: redis.Redis, now: float, views: Sequence[Settings]) -> tuple[int, float | None]:
+    """``publish_due`` for several settings views (seed mode: every served namespace's queues) in
+    two round trips whatever their number: one finds what is due in each, one publishes it."""
+    replies = scripts.run_pipeline(client, [(_due_script(view), [repr(now)]) for view in views])
+    calls: list[scripts.Call] = []
     next_due: float | None = None
-    for kind, (first, *due_keys) in zip(QUEUES, replies, strict=True):
-        if len(due_keys) >= CHUNK:
-            next_due = now  # more are due than one call takes: come back at once
-        elif first and float(first) > now:
-            at = float(first)
-            next_due = at if next_due is None else min(next_due, at)
-        if not due_keys:
-            continue
-        queue = settings.queue_name(kind)
-        args: list[object] = [now]
-        for raw in due_keys:
-            key = raw.decode() if isinstance(raw, bytes) else raw
-            mid = new_id()
-            args += (key, mid, build_message(kind, key, mid, queue))
-        calls.append((scripts_for(kind, settings).promote, args))
+    for settings, reply in zip(views, replies, strict=True):
+        for kind, (first, *due_keys) in zip(QUEUES, reply, strict=True):
+            if len(due_keys) >= CHUNK:
+                next_due = now  # more are due than one call takes: come back at once
+            elif first and float(first) > now:
+                at = float(first)
+                next_due = at if next_due is None else min(next_due, at)
+            if not due_keys:
+                continue
+            queue = settings.queue_name(kind)
+            args: list[object] = [now]
+            for raw in due_keys:
+                key = raw.decode() if isinstance(raw, bytes) else raw
+                mid = new_id()
+                args += (key, mid, build_message(kind, key, mid, queue))
+            calls.append((scripts_for(kind, settings).promote, args))
     published = sum(int(n) for n in scripts.run_pipeline(client, calls)) if calls else 0
     return published, next_due
 
 
-def age_background(client: redis.Redis, now: float, settings: Settings) -> int:
-    """Promote the background messages of every kind that waited ``--background-aging``: they
-    are taken next (one round trip; any number of keepers may run it). How many moved."""
-    cutoff = now - settings.background_aging
-    calls: list[scripts.Call] = [(scripts_for(kind, settings).age, [cutoff, CHUNK]) for kind in QUEUES]
+def age_background(client: redis.Redis, now: float, views: Sequence[Settings]) -> int:
+    """Promote the background messages of every kind that waited ``--background-aging``, in each
+    settings view (seed mode: every served namespace's queues): they are taken next. One round
+    trip; any number of keepers may run it. How many moved."""
+    calls: list[scripts.Call] = [
+        (scripts_for(kind, view).age, [now - view.background_aging, CHUNK])
+        for view in views
+        for kind in QUEUES
+    ]
     return sum(int(n) for n in scripts.run_pipeline(client, calls))
