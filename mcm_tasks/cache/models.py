@@ -136,9 +136,17 @@ class ParsedCache:
         return parsed
 
     def some(self, kind: str, parse: Parse, items: Iterable[tuple[str, bytes]]) -> list[Any]:
-        """The readable ones among ``items`` (an unreadable object is left out, see ``Unreadable``)."""
+        """The readable ones among ``items`` (an unreadable object is left out, see ``Unreadable``).
+        ``one`` for each, with the entries found unchanged taken in the loop itself: a set's pass
+        reads a thousand machines this way, nearly all of them unchanged."""
         out = []
+        table = self._table(kind, parse)
         for key, raw in items:
+            hit = table.get(key)
+            if hit is not None and hit[0] == raw:
+                self._note_read(kind, parse, key)
+                out.append(hit[1])
+                continue
             try:
                 out.append(self.one(kind, parse, key, raw))
             except Unreadable:
