@@ -66,15 +66,21 @@ def claim_children(
     selector: LabelSelector | None,
     children: Iterable[T],
     can_adopt: Callable[[], None],
+    decide: Callable[[T], ClaimAction] | None = None,
 ) -> ClaimOutcome[T]:
     """Keep, adopt or release each child; errors are collected, not raised (the caller decides).
+    ``decide``: ``owners.claim_action`` of a child for this owner and selector, when the caller
+    knows it already (the MachineSet's per-version facts); a write decides again on what it reads.
 
     Upstream: ``claimMachines``, ``MachineControllerRefManager.ClaimMachines``.
     """
     out: ClaimOutcome[T] = ClaimOutcome()
     adoption_checked: Exception | bool | None = False
     for child in children:
-        action = claim_action(child.metadata, owner.metadata, selector)
+        if decide is not None:
+            action = decide(child)
+        else:
+            action = claim_action(child.metadata, owner.metadata, selector)
         if action is ClaimAction.KEEP:
             out.claimed.append(child)
         elif action is ClaimAction.ADOPT:

@@ -27,27 +27,33 @@ from mcm_tasks.controllers.common.conditions import (
     put,
 )
 from mcm_tasks.controllers.common.holdup import holding, holdup_message
+from mcm_tasks.controllers.machineset.facts import Census, census_of, direct
 
 
 def scaling_conditions(
-    machine_set: MachineSet, status: MachineSetStatus, machines: Sequence[Machine], now: datetime
+    machine_set: MachineSet,
+    status: MachineSetStatus,
+    machines: Sequence[Machine],
+    now: datetime,
+    census: Census | None = None,
 ) -> MachineSetStatus:
-    """``status`` with the set's ScalingUp and ScalingDown for its ``machines`` (the claimed ones)."""
+    """``status`` with the set's ScalingUp and ScalingDown for its ``machines`` (the claimed ones).
+    ``census``: the machines' census (``facts.census_of``), when the caller has it (taken here
+    otherwise): only the machines that do not serve are asked how long they have waited."""
     conditions = list(status.conditions)
     if machine_set.metadata.is_deleting:
         for type_ in (SCALING_UP, SCALING_DOWN):
             conditions = drop(conditions, type_)
         return status.model_copy(update={"conditions": conditions})
     desired = machine_set.spec.replicas
-    live = [m for m in machines if not m.metadata.is_deleting]
-    deleting = [m for m in machines if m.metadata.is_deleting]
+    counted = census if census is not None else census_of(machines, direct(machine_set))
     ready = status.ready_replicas
     if ready < desired:
         parts = [f"Scaling up from {ready} to {desired} running machines"]
-        missing = desired - len(live)
+        missing = desired - counted.live
         if missing > 0:
             parts.append(f"{missing} to be created")
-        waits = holdup_message(holding(live, now), coarse=True)
+        waits = holdup_message(holding(counted.waiting, now), coarse=True)
         if waits:
             parts.append(waits)
         up = MachineSetCondition(type=SCALING_UP, status=ConditionStatus.TRUE, reason=SCALING_UP,
@@ -56,7 +62,7 @@ def scaling_conditions(
         up = None
     if len(machines) > desired:
         parts = [f"Scaling down from {len(machines)} to {desired} machines"]
-        waits = holdup_message(holding(deleting, now), coarse=True)
+        waits = holdup_message(holding(counted.deleting, now), coarse=True)
         if waits:
             parts.append(waits)
         down = MachineSetCondition(type=SCALING_DOWN, status=ConditionStatus.TRUE, reason=SCALING_DOWN,

@@ -38,7 +38,7 @@ from mcm_tasks.api.constants import (
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import split_key
-from mcm_tasks.cache.models import Unreadable, parse_object
+from mcm_tasks.cache.models import Unreadable, get_parsed_cache, parse_object
 from mcm_tasks.controllers.common import context_io, preservation
 from mcm_tasks.controllers.common.claim_io import claim_children, recheck_owner
 from mcm_tasks.controllers.common.context_io import (
@@ -55,6 +55,14 @@ from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.machineset import control_io, status, status_io
 from mcm_tasks.controllers.machineset.conditions import scaling_conditions
+from mcm_tasks.controllers.machineset.facts import (
+    Census,
+    FactsOf,
+    SetFacts,
+    census_of,
+    facts_of,
+    set_identity,
+)
 from mcm_tasks.controllers.machineset.replicas import (
     SKIP_FROZEN,
     DeletionOrder,
@@ -127,6 +135,29 @@ def set_view(raw: dict[str, Any]) -> Machine:
     return parse_object(Machine, raw)
 
 
+def facts_reader(machine_set: MachineSet) -> FactsOf:
+    """Each machine's ``SetFacts`` for ``machine_set``, kept with the machine in the process's
+    parsed-object cache: a machine read shared (``Lister.shared``) is decided once per version and
+    set, and looked up on every later pass; any other (a fresh read, a write's answer) once per
+    reader. A reader is for one pass: it holds the machines it was asked about."""
+    cache = get_parsed_cache()
+    name = set_identity(machine_set)
+    seen: dict[int, tuple[Machine, SetFacts]] = {}
+
+    def decide(machine: Machine) -> SetFacts:
+        return facts_of(machine, machine_set)
+
+    def read(machine: Machine) -> SetFacts:
+        hit = seen.get(id(machine))
+        if hit is not None and hit[0] is machine:
+            return hit[1]
+        found: SetFacts = cache.derived(machine, name, decide)
+        seen[id(machine)] = (machine, found)
+        return found
+
+    return read
+
+
 def candidate_machines(scope: MachineSetScope, *, live: bool = False) -> list[Machine]:
     """The machines the set controls, and the orphans its selector picks (adoption candidates), read
     through the pass's listers and client (so a test hands it in-memory ones).
@@ -145,21 +176,12 @@ def candidate_machines(scope: MachineSetScope, *, live: bool = False) -> list[Ma
     if listed is None:
         raws = ops.list_(scope.api, kinds.MACHINE.resource, machine_set.metadata.namespace)["items"]
         listed = [Machine.model_validate(raw) for raw in raws if _is_candidate_raw(raw, machine_set)]
-    return [m for m in listed if _is_candidate(m, machine_set)]
-
-
-def _is_candidate(machine: Machine, machine_set: MachineSet) -> bool:
-    meta = machine.metadata
-    if meta.namespace != machine_set.metadata.namespace:
-        return False
-    controller = meta.controller_ref()
-    if controller is not None:
-        return bool(controller.uid == machine_set.metadata.uid)
-    return selects(machine_set.spec.selector, meta.labels)
+    read = facts_reader(machine_set)
+    return [m for m in listed if read(m).candidate]
 
 
 def _is_candidate_raw(raw: dict[str, Any], machine_set: MachineSet) -> bool:
-    """``_is_candidate`` on a stored dict, so that a live list parses only the candidates."""
+    """``SetFacts.candidate`` on a stored dict, so that a live list parses only the candidates."""
     meta = raw.get("metadata")
     if not isinstance(meta, dict) or meta.get("namespace") != machine_set.metadata.namespace:
         return False
@@ -238,10 +260,12 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     lagging = mirror_lagging(settings)
     live = state is expectations.PassState.ABANDONED or lagging
     satisfied = state is not expectations.PassState.PENDING or lagging
+    facts = facts_reader(machine_set)
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
         candidate_machines(scope, live=live),
         recheck_owner(api, kinds.MACHINE_SET.resource, machine_set),
+        decide=lambda m: facts(m).claim,
     )  # fmt: skip
     if state is expectations.PassState.ABANDONED:
         log.info("MachineSet %s: a pass died mid-way; its expectations end on a live list", key)
@@ -257,12 +281,15 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
 
     failure: status.ReplicaFailure | None = None
     requeue = Requeue.long()
+    #: the census of the final ``machines`` per set identity (``facts.set_identity``)
+    censuses: dict[str, Census] = {}
     if not deleting:
-        machines = auto_preserve(scope, machines)
-        requeue = preservation_wake_up(machines, scope.clock()) or requeue
+        machines = auto_preserve(scope, machines, facts)
+        census = censuses[set_identity(machine_set)] = census_of(machines, facts)
+        requeue = preservation_wake_up(list(census.expiring), scope.clock()) or requeue
         if satisfied:
-            node_values, unread = failed_machines_node_values(scope.target, machines)
-            failure, recheck_in = manage_replicas(scope, machines, node_values, unread)
+            node_values, unread = failed_machines_node_values(scope.target, list(census.failed))
+            failure, recheck_in = manage_replicas(scope, machines, node_values, unread, census)
             if unread:  # the Failed machines kept for want of their Node are decided again soon
                 requeue = Requeue.short()
             if recheck_in is not None:  # a machine marked for deletion comes of age (MCM #1078)
@@ -283,7 +310,12 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     now = scope.clock()
 
     def compute(ms: MachineSet) -> status.MachineSetStatus:
-        return scaling_conditions(ms, status.calculate_status(ms, machines, failure, now), machines, now)
+        identity = set_identity(ms)  # a set read again on a Conflict may have changed
+        found = censuses.get(identity)
+        if found is None:
+            found = censuses[identity] = census_of(machines, facts_reader(ms))
+        computed = status.calculate_status(ms, machines, failure, now, found)
+        return scaling_conditions(ms, computed, machines, now, found)
 
     written = status_io.update_machine_set_status(api, machine_set, compute)
     if written is not None and written is not machine_set:
@@ -314,7 +346,9 @@ def _deployment_items(machine_set: MachineSet) -> list[tuple[Queue, str]]:
     return [(Queue.MACHINE_DEPLOYMENT, f"{machine_set.metadata.namespace}/{ref.name}")]
 
 
-def auto_preserve(scope: MachineSetScope, machines: list[Machine]) -> list[Machine]:
+def auto_preserve(
+    scope: MachineSetScope, machines: list[Machine], facts: FactsOf | None = None
+) -> list[Machine]:
     """Upstream's ``manageAutoPreservationOfFailedMachines``: annotate Failed machines
     ``auto-preserved`` up to ``autoPreserveFailedMachineMax`` (the machine controller preserves
     them), or take the annotation off the oldest when there are more than it allows now (the
@@ -322,7 +356,8 @@ def auto_preserve(scope: MachineSetScope, machines: list[Machine]) -> list[Machi
     machines as they are now."""
     api, machine_set = scope.api, scope.machine_set
     maximum = machine_set.spec.auto_preserve_failed_machine_max or 0
-    if maximum <= 0 and not any(preservation.is_auto_preserved(m) for m in machines):
+    read = facts or facts_reader(machine_set)
+    if maximum <= 0 and not any(read(m).auto_preserved for m in machines):
         return machines
     count, now = machine_set.status.auto_preserve_failed_machine_count, scope.clock()
     plan = preservation.manage_auto_preservation(machines, maximum, count, now)
@@ -454,6 +489,7 @@ def manage_replicas(
     machines: list[Machine],
     node_values: dict[str, str] | None = None,
     unread: set[str] | None = None,
+    census: Census | None = None,
 ) -> tuple[status.ReplicaFailure | None, float | None]:
     """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any, and
     when a machine marked for deletion comes of age (``replicas.marked_without_replica_change``).
@@ -467,6 +503,7 @@ def manage_replicas(
         unread or set(),
         order=deletion_order(scope),
         marked_grace=scope.settings.short_retry,
+        census=census,
     )
     failure = _carry_out(scope, plan)
     return failure, plan.recheck_in

@@ -53,9 +53,9 @@ from mcm_tasks.api.constants import (
     MACHINE_PRIORITY_TRIGGERED,
     MARKED_FOR_DELETION_TIME_ANNOTATION,
     SCALE_UP_DISABLED_LABEL_KEY,
-    UPDATE_RESULT_LABEL_KEY,
 )
 from mcm_tasks.controllers.common.preservation import is_preserved, should_failed_machine_be_terminated
+from mcm_tasks.controllers.machineset.facts import Census, census_of, direct
 
 #: at most this many creations or deletions per pass (MCM's BurstReplicas)
 BURST_REPLICAS: Final = 100
@@ -286,6 +286,7 @@ def plan_replicas(
     *,
     order: DeletionOrder | None = None,
     marked_grace: float = 0.0,
+    census: Census | None = None,
 ) -> ReplicaPlan:
     """manageReplicas' decision over the set's claimed machines, in the set's deletion ``order``. A
     machine an in-place update is moving between sets (labelled ``update-result``) holds the set
@@ -296,9 +297,13 @@ def plan_replicas(
     Node's preserve annotation (``node_values``: machine name → the Node's value, "" for none; a
     machine not in it has no Node to read). A Failed machine named in ``unread`` (its Node could not
     be read) is kept for this pass: upstream deletes it, but a passing read error is no reason to
-    destroy a machine someone asked to keep; the next pass decides."""
-    active = [m for m in machines if not is_terminating(m)]
-    if any(UPDATE_RESULT_LABEL_KEY in m.metadata.labels for m in active):
+    destroy a machine someone asked to keep; the next pass decides.
+
+    ``census``: the machines' census (``facts.census_of``), when the caller has it (taken here
+    otherwise); only the machines it flags are looked at further."""
+    found = census if census is not None else census_of(machines, direct(machine_set))
+    active = list(found.active)
+    if found.in_transfer:
         return ReplicaPlan(skipped=SKIP_IN_TRANSFER)
     diff = len(active) - machine_set.spec.replicas
     if diff < 0:
@@ -310,16 +315,16 @@ def plan_replicas(
     stale: list[Machine] = []
     if diff > 0:
         stale += deletion_order(active, now, order)[: min(diff, BURST_REPLICAS)]
-    stale += marked_for_deletion(active, machine_set)
-    replaced, recheck_in = marked_without_replica_change(active, machine_set, now, marked_grace)
+    # both look only at the machines the autoscaler triggered for deletion
+    stale += marked_for_deletion(found.triggered, machine_set)
+    replaced, recheck_in = marked_without_replica_change(found.triggered, machine_set, now, marked_grace)
     replaced = one_replacement_at_a_time(machines, [m for m in replaced if m not in stale], now, order)
     stale += replaced
     values = node_values or {}
     stale += [
         m
-        for m in active
-        if is_failed(m)
-        and (m.metadata.name or "") not in unread
+        for m in found.failed
+        if (m.metadata.name or "") not in unread
         and should_failed_machine_be_terminated(m, values.get(m.metadata.name or ""), now)
     ]
     unique: dict[str, Machine] = {}

@@ -27,12 +27,10 @@ from typing import Any, Final
 from mcm_tasks.api import (
     ConditionStatus,
     Machine,
-    MachinePhase,
     MachineSet,
     MachineSetCondition,
     MachineSetConditionType,
     MachineSetStatus,
-    MachineState,
     MachineSummary,
     dump,
     get_condition,
@@ -40,6 +38,7 @@ from mcm_tasks.api import (
     set_condition,
 )
 from mcm_tasks.controllers.common import preservation
+from mcm_tasks.controllers.machineset.facts import Census, census_of, direct
 
 log = logging.getLogger(__name__)
 
@@ -72,29 +71,34 @@ def failed_summary(machine: Machine) -> MachineSummary:
 
 
 def calculate_status(
-    machine_set: MachineSet, machines: Sequence[Machine], failure: ReplicaFailure | None, now: datetime
+    machine_set: MachineSet,
+    machines: Sequence[Machine],
+    failure: ReplicaFailure | None,
+    now: datetime,
+    census: Census | None = None,
 ) -> MachineSetStatus:
     """The status the set should have (MCM's calculateMachineSetStatus); a Running machine is ready
-    and available (``isMachineReady``, ``isMachineAvailable``: ``minReadySeconds`` is not waited for)."""
+    and available (``isMachineReady``, ``isMachineAvailable``: ``minReadySeconds`` is not waited for).
+    ``census``: the machines' census (``facts.census_of``), when the caller has it (taken here
+    otherwise)."""
     old = machine_set.status
-    template_labels = machine_set.spec.template.metadata.labels
-    phases = [m.status.current_status.phase for m in machines]
-    ready = phases.count(MachinePhase.RUNNING)
-    available = ready + phases.count(MachinePhase.AVAILABLE)
+    found = census if census is not None else census_of(machines, direct(machine_set))
+    ready = found.running
     update: dict[str, Any] = {
         "replicas": len(machines),
-        "fully_labeled_replicas": sum(is_fully_labeled(m, template_labels) for m in machines),
+        "fully_labeled_replicas": found.fully_labeled,
         "ready_replicas": ready,
-        "available_replicas": available,
+        "available_replicas": found.available,
         "observed_generation": machine_set.metadata.generation or old.observed_generation,
         # upstream stamps only the time (its other fields are nobody's); written with a change only
         "last_operation": old.last_operation.model_copy(update={"last_update_time": now}),
-        "preserved_failed_replicas": sum(preservation.is_preserved_failed(m, now) for m in machines),
-        "auto_preserve_failed_machine_count": sum(
-            preservation.is_auto_preserved(m) and not m.metadata.is_deleting for m in machines
+        # only a Failed machine with a preserve annotation can be a preserved Failed one
+        "preserved_failed_replicas": sum(
+            preservation.is_preserved_failed(m, now) for m in found.preserved_failed_candidates
         ),
+        "auto_preserve_failed_machine_count": found.auto_preserved,
     }
-    failed = [failed_summary(m) for m in machines if m.status.last_operation.state == MachineState.FAILED]
+    failed = [failed_summary(m) for m in found.failed_operation]
     if failed:
         update["failed_machines"] = failed
     elif ready == old.replicas:
