@@ -23,7 +23,7 @@ from mcm_tasks.api.constants import (
     UPDATE_RESULT_LABEL_KEY,
 )
 from mcm_tasks.controllers.common import preservation
-from mcm_tasks.controllers.common.holdup import machine_wait
+from mcm_tasks.controllers.common.holdup import machine_wait, wait_of
 from mcm_tasks.controllers.common.owners import claim_action
 from mcm_tasks.controllers.machineset import reconcile
 from mcm_tasks.controllers.machineset.facts import census_of, direct, facts_of, set_identity
@@ -141,7 +141,8 @@ def test_each_fact_answers_as_the_function_it_stands_for(name: str, set_name: st
     assert f.terminating == is_terminating(machine)
     assert f.deleting == machine.metadata.is_deleting
     assert f.failed == is_failed(machine)
-    assert f.serving == (machine_wait(machine, NOW) is None)
+    assert f.wait == wait_of(machine)
+    assert machine_wait(machine, NOW) == (None if f.wait is None else f.wait.at(NOW))
     assert f.failed_operation == (machine.status.last_operation.state == "Failed")
     assert f.fully_labeled == is_fully_labeled(machine, machine_set.spec.template.metadata.labels)
     assert f.auto_preserved == preservation.is_auto_preserved(machine)
@@ -173,7 +174,8 @@ def test_the_census_groups_the_machines_in_their_order() -> None:
         "node-preserved",
     ]
     assert names(census.deleting) == ["deleting", "failed-deleting", "orphan-deleting"]
-    assert names(census.waiting) == ["pending", "new", "available", "terminating-phase", "failed",
+    assert [w.name for w in census.deleting_waits] == names(census.deleting)
+    assert [w.name for w in census.waiting] == ["pending", "new", "available", "terminating-phase", "failed",
                                      "auto-preserved", "preserved-expired", "node-preserved"]  # fmt: skip
     assert names(census.expiring) == ["preserved-now", "preserved-expired"]
     # nine machines in another phase (a deleting Running one counts, as in MCM's status)

@@ -38,7 +38,36 @@ def _seconds(since: datetime | None, now: datetime) -> float:
     return 0.0 if since is None else max((now - since).total_seconds(), 0.0)
 
 
-def machine_wait(machine: Machine, now: datetime) -> MachineWait | None:
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """What a machine waits for, without the clock: ``machine_wait`` is ``wait_of(machine).at(now)``.
+    A function of the machine alone, so a caller that keeps machines per version (the MachineSet's
+    facts) decides it once per version and asks only the time on each pass."""
+
+    name: str
+    phase: str
+    waits_for: str
+    #: when the wait began (``MachineWait.seconds`` counts from it)
+    since: datetime | None
+    description: str
+
+    def at(self, now: datetime) -> MachineWait:
+        return MachineWait(self.name, self.phase, self.waits_for, _seconds(self.since, now), self.description)
+
+
+_WORDS: dict[str, str] = {
+    MachinePhase.AVAILABLE: "node registered, waiting for Ready",
+    MachinePhase.UNKNOWN: "unhealthy, waiting for the health timeout",
+    MachinePhase.FAILED: "failed, to be replaced",
+    MachinePhase.CRASH_LOOP_BACK_OFF: "creation failing, retried until the creation timeout",
+    MachinePhase.TERMINATING: "terminating",
+    MachinePhase.IN_PLACE_UPDATING: "updating in place",
+    MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL: "updated in place, waiting to be uncordoned",
+    MachinePhase.IN_PLACE_UPDATE_FAILED: "in-place update failed",
+}
+
+
+def wait_of(machine: Machine) -> Wait | None:
     """What the machine waits for, or None when it serves (Running, not being deleted)."""
     status = machine.status
     phase = str(status.current_status.phase or "")
@@ -48,33 +77,31 @@ def machine_wait(machine: Machine, now: datetime) -> MachineWait | None:
     name = machine.metadata.name or ""
     if machine.metadata.is_deleting:
         step = description or "deletion begins"
-        return MachineWait(
-            name, phase or "Terminating", f"deleting: {step}", _seconds(since, now), description
-        )
+        return Wait(name, phase or "Terminating", f"deleting: {step}", since, description)
     if phase == MachinePhase.RUNNING:
         return None
     if phase in ("", MachinePhase.PENDING):
         created = machine.metadata.creation_timestamp
         if not machine.spec.provider_id:
-            return MachineWait(name, "Pending", "creating VM", _seconds(created, now), description)
-        return MachineWait(name, "Pending", "waiting for Node", _seconds(created, now), description)
-    words = {
-        MachinePhase.AVAILABLE: "node registered, waiting for Ready",
-        MachinePhase.UNKNOWN: "unhealthy, waiting for the health timeout",
-        MachinePhase.FAILED: "failed, to be replaced",
-        MachinePhase.CRASH_LOOP_BACK_OFF: "creation failing, retried until the creation timeout",
-        MachinePhase.TERMINATING: "terminating",
-        MachinePhase.IN_PLACE_UPDATING: "updating in place",
-        MachinePhase.IN_PLACE_UPDATE_SUCCESSFUL: "updated in place, waiting to be uncordoned",
-        MachinePhase.IN_PLACE_UPDATE_FAILED: "in-place update failed",
-    }.get(phase, phase)  # type: ignore[call-overload]
-    return MachineWait(name, phase, words, _seconds(since, now), description)
+            return Wait(name, "Pending", "creating VM", created, description)
+        return Wait(name, "Pending", "waiting for Node", created, description)
+    return Wait(name, phase, _WORDS.get(phase, phase), since, description)
+
+
+def machine_wait(machine: Machine, now: datetime) -> MachineWait | None:
+    """What the machine waits for, or None when it serves (Running, not being deleted)."""
+    wait = wait_of(machine)
+    return None if wait is None else wait.at(now)
 
 
 def holding(machines: Iterable[Machine], now: datetime) -> list[MachineWait]:
     """The machines that do not serve, longest-waiting first."""
-    found = [w for m in machines if (w := machine_wait(m, now)) is not None]
-    return sorted(found, key=lambda w: (-w.seconds, w.name))
+    return holding_waits((w for m in machines if (w := wait_of(m)) is not None), now)
+
+
+def holding_waits(waits: Iterable[Wait], now: datetime) -> list[MachineWait]:
+    """``holding`` of machines whose ``wait_of`` the caller has already."""
+    return sorted((w.at(now) for w in waits), key=lambda w: (-w.seconds, w.name))
 
 
 def _duration(seconds: float, coarse: bool = False) -> str:

@@ -9,13 +9,14 @@ shared through the process's parsed-object cache (``Lister.shared``) is decided 
 that reads its version and looked up on every later one (``reconcile.facts_reader``). What does
 depend on the clock (a preservation's expiry, a machine marked for deletion coming of age, how long
 a machine has waited) is decided afresh on each pass, but only for the machines whose facts say it
-can apply (``preserving``, ``triggered``, ``serving``), so a pass's cost follows the machines that
-changed and the few that need a look, not the size of the set.
+can apply (``preserving``, ``triggered``), or from what the facts kept (``wait``: what a machine
+waits for and since when), so a pass's cost follows the machines that changed and the few that
+need a look, not the size of the set. ``Census`` then groups a pass's machines in one look.
 
 Each fact is the answer of the function it stands for, to the letter: ``claim`` is
 ``owners.claim_action``, ``candidate`` is what ``reconcile.candidate_machines`` keeps,
-``terminating`` is ``replicas.is_terminating``, ``serving`` is ``holdup.machine_wait`` answering
-None, and so on; ``tests/unit/test_machineset_facts.py`` holds them to it.
+``terminating`` is ``replicas.is_terminating``, ``wait`` is ``holdup.wait_of``, and so on;
+``tests/unit/test_machineset_facts.py`` holds them to it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcm_tasks.api.constants import (
     PRESERVE_ANNOTATION,
     UPDATE_RESULT_LABEL_KEY,
 )
+from mcm_tasks.controllers.common.holdup import Wait, wait_of
 from mcm_tasks.controllers.common.owners import ClaimAction, claim_action, selects
 from mcm_tasks.controllers.common.preservation import LAST_APPLIED_NODE_PRESERVE_ANNOTATION, is_auto_preserved
 
@@ -53,8 +55,8 @@ class SetFacts:
     deleting: bool
     #: ``replicas.is_failed``: the Failed phase
     failed: bool
-    #: Running and not being deleted: ``holdup.machine_wait`` is None
-    serving: bool
+    #: what it waits for (``holdup.wait_of``), None while it serves (Running, not being deleted)
+    wait: Wait | None
     #: ``lastOperation.state`` Failed (``status.failed_summary`` lists it)
     failed_operation: bool
     #: carries every label of the set's template (``status.is_fully_labeled``)
@@ -102,7 +104,7 @@ def facts_of(machine: Machine, machine_set: MachineSet) -> SetFacts:
         terminating=deleting or phase == MachinePhase.TERMINATING,
         deleting=deleting,
         failed=phase == MachinePhase.FAILED,
-        serving=not deleting and phase == MachinePhase.RUNNING,
+        wait=wait_of(machine),
         failed_operation=status.last_operation.state == MachineState.FAILED,
         fully_labeled=machine_set.spec.template.metadata.labels.items() <= labels.items(),
         auto_preserved=is_auto_preserved(machine),
@@ -149,8 +151,10 @@ class Census:
     preserved_failed_candidates: tuple[Machine, ...]
     #: machines being deleted (a deletionTimestamp)
     deleting: tuple[Machine, ...]
-    #: machines not being deleted that do not serve (``holdup.machine_wait`` is not None)
-    waiting: tuple[Machine, ...]
+    #: what the machines not being deleted that do not serve wait for (``holdup.wait_of``)
+    waiting: tuple[Wait, ...]
+    #: what the machines being deleted wait for
+    deleting_waits: tuple[Wait, ...]
     #: machines with a preservation expiry
     expiring: tuple[Machine, ...]
     running: int
@@ -174,7 +178,8 @@ def census_of(machines: Sequence[Machine], read: FactsOf) -> Census:
     failed_operation: list[Machine] = []
     preserved: list[Machine] = []
     deleting: list[Machine] = []
-    waiting: list[Machine] = []
+    waiting: list[Wait] = []
+    deleting_waits: list[Wait] = []
     expiring: list[Machine] = []
     in_transfer = False
     running = available = fully_labeled = auto_preserved = 0
@@ -188,10 +193,12 @@ def census_of(machines: Sequence[Machine], read: FactsOf) -> Census:
             failed_operation.append(machine)
         if f.deleting:
             deleting.append(machine)
+            if f.wait is not None:  # always: a machine being deleted does not serve
+                deleting_waits.append(f.wait)
         else:
             auto_preserved += f.auto_preserved
-            if not f.serving:
-                waiting.append(machine)
+            if f.wait is not None:
+                waiting.append(f.wait)
         if f.failed and f.preserving:
             preserved.append(machine)
         if f.has_expiry:
@@ -215,6 +222,7 @@ def census_of(machines: Sequence[Machine], read: FactsOf) -> Census:
         preserved_failed_candidates=tuple(preserved),
         deleting=tuple(deleting),
         waiting=tuple(waiting),
+        deleting_waits=tuple(deleting_waits),
         expiring=tuple(expiring),
         running=running,
         available=running + available,
