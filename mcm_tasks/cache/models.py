@@ -98,6 +98,11 @@ def parser(model: type[BaseModel]) -> Parse:
     return found
 
 
+#: a derived value whose name starts so depends only on the object's spec: it is kept for the next
+#: version of the object while its uid and ``metadata.generation`` stay the same (the API server
+#: raises the generation with every change of the spec; a status write or a label leaves it)
+SPEC_SCOPED = "spec:"
+
 #: a table drops the entries not read during its last this-many reads: a full list (``every``) drops
 #: the objects no longer stored, but reads of some objects (``some``: by index, by keys) cannot tell
 #: a deleted object from one not asked for, so without this a worker would keep every node it ever read
@@ -132,8 +137,18 @@ class ParsedCache:
         parsed = parse(orjson.loads(raw))
         table[key] = (raw, parsed)
         if hit is not None:
-            self._derived.pop(id(hit[1]), None)
+            self._inherit(hit[1], parsed)
         return parsed
+
+    def _inherit(self, old: Any, new: Any) -> None:
+        """Drop what was derived from ``old``, the version ``new`` replaces, but for the spec-scoped
+        values (``SPEC_SCOPED``) while the spec's version is the same."""
+        entry = self._derived.pop(id(old), None)
+        if entry is None or entry[0] is not old:
+            return
+        kept = {name: value for name, value in entry[1].items() if name.startswith(SPEC_SCOPED)}
+        if kept and _spec_version(old) is not None and _spec_version(old) == _spec_version(new):
+            self._derived[id(new)] = (new, kept)
 
     def some(self, kind: str, parse: Parse, items: Iterable[tuple[str, bytes]]) -> list[Any]:
         """The readable ones among ``items`` (an unreadable object is left out, see ``Unreadable``).
@@ -184,7 +199,9 @@ class ParsedCache:
 
         For values that cost as much as parsing and depend only on the object (a dump of part of it,
         say). An object that did not come from this cache is not remembered: only the cached ones are
-        known to stay unchanged.
+        known to stay unchanged. A ``name`` starting with ``SPEC_SCOPED`` says the value depends on
+        the object's spec alone: a new version of the object with the same uid and generation (a
+        status write, a label) inherits it instead of computing it again.
         """
         entry = self._derived.get(id(obj))
         if entry is not None and entry[0] is obj:
@@ -206,6 +223,18 @@ class ParsedCache:
 
     def size(self, kind: str, parse: Parse) -> int:
         return len(self._table(kind, parse))
+
+
+def _spec_version(obj: Any) -> tuple[str, int] | None:
+    """(uid, generation) of a parsed object (a model with ``metadata``, or a dict); None without both."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
+    if meta is None:
+        return None
+    uid = meta.get("uid") if isinstance(meta, dict) else getattr(meta, "uid", None)
+    generation = meta.get("generation") if isinstance(meta, dict) else getattr(meta, "generation", None)
+    if not uid or not isinstance(generation, int) or isinstance(generation, bool) or generation <= 0:
+        return None
+    return str(uid), generation
 
 
 def _key_of(obj: Any) -> str | None:

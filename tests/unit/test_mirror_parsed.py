@@ -95,3 +95,39 @@ def test_derived_values_are_remembered_only_for_the_cached_version() -> None:
     newer = cache.one(kinds.MACHINE.mirror, parse, key, changed)
     cache.derived(newer, "name", name_of)
     assert computed == ["a", "a", "a", "a"]
+
+
+def test_a_spec_scoped_value_is_kept_while_the_spec_version_is_the_same() -> None:
+    """A status write or a label makes a new version with the same generation: a value of the spec
+    alone (``SPEC_SCOPED``) is not computed again for it; a value of the whole object is, and so is
+    the spec's after a spec change (a new generation) or for another object of the same name."""
+    cache, parse = ParsedCache(), CountingParse()
+    computed: list[str] = []
+
+    def spec_of(m: Machine) -> str:
+        computed.append("spec")
+        return m.spec.class_.name
+
+    def phase_of(m: Machine) -> str:
+        computed.append("phase")
+        return m.status.current_status.phase
+
+    def version(phase: str, generation: int = 1, uid: str = "uid-a") -> tuple[str, Any]:
+        obj = fx.machine("a", phase=phase)
+        obj["metadata"].update(generation=generation, uid=uid)
+        key = layout.object_key(obj["metadata"]["namespace"], "a")
+        return key, cache.one(kinds.MACHINE.mirror, parse, key, orjson.dumps(obj))
+
+    def both(m: Machine) -> tuple[str, str]:
+        return cache.derived(m, models.SPEC_SCOPED + "class", spec_of), cache.derived(m, "phase", phase_of)
+
+    _, first = version("Pending")
+    assert both(first) == ("cls", "Pending") and computed == ["spec", "phase"]
+    _, running = version("Running")  # its status written: same generation
+    assert both(running) == ("cls", "Running") and computed == ["spec", "phase", "phase"]
+    _, respecced = version("Running", generation=2)
+    both(respecced)
+    assert computed == ["spec", "phase", "phase", "spec", "phase"]
+    _, recreated = version("Running", generation=2, uid="uid-other")
+    both(recreated)
+    assert computed == ["spec", "phase", "phase", "spec", "phase", "spec", "phase"]

@@ -14,13 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcm_tasks.api import Machine, MachineSet, MachineSpec, dump
+from mcm_tasks.cache.models import SPEC_SCOPED
 from mcm_tasks.controllers.common.template import CONFIGURATION_FIELDS, merge_diff, pruned
 from mcm_tasks.controllers.machineset.replicas import is_active
 
 log = logging.getLogger(__name__)
 
-#: name of ``carried_of`` in the parsed-object cache
-CARRIED = "machineset.carried"
+#: name of ``carried_of`` in the parsed-object cache: a function of the machine's spec alone, so
+#: a new version of the machine with the same generation (its status written, a label) keeps it
+#: (``cache.models.SPEC_SCOPED``)
+CARRIED = SPEC_SCOPED + "machineset.carried"
 #: prefix of the name of a machine's ``propagation_patch`` for one ``Desired`` in the parsed-object cache
 PATCH = "machineset.patch:"
 
