@@ -148,7 +148,11 @@ def test_a_rotated_token_changes_the_versions_and_a_stale_one_is_refused(
     core = client.CoreV1Api(control)
     core.patch_namespaced_secret(SHOOT_ACCESS_SECRET, namespace, {"data": {"token": b64("revoked-token")}})
     after = read_target(control, namespace, known=before.versions)
-    assert after is not None and after.versions[0] == before.versions[0] and after.versions[1] != before.versions[1]
+    assert (
+        after is not None
+        and after.versions[0] == before.versions[0]
+        and after.versions[1] != before.versions[1]
+    )
     shoot = config.new_client_from_config_dict(after.kubeconfig)
     try:
         with pytest.raises(client.ApiException) as refused:
