@@ -80,6 +80,9 @@ def parse_args(
     parser.add_argument(
         "--no-calibration", action="store_true", help="skip the host calibration (CPU per empty Celery task)"
     )
+    parser.add_argument(
+        "--wait-quiet", action="store_true", help="wait (≤ 15 min) for a 1-minute load ≤ 2.5 before starting"
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep each sandbox's folder and logs")
     return parser.parse_args()
 
@@ -102,6 +105,27 @@ def calibration(skip: bool = False) -> dict[str, Any]:
             print(f"calibration failed:\n{done.stderr[-2000:]}", file=sys.stderr)
             return {"error": done.stderr[-500:]}
         return dict(json.loads(out.read_text()))
+
+
+def quiet_host(max_load: float = 2.5, poll: float = 30.0, limit: float = 900.0) -> dict[str, Any]:
+    """Before a big run on a shared host: wait (bounded, ``limit`` seconds, polled every ``poll``)
+    until the 1-minute load average is at most ``max_load``; run anyway after the limit. Returns the
+    load averages seen and the seconds waited, for the figures' context."""
+    start, before = time.monotonic(), os.getloadavg()
+    loaded = False
+    try:
+        if before[0] > max_load:
+            print(f"load {before[0]:.2f} > {max_load}: waiting up to {limit:.0f}s", flush=True)
+        wait_until(lambda: os.getloadavg()[0] <= max_load, limit, interval=poll, what="a quiet host")
+    except TimeoutError:
+        loaded = True
+    return {
+        "load_avg_before_wait": before,
+        "load_avg": os.getloadavg(),
+        "waited_seconds": round(time.monotonic() - start, 1),
+        "max_load": max_load,
+        "still_loaded": loaded,
+    }
 
 
 def scaled(count: int, scale: float) -> int:

@@ -144,3 +144,43 @@ def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, 
         },
         "wall_seconds": round(after.at - before.at, 2),
     }
+
+
+#: the scale cycle's per-machine figures; ``named_by_count`` puts the machine count in their keys
+PER_MACHINE_KEYS = (
+    "cpu_ms_per_machine_up", "cpu_ms_per_machine_down", "writes_per_machine_up", "writes_per_machine_down",
+    "tasks_per_machine_up", "tasks_per_machine_down", "writes_per_machine", "tasks_per_machine",
+    "scale_up_surplus_created",
+)  # fmt: skip
+
+
+def named_by_count(figures: dict[str, Any], machines: int) -> dict[str, Any]:
+    """The scale cycle's figures with its machine count in their keys, as issue 33 names them
+    (``scale_up_10000_seconds``, ``cpu_ms_per_machine_up_10000``; a ``_per_c`` figure keeps its
+    suffix last), so one file can hold a 10 000-machine cycle beside its 1000-machine baseline.
+    Keys that name no count of the cycle (calibration, the rollout) are left as they are."""
+    out: dict[str, Any] = {}
+    for key, value in figures.items():
+        base, per_c = (key[: -len("_per_c")], "_per_c") if key.endswith("_per_c") else (key, "")
+        if "_1000_" in base or base.endswith("_1000"):
+            base = re.sub(r"_1000(?=_|$)", f"_{machines}", base, count=1)
+        elif base in PER_MACHINE_KEYS:
+            base = f"{base}_{machines}"
+        out[base + per_c] = value
+    return out
+
+
+def against_baseline(figures: dict[str, Any], baseline: dict[str, Any], machines: int) -> dict[str, Any]:
+    """The ratios of a cycle of ``machines`` (figures from ``named_by_count``) to a 1000-machine
+    baseline (a scale.json's figures): issue 33 asks CPU per machine up to stay within 1.2 × (cost
+    stays linear) and writes per machine unchanged. A ratio is None when either side lacks it."""
+    pairs = {
+        "cpu_up": "cpu_ms_per_machine_up", "cpu_down": "cpu_ms_per_machine_down",
+        "writes_up": "writes_per_machine_up", "writes_down": "writes_per_machine_down",
+        "writes": "writes_per_machine", "tasks": "tasks_per_machine",
+    }  # fmt: skip
+    ratios: dict[str, Any] = {}
+    for name, key in pairs.items():
+        big, small = figures.get(f"{key}_{machines}"), baseline.get(key)
+        ratios[f"{name}_ratio_{machines}_to_1000"] = round(big / small, 2) if big and small else None
+    return ratios

@@ -14,7 +14,10 @@ the temporary folder unless ``--out`` names a file). Each figure says the scale 
 - informer_rss_mb_10k_pods: on the same fleet (1000 Nodes), 10 Pods per Node (``--pods`` sets the
   total, spread over the Nodes) created straight on the target API server; once the mirror in
   Redis holds all of them, the informer's resident memory (process tree). Its RSS before the pods
-  and Redis's ``used_memory`` are saved beside it.
+  and Redis's ``used_memory`` are saved beside it, and the same figures named by their counts
+  (``informer_rss_mb_1000_nodes_10000_pods``). Issue 33's figure, 10 000 Nodes and 100 000 Pods:
+  ``--scale 10 --only rss --wait-quiet --into bench/results/scale-10000.json`` (``--into`` merges the
+  figures into that file and the context under ``context.informer_rss_<nodes>``).
 - default_qps_200_seconds: a fresh sandbox at MCM's default ``--kube-api-qps 20 --kube-api-burst 30``;
   MachineDeployment 0 → 200 (``--qps-machines``, not scaled), from the scale request until all are
   Running; writes and tasks per machine beside it (the writes are what the budget is spent on).
@@ -33,6 +36,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -45,6 +49,7 @@ from bench.common import (  # noqa: E402
     context,
     parse_args,
     pod_on,
+    quiet_host,
     running_sandbox,
     save,
     scaled,
@@ -67,6 +72,7 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--qps-machines", type=int, default=200, help="machines of the default-budget run")
     parser.add_argument("--pods", type=int, default=None, help="pods to mirror (default: 10 per node)")
     parser.add_argument("--only", nargs="*", default=None, help="of: idle rss qps (default: all)")
+    parser.add_argument("--into", type=Path, default=None, help="merge the figures into this results file")
 
 
 @contextlib.contextmanager
@@ -132,6 +138,7 @@ def informer_rss(bench: Bench, nodes: list[str], pods: int, timeout: float) -> d
     client = get_redis(bench.sandbox.redis_url)
     pid = bench.sandbox.pids["informer"]
     baseline = rss_mb(pid)
+    load_start = os.getloadavg()
     bodies = [pod_on(nodes[i % len(nodes)], f"p-{i}") for i in range(pods)]
     start = time.monotonic()
     bench.create("target", kinds.POD.resource, bodies)
@@ -151,6 +158,10 @@ def informer_rss(bench: Bench, nodes: list[str], pods: int, timeout: float) -> d
         "pods": len(bodies),
         "create_and_mirror_seconds": round(mirrored_s, 1),
         "redis_used_memory_mb": round(int(client.info("memory")["used_memory"]) / 2**20, 1),
+        # the sandbox's target API server holds every object (a stand-in, not ours): watched
+        "apiserver_target_rss_mb": rss_mb(bench.sandbox.pids["apiserver-target"]),
+        "benchmark_rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
+        "load_avg": {"start": load_start, "end": os.getloadavg()},
     }
 
 
@@ -200,6 +211,11 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
                 ctx["informer"] = informer_rss(bench, nodes, pods, args.timeout)
                 figures["informer_rss_mb_10k_pods"] = ctx["informer"]["informer_rss_mb"]
                 figures["informer_nodes"], figures["informer_pods"] = len(nodes), pods
+                named = f"{len(nodes)}_nodes_{pods}_pods"
+                figures[f"informer_rss_mb_{named}"] = ctx["informer"]["informer_rss_mb"]
+                figures[f"informer_rss_mb_before_pods_{len(nodes)}_nodes"] = ctx["informer"][
+                    "informer_rss_mb_before_pods"
+                ]
     if "qps" in chosen:
         print(f"0 → {args.qps_machines} at --kube-api-qps 20 --kube-api-burst 30", flush=True)
         ctx["default_qps"] = default_qps(args, args.qps_machines)
@@ -214,15 +230,34 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     return figures, ctx
 
 
+def merge_into(path: Path, figures: dict[str, Any], ctx: dict[str, Any], name: str) -> None:
+    """Add the figures to a results file's top level and the context under ``context[name]``."""
+    saved = json.loads(path.read_text()) if path.exists() else {"context": {}}
+    saved.update(
+        {k: v for k, v in figures.items() if k not in ("scale", "calibration_cpu_ms_per_empty_task")}
+    )
+    saved.setdefault("context", {})[name] = {**ctx, "figures": figures}
+    context_last = saved.pop("context")
+    path.write_text(json.dumps({**saved, "context": context_last}, indent=2, default=str) + "\n")
+    print(json.dumps(figures, indent=2))
+    print(f"merged into {path} (context.{name})")
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], options)
+    quiet = quiet_host() if args.wait_quiet else None
     host = calibration(args.no_calibration)
     ctx = context(args)
+    ctx["quiet_host"] = quiet
     figures, measured = measure(args)
     ctx.update(measured)
     calibrated = host.get("cpu_ms_per_empty_task")
     figures = {"scale": args.scale, **figures, "calibration_cpu_ms_per_empty_task": calibrated}
     ctx["calibration"] = host
+    if args.into is not None:
+        ctx["host"]["load_avg_at_end"] = os.getloadavg()
+        merge_into(args.into, figures, ctx, f"informer_rss_{figures.get('informer_nodes', 'none')}")
+        return
     save("fleet_cost", args, figures, ctx)
 
 

@@ -34,6 +34,16 @@ two API servers, Redis); MachineClasses with zero boot delay. Targets: 60 s, 60 
 its other options pick and size them) and saves their figures in the same file, so scale.json holds
 every figure issue 19 names.
 
+``--ten-thousand`` runs issue 33's cycle, 0 → 10 000 → 0 (``--scale 10``, no rollout unless
+``--with-rolling``, which rolls 3000), names its figures by the machine count
+(``scale_up_10000_seconds``, ``cpu_ms_per_machine_up_10000``, ``writes_per_machine_up_10000``…) and
+saves bench/results/scale-10000.json, never scale.json; phases may take an hour (``--timeout``).
+``--baseline FILE`` copies a 1000-machine run's figures (made just before, on the same host:
+``--scale 1 --no-rolling --wait-quiet --out FILE``) in as ``baseline_1000``, with the ratios
+(``cpu_up_ratio_10000_to_1000``, ``writes_up_ratio_10000_to_1000``…). ``--wait-quiet`` (implied by
+``--ten-thousand``) waits, bounded, for the host's 1-minute load to fall to 2.5 before starting;
+``context.load_avg_phases`` has the load averages at the start and end of each phase.
+
 ``--profile DIR`` samples the worker processes with py-spy during each phase and adds a summary
 (share of task time per reconciler and per function) under ``context.profile``.
 """
@@ -48,29 +58,37 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 from bench.common import (  # noqa: E402
     NS,
+    RESULTS,
     Bench,
     calibration,
     class_ref,
     context,
     parse_args,
+    quiet_host,
     running_sandbox,
     save,
     scaled,
 )
-from bench.figures import Snapshot  # noqa: E402
+from bench.figures import Snapshot, against_baseline, named_by_count  # noqa: E402
 from bench.watch import machine_summary, phase_of  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
 from mcm_tasks import kinds  # noqa: E402
 from mcm_tasks.api import API_VERSION  # noqa: E402
 
 SURGE_PERCENT = 10
+TEN_THOUSAND = 10.0  # the scale of issue 33's cycle: 1000 → 10 000 machines, 300 → 3000 rolled
+DEFAULT_TIMEOUT = 900.0  # bench.common.parse_args's
 
 
 def deployment(name: str, class_name: str) -> dict[str, Any]:
@@ -130,23 +148,69 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rolling-only", action="store_true", help="skip the 0 → 1000 → 0 cycle: only the rollout (quicker)"
     )
+    parser.add_argument(
+        "--ten-thousand",
+        action="store_true",
+        help="issue 33: 0 → 10 000 → 0, figures named by count, saved to bench/results/scale-10000.json",
+    )
+    parser.add_argument("--with-rolling", action="store_true", help="with --ten-thousand: also roll 3000")
+    parser.add_argument("--no-rolling", action="store_true", help="skip the rollout (the cycle only)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a 1000-machine run's JSON, copied in as baseline_1000 with the ratios to it",
+    )
     fleet_cost.options(parser)
+
+
+def ten_thousand(args: argparse.Namespace) -> None:
+    """``--ten-thousand``'s defaults: scale 10, its own file, an hour per phase, no rollout."""
+    args.scale, args.wait_quiet = TEN_THOUSAND, True
+    args.no_rolling = args.no_rolling or not args.with_rolling
+    if args.out is None:
+        args.out = RESULTS / "scale-10000.json"
+    if args.timeout == DEFAULT_TIMEOUT:
+        args.timeout = 3600.0
+
+
+def baseline_figures(path: Path, machines: int, figures: dict[str, Any]) -> dict[str, Any]:
+    """``baseline_1000`` (the 1000-machine run's figures and where they were taken) and the ratios."""
+    saved = json.loads(path.read_text())
+    ctx = saved.get("context", {})
+    figs = {k: v for k, v in saved.items() if k != "context"}
+    where = {k: ctx.get(k) for k in ("date", "commit", "scale", "load_avg_phases", "calibration", "host")}
+    return {"baseline_1000": {**figs, "context": where}, **against_baseline(figures, figs, machines)}
 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], options)
+    if args.ten_thousand:
+        ten_thousand(args)
     if args.rolling_only and args.out is None:  # no scale-up/down figures: never replaces scale.json
         args.out = Path(tempfile.gettempdir()) / "mcm-bench-results" / f"scale-rolling-{args.scale:g}.json"
     big, rolled = scaled(1000, args.scale), scaled(300, args.scale)
     surge = math.ceil(rolled * SURGE_PERCENT / 100)
+    quiet = quiet_host() if args.wait_quiet else None
     host = calibration(args.no_calibration)
     with running_sandbox(args, with_beat=True, cloud_redis=True) as bench:
         ctx = context(args)
+        ctx["quiet_host"] = quiet
+        loads: dict[str, dict[str, Any]] = {}
+        ctx["load_avg_phases"] = loads
         idle = {"rest_waited_seconds": bench.at_rest(), **bench.memory()}
         ctx["memory_idle_install"] = idle
         print(f"idle installation: {idle['total_mb']} MB PSS {idle['roles']}", flush=True)
         ctx["local_cloud"] = "a Redis of its own (role cloud-redis), not counted among our processes"
-        d, phase = Driver(bench, args.timeout), bench.profiler.phase
+        d = Driver(bench, args.timeout)
+
+        @contextlib.contextmanager
+        def phase(name: str) -> Iterator[None]:
+            loads[name] = {"start": os.getloadavg()}
+            with bench.profiler.phase(name):
+                yield
+            loads[name]["end"] = os.getloadavg()
+
         bench.secret_and_classes("class-a", "class-b")
         bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("big", "class-a")])
 
@@ -161,39 +225,26 @@ def main() -> None:
                 )
             print(f"  all Running in {up_s:.1f}s", flush=True)
             full = {"rest_waited_seconds": bench.at_rest(), **bench.memory()}
-            ctx["memory_1000"] = full
+            ctx[f"memory_{big}"] = full
             print(f"  at rest: {full['total_mb']} MB PSS {full['roles']}", flush=True)
             print(f"scaling down {big} → 0", flush=True)
             with phase("scale_down"):
                 down_s, _, c = d.timed(lambda: d.scale("big", 0), d.all_gone)
             print(f"  all gone in {down_s:.1f}s", flush=True)
 
-        print(f"rollout of {rolled} (maxSurge {SURGE_PERCENT}% = {surge}, maxUnavailable 0)", flush=True)
-        bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("roll", "class-a")])
-        d.scale("roll", rolled)
-        d.wait(lambda: d.running(rolled, "class-a"), f"{rolled} Running")
-        bench.tracker.reset_peaks()
-        new_class = {"spec": {"template": {"spec": {"class": class_ref("class-b")}}}}
-        with phase("rolling"):
-            roll_s, r0, r1 = d.timed(
-                lambda: bench.patch(kinds.MACHINE_DEPLOYMENT.resource, "roll", new_class),
-                lambda: d.wait(lambda: d.running(rolled, "class-b"), "rolled"),
-            )
-        print(f"  rolled in {roll_s:.1f}s", flush=True)
-        peak, peak_active = bench.tracker.max_total, bench.tracker.max_active
+        rolling = None
+        if not args.no_rolling:
+            rolling = roll(bench, d, phase, rolled)
+            print(f"  rolled in {rolling[0]:.1f}s", flush=True)
         cycle, up, down = bench.report(a, c, big), bench.report(a, b, big), bench.report(b, c, big)
-        ctx["phases"] = {
-            "scale_up": up,
-            "scale_down": down,
-            "cycle": cycle,
-            "rolling": bench.report(r0, r1, rolled),
-        }
+        ctx["phases"] = {"scale_up": up, "scale_down": down, "cycle": cycle}
+        if rolling is not None:
+            ctx["phases"]["rolling"] = bench.report(rolling[1], rolling[2], rolled)
         ctx.update(machines=big, tracker_relists=bench.tracker.relists, profile=bench.profiler.summaries)
 
     figures = {
         "scale_up_1000_seconds": round(up_s, 1),
         "scale_down_1000_seconds": round(down_s, 1),
-        "rolling_300_seconds": round(roll_s, 1),
         "cpu_ms_per_machine_up": up["cpu_ms_per_machine"],
         "cpu_ms_per_machine_down": down["cpu_ms_per_machine"],
         "writes_per_machine_up": up["writes_per_machine"],
@@ -203,16 +254,38 @@ def main() -> None:
         "writes_per_machine": cycle["writes_per_machine"],
         "tasks_per_machine": cycle["tasks_per_machine"],
         "scale_up_surplus_created": up["events"].get("control/machines ADDED", 0) - big,
-        "max_overshoot": peak - (rolled + surge),
         "machines": big,
-        "memory_pss_mb_1000": ctx.get("memory_1000", {}).get("total_mb"),
+        "memory_pss_mb_1000": ctx.get(f"memory_{big}", {}).get("total_mb"),
         "memory_pss_mb_idle_install": idle["total_mb"],
         "calibration_cpu_ms_per_empty_task": host.get("cpu_ms_per_empty_task"),
     }
+    if rolling is not None:
+        roll_s, peak, peak_active = rolling[0], rolling[3], rolling[4]
+        figures["rolling_300_seconds"] = round(roll_s, 1)
+        figures["max_overshoot"] = peak - (rolled + surge)
+        ctx["rolling"] = {
+            "replicas": rolled,
+            "max_surge": surge,
+            "max_unavailable": 0,
+            "max_machines_seen": peak,
+            "max_machines_seen_not_terminating": peak_active,
+            "max_overshoot_not_terminating": peak_active - (rolled + surge),
+        }
     c = host.get("cpu_ms_per_empty_task")
     if c:  # the issue's targets are in units of c: ≤ 6, ≤ 12 and ≤ 8 (seconds read as ms)
         for key in ("cpu_ms_per_machine_up", "cpu_ms_per_machine_down", "scale_up_1000_seconds"):
             figures[f"{key}_per_c"] = round(figures[key] / c, 1)
+    if args.ten_thousand:
+        figures = named_by_count(figures, big)
+        if "rolling_300_seconds" in figures:  # the rollout's size is in its key
+            figures[f"rolling_{rolled}_seconds"] = figures.pop("rolling_300_seconds")
+        if args.baseline is not None:
+            figures.update(baseline_figures(args.baseline, big, figures))
+        ctx["targets_issue_33"] = {
+            "scale_up_10000_seconds": None, "scale_down_10000_seconds": None,
+            "cpu_up_ratio_10000_to_1000": 1.2, "writes_per_machine": "unchanged",
+            "informer_rss_mb_10000_nodes_100000_pods": 1024,
+        }  # fmt: skip
     ctx["calibration"] = host
     ctx["targets_seconds"] = {"scale_up_1000": 60, "scale_down_1000": 60, "rolling_300": 120}
     ctx["targets_issue_19"] = {  # on a quiet 2-core host
@@ -220,20 +293,29 @@ def main() -> None:
         "cpu_ms_per_machine_up": 20, "cpu_ms_per_machine_down": 20,
         "writes_per_machine_up": 7.0, "writes_per_machine_down": 12.0,
     }  # fmt: skip
-    ctx["rolling"] = {
-        "replicas": rolled,
-        "max_surge": surge,
-        "max_unavailable": 0,
-        "max_machines_seen": peak,
-        "max_machines_seen_not_terminating": peak_active,
-        "max_overshoot_not_terminating": peak_active - (rolled + surge),
-    }
     if args.fleet_cost:
         from bench import fleet_cost
 
         fleet_figures, ctx["fleet_cost"] = fleet_cost.measure(args)
         figures.update(fleet_figures)
     save("scale", args, figures, ctx)
+
+
+def roll(bench: Bench, d: Driver, phase: Any, rolled: int) -> tuple[float, Snapshot, Snapshot, int, int]:
+    """The rollout: ``rolled`` Running machines get a new class; its seconds, snapshots and peaks."""
+    surge = math.ceil(rolled * SURGE_PERCENT / 100)
+    print(f"rollout of {rolled} (maxSurge {SURGE_PERCENT}% = {surge}, maxUnavailable 0)", flush=True)
+    bench.create("control", kinds.MACHINE_DEPLOYMENT.resource, [deployment("roll", "class-a")])
+    d.scale("roll", rolled)
+    d.wait(lambda: d.running(rolled, "class-a"), f"{rolled} Running")
+    bench.tracker.reset_peaks()
+    new_class = {"spec": {"template": {"spec": {"class": class_ref("class-b")}}}}
+    with phase("rolling"):
+        seconds, r0, r1 = d.timed(
+            lambda: bench.patch(kinds.MACHINE_DEPLOYMENT.resource, "roll", new_class),
+            lambda: d.wait(lambda: d.running(rolled, "class-b"), "rolled"),
+        )
+    return seconds, r0, r1, bench.tracker.max_total, bench.tracker.max_active
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from bench.figures import TICK, Snapshot, ours, phase_report
+from bench.figures import TICK, Snapshot, against_baseline, named_by_count, ours, phase_report
 from bench.profiling import summarize
 from mcm_tasks.logs import TEXT_FORMAT
 
@@ -64,3 +64,27 @@ def test_the_kubelet_simulators_writes_are_read_from_its_log_line() -> None:
     )
     found = TICK.search(logging.Formatter(TEXT_FORMAT).format(cluster))
     assert found is not None and found.group(1) == "register=3, status=12"
+
+
+def test_a_cycles_figures_are_named_by_its_machine_count() -> None:
+    figures = {
+        "scale_up_1000_seconds": 90.0, "scale_down_1000_seconds": 80.0, "cpu_ms_per_machine_up": 11.0,
+        "writes_per_machine_down": 9.0, "tasks_per_machine": 3.1, "memory_pss_mb_1000": 900.0,
+        "scale_up_1000_seconds_per_c": 111.1, "cpu_ms_per_machine_up_per_c": 13.6,
+        "machines": 10000, "calibration_cpu_ms_per_empty_task": 0.81,
+    }  # fmt: skip
+    assert named_by_count(figures, 10000) == {
+        "scale_up_10000_seconds": 90.0, "scale_down_10000_seconds": 80.0, "cpu_ms_per_machine_up_10000": 11.0,
+        "writes_per_machine_down_10000": 9.0, "tasks_per_machine_10000": 3.1, "memory_pss_mb_10000": 900.0,
+        "scale_up_10000_seconds_per_c": 111.1, "cpu_ms_per_machine_up_10000_per_c": 13.6,
+        "machines": 10000, "calibration_cpu_ms_per_empty_task": 0.81,
+    }  # fmt: skip
+
+
+def test_ratios_to_the_1000_machine_baseline_say_whether_cost_stays_linear() -> None:
+    big = {"cpu_ms_per_machine_up_10000": 12.6, "writes_per_machine_up_10000": 6.07}
+    small = {"cpu_ms_per_machine_up": 10.5, "writes_per_machine_up": 6.07, "writes_per_machine": 15.1}
+    ratios = against_baseline(big, small, 10000)
+    assert ratios["cpu_up_ratio_10000_to_1000"] == 1.2
+    assert ratios["writes_up_ratio_10000_to_1000"] == 1.0
+    assert ratios["writes_ratio_10000_to_1000"] is None  # the big run lacks it: no ratio, no error
