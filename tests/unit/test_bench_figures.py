@@ -3,6 +3,7 @@ controller's writes only, and profiles whichever name the task entry frame has."
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from pathlib import Path
@@ -88,3 +89,21 @@ def test_ratios_to_the_1000_machine_baseline_say_whether_cost_stays_linear() -> 
     assert ratios["cpu_up_ratio_10000_to_1000"] == 1.2
     assert ratios["writes_up_ratio_10000_to_1000"] == 1.0
     assert ratios["writes_ratio_10000_to_1000"] is None  # the big run lacks it: no ratio, no error
+
+
+def test_a_figure_merged_into_a_results_file_keeps_the_files_own_figures(tmp_path: Path) -> None:
+    from bench.fleet_cost import merge_into
+
+    out = tmp_path / "scale-10000.json"
+    out.write_text(json.dumps({"scale_up_10000_seconds": 380.4, "calibration_cpu_ms_per_empty_task": 1.26,
+                               "context": {"date": "d"}}))  # fmt: skip
+    figures = {"scale": 10.0, "informer_rss_mb_10k_pods": 358.7, "calibration_cpu_ms_per_empty_task": 1.42,
+               "informer_rss_mb_10000_nodes_100000_pods": 358.7}  # fmt: skip
+    merge_into(out, figures, {"load": 1}, "informer_rss_10000")
+    saved = json.loads(out.read_text())
+    assert saved["scale_up_10000_seconds"] == 380.4 and saved["calibration_cpu_ms_per_empty_task"] == 1.26
+    assert (
+        saved["informer_rss_mb_10000_nodes_100000_pods"] == 358.7 and "informer_rss_mb_10k_pods" not in saved
+    )
+    assert saved["context"]["date"] == "d" and saved["context"]["informer_rss_10000"]["figures"] == figures
+    assert list(saved)[-1] == "context"
