@@ -40,6 +40,9 @@ STOP_TIMEOUT = 5.0
 #: a namespace's informer's idle timers run this much slower than a single-namespace informer's
 #: (``Informer.pace``): a wake-up every 2.5 s, a sentinel check every 10 s, a status every 5 s
 IDLE_PACE = 5.0
+#: the registry is written when it changed, and every this many rounds anyway (another replica's
+#: write, or a lost Redis, is mended within that)
+REPUBLISH_EVERY = 15
 
 
 @dataclass
@@ -79,6 +82,10 @@ class SeedInformer:
         self.publish = publish
         self.tenants: dict[str, Tenant] = {}
         self.trimmer = Trimmer()
+        #: the registry as this replica last wrote it, and the rounds run (see REPUBLISH_EVERY)
+        self._published: tuple[dict[str, dict[str, Any]], frozenset[str]] | None = None
+        self.rounds = 0
+        self._seen: dict[str, dict[str, Any]] = {}
 
     def lead(self, stop: threading.Event) -> None:
         """Serve until ``stop``; every namespace's informer is stopped on the way out."""
@@ -113,15 +120,21 @@ class SeedInformer:
                 self._start(namespace, None)
         if self.publish:
             entries = {ns: self._entry(ns) for ns in sorted(wanted)}
+            written = (entries, frozenset(owned))
+            if written == self._published and self.rounds % REPUBLISH_EVERY:
+                self.rounds += 1
+                return  # nothing changed: the registry is what this replica wrote last
             try:
                 tenancy_io.publish(self.redis, self.settings, entries, owned)
+                self._published = written
             except redis.RedisError as err:
                 log.warning("seed mode: registry not written: %s", err)
+        self.rounds += 1
 
     def _entry(self, namespace: str) -> dict[str, Any]:
         tenant = self.tenants.get(namespace)
-        if tenant is None:
-            return tenancy_io.since_now()
+        if tenant is None:  # another replica's: as first seen here (its owner writes its own)
+            return self._seen.setdefault(namespace, tenancy_io.since_now())
         return {**tenant.entry, "problem": tenant.problem} if tenant.problem else dict(tenant.entry)
 
     def _rotated(self, tenant: Tenant) -> bool:

@@ -87,7 +87,8 @@ class Store:
         self.by_uid: dict[str, Key] = {}
         self.dependents: dict[str, set[Key]] = {}
         self.listeners: list[Callable[[Event], None]] = []
-        self._waiters: list[asyncio.Future[None]] = []
+        #: parked watchers by what they watch: (storage, namespace), None for all of either
+        self._waiters: dict[tuple[str | None, str | None], list[asyncio.Future[None]]] = {}
         self._snapshots: OrderedDict[str, tuple[float, list[Entry]]] = OrderedDict()
 
     # --- reads -------------------------------------------------------------------------------
@@ -147,11 +148,16 @@ class Store:
         self.history.append(event)
         if len(self.history) > self.history_window + max(1000, self.history_window // 4):
             del self.history[: len(self.history) - self.history_window]
-        if self._waiters:
-            for waiter in self._waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-            self._waiters.clear()
+        if self._waiters:  # only the watchers this event concerns (a seed's 50 namespaces each watch)
+            concerned: tuple[tuple[str | None, str | None], ...] = (
+                (event.storage, event.namespace),
+                (event.storage, None),
+                (None, None),
+            )
+            for watched in concerned:
+                for waiter in self._waiters.pop(watched, ()):
+                    if not waiter.done():
+                        waiter.set_result(None)
         for listener in self.listeners:
             listener(event)
         return entry
@@ -186,9 +192,14 @@ class Store:
         base = self.history[0].rv
         return self.history[rv + 1 - base :]
 
-    def wake_on_commit(self, waiter: asyncio.Future[None]) -> None:
-        """Resolve ``waiter`` at the next commit (a watcher parks on it between events)."""
-        self._waiters.append(waiter)
+    def wake_on_commit(
+        self, waiter: asyncio.Future[None], storage: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Resolve ``waiter`` at the next commit in ``storage`` and ``namespace`` (None: any), as a
+        watcher parks between events. Waking every watcher at every commit made one busy namespace's
+        writes cost a wake-up of every other namespace's watches (kube-apiserver's watch cache
+        dispatches by key); a watcher not woken keeps its place through its timer (``WAKE_AT_LEAST``)."""
+        self._waiters.setdefault((storage, namespace), []).append(waiter)
 
     # --- consistent list snapshots for limit/continue ----------------------------------------
 

@@ -27,6 +27,10 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 DEFAULT_BOOKMARK_INTERVAL = 60.0
 
 
+#: seconds a parked watcher sleeps at most before it looks at the history again
+WAKE_AT_LEAST = 5.0
+
+
 @dataclass(eq=False)
 class Watcher:
     """An open watch, registered so that fault injection can cut it."""
@@ -232,8 +236,10 @@ async def serve_watch(
                 deadline = min(deadline, opts.timeout - (now - started))
             waiter = loop.create_future()
             watcher.waiter = waiter
-            store.wake_on_commit(waiter)
-            timer = loop.call_later(max(0.0, deadline), watcher.wake)
+            store.wake_on_commit(waiter, rt.storage, namespace)
+            # woken only by its own events, a watcher still moves its cursor past the others' at
+            # least this often, so that a busy namespace cannot age it out of the history
+            timer = loop.call_later(max(0.0, min(deadline, WAKE_AT_LEAST)), watcher.wake)
             try:
                 await waiter
             finally:
