@@ -71,7 +71,6 @@ class SeedInformer:
         sink: str = "queue",
         identity: str = "",
         own: Callable[[set[str]], set[str]] = everything,
-        publish: bool = True,
     ) -> None:
         self.settings = settings
         self.control = control
@@ -79,7 +78,6 @@ class SeedInformer:
         self.sink = sink
         self.identity = identity
         self.own = own
-        self.publish = publish
         self.tenants: dict[str, Tenant] = {}
         self.trimmer = Trimmer()
         #: the registry as this replica last wrote it, and the rounds run (see REPUBLISH_EVERY)
@@ -118,18 +116,16 @@ class SeedInformer:
                 log.info("namespace %s: target Secrets changed, restarting its informer", namespace)
                 self._stop(namespace)
                 self._start(namespace, None)
-        if self.publish:
-            entries = {ns: self._entry(ns) for ns in sorted(wanted)}
-            written = (entries, frozenset(owned))
-            if written == self._published and self.rounds % REPUBLISH_EVERY:
-                self.rounds += 1
-                return  # nothing changed: the registry is what this replica wrote last
-            try:
-                tenancy_io.publish(self.redis, self.settings, entries, owned)
-                self._published = written
-            except redis.RedisError as err:
-                log.warning("seed mode: registry not written: %s", err)
         self.rounds += 1
+        entries = {ns: self._entry(ns) for ns in sorted(wanted)}
+        written = (entries, frozenset(owned))
+        if written == self._published and self.rounds % REPUBLISH_EVERY:
+            return  # nothing changed: the registry is what this replica wrote last
+        try:
+            tenancy_io.publish(self.redis, self.settings, entries, owned)
+            self._published = written
+        except redis.RedisError as err:
+            log.warning("seed mode: registry not written: %s", err)
 
     def _entry(self, namespace: str) -> dict[str, Any]:
         tenant = self.tenants.get(namespace)

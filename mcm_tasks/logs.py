@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from mcm_tasks.settings import SCOPED
+from mcm_tasks.tenancy import current_namespace
 
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -61,7 +61,7 @@ class ContextFilter(logging.Filter):
             return True
         kind, key = _current.get() or ("", "")
         record.kind, record.key = kind, key
-        namespace = _tenant()
+        namespace = current_namespace() or ""  # seed mode: whose work this is
         record.namespace = namespace  # type: ignore[attr-defined]
         if self.prefix and key:
             message = record.getMessage()
@@ -71,14 +71,6 @@ class ContextFilter(logging.Filter):
         elif self.prefix and namespace:  # a seed-mode tenant's informer, keeper, beat
             record.msg, record.args = f"[{namespace}] {record.getMessage()}", None
         return True
-
-
-def _tenant() -> str:
-    """The seed-mode namespace whose work logs this (``mcm_tasks.tenancy``), else empty."""
-    scoped = SCOPED.get()
-    if scoped is None or scoped.key_prefix == scoped.install_prefix:
-        return ""
-    return scoped.namespace
 
 
 class JsonFormatter(logging.Formatter):

@@ -5,6 +5,7 @@ tenant whose queue the message came on (``mcm_tasks.tenancy``)."""
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from celery import Task
@@ -48,6 +49,7 @@ def _shell(kind: str) -> Task:
             )
             return SKIPPED["invalid"]
         base = get_settings()
+        scope: AbstractContextManager[object] = nullcontext()
         if base.seed_mode:
             queue = str((self.request.delivery_info or {}).get("routing_key") or "")
             tenant = tenant_of_queue(queue, base.install_prefix)
@@ -55,9 +57,8 @@ def _shell(kind: str) -> Task:
                 log.error("dropped %s message %s: queue %r is no served namespace's",
                           task_name(kind), self.request.id, queue[:200])  # fmt: skip
                 return SKIPPED["invalid"]
-            with serving(tenant[0], base):
-                delivery = deliver(kind, key, str(self.request.id), worker=self.request.hostname)
-        else:
+            scope = serving(tenant[0], base)
+        with scope:
             delivery = deliver(kind, key, str(self.request.id), worker=self.request.hostname)
         if delivery.error is not None:
             raise ReconcileFailed.of(*delivery.error)

@@ -34,6 +34,7 @@ from mcm_tasks.kube.resources import MACHINE_API_VERSION, Resource
 from mcm_tasks.kube.target_secret import TargetConfig, TargetSecretError
 from mcm_tasks.kube.target_secret_io import read_target
 from mcm_tasks.settings import SCOPED, Settings, get_settings
+from mcm_tasks.tenancy import is_tenant
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def get_clusters() -> Clusters:
     """This process's clients, built on first use from the settings; a forked child builds its own.
     While a seed-mode tenant's work runs (``mcm_tasks.tenancy``), the tenant's clients."""
     scoped = SCOPED.get()
-    if scoped is not None and scoped.key_prefix != scoped.install_prefix:
+    if scoped is not None and is_tenant(scoped):
         return tenant_clusters(scoped)
     global _current
     found = _current
@@ -231,8 +232,8 @@ def tenant_clusters(settings: Settings) -> Clusters:
     now = time.monotonic()
     found = _tenants.get(namespace)
     if found is not None and now - found.checked_at < (TENANT_RETRY if found.problem else TENANT_RECHECK):
-        if found.problem is not None:
-            raise found.problem
+        if found.problem is not None:  # the cached refusal, without the last raise's traceback
+            raise found.problem.with_traceback(None)
         assert found.clusters is not None
         return found.clusters
     with _lock:
