@@ -13,8 +13,10 @@ Five duties, each leader-free and idempotent (any number of workers run them at 
    interval); as a backstop (a notification missed while reconnecting) the keeper that repairs
    (duty 4) also reads the delayed sets, not every keeper at every sweep: at rest that read (one
    ZRANGE per kind) was most of a worker's Redis commands. (A keeper that resubscribes reads them
-   at once itself.) While upstream's MCM holds its Lease (``mcm_tasks.standby``) nothing is
-   published: the keeper looks again every ``UPSTREAM_RETRY_PERIOD``.
+   at once itself.) In seed mode it keeps each namespace's next due time (a wake message names its
+   set) and reads only the namespaces whose time came. While upstream's MCM holds its Lease
+   (``mcm_tasks.standby``) nothing is published: the keeper looks again every
+   ``UPSTREAM_RETRY_PERIOD``.
 2. **Heartbeat and lease renewal**: kombu's Redis transport keeps each delivered, unacknowledged
    message in ``<prefix>:broker:unacked`` (tag → message) and ``…:unacked_index`` (tag → time of
    delivery) until its ack. The keeper sets the index time of every message this process holds
@@ -58,7 +60,7 @@ import redis
 from mcm_tasks import standby, tenancy_io
 from mcm_tasks.broker import held_delivery_tags
 from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, wake_channel, workers_key
-from mcm_tasks.queue.producer import age_background, publish_due_many, scripts_for
+from mcm_tasks.queue.producer import age_background, publish_due_many, publish_due_views, scripts_for
 from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, Settings, get_settings
@@ -240,6 +242,19 @@ def sweep_until(client: redis.Redis, now: float, settings: Settings) -> tuple[in
             return total, min(first, now) + settings.worker_lost_timeout
 
 
+def parse_wake(data: object) -> tuple[float, str | None] | None:
+    """A wake message's due time and the key prefix of the view whose set it is in (None when the
+    message names no set: read every view); None for anything else (``stop``)."""
+    text = data.decode() if isinstance(data, bytes) else str(data)
+    due_text, _, delayed = text.partition(" ")
+    try:
+        due = float(due_text)
+    except ValueError:
+        return None
+    view, sep, _ = delayed.rpartition(":q:")
+    return due, (view if sep else None)
+
+
 class Wake:
     """The keeper's subscription to the wake channel: due times scheduled before every other of
     their set (``scripts.schedule``). Its own connection; dropped and made anew after an error."""
@@ -248,22 +263,24 @@ class Wake:
         self.pubsub = client.pubsub(ignore_subscribe_messages=True)
         self.pubsub.subscribe(channel)
 
-    def wait(self, timeout: float, stop: threading.Event) -> float | None:
-        """Block until a due time is published or ``timeout`` passes; the earliest due time heard
-        (every message waiting is read), None if none."""
+    def wait(self, timeout: float, stop: threading.Event) -> dict[str | None, float]:
+        """Block until a due time is published or ``timeout`` passes: the earliest due time heard
+        per view (its key prefix; None for a message that names no set), every message waiting read;
+        empty if none."""
         deadline = time.monotonic() + timeout
-        earliest: float | None = None
+        heard: dict[str | None, float] = {}
         while not stop.is_set():
             left = deadline - time.monotonic()
-            message = self.pubsub.get_message(timeout=max(0.0, left) if earliest is None else 0.0)
+            message = self.pubsub.get_message(timeout=max(0.0, left) if not heard else 0.0)
             if message is None:
-                if earliest is not None or left <= 0:
-                    return earliest
+                if heard or left <= 0:
+                    return heard
                 continue  # a subscribe confirmation, skipped
-            with contextlib.suppress(TypeError, ValueError):
-                due = float(message["data"])
-                earliest = due if earliest is None else min(earliest, due)
-        return earliest
+            found = parse_wake(message["data"])
+            if found is not None:
+                due, view = found
+                heard[view] = min(heard.get(view, due), due)
+        return heard
 
     def close(self) -> None:
         with contextlib.suppress(redis.RedisError, OSError):
@@ -285,12 +302,17 @@ class Keeper(threading.Thread):
         self.aged = 0
         #: times the keeper read the delayed sets (publish_due): what an idle fleet pays for
         self.due_reads = 0
+        #: views whose delayed sets those reads covered (seed mode: namespaces; else one a read)
+        self.views_read = 0
         #: sweeps run (when a held message can first be lost, at most every ``worker_lost_timeout / 10``)
         self.sweeps = 0
         #: repairs (with the backstop read) this keeper ran: its turns, one per period fleet-wide
         self.repairs = 0
         #: the standby in force at the last publish pass (``mcm_tasks.standby``): nothing published
         self.standing_by: Standby | None = None
+        #: each view's next due time as last read or heard (its key prefix → time; inf: nothing
+        #: waits); a view not in it is read at the next publish pass
+        self.due_at: dict[str, float] = {}
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
@@ -300,6 +322,21 @@ class Keeper(threading.Thread):
             self.join(timeout)
         with contextlib.suppress(redis.RedisError):
             get_redis().zrem(workers_key(self.settings), self.worker)
+
+    def publish_due(self, client: redis.Redis, now: float) -> tuple[int, float]:
+        """Duty 1 for the views whose due time came (or is unknown): the messages published and the
+        next time a view is due (inf: nothing waits). Reading every served namespace's sets at each
+        wake-up made the reads grow with the square of the namespaces in a seed's scale-up."""
+        views = tenant_views(client, self.settings)
+        due = [v for v in views if self.due_at.get(v.key_prefix, 0.0) <= now]
+        published, firsts = publish_due_views(client, now, due)
+        self.views_read += len(due)
+        for view, first in zip(due, firsts, strict=True):
+            self.due_at[view.key_prefix] = float("inf") if first is None else first
+        if len(self.due_at) > len(views):  # namespaces no longer served
+            served = {v.key_prefix for v in views}
+            self.due_at = {k: v for k, v in self.due_at.items() if k in served}
+        return published, min(self.due_at.values(), default=float("inf"))
 
     def run(self) -> None:
         s = self.settings
@@ -320,6 +357,7 @@ class Keeper(threading.Thread):
                 if wake is None:  # (re)subscribed: what was published meanwhile is unknown
                     wake = Wake(client, wake_channel(s))
                     next_due = 0.0
+                    self.due_at.clear()
                 now = time.time()
                 if now >= next_beat:
                     renew(client, self.worker, held_delivery_tags(), now, s)
@@ -336,6 +374,7 @@ class Keeper(threading.Thread):
                         self.repairs += 1
                         self.repaired += repair_lost_all(client, now, s)
                         next_due = min(next_due, now)  # the backstop of a missed notification
+                        self.due_at.clear()
                     next_repair = now + repair_every
                 if now >= next_aging:
                     self.aged += age_all(client, self.worker, now, aging_every, s)
@@ -351,20 +390,23 @@ class Keeper(threading.Thread):
                         if self.standing_by is not None:
                             log.info("keeper: standby over, publishing delayed keys again")
                         self.standing_by = None
-                        published, first_due = publish_due_all(client, now, s)
+                        published, next_due = self.publish_due(client, now)
                         self.published += published
                         self.due_reads += 1
-                        next_due = float("inf") if first_due is None else first_due
                 if down:
                     log.info("keeper: Redis is back")
                     down = False
                 wait = min(next_beat, next_sweep, next_repair, next_aging, next_due) - time.time()
                 heard = wake.wait(max(0.0, wait), self._stop_event)
-                if heard is not None:
+                for view, due in heard.items():
+                    if view is None:  # a set not named: every view is read
+                        self.due_at.clear()
+                    elif view in self.due_at:
+                        self.due_at[view] = min(self.due_at[view], due)
                     # no sooner than delayed_publish_interval after the notification, and a
                     # read already set for earlier stays: a burst of schedules (a scale-up)
                     # costs a read per interval, not one per notification
-                    next_due = min(next_due, max(heard, time.time() + s.delayed_publish_interval))
+                    next_due = min(next_due, max(due, time.time() + s.delayed_publish_interval))
             except (redis.RedisError, OSError) as err:
                 if not down:
                     log.warning("keeper: Redis unreachable, retrying: %s", err)

@@ -91,8 +91,9 @@ local first_due = nil
 -- AddAfter: the delayed set keeps the earliest due time per key. Returns 1 if it moved earlier.
 -- ``stale``: the due time a run saw when it began ('' none); still the key's due time at its end,
 -- it was scheduled before the run began, which decided afresh: the run's own due time replaces it.
--- A due time before every other in the set is published on WAKE: the keepers sleep until the first
--- due time they know of (keeper.py), and learn of an earlier one only this way.
+-- A due time before every other in the set is published on WAKE with the set's name: the keepers
+-- sleep until the first due time they know of (keeper.py), learn of an earlier one only this way,
+-- and read only the namespaces (seed mode) whose time came.
 -- An AddAfter from outside (``stale`` false: an event's batched wake) that joins the due time of a
 -- key whose reconcile runs marks that due time as its own: moved a microsecond earlier, it no longer
 -- equals what BEGIN saw, so the run's END keeps it (the run may have read the state before the event).
@@ -110,7 +111,7 @@ local function schedule(key, due, stale)
   end
   redis.call('ZADD', DELAYED, due, key)
   if first_due == false or due < first_due then
-    redis.call('PUBLISH', WAKE, string.format('%.6f', due))
+    redis.call('PUBLISH', WAKE, string.format('%.6f %s', due, DELAYED))
     first_due = due
   end
   return 1

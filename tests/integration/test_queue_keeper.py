@@ -13,7 +13,7 @@ import redis
 
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.queue import enqueue_after, registry
-from mcm_tasks.queue.keeper import Keeper, repair_turn_key, take_repair_turn
+from mcm_tasks.queue.keeper import Keeper, parse_wake, repair_turn_key, take_repair_turn
 from mcm_tasks.queue.messages import build_message, queue_keys, workers_key
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, get_settings, reset_settings
@@ -148,8 +148,9 @@ def test_only_a_due_time_before_every_other_of_its_set_is_published(client: redi
     enqueue_after("node", "behind", 120)  # behind "first": the keepers know of an earlier one
     enqueue_after("node", "first", 200)  # later than its own: AddAfter keeps the earliest, no change
     enqueue_after("node", "sooner", 30)
-    heard: list[float] = []
+    heard: list[tuple[float, str | None]] = []
     while (message := wake.get_message(timeout=0.5)) is not None:
-        heard.append(float(message["data"]))
+        heard.append(parse_wake(message["data"]) or (0.0, ""))
     wake.close()
-    assert [round(d - now) for d in heard] == [60, 90, 30]
+    assert [round(d - now) for d, _ in heard] == [60, 90, 30]
+    assert {view for _, view in heard} == {get_settings().key_prefix}  # each names its set's view

@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from mcm_sandbox.procs import wait_until
-from mcm_tasks.queue.keeper import age_all, aging_turn_key, publish_due_all, tenant_views
-from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.queue.keeper import Keeper, Wake, age_all, aging_turn_key, publish_due_all, tenant_views
+from mcm_tasks.queue.messages import queue_keys, wake_channel
 from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together
 from mcm_tasks.settings import Settings, configure, reset_settings
 from mcm_tasks.tenancy import serving
@@ -60,6 +60,34 @@ def test_the_keeper_publishes_every_namespaces_due_keys_on_its_own_queue(
         with serving(namespace, seed) as view:
             assert redis_client.llen(queue_keys("machine", view).broker_list) == 1
     assert redis_client.llen(queue_keys("machine", seed).broker_list) == 0  # not the installation's
+
+
+def test_the_keeper_reads_only_the_namespaces_whose_due_time_came(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    """With many namespaces, a wake-up for one of them reads its delayed sets alone: reading every
+    namespace's at every wake-up grew with the square of the namespaces in a seed's scale-up."""
+    publish(redis_client, seed, {ns: {} for ns in ("a", "b", "c")})
+    keeper = Keeper("w1", seed)
+    wake = Wake(redis_client, wake_channel(seed))
+    try:
+        assert wake.wait(0.2, keeper._stop_event) == {}  # the subscription confirmed
+        now = time.time()
+        assert keeper.publish_due(redis_client, now) == (0, float("inf"))
+        assert keeper.views_read == 3  # none known yet: each read once
+        assert keeper.publish_due(redis_client, now) == (0, float("inf"))
+        assert keeper.views_read == 3  # nothing waits anywhere: nothing read
+        with serving("b", seed) as view:
+            enqueue_many_after([("machine", "b/m")], 0.05)
+            heard = wake.wait(2.0, keeper._stop_event)
+            assert list(heard) == [view.key_prefix]  # the message names b's set
+        keeper.due_at[view.key_prefix] = min(heard.values())
+        later = time.time() + 1
+        assert keeper.publish_due(redis_client, later) == (1, float("inf"))
+        assert keeper.views_read == 4  # b alone
+        assert redis_client.llen(queue_keys("machine", view).broker_list) == 1
+    finally:
+        wake.close()
 
 
 def test_aging_promotes_each_namespaces_background_work_once_per_turn(

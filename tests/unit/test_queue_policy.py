@@ -144,3 +144,12 @@ def test_a_held_pass_says_why_before_when_it_comes_back() -> None:
     outcome = outcome_of_result(Requeue(60.0, "held: TooManyUnhealthy 7/10"), load_settings())
     assert describe("run", outcome) == "held: TooManyUnhealthy 7/10; requeue in 60s"
     assert describe("run", outcome_of_result(Requeue(60.0), load_settings())) == "requeue in 60s"
+
+
+def test_a_wake_message_names_the_view_of_its_set() -> None:
+    from mcm_tasks.queue.keeper import parse_wake
+
+    assert parse_wake(b"12.5 mcm:ns:shoot-a:q:machine:delayed") == (12.5, "mcm:ns:shoot-a")
+    assert parse_wake("3.000000 mcm:q:node:delayed") == (3.0, "mcm")
+    assert parse_wake(b"7.25") == (7.25, None)  # an older worker's script: every view is read
+    assert parse_wake(b"stop") is None
