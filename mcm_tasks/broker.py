@@ -1,6 +1,7 @@
-"""kombu's Redis transport with four changes (the third: one reused client per channel, see
+"""kombu's Redis transport with five changes (the third: one reused client per channel, see
 ``_create_client``; the fourth: a worker's BRPOP blocks 5 s, not 1, see ``_EventLoopBRPOP``,
-and a closing channel or a change of its queues unblocks it, see ``_unblock_brpop``): a
+and a closing channel or a change of its queues unblocks it, see ``_unblock_brpop``; the fifth:
+the BRPOP's keys are packed once per queue, see ``_brpop_start``): a
 channel whose connection was already released fails with a connection error instead of
 ``AttributeError``, and the process can list the delivery tags its channels hold unacknowledged
 (``held_delivery_tags``), so that the keeper (mcm_tasks/queue/keeper.py) renews them and a dead
@@ -22,6 +23,7 @@ contract's property 7).
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from typing import Any
 
@@ -93,9 +95,27 @@ class _Changes:
             cached = self.__dict__["_mcm_client"] = (pool, super()._create_client())  # type: ignore[misc]
         return cached[1]
 
+    @property
+    def active_queues(self) -> list[str]:
+        """kombu's list of the queues consumed, kept until they change (``_update_queue_cycle``):
+        kombu builds it afresh on every turn of the event loop, and a seed-mode worker consumes
+        a few hundred queues. Callers only read it."""
+        cached: list[str] | None = self.__dict__.get("_mcm_active_queues")
+        if cached is None:
+            cached = self.__dict__["_mcm_active_queues"] = super().active_queues  # type: ignore[misc]
+        return cached
+
+    def _update_queue_cycle(self) -> None:
+        self.__dict__.pop("_mcm_active_queues", None)
+        super()._update_queue_cycle()  # type: ignore[misc]
+
     def _brpop_start(self, timeout: float | None = None) -> None:
-        """Learn the BRPOP connection's Redis client id (once per socket) before kombu sends the
-        BRPOP, so that ``close`` can unblock it."""
+        """kombu's ``_brpop_start``, with each queue's keys packed once: the BRPOP names every
+        queue at each priority (in seed mode 50 namespaces x 6 kinds x 2), and kombu named,
+        prefixed and packed them all again for every message (a tenth of a seed worker's CPU in
+        a scale-up). The order is kombu's: each priority, then the queues in the cycle's order
+        (the queue just served goes last: round robin). Also learns the BRPOP connection's Redis
+        client id (once per socket), so that ``close`` can unblock it."""
         connection = self.client.connection  # type: ignore[attr-defined]
         with contextlib.suppress(*_UNBLOCK_ERRORS):
             connection.connect()  # a no-op when connected: the id is the socket's
@@ -103,7 +123,28 @@ class _Changes:
             if sock is not None and self.__dict__.get("_mcm_brpop_id", (None,))[0] is not sock:
                 connection.send_command("CLIENT", "ID")
                 self.__dict__["_mcm_brpop_id"] = (sock, int(connection.read_response()))
-        super()._brpop_start(timeout)  # type: ignore[misc]
+        if timeout is None:
+            timeout = self.brpop_timeout  # type: ignore[attr-defined]
+        queues = self._queue_cycle.consume(len(self.active_queues))  # type: ignore[attr-defined]
+        if not queues:
+            return
+        packed = self.__dict__.setdefault("_mcm_brpop_keys", {})
+        if len(packed) > 4 * len(queues) * len(self.priority_steps) + 64:  # type: ignore[attr-defined]
+            packed.clear()  # queues come and go (seed mode): forget the ones gone
+        parts: list[bytes] = []
+        for priority in self.priority_steps:  # type: ignore[attr-defined]
+            for queue in queues:
+                part = packed.get((queue, priority))
+                if part is None:
+                    name = self._q_for_pri(queue, priority)  # type: ignore[attr-defined]
+                    part = packed[(queue, priority)] = _bulk(
+                        (self.global_keyprefix or "") + name  # type: ignore[attr-defined]
+                    )
+                parts.append(part)
+        parts.append(_bulk(repr(timeout or 0)))
+        self._in_poll = connection
+        self._brpop_sent_at = time.monotonic()
+        connection.send_packed_command([b"*%d\r\n%s%s" % (len(parts) + 1, _BRPOP, b"".join(parts))])
 
     def _unblock_brpop(self) -> None:
         """End this channel's BRPOP in flight at once (``CLIENT UNBLOCK`` from another connection:
@@ -135,6 +176,14 @@ class _Changes:
         self._unblock_brpop()
         super().close()  # type: ignore[misc]
 
+
+def _bulk(text: str) -> bytes:
+    """One argument of a Redis command in the protocol's form (RESP bulk string)."""
+    raw = text.encode()
+    return b"$%d\r\n%s\r\n" % (len(raw), raw)
+
+
+_BRPOP = _bulk("BRPOP")
 
 #: an unblock that fails leaves the BRPOP to end with its block, as before
 _UNBLOCK_ERRORS = (redis.RedisError, OSError, ValueError)

@@ -20,6 +20,7 @@ from kombu.transport import redis as kombu_redis
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.broker import EVENT_LOOP_BRPOP_TIMEOUT, Transport
 from mcm_tasks.celery_app import app
+from mcm_tasks.queue.messages import PRIORITY_SEP, PRIORITY_STEPS
 
 pytestmark = pytest.mark.integration
 QUEUE = "broker-test"
@@ -166,5 +167,54 @@ def test_a_queue_consumed_while_a_brpop_blocks_is_taken_before_the_block_ends(re
                 producer.publish({"n": 1}, exchange=other, routing_key=other)
             wait_until(lambda: bool(hub.run_once() or received), timeout=EVENT_LOOP_BRPOP_TIMEOUT - 2,
                        interval=0, what="the added queue's message, before the block ends")  # fmt: skip
+        finally:
+            hub.close()
+
+
+def _brpop_keys(redis_url: str, act: Callable[[], object]) -> list[str]:
+    """The keys of the first BRPOP Redis receives while ``act`` runs."""
+    with redis.Redis.from_url(redis_url).monitor() as monitor:
+        act()
+        deadline = time.monotonic() + 5
+        for entry in monitor.listen():
+            command = str(entry.get("command", ""))
+            if command.startswith("BRPOP"):
+                return command.split(" ")[1:-1]
+            if time.monotonic() > deadline:
+                break
+    return []
+
+
+def test_the_brpop_names_each_queue_at_each_priority_in_round_robin_order(redis_url: str) -> None:
+    """The transport packs each queue's BRPOP keys once (a seed-mode worker names hundreds) and
+    sends what kombu would: every queue at priority 0 before any at the background priority, with
+    the broker's key prefix, in the cycle's order, the queue just served last."""
+    names = [f"{QUEUE}-{n}" for n in range(3)]
+    with app.connection_for_read(redis_url) as conn:
+        hub = Hub()
+        try:
+            channel = conn.default_channel
+            prefix = channel.global_keyprefix
+            assert prefix and channel.priority_steps == PRIORITY_STEPS
+            received: list[Message] = []
+            for name in names:
+                Queue(name, Exchange(name), name, channel=channel).declare()
+                channel.basic_consume(name, False, received.append, name)
+            conn.transport.register_with_event_loop(conn.connection, hub)
+
+            sep = "".join(f"\\x{ord(c):02x}" for c in PRIORITY_SEP)  # as MONITOR prints it
+
+            def keys(order: list[str]) -> list[str]:
+                return [prefix + n for n in order] + [f"{prefix}{n}{sep}9" for n in order]
+
+            assert _brpop_keys(redis_url, hub.run_once) == keys(names)
+            with app.connection_for_write(redis_url) as producer_conn, producer_conn.Producer() as producer:
+                producer.publish({"n": 1}, exchange=names[0], routing_key=names[0])
+
+            def served() -> None:
+                wait_until(lambda: bool(hub.run_once() or received), 4, interval=0, what="the message")
+                hub.run_once()  # the next BRPOP
+
+            assert _brpop_keys(redis_url, served) == keys([*names[1:], names[0]])
         finally:
             hub.close()
