@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from informers.runner import Informer
 from informers.sink import make_sink
 from mcm_tasks import tenancy_io
-from mcm_tasks.kube.clients import Clusters, forget_tenant, get_clusters
+from mcm_tasks.kube.clients import Clusters, forget_tenant, get_clusters, tenant_versions
 from mcm_tasks.kube.target_secret import TargetSecretError
 from mcm_tasks.memory import Trimmer
 from mcm_tasks.settings import Settings
@@ -131,7 +131,10 @@ class SeedInformer:
         tenant = self.tenants.get(namespace)
         if tenant is None:  # another replica's: as first seen here (its owner writes its own)
             return self._seen.setdefault(namespace, tenancy_io.since_now())
-        return {**tenant.entry, "problem": tenant.problem} if tenant.problem else dict(tenant.entry)
+        if tenant.problem:
+            return {**tenant.entry, "problem": tenant.problem}
+        versions = tenant_versions(namespace)  # the workers follow them (clients.note_published_versions)
+        return {**tenant.entry, "versions": list(versions)} if versions is not None else dict(tenant.entry)
 
     def _rotated(self, tenant: Tenant) -> bool:
         """Whether the namespace's clients were rebuilt (its Secrets changed) since its informer started."""

@@ -6,8 +6,10 @@ known at start (``served_queues``), and this consumer bootstep follows the regis
 (``tenancy_io.served``) every ``--seed-refresh-period``: a namespace added gets its queues consumed
 within seconds, a namespace removed has them cancelled (what waits on them stays in Redis, for the
 namespace's return). The change is handed to the consumer's own loop (``call_soon``), as Celery's
-``add_consumer`` control command does it. Which kinds a worker consumes comes from its own
-installation queues (``--queues``).
+``add_consumer`` control command does it. The registry's entries also carry the target Secrets'
+resourceVersions as the informer last read them: the process's tenant clients follow them
+(``clients.note_published_versions``) instead of reading every namespace's Secrets each minute.
+Which kinds a worker consumes comes from its own installation queues (``--queues``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from celery import bootsteps
 
 from mcm_tasks import tenancy_io
 from mcm_tasks.kinds import QUEUES
-from mcm_tasks.kube.clients import forget_tenant
+from mcm_tasks.kube.clients import forget_tenant, note_published_versions
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import Settings, get_settings
 from mcm_tasks.tenancy import queue_names as tenant_queue_names
@@ -87,13 +89,18 @@ class SeedQueues(bootsteps.StartStopStep):
             try:
                 consumed = self._consumed()
                 kinds = consumed_kinds(settings, sorted(consumed))
-                served = tenancy_io.served(get_redis(), settings)
+                client = get_redis()
+                served = tenancy_io.served(client, settings)
+                published = tenancy_io.entries(client, settings)
             except redis.RedisError as err:
                 if not down:
                     log.warning("seed mode: served namespaces unreadable, keeping the queues: %s", err)
                 down = True
                 continue
             down = False
+            note_published_versions(
+                {ns: e["versions"] for ns, e in published.items() if isinstance(e.get("versions"), list)}
+            )
             own = {settings.queue_name(kind) for kind in QUEUES}
             tenants = {q for q in consumed if q not in own}
             add, cancel = queue_changes(tenants, set(tenant_queue_names(settings, served, kinds)))

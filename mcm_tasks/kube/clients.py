@@ -13,9 +13,11 @@ parent's.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -180,6 +182,7 @@ def reset_clusters() -> None:
             _current.close()
         _current = None
         _tenants.clear()
+        _published.clear()
 
 
 # --- seed mode: a tenant's clients --------------------------------------------------------------
@@ -188,6 +191,11 @@ def reset_clusters() -> None:
 TENANT_RECHECK = 60.0
 #: a tenant whose Secrets could not be read is tried again after this (its passes fail meanwhile)
 TENANT_RETRY = 5.0
+#: a worker that follows the versions the informer publishes (``note_published_versions``) reads a
+#: tenant's Secrets itself this seldom, as a backstop: the informer reads them every TENANT_RECHECK
+TENANT_RECHECK_FOLLOWED = 600.0
+#: published versions older than this are not followed (the registry is no longer being read)
+PUBLISHED_FRESH = 30.0
 
 
 @dataclass
@@ -199,6 +207,42 @@ class _Tenant:
 
 
 _tenants: dict[str, _Tenant] = {}
+#: namespace → (its target Secrets' resourceVersions as the informer last published them, when noted)
+_published: dict[str, tuple[tuple[str, ...], float]] = {}
+
+
+def note_published_versions(versions: Mapping[str, Sequence[str]]) -> None:
+    """The target Secrets' resourceVersions as the informer read them, per namespace (seed mode's
+    registry, followed by the workers' ``seed_queues``). Every process used to read every tenant's
+    Secrets once a minute; a worker now follows the informer's reads: a tenant whose published
+    versions moved on from those its clients were built from is read again at its next use, and
+    one whose versions agree only every ``TENANT_RECHECK_FOLLOWED``."""
+    now = time.monotonic()
+    for namespace, raw in versions.items():
+        current = tuple(str(v) for v in raw)
+        before = _published.get(namespace)
+        _published[namespace] = (current, now)
+        found = _tenants.get(namespace)
+        if before is not None and before[0] != current and found is not None and found.versions != current:
+            found.checked_at = -math.inf  # rotated: read at the next use
+    for namespace in set(_published) - set(versions):
+        _published.pop(namespace, None)
+
+
+def tenant_versions(namespace: str) -> tuple[str, ...] | None:
+    """The resourceVersions of the target Secrets this process's clients of ``namespace`` were
+    built from; None when it has none."""
+    found = _tenants.get(namespace)
+    return found.versions if found is not None and found.clusters is not None else None
+
+
+def _recheck_period(namespace: str, found: _Tenant, now: float) -> float:
+    if found.problem is not None:
+        return TENANT_RETRY
+    published = _published.get(namespace)
+    if published is not None and now - published[1] < PUBLISHED_FRESH and published[0] == found.versions:
+        return TENANT_RECHECK_FOLLOWED
+    return TENANT_RECHECK
 
 
 def target_from_config(config: TargetConfig, settings: Settings) -> Cluster:
@@ -231,7 +275,7 @@ def tenant_clusters(settings: Settings) -> Clusters:
     namespace = settings.namespace
     now = time.monotonic()
     found = _tenants.get(namespace)
-    if found is not None and now - found.checked_at < (TENANT_RETRY if found.problem else TENANT_RECHECK):
+    if found is not None and now - found.checked_at < _recheck_period(namespace, found, now):
         if found.problem is not None:  # the cached refusal, without the last raise's traceback
             raise found.problem.with_traceback(None)
         assert found.clusters is not None
@@ -269,6 +313,7 @@ def forget_tenant(namespace: str) -> None:
     """Drop a namespace no longer served (its clients go with the last pass using them)."""
     with _lock:
         _tenants.pop(namespace, None)
+        _published.pop(namespace, None)
 
 
 # --- start-up check ------------------------------------------------------------------------------

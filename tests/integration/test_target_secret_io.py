@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client, config
 
 from mcm_sandbox.procs import ApiServer, wait_until
+from mcm_tasks.kube import clients
 from mcm_tasks.kube.target_secret import (
     GENERIC_TOKEN_KUBECONFIG,
     GENERIC_TOKEN_KUBECONFIG_ANNOTATION,
@@ -23,6 +24,8 @@ from mcm_tasks.kube.target_secret import (
     TargetSecretError,
 )
 from mcm_tasks.kube.target_secret_io import read_target
+from mcm_tasks.settings import configure, reset_settings
+from mcm_tasks.tenancy import serving
 
 pytestmark = pytest.mark.integration
 
@@ -168,3 +171,33 @@ def test_a_namespace_without_the_secrets_is_a_clear_error(control: client.ApiCli
         TargetSecretError, match=f"Secret shoot-empty/{GENERIC_TOKEN_KUBECONFIG} does not exist"
     ):
         read_target(control, "shoot-empty")
+
+
+def test_a_worker_follows_the_secret_versions_the_informer_publishes(
+    control: client.ApiClient, seed: ApiServer
+) -> None:
+    """Seed mode: every process read every namespace's Secrets once a minute. A worker now follows
+    the versions the informer publishes in the registry: agreeing versions keep its clients past
+    the minute; versions that moved on make it read the Secrets at its next use."""
+    namespace = "shoot-followed"
+    lay_out(control, seed, namespace, GENERIC_TOKEN_KUBECONFIG, shoot_kubeconfig(seed)[2])
+    settings = configure({"control_kubeconfig": str(seed.kubeconfig), "namespaces": namespace})
+    try:
+        with serving(namespace, settings) as view:
+            first = clients.tenant_clusters(view)
+            published = clients.tenant_versions(namespace)
+            assert published is not None
+            clients.note_published_versions({namespace: published})  # the informer read the same
+            client.CoreV1Api(control).patch_namespaced_secret(
+                SHOOT_ACCESS_SECRET, namespace, {"data": {"token": b64("rotated-token")}}
+            )
+            clients._tenants[namespace].checked_at -= clients.TENANT_RECHECK + 1  # a minute on
+            assert clients.tenant_clusters(view) is first, "followed: not read again each minute"
+            rotated = read_target(control, namespace)
+            assert rotated is not None and rotated.versions != published
+            clients.note_published_versions({namespace: rotated.versions})  # the informer saw it
+            assert clients.tenant_clusters(view) is not first
+            assert clients.tenant_versions(namespace) == rotated.versions
+    finally:
+        clients.forget_tenant(namespace)
+        reset_settings()
