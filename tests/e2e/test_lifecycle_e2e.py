@@ -39,8 +39,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 JOBS = Resource("batch", "v1", "jobs", "Job")
 
 
-#: the deletion e2e's compressed time, and beat running the drain-rules job every second
-LIFECYCLE_ENV = {**ENV, "MCM_MACHINE_SAFETY_OVERSHOOTING_PERIOD": "1s"}
+#: the deletion e2e's compressed time, and beat running the overshooting check (which judges the
+#: drain rules) every second
+LIFECYCLE_ENV = {**ENV, "MCM_MACHINE_SAFETY_OVERSHOOTING_PERIOD": "1s", "MCM_SAFETY_EVENT_MIN_INTERVAL": "1s"}
 
 
 @pytest.fixture(scope="module")

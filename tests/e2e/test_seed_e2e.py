@@ -7,6 +7,7 @@ taken away stops being watched."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,10 @@ def test_each_namespace_is_served_on_its_own_target_cluster(seed: Seed, control:
     r = redis.Redis.from_url(seed.redis_url)
     try:
         assert r.hlen("mcm:seed:namespaces") == 2
+        # each entry carries the target Secrets' versions the workers follow (no Secret content)
+        for raw in r.hvals("mcm:seed:namespaces"):
+            entry = json.loads(raw)
+            assert [type(v) for v in entry["versions"]] == [str, str] and "token" not in raw.decode()
         assert any(r.scan_iter(match="mcm:ns:shoot-a:*", count=1000))
         assert any(r.scan_iter(match="mcm:ns:shoot-b:*", count=1000))
     finally:

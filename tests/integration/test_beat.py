@@ -157,7 +157,6 @@ def test_one_replica_fires_once_per_period_and_a_standby_takes_over(beats: Beats
         "safety-orphan-vms",
         "safety-apiserver",
         OVERSHOOTING,
-        "safety-drain-rules",
     }
     assert beats.alive(standby) and leader(r) == first
     assert beats.leads(first) == (True, 'mcm_leader{component="beat"} 1.0')
@@ -167,7 +166,7 @@ def test_one_replica_fires_once_per_period_and_a_standby_takes_over(beats: Beats
     def reconciled() -> set[str]:
         return {run.key for run in read_runs(r) if run.kind == "safety"}
 
-    jobs = {"orphan-vms", "apiserver", "overshooting", "drain-rules"}
+    jobs = {"orphan-vms", "apiserver", "overshooting"}
     wait_until(lambda: reconciled() == jobs, 60, interval=0.2, what="a worker to reconcile every safety job")
 
     # SIGKILL the leader: its lock expires within a lease, and the standby leads

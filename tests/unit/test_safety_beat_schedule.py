@@ -25,9 +25,8 @@ def test_one_entry_per_job_with_its_period_from_the_settings() -> None:
     assert {name: (e["schedule"], e["args"]) for name, e in schedule.items()} == {
         "safety-orphan-vms": (timedelta(minutes=7), ("orphan-vms",)),
         "safety-apiserver": (timedelta(seconds=45), ("apiserver",)),
+        # which judges the drain rules too (mcm-tasks's own job has no entry of its own)
         "safety-overshooting": (timedelta(seconds=1.5), ("overshooting",)),
-        # mcm-tasks's own job, on the overshooting check's period
-        "safety-drain-rules": (timedelta(seconds=1.5), ("drain-rules",)),
     }
     for entry in schedule.values():
         assert entry["task"] == "mcm.reconcile.safety"
@@ -40,14 +39,12 @@ def test_mcm_defaults() -> None:
         "safety-orphan-vms": timedelta(minutes=15),
         "safety-apiserver": timedelta(minutes=1),
         "safety-overshooting": timedelta(minutes=1),
-        "safety-drain-rules": timedelta(minutes=1),
     }
 
 
 def test_a_zero_period_turns_a_job_off() -> None:
     settings = load_settings({"machine_safety_overshooting_period": "0s"})
     assert "safety-overshooting" not in beat_schedule(settings)
-    assert "safety-drain-rules" not in beat_schedule(settings)
 
 
 @pytest.mark.parametrize(

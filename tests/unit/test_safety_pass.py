@@ -20,8 +20,9 @@ from mcm_tasks.controllers.machine.reconcile import reconcile_machine
 from mcm_tasks.controllers.safety import APISERVER, DRAIN_RULES, ORPHAN_VMS, OVERSHOOTING
 from mcm_tasks.controllers.safety.apiserver import RESET_DESCRIPTION
 from mcm_tasks.controllers.safety.apiserver_io import down_since_key
+from mcm_tasks.controllers.safety.debounce_io import window_key as debounce_key
 from mcm_tasks.controllers.safety.register import reconcile_safety
-from mcm_tasks.redisdb import get_redis
+from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import configure, get_settings, reset_settings
 from providers.local import LocalCloud
 from tests.kube_fake import FakeKube
@@ -198,6 +199,10 @@ def drain_rule(name: str, behavior: str) -> Obj:
             "spec": {"drain": {"behavior": behavior}}}  # fmt: skip
 
 
+def rule_lists(kube: FakeKube) -> int:
+    return sum(1 for a in kube.actions if a.verb == "list" and a.resource == "machinedrainrules")
+
+
 @pytest.fixture()
 def fresh_rules() -> Iterator[None]:
     """The drain keeps a namespace's rules for a few seconds per process: none of this test's may
@@ -229,3 +234,29 @@ def test_the_drain_rules_job_says_on_each_rule_whether_drains_use_it_and_warns_o
         reconcile_safety(DRAIN_RULES)
 
     assert not writes(kube)  # judged the same: nothing written again, no second Event
+
+
+@pytest.mark.usefixtures("fresh_rules")
+def test_an_overshooting_run_judges_the_drain_rules_at_most_once_per_period() -> None:
+    """Beat fires no drain-rules entry: the overshooting check judges the rules (a task per namespace
+    and minute fewer). The informer's bursts of overshooting requests in a scale-up do not list the
+    rules at every run: once per overshooting period."""
+    kube = FakeKube([drain_rule("typo", "Skp")])
+
+    with kube.installed():
+        reconcile_safety(OVERSHOOTING)
+
+    assert [(a.verb, a.name, a.subresource) for a in kube.writes("machinedrainrules")] == [
+        ("update", "typo", "status")
+    ]
+    kube.clear()
+    drainrules_io._cache.pop(NS, None)
+    with kube.installed():
+        reconcile_safety(OVERSHOOTING)  # within the period (and the debounce window: a requeue)
+        get_redis().delete(debounce_key(OVERSHOOTING))
+        reconcile_safety(OVERSHOOTING)  # the check runs again, the rules wait for the period
+    assert rule_lists(kube) == 0
+    get_redis().delete(rkey("safety", "drain-rules-judged"), debounce_key(OVERSHOOTING))  # a period on
+    with kube.installed():
+        reconcile_safety(OVERSHOOTING)
+    assert rule_lists(kube) == 1

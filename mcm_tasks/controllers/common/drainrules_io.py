@@ -9,8 +9,8 @@ process, not one each, while a rule written is in force within seconds (every po
 later round's decision). An install without our CRD (a Go MCM's operator swapping in) or without the
 right to read it has no rules: MCM's drain, unchanged (said once in the log).
 
-``validate_rules`` (the ``drain-rules`` job on the safety queue, run by beat with the overshooting
-check's period) writes each rule's ``Valid`` condition when it changes: ``False`` with the problems,
+``validate_rules`` (the ``drain-rules`` job on the safety queue, and the overshooting check once per
+its period) writes each rule's ``Valid`` condition when it changes: ``False`` with the problems,
 and then a Warning Event ``InvalidDrainRule``, or ``True``. A drain does not write it (a thousand
 drains would race to), it only leaves the invalid rules out, as the condition says.
 """

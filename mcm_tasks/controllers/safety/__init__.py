@@ -13,7 +13,9 @@ and by the informer on the events that make a check urgent:
   scale-up) together with its deployment, and unfrozen once back under the lower threshold
   (``overshooting`` decides, ``overshooting_io`` acts);
 - ``drain-rules`` (mcm-tasks's own): each ``MachineDrainRule`` gets its ``Valid`` condition, and an
-  invalid one a Warning Event (``common.drainrules_io.validate_rules``).
+  invalid one a Warning Event (``common.drainrules_io.validate_rules``). Every ``overshooting`` run
+  does it as well, and beat fires no entry of its own: a task per namespace and minute fewer (in
+  seed mode a third of the idle safety tasks); the key stays for a run on demand.
 
 ``reads_io`` lists what the jobs look at (the informers' mirror once synced, else the API server),
 ``register`` wires the jobs into the queue contract, and ``debounce_io`` folds the informer's bursts of
@@ -29,7 +31,7 @@ ORPHAN_VMS: Final = "orphan-vms"
 OVERSHOOTING: Final = "overshooting"
 APISERVER: Final = "apiserver"
 #: mcm-tasks's own: every MachineDrainRule's ``Valid`` condition (not a safety check, a job over the
-#: installation like them: it runs on their queue, with the overshooting check's period)
+#: installation like them: it runs on their queue, and with every overshooting check)
 DRAIN_RULES: Final = "drain-rules"
 
 #: each job's key → the setting that holds its period
@@ -37,5 +39,4 @@ JOB_PERIODS: Final[dict[str, str]] = {
     ORPHAN_VMS: "machine_safety_orphan_vms_period",
     APISERVER: "machine_safety_apiserver_statuscheck_period",
     OVERSHOOTING: "machine_safety_overshooting_period",
-    DRAIN_RULES: "machine_safety_overshooting_period",
 }

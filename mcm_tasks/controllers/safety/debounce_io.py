@@ -78,3 +78,13 @@ def close_window(job: str, interval: float, elapsed: float) -> None:
     left = window_after(interval, elapsed)
     if left is not None:
         get_redis().set(window_key(job), "1", px=left)
+
+
+def drain_rules_due(period: float) -> bool:
+    """Whether an ``overshooting`` run should also judge the drain rules: at most once per ``period``
+    (SET NX PX), so that the informer's bursts of overshooting requests during a scale-up do not list
+    the rules at each run; beat's run once a period does."""
+    if period <= 0:
+        return True
+    key = rkey("safety", "drain-rules-judged")
+    return bool(get_redis().set(key, "1", nx=True, px=max(1, int(period * 900))))
