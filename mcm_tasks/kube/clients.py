@@ -12,6 +12,7 @@ parent's.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -187,13 +188,15 @@ def reset_clusters() -> None:
 
 # --- seed mode: a tenant's clients --------------------------------------------------------------
 
-#: a tenant's target Secrets are read again this often (a rotated token, a moved API server)
-TENANT_RECHECK = 60.0
+#: a tenant's target Secrets are read again this often (a moved API server, a CA rotated), and at
+#: once after its target answered 401 (a rotated token: Gardener renews it hours before the old one
+#: expires); a minute made every process read every namespace's Secrets 50 times a minute in a seed
+TENANT_RECHECK = 300.0
 #: a tenant whose Secrets could not be read is tried again after this (its passes fail meanwhile)
 TENANT_RETRY = 5.0
 #: a worker that follows the versions the informer publishes (``note_published_versions``) reads a
 #: tenant's Secrets itself this seldom, as a backstop: the informer reads them every TENANT_RECHECK
-TENANT_RECHECK_FOLLOWED = 600.0
+TENANT_RECHECK_FOLLOWED = 900.0
 #: published versions older than this are not followed (the registry is no longer being read)
 PUBLISHED_FRESH = 30.0
 
@@ -247,10 +250,27 @@ def _recheck_period(namespace: str, found: _Tenant, now: float) -> float:
 
 def target_from_config(config: TargetConfig, settings: Settings) -> Cluster:
     """A client of a tenant's target cluster from its resolved kubeconfig (the token inline: read
-    from the Secret, never from a file), rate limited by the tenant's own bucket."""
+    from the Secret, never from a file), rate limited by the tenant's own bucket. A 401 from it
+    makes the tenant's Secrets be read again at the next use (``tenant_unauthorized``)."""
     configuration = Configuration()
     k8s_config.load_kube_config_from_dict(config.kubeconfig, client_configuration=configuration)
-    return cluster_of(TARGET, configuration, settings)
+    cluster = cluster_of(TARGET, configuration, settings)
+    edge = cluster.api.rest_client
+    if isinstance(edge, rest.EdgeRESTClient):
+        edge.on_unauthorized = functools.partial(tenant_unauthorized, config.namespace, cluster)
+    return cluster
+
+
+def tenant_unauthorized(namespace: str, target: Cluster) -> None:
+    """The tenant's target refused the token of ``target`` (rotated in its Secret): read the Secrets
+    at the next ``tenant_clusters``, unless clients from newer Secrets are already in use."""
+    found = _tenants.get(namespace)
+    if found is not None and found.clusters is not None and found.clusters.target is target:
+        if found.checked_at != -math.inf:
+            log.warning(
+                "namespace %s: the target cluster answered 401: its Secrets are read again", namespace
+            )
+        found.checked_at = -math.inf
 
 
 _seed_control: tuple[int, str, Configuration] | None = None

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -75,6 +75,9 @@ class EdgeRESTClient(RESTClientObject):
         self.credentials = credentials_of(configuration)
         self.generation = self.credentials.generation if self.credentials else 0
         self._rebuild_lock = threading.Lock()
+        #: called on a 401 when the credentials are not ours to re-read (a seed-mode tenant's target,
+        #: its token inline from a Secret: ``clients.tenant_clusters`` reads the Secrets again)
+        self.on_unauthorized: Callable[[], None] | None = None
 
     def _route(self) -> None:
         host = str(self.configuration.host)
@@ -112,7 +115,10 @@ class EdgeRESTClient(RESTClientObject):
         a 401 the credentials read again and the request sent once more if they changed."""
         credentials = self.credentials
         if credentials is None:
-            return self._request(method, url, headers, body, post_params, _request_timeout)
+            resp = self._request(method, url, headers, body, post_params, _request_timeout)
+            if resp.status == 401 and self.on_unauthorized is not None:
+                self.on_unauthorized()
+            return resp
         credentials.maybe_reload()
         headers = dict(headers or {})
         credentials.authorize(headers)

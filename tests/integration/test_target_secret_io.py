@@ -201,3 +201,30 @@ def test_a_worker_follows_the_secret_versions_the_informer_publishes(
     finally:
         clients.forget_tenant(namespace)
         reset_settings()
+
+
+def test_a_401_from_the_target_makes_the_tenants_secrets_read_again_at_once(
+    control: client.ApiClient, seed: ApiServer
+) -> None:
+    """The Secrets are read again every five minutes, and at once when the target refuses the token
+    (a rotated one): the next use builds clients from the Secrets as they are now."""
+    namespace = "shoot-refused"
+    lay_out(control, seed, namespace, GENERIC_TOKEN_KUBECONFIG, "revoked-token")
+    settings = configure({"control_kubeconfig": str(seed.kubeconfig), "namespaces": namespace})
+    try:
+        with serving(namespace, settings) as view:
+            first = clients.tenant_clusters(view)
+            assert first.target is not None
+            with pytest.raises(client.ApiException) as refused:
+                client.CoreV1Api(first.target.api).list_namespace()
+            assert refused.value.status == 401
+            client.CoreV1Api(control).patch_namespaced_secret(
+                SHOOT_ACCESS_SECRET, namespace, {"data": {"token": b64(shoot_kubeconfig(seed)[2])}}
+            )
+            second = clients.tenant_clusters(view)
+            assert second is not first and second.target is not None
+            assert client.CoreV1Api(second.target.api).list_namespace().items is not None
+            assert clients.tenant_clusters(view) is second  # read once, not at every use
+    finally:
+        clients.forget_tenant(namespace)
+        reset_settings()
