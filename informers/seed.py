@@ -38,8 +38,12 @@ log = logging.getLogger(__name__)
 #: how long a stopping namespace's informer is given to close its watches
 STOP_TIMEOUT = 5.0
 #: a namespace's informer's idle timers run this much slower than a single-namespace informer's
-#: (``Informer.pace``): a wake-up every 2.5 s, a sentinel check every 10 s, a status every 5 s
-IDLE_PACE = 5.0
+#: (``Informer.pace``): a wake-up every 5 s, a sentinel check every 20 s, a status every 10 s (its
+#: TTL is 60 s). At 5 the fifty writer threads of a seed still woke 20 times a second at rest, and
+#: their status writes and sentinel checks were a third of the informer's idle CPU. Events are
+#: written as they come whatever the pace; a lost mirror is found, and a Node's bare heartbeat (a
+#: lazy change) written, up to 20 s late.
+IDLE_PACE = 10.0
 #: the registry is written when it changed, and every this many rounds anyway (another replica's
 #: write, or a lost Redis, is mended within that)
 REPUBLISH_EVERY = 15
