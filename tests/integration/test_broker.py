@@ -69,20 +69,24 @@ def test_the_close_is_quiet_and_a_late_ack_is_logged(
     assert "Couldn't ack" in caplog.text
 
 
-def _brpop_blocks(redis_url: str, act: Callable[[], None]) -> list[float]:
-    """The block (last argument) of every BRPOP Redis receives while ``act`` runs."""
-    seen: list[float] = []
+def _first_brpop(redis_url: str, act: Callable[[], object]) -> list[str] | None:
+    """The arguments of the first BRPOP Redis receives while ``act`` runs (None: no BRPOP)."""
     with redis.Redis.from_url(redis_url).monitor() as monitor:
         act()
         deadline = time.monotonic() + 5
         for entry in monitor.listen():
             command = str(entry.get("command", ""))
             if command.startswith("BRPOP"):
-                seen.append(float(command.rsplit(" ", 1)[-1]))
-                break
+                return command.split(" ")[1:]
             if time.monotonic() > deadline:
                 break
-    return seen
+    return None
+
+
+def _brpop_blocks(redis_url: str, act: Callable[[], None]) -> list[float]:
+    """The block (last argument) of the first BRPOP Redis receives while ``act`` runs."""
+    args = _first_brpop(redis_url, act)
+    return [float(args[-1])] if args else []
 
 
 def test_a_worker_blocks_in_brpop_for_5s_and_still_takes_a_message_at_once(redis_url: str) -> None:
@@ -173,16 +177,7 @@ def test_a_queue_consumed_while_a_brpop_blocks_is_taken_before_the_block_ends(re
 
 def _brpop_keys(redis_url: str, act: Callable[[], object]) -> list[str]:
     """The keys of the first BRPOP Redis receives while ``act`` runs."""
-    with redis.Redis.from_url(redis_url).monitor() as monitor:
-        act()
-        deadline = time.monotonic() + 5
-        for entry in monitor.listen():
-            command = str(entry.get("command", ""))
-            if command.startswith("BRPOP"):
-                return command.split(" ")[1:-1]
-            if time.monotonic() > deadline:
-                break
-    return []
+    return (_first_brpop(redis_url, act) or [""])[:-1]
 
 
 def test_the_brpop_names_each_queue_at_each_priority_in_round_robin_order(redis_url: str) -> None:
