@@ -43,7 +43,8 @@ class RecorderKeys:
 
 def set_behaviour(client: redis.Redis, kind: str, key: str, **behaviour: Any) -> None:
     """``sleep`` seconds (for the first ``sleep_runs`` runs, default all), ``fail`` the first n runs
-    (with ``message``), ``requeue`` seconds (for the first ``requeue_runs`` runs, default all)."""
+    (with ``message``), ``requeue`` seconds (for the first ``requeue_runs`` runs, default all).
+    ``key`` ``*``: every key of ``kind`` without a behaviour of its own."""
     client.hset(RecorderKeys.make().behaviour, f"{kind}:{key}", orjson.dumps(behaviour))
 
 
@@ -91,11 +92,11 @@ def recording_reconciler(kind: str) -> Reconciler:
         pipe.hget(keys.current, name)
         pipe.hset(keys.current, name, me)
         pipe.hincrby(keys.counts, name, 1)
-        pipe.hmget(keys.behaviour, name, "*")
-        previous, _, run_number, (own, default) = pipe.execute()
+        pipe.hmget(keys.behaviour, name, f"{kind}:*", "*")
+        previous, _, run_number, (own, kind_default, default) = pipe.execute()
         if previous and _alive(int(previous.split("|")[1])):
             client.sadd(keys.overlaps, name)  # another process is inside this key's reconcile
-        behaviour = orjson.loads(own or default or b"{}")
+        behaviour = orjson.loads(own or kind_default or default or b"{}")
         try:
             if behaviour.get("sleep") and run_number <= behaviour.get("sleep_runs", 1 << 30):
                 time.sleep(float(behaviour["sleep"]))
