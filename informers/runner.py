@@ -17,6 +17,7 @@ enqueues every key from the store, so a lost message costs at most one period.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
@@ -59,6 +60,8 @@ BATCH_MAX = 500
 BATCH_LINGER = 0.01
 QUEUE_MAX = 50_000
 IDLE_CHECK = 0.5
+#: put into a writer's inbox by ``Informer.wake``: no event, it only ends the writer's wait
+WAKE: Any = object()
 #: how often a writer with nothing to write still checks the sentinel (Redis lost its data). Every
 #: idle wakeup did (0.5 s): four Redis commands a wakeup, half the informer's Redis traffic at rest.
 SENTINEL_EVERY = 2.0
@@ -153,6 +156,7 @@ class Informer:
             self._trimming = True
         self._status_refresh = 0.0  # the hash may have expired while this process stood by
         inbox: queue.Queue[Item] = queue.Queue(QUEUE_MAX)
+        self._inbox = inbox
         expected = self._retry(self.mirror.sentinel, stop)
         for res in self.resources:
             self._retry(lambda res=res: processor.seed(res.kind, self.mirror.scan(res.kind)), stop)  # type: ignore[misc]
@@ -190,6 +194,15 @@ class Informer:
                 reflector.join(5.0)
             self.problems.close()
             self._publish_status(reflectors, leading=False, whole=True)
+
+    def wake(self) -> None:
+        """End the writer's idle wait at once (after ``stop`` is set: it stops now, not after up to
+        ``IDLE_CHECK * pace``; a seed-mode process stops a namespace's informer before it gives the
+        namespace's lease up, and its shard ticks wait for that)."""
+        inbox = self.__dict__.get("_inbox")
+        if inbox is not None:
+            with contextlib.suppress(queue.Full):
+                inbox.put_nowait(WAKE)  # type: ignore[arg-type]
 
     def _write_loop(
         self,
@@ -403,6 +416,8 @@ def _take_batch(
         first = inbox.get(timeout=wait)
     except queue.Empty:
         return []
+    if first is WAKE:
+        return []
     return [first, *_take_more(inbox, BATCH_MAX - 1, linger, sleep)]
 
 
@@ -418,7 +433,9 @@ def _take_more(
     more: list[Item] = []
     while len(more) < room:
         try:
-            more.append(inbox.get_nowait())
+            item = inbox.get_nowait()
         except queue.Empty:
             break
+        if item is not WAKE:
+            more.append(item)
     return more

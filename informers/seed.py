@@ -55,6 +55,8 @@ class Tenant:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     clusters: Clusters | None = None
+    #: the namespace's informer, once its thread built it (``_stop`` wakes its writer)
+    runner: Informer | None = None
     problem: str = ""
     entry: dict[str, Any] = field(default_factory=tenancy_io.since_now)
 
@@ -184,6 +186,9 @@ class SeedInformer:
                 trimmer=self.trimmer,
                 pace=IDLE_PACE,
             )
+            tenant.runner = runner
+            if tenant.stop.is_set():  # stopped while it was being built
+                return
             try:
                 runner.lead(tenant.stop)
             except Exception as err:  # one namespace's failure is its own: tried again next round
@@ -195,6 +200,8 @@ class SeedInformer:
         if tenant is None:
             return
         tenant.stop.set()
+        if tenant.runner is not None:
+            tenant.runner.wake()  # its writer's idle wait is IDLE_PACE times a single informer's
         if tenant.thread is not None:
             tenant.thread.join(STOP_TIMEOUT)
             log.info("namespace %s: informer stopped", namespace)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import queue
+import time
 from typing import Any
 
-from informers.runner import BATCH_MAX, _take_batch, status_update
+from informers.runner import BATCH_MAX, WAKE, _take_batch, status_update
 
 
 class Arrivals(queue.Queue[Any]):
@@ -59,3 +60,17 @@ def test_the_status_hash_is_written_when_something_in_it_changed_whole_when_due(
         "idle_wakeups": "9",
     }
     assert status_update(published, published, whole=True) == published
+
+
+def test_a_wake_ends_the_writers_idle_wait_at_once_and_is_no_event() -> None:
+    """A seed-mode namespace's writer waits ``IDLE_CHECK * pace`` (5 s) when idle; stopping the
+    namespace (before its lease is given up, which the shard ticks wait for) wakes it at once."""
+    inbox: queue.Queue[Any] = queue.Queue()
+    inbox.put(WAKE)
+    started = time.monotonic()
+    assert _take_batch(inbox, 30.0, linger=0.0) == []
+    assert time.monotonic() - started < 1.0
+    inbox.put("event-1")
+    inbox.put(WAKE)
+    inbox.put("event-2")
+    assert _take_batch(inbox, 1.0, linger=0.0) == ["event-1", "event-2"]
