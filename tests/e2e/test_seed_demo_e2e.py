@@ -31,7 +31,9 @@ def _descendants(pid: int) -> dict[psutil.Process, str]:
     with contextlib.suppress(psutil.Error):
         for child in psutil.Process(pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                found[child] = " ".join(child.cmdline())
+                command = " ".join(child.cmdline())
+                if command:  # a zombie's is empty: it must not replace what was seen of it
+                    found[child] = command
     return found
 
 
