@@ -133,6 +133,8 @@ class Informer:
         #: a seed-mode process runs one informer per namespace, and at rest those timers were
         #: most of its CPU, for checks whose answer is the same in a few seconds
         self.pace = pace
+        #: the writer's inbox while it leads (``wake`` puts its marker there)
+        self._inbox: queue.Queue[Item] | None = None
         #: a seed-mode informer's tenants share their process's trimmer (started by its owner)
         self.trimmer = trimmer or Trimmer()
         self._trimming = trimmer is not None
@@ -199,10 +201,9 @@ class Informer:
         """End the writer's idle wait at once (after ``stop`` is set: it stops now, not after up to
         ``IDLE_CHECK * pace``; a seed-mode process stops a namespace's informer before it gives the
         namespace's lease up, and its shard ticks wait for that)."""
-        inbox = self.__dict__.get("_inbox")
-        if inbox is not None:
+        if self._inbox is not None:
             with contextlib.suppress(queue.Full):
-                inbox.put_nowait(WAKE)  # type: ignore[arg-type]
+                self._inbox.put_nowait(WAKE)
 
     def _write_loop(
         self,

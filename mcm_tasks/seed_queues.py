@@ -90,8 +90,8 @@ class SeedQueues(bootsteps.StartStopStep):
                 consumed = self._consumed()
                 kinds = consumed_kinds(settings, sorted(consumed))
                 client = get_redis()
-                served = tenancy_io.served(client, settings)
                 published = tenancy_io.entries(client, settings)
+                served = tenancy_io.served(client, settings, published)  # the same read
             except redis.RedisError as err:
                 if not down:
                     log.warning("seed mode: served namespaces unreadable, keeping the queues: %s", err)

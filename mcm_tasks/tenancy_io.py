@@ -29,12 +29,12 @@ def registry_key(settings: Settings) -> str:
     return f"{settings.install_prefix}:seed:namespaces"
 
 
-def served(client: redis.Redis, settings: Settings) -> list[str]:
+def served(client: redis.Redis, settings: Settings, published: Mapping[str, Any] | None = None) -> list[str]:
     """The namespaces the installation serves now: ``--namespaces`` as given; with a selector, what
-    the informer last published."""
+    the informer last published (``published``: the registry's ``entries`` already read)."""
     if settings.namespace_list:
         return settings.namespace_list
-    names = client.hkeys(registry_key(settings))
+    names = client.hkeys(registry_key(settings)) if published is None else list(published)
     return sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names)
 
 
