@@ -1,5 +1,5 @@
-"""``mcm-tasks worker`` (a Celery worker on the reconcile queues); ``mcm-tasks admin`` lives in
-mcm_tasks/admin/cli.py and is mounted here."""
+"""``mcm-tasks worker``: a Celery worker on the reconcile queues. It imports neither the admin CLI
+nor the other commands (``mcm_tasks.cli`` mounts each one only for its own command line)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import sys
 import tempfile
 
 import typer
-from rich.console import Console
 
-from mcm_tasks.admin.cli import admin_app
 from mcm_tasks.cli_support import GIVEN_CLUSTERS, command_settings, log_level
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.observability import MULTIPROC_ENV, serve
@@ -20,9 +18,6 @@ from mcm_tasks.probes import standard_probes
 from mcm_tasks.settings import Settings, get_settings
 
 app = typer.Typer(add_completion=False)
-app.add_typer(admin_app, name="admin")
-#: piped output (grep, tests) is not cut to 80 columns
-console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def queue_names(spec: str) -> list[str]:
@@ -148,5 +143,7 @@ def worker(
     )
 
 
-if __name__ == "__main__":
-    app()
+if __name__ == "__main__":  # the whole command, as ``python -m mcm_tasks.cli``
+    from mcm_tasks.cli import main
+
+    main()
