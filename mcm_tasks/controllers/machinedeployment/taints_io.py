@@ -34,29 +34,32 @@ from mcm_tasks.kube.errors import describe, is_conflict, is_not_found
 log = logging.getLogger(__name__)
 
 
-def node_names(ctx: Context, machine_sets: Iterable[MachineSet]) -> list[str]:
-    """Nodes of the sets' machines (the machines' ``node`` label), each once."""
+def node_names(ctx: Context, machine_sets: Iterable[MachineSet], *, once: bool = False) -> list[str]:
+    """Nodes of the sets' machines (the machines' ``node`` label), each once. ``once``: see
+    ``Context.machines_of``."""
     names: dict[str, None] = {}
     for ms in machine_sets:
-        for machine in ctx.machines_of(ms, lag_ok=True):
+        for machine in ctx.machines_of(ms, lag_ok=True, once=once):
             node = (_meta(machine).get("labels") or {}).get(NODE_LABEL_KEY)
             if node:
                 names[node] = None
     return list(names)
 
 
-def apply(ctx: Context, nodes: Sequence[str], change: NodeChange) -> int:
+def apply(ctx: Context, nodes: Sequence[str], change: NodeChange, *, once: bool = False) -> int:
     """Apply a decision to each node (re-deciding on a fresh read after a Conflict); the nodes
-    changed. Errors are logged, not raised."""
-    return _apply(ctx, nodes, change)[0]
+    changed. Errors are logged, not raised. ``once``: see ``Context.machines_of``."""
+    return _apply(ctx, nodes, change, once=once)[0]
 
 
-def _apply(ctx: Context, nodes: Sequence[str], change: NodeChange) -> tuple[int, list[str]]:
+def _apply(
+    ctx: Context, nodes: Sequence[str], change: NodeChange, *, once: bool = False
+) -> tuple[int, list[str]]:
     """``apply``, and the nodes that now need no change (none failed to take it)."""
     if ctx.target is None:
         return 0, []
     changed, settled = 0, []
-    for name, node in ctx.get_nodes(nodes, lag_ok=True).items():
+    for name, node in ctx.get_nodes(nodes, lag_ok=True, once=once).items():
         if change(node) is None:
             settled.append(name)
             continue
@@ -158,8 +161,9 @@ def protect_from_scale_down(ctx: Context, machine_sets: Sequence[MachineSet]) ->
 
 
 def end_scale_down_protection(ctx: Context, machine_sets: Sequence[MachineSet]) -> None:
-    """Upstream ``removeAutoscalerAnnotationsIfRequired``: only where the ``…-by-mcm`` marker is."""
+    """Upstream ``removeAutoscalerAnnotationsIfRequired``: only where the ``…-by-mcm`` marker is.
+    Once per completed rollout: its reads of every machine and node are not kept (``once``)."""
     if ctx.settings.autoscaler_scaledown_annotation_during_rollout:
         uid = _rollout(ctx)[0]
         PROTECTED_NODES.forget_where(lambda k: k[0] == uid)
-        apply(ctx, node_names(ctx, machine_sets), remove_scale_down_protection)
+        apply(ctx, node_names(ctx, machine_sets, once=True), remove_scale_down_protection, once=True)
