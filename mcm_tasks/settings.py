@@ -246,6 +246,13 @@ class Settings(BaseSettings):
         "sweep) after this, so that a burst of them joins one pass, as kube-controller-manager's "
         "--endpoint-updates-batch-period (not in MCM; 0 = at once)",
     )
+    machine_set_pass_spacing: float = Field(
+        3.0,
+        ge=0,
+        description="k: a MachineSet pass that took d seconds lets the set's next pass start k·d "
+        "after it (where k·d is longer than --machine-updates-batch-period), so a large set's "
+        "passes take at most 1/(k+1) of a worker whatever its size (not in MCM; 0 = off)",
+    )
     deletion_steps_per_pass: int = Field(
         7,
         ge=1,

@@ -58,6 +58,8 @@ SCOPE_BUILDERS: frozenset[tuple[str, str]] = frozenset(
         ("machineset/reconcile.py", "_read"),
         ("machinedeployment/scope.py", "Context.read"),
         ("machinedeployment/reconcile.py", "reconcile_machine_deployment"),
+        # before the scope is built: whether a costly set's next pass may start yet
+        ("machineset/spacing_io.py", "spaced.run"),
         # outside any pass: the queue's report on a failing key
         ("recovery_io.py", "reporter.report"),
     }

@@ -73,6 +73,7 @@ from mcm_tasks.controllers.machineset.replicas import (
     plan_replicas,
 )
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
+from mcm_tasks.controllers.machineset.spacing_io import spaced
 from mcm_tasks.controllers.machineset.sync_io import propagate
 from mcm_tasks.controllers.problems_io import answers_unreadable
 from mcm_tasks.kinds import Queue
@@ -334,8 +335,10 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
 
 #: the ``machineset`` queue's reconciler: the set's scope (``MachineSetScope``), then
 #: ``machine_set_pass``; a set gone takes its expectations with it
-reconcile_machine_set = answers_unreadable(
-    scoped(_read, machine_set_pass, MachineSetScope.begin, gone=expectations.delete_expectations)
+reconcile_machine_set = spaced(
+    answers_unreadable(
+        scoped(_read, machine_set_pass, MachineSetScope.begin, gone=expectations.delete_expectations)
+    )
 )
 
 
