@@ -28,27 +28,29 @@ NOT_RUN_BY_A_WORKER = [
 ]  # fmt: skip
 
 
-def test_a_worker_imports_what_it_runs_and_no_other_command() -> None:
+def _loaded_by(word: str, runs: str, modules: list[str]) -> list[str]:
+    """Which of ``modules`` a fresh process holds once the command ``word`` is mounted and the
+    modules it ``runs`` are imported."""
     found = _run(
         "import json, sys\n"
-        "from mcm_tasks.cli import build_app\n"
-        "build_app('worker')\n"
+        f"from mcm_tasks.cli import build_app\nbuild_app({word!r})\n{runs}"
+        f"print(json.dumps({{'loaded': [m for m in {modules!r} if m in sys.modules]}}))"
+    )
+    loaded: list[str] = found["loaded"]  # type: ignore[assignment]
+    return loaded
+
+
+def test_a_worker_imports_what_it_runs_and_no_other_command() -> None:
+    runs = (
         "import mcm_tasks.celery_app, mcm_tasks.tasks, mcm_tasks.controllers.reconcilers\n"
         "import mcm_tasks.kube.clients, mcm_tasks.kube.credentials_io\n"
-        f"print(json.dumps({{'loaded': [m for m in {NOT_RUN_BY_A_WORKER!r} if m in sys.modules]}}))"
     )
-    assert found == {"loaded": []}
+    assert _loaded_by("worker", runs, NOT_RUN_BY_A_WORKER) == []
 
 
 def test_the_informer_command_does_not_import_the_admin_cli_or_the_worker() -> None:
-    found = _run(
-        "import json, sys\n"
-        "from mcm_tasks.cli import build_app\n"
-        "build_app('informer')\n"
-        "print(json.dumps({'loaded': [m for m in ['mcm_tasks.admin.cli', 'mcm_tasks.worker_cli', 'rich',"
-        " 'kubernetes.dynamic', 'mcm_sandbox'] if m in sys.modules]}))"
-    )
-    assert found == {"loaded": []}
+    held = ["mcm_tasks.admin.cli", "mcm_tasks.worker_cli", "rich", "kubernetes.dynamic", "mcm_sandbox"]
+    assert _loaded_by("informer", "", held) == []
 
 
 def test_the_client_parts_still_load_when_named() -> None:
