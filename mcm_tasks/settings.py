@@ -251,7 +251,8 @@ class Settings(BaseSettings):
         ge=0,
         description="k: a MachineSet pass that took d seconds lets the set's next pass start k·d "
         "after it (where k·d is longer than --machine-updates-batch-period), so a large set's "
-        "passes take at most 1/(k+1) of a worker whatever its size (not in MCM; 0 = off)",
+        "recounting passes take at most 1/(k+1) of a worker whatever its size; a pass that "
+        "created or deleted machines is not spaced (not in MCM; 0 = off)",
     )
     deletion_steps_per_pass: int = Field(
         7,

@@ -10,7 +10,7 @@ import pytest
 
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.controllers.machineset.spacing import held_back, spacing
-from mcm_tasks.controllers.machineset.spacing_io import spaced
+from mcm_tasks.controllers.machineset.spacing_io import acted, spaced
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import configure, get_settings, reset_settings
 
@@ -93,3 +93,19 @@ def test_cheap_passes_and_spacing_off_are_never_held_back() -> None:
     costly = Pass(0.25)
     run = spaced(costly)
     assert [run("ns/big-off") for _ in range(2)] == [None, None] and costly.runs == 2
+
+
+def test_a_pass_that_created_or_deleted_machines_is_not_spaced() -> None:
+    """A scale-down deletes a batch per pass: its passes are not held back, only those that recount."""
+    costly = Pass(0.25)
+
+    def deleting(key: str) -> Requeue | None:
+        acted()
+        return costly(key)
+
+    run = spaced(deleting)
+    assert [run("ns/shrinking") for _ in range(2)] == [None, None] and costly.runs == 2
+    recounting = spaced(costly)
+    assert recounting("ns/shrinking") is None
+    held = recounting("ns/shrinking")
+    assert held is not None and held.note.startswith("spaced") and costly.runs == 3

@@ -53,7 +53,7 @@ from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging, wake
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
-from mcm_tasks.controllers.machineset import control_io, status, status_io
+from mcm_tasks.controllers.machineset import control_io, spacing_io, status, status_io
 from mcm_tasks.controllers.machineset.conditions import scaling_conditions
 from mcm_tasks.controllers.machineset.facts import (
     Census,
@@ -520,6 +520,8 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
             level, "MachineSet %s: %d machines missing, scale-up blocked (%s)", key, -plan.diff, plan.skipped
         )
         return None
+    if plan.create or plan.delete:
+        spacing_io.acted()  # the next pass is not held back (spacing_io)
     if plan.create:
         log.info("MachineSet %s: too few replicas (need %d), creating %d",
                  key, machine_set.spec.replicas, plan.create)  # fmt: skip

@@ -9,6 +9,10 @@ d seconds of CPU lets the next one start k·d after it ended, so a set's passes 
 of a worker's CPU whatever its size: the count falls as the cost grows, and the total stays linear.
 CPU, not wall time: a pass waiting on a loaded API server or host is not what grows with the set.
 
+Only the passes that recount are spaced: a pass that created or deleted machines lets the next one
+come as soon as before (``spacing_io.acted``), since a scale-down deletes a batch a pass and spacing
+those passes halved its rate at 10 000 machines.
+
 Below the batch period nothing changes: a pass of a thousand machines (4-70 ms) spaced by k = 3
 still waits for ``--machine-updates-batch-period`` (0.5 s) first, so rollouts and scale-ups of
 ordinary sets run as before. What a pass held back costs: the change it would have acted on waits

@@ -8,6 +8,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 
 import redis
 
@@ -17,6 +18,16 @@ from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
+
+#: whether the running pass created or deleted machines (``acted``): such a pass is not spaced
+_ACTED: ContextVar[bool] = ContextVar("machineset_pass_acted", default=False)
+
+
+def acted() -> None:
+    """The running pass created or deleted machines. Its successor is not held back: a scale-down
+    of 10 000 deletes a batch a pass, and spacing those passes slowed it (527 s against 325 s); what
+    grows with the square of the set is the passes that only recount it."""
+    _ACTED.set(True)
 
 
 def _key(key: str) -> str:
@@ -38,14 +49,20 @@ def spaced(reconcile: Callable[[str], Requeue | None]) -> Callable[[str], Requeu
             log.debug("MachineSet %s: next pass in %.2fs (spaced by the last one's cost)", key, wait)
             return Requeue(wait, note=f"spaced: {wait:.1f}s after the last pass")
         started = time.thread_time()  # the pass's own CPU: not its waits on a busy host
+        token = _ACTED.set(False)
         try:
             return reconcile(key)
         finally:
-            room = spacing(
-                time.thread_time() - started,
-                settings.machine_set_pass_spacing,
-                settings.machine_updates_batch_period,
+            room = (
+                0.0
+                if _ACTED.get()
+                else spacing(
+                    time.thread_time() - started,
+                    settings.machine_set_pass_spacing,
+                    settings.machine_updates_batch_period,
+                )
             )
+            _ACTED.reset(token)
             if room > 0:
                 try:
                     client.set(_key(key), repr(time.time() + room), px=max(1, int(room * 1000)))
