@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from mcm_sandbox.kubelet import node as kn
-from providers.local.cloud import LocalCloud
+from providers.local.cloud import LocalCloud, ParseMemo
 
 
 class VMSource(Protocol):
@@ -32,12 +32,14 @@ class LocalSource:
 
     def __init__(self, cloud: LocalCloud) -> None:
         self.cloud = cloud
+        #: VMs parsed at earlier reads, by id, with the hash each came from (``LocalCloud._load``)
+        self._parsed: ParseMemo = {}
 
     def clock(self) -> float:
         return self.cloud.clock()
 
     def live_vms(self) -> Sequence[kn.KubeletVM]:
-        return [vm for vm in self.cloud.all() if vm.live()]
+        return [vm for vm in self.cloud.all(self._parsed) if vm.live()]
 
     def owns(self, node: dict[str, Any]) -> bool:
         return kn.is_local_node(node)

@@ -310,3 +310,24 @@ def test_the_cloud_may_live_in_a_redis_of_its_own(redis_url: str) -> None:
         assert LocalCloud(get_redis(redis_url)).by_machine("own-redis") == []
     finally:
         reset_settings()
+
+
+def test_a_readers_memo_parses_only_changed_vms(driver: LocalDriver) -> None:
+    """The kubelet simulator reads every VM twice a second: with its memo an unchanged VM is the
+    object parsed before, a changed one is parsed again, and a forgotten one leaves the memo."""
+    cls = make_class()
+    create(driver, "m-a", cls)
+    create(driver, "m-b", cls)
+    cloud = driver.cloud
+    memo: dict[str, Any] = {}
+    first = {vm.machine: vm for vm in cloud.all(memo)}
+    again = {vm.machine: vm for vm in cloud.all(memo)}
+    assert again["m-a"] is first["m-a"] and again["m-b"] is first["m-b"]
+    cloud.mark_registered(first["m-a"].id, 123.0)
+    third = {vm.machine: vm for vm in cloud.all(memo)}
+    assert third["m-a"] is not first["m-a"] and third["m-a"].registered_at == 123.0
+    assert third["m-b"] is first["m-b"]
+    cloud.r.delete(cloud.vm_key(first["m-b"].id))  # gone from the store: forgotten on the next read
+    assert [vm.machine for vm in cloud.all(memo)] == ["m-a"]
+    assert set(memo) == {first["m-a"].id}
+    assert [vm.machine for vm in cloud.all()] == ["m-a"]  # and without a memo, as before
