@@ -99,9 +99,19 @@ class Outcome:
 
 def write_lag(raw: Mapping[str, Any], now: float) -> float | None:
     """How long after the API server wrote it an object's change reached the informer: now less the
-    newest ``metadata.managedFields[].time`` (the server stamps each write there). Whole seconds only,
-    so a lag reads up to 1 s high; None when the object carries no such time."""
-    entries = ((raw.get("metadata") or {}).get("managedFields")) or []
+    newest write time the object records. Whole seconds only, so a lag reads up to 1 s high; None
+    when the object carries no such time.
+
+    The server stamps each create, update and patch in ``metadata.managedFields[].time``, but not
+    the DELETE that marks an object with finalizers (it sets ``metadata.deletionTimestamp`` and
+    leaves managedFields alone). The deletion mark counts as a write: without it, the event of a
+    machine deleted an hour after its last update read as an hour's lag, and every scale-down put
+    the controllers in lag mode (live lists of the whole set on every pass). A deletion mark in the
+    future (a pod's grace period) only says the change is fresh: lag 0."""
+    meta = raw.get("metadata") or {}
+    entries = list(meta.get("managedFields") or [])
+    if meta.get("deletionTimestamp"):
+        entries.append({"time": meta["deletionTimestamp"]})
     newest: float | None = None
     for entry in entries:
         stamp = entry.get("time") if isinstance(entry, Mapping) else None
