@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from mcm_sandbox.kubelet import node as kn
-from providers.local.cloud import LocalCloud, ParseMemo
+from providers.local.cloud import Follower, LocalCloud
 
 
 class VMSource(Protocol):
@@ -32,14 +32,14 @@ class LocalSource:
 
     def __init__(self, cloud: LocalCloud) -> None:
         self.cloud = cloud
-        #: VMs parsed at earlier reads, by id, with the hash each came from (``LocalCloud._load``)
-        self._parsed: ParseMemo = {}
+        #: every VM, kept current by the cloud's change feed (``LocalCloud.follow``)
+        self._follower = Follower()
 
     def clock(self) -> float:
         return self.cloud.clock()
 
     def live_vms(self) -> Sequence[kn.KubeletVM]:
-        return [vm for vm in self.cloud.all(self._parsed) if vm.live()]
+        return [vm for vm in self.cloud.follow(self._follower) if vm.live()]
 
     def owns(self, node: dict[str, Any]) -> bool:
         return kn.is_local_node(node)

@@ -22,6 +22,7 @@ from providers.driver import (
 )
 from providers.errors import Code, MachineError
 from providers.local import LocalDriver, VMState
+from providers.local.cloud import Follower
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +130,8 @@ def test_user_data_is_never_stored(driver: LocalDriver, redis_client: redis.Redi
     stored: list[Any] = []
     for key in redis_client.keys("*"):
         kind = str(redis_client.type(key))
-        read = {"hash": redis_client.hgetall, "set": redis_client.smembers, "string": redis_client.get}[kind]
+        read = {"hash": redis_client.hgetall, "set": redis_client.smembers, "string": redis_client.get,
+                "stream": redis_client.xrange}[kind]  # fmt: skip
         stored.append(read(key))
     assert stored and "the-secret-bootstrap-token" not in repr(stored)
     [vm] = driver.cloud.all()
@@ -331,3 +333,37 @@ def test_a_readers_memo_parses_only_changed_vms(driver: LocalDriver) -> None:
     assert [vm.machine for vm in cloud.all(memo)] == ["m-a"]
     assert set(memo) == {first["m-a"].id}
     assert [vm.machine for vm in cloud.all()] == ["m-a"]  # and without a memo, as before
+
+
+def test_a_follower_rereads_only_what_was_written(driver: LocalDriver) -> None:
+    """``follow`` keeps every VM current through the change feed: a VM nobody wrote since the last
+    read is the object read before, a written one is read again, a created one appears and a deleted
+    one goes; what the clock alone changes waits for the next full read."""
+    cls = make_class()
+    create(driver, "m-a", cls)
+    create(driver, "m-b", cls)
+    cloud = driver.cloud
+    follower = Follower(full_every=3600.0)
+    first = {vm.machine: vm for vm in cloud.follow(follower)}
+    cloud.mark_registered(first["m-a"].id, 42.0)
+    create(driver, "m-c", cls)
+    second = {vm.machine: vm for vm in cloud.follow(follower)}
+    assert second["m-b"] is first["m-b"]  # not read again
+    assert second["m-a"].registered_at == 42.0 and "m-c" in second
+    cloud.terminate(first["m-b"].id)  # no delete delay: gone at once
+    assert sorted(vm.machine for vm in cloud.follow(follower)) == ["m-a", "m-c"]
+    assert [vm.machine for vm in cloud.follow(follower)] == [vm.machine for vm in cloud.all()]
+
+
+def test_a_follower_reads_everything_again_in_time(driver: LocalDriver, redis_client: redis.Redis) -> None:
+    """A write the feed lost (here: the stream deleted) shows at the next full read, ``full_every``
+    after the last one."""
+    cls = make_class()
+    create(driver, "m-a", cls)
+    cloud = driver.cloud
+    follower = Follower(full_every=3600.0)
+    [vm] = cloud.follow(follower)
+    redis_client.hset(cloud.vm_key(vm.id), "registered_at", "7.0")  # behind the feed's back
+    assert cloud.follow(follower)[0].registered_at is None
+    follower.full_every = 0.0
+    assert cloud.follow(follower)[0].registered_at == 7.0
