@@ -445,6 +445,10 @@ def main(argv: list[str] | None = None) -> None:
     host = calibration(args.no_calibration)
     with running_seed(args, shoots) as bench:
         ctx = context(args)
+        # the seed's processes run with SEED_ENV, not with this process's settings
+        ctx["settings"].update(kube_api_qps=float(SEED_ENV["MCM_KUBE_API_QPS"]),
+                               kube_api_burst=int(SEED_ENV["MCM_KUBE_API_BURST"]))  # fmt: skip
+        ctx["environment"] = {**ctx["environment"], **SEED_ENV}
         ctx["layout"] = {
             "shoots": args.shoots, "machines_per_shoot": args.machines, "machines": total,
             "processes": sorted(bench.sandbox.pids), "beat": "in the informer (informer --beat)",
