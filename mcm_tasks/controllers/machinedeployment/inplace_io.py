@@ -162,11 +162,20 @@ def _reconcile_new_set(ctx: Context, new_set: MachineSet, old_sets: Sequence[Mac
     if _transfer(ctx, new_set, old_sets) > 0:
         return True
     # an old set lost a machine it may not replace (a failed update): the new set makes up for it
-    # with a machine of the new template (upstream waits here; its budget can then never open)
-    shortfall = replicas - old_total - new_set.spec.replicas
+    # with a machine of the new template (upstream waits here; its budget can then never open).
+    # A machine an old set still shows beyond its replicas is not lost but in flight: moved by an
+    # earlier pass that also scaled its old set down, the set's write already mirrored and the
+    # machine's not (two watches); made up for, it would be replaced by a new VM.
+    in_flight = sum(max(0, len(_staying(ctx.machines_of(ms))) - ms.spec.replicas) for ms in old_sets)
+    shortfall = replicas - old_total - new_set.spec.replicas - in_flight
     if shortfall > 0:
         return sets_io.scale_set(ctx, new_set, new_set.spec.replicas + shortfall)
     return False
+
+
+def _staying(machines: Sequence[Obj]) -> list[Obj]:
+    """The machines not being deleted (a deleted one is not coming to the new set)."""
+    return [m for m in machines if not _meta(m).get("deletionTimestamp")]
 
 
 def _transfer(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet]) -> int:
