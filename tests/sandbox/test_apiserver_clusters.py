@@ -263,12 +263,13 @@ def test_a_cluster_added_at_run_time_serves_and_removal_ends_it(host: ApiServer)
         core = client.CoreV1Api(api)
         assert "default" in [n.metadata.name for n in core.list_namespace().items]
         since = core.list_namespace().metadata.resource_version
-        ended = threading.Event()
+        ended, opened = threading.Event(), threading.Event()
 
         def follow() -> None:  # one watch request, read to its end (no client-side re-watch)
             resp = core.list_namespace(
                 watch=True, resource_version=since, timeout_seconds=int(WAIT) * 2, _preload_content=False
             )
+            opened.set()
             try:
                 for _ in resp.stream():
                     pass
@@ -278,6 +279,8 @@ def test_a_cluster_added_at_run_time_serves_and_removal_ends_it(host: ApiServer)
 
         thread = threading.Thread(target=follow, daemon=True)
         thread.start()
+        # removed before the watch was open, the request would wait out its own timeout instead
+        wait_until(opened.is_set, WAIT, what="the watch to be open")
         host.remove_cluster(name)
         wait_until(ended.is_set, WAIT, what="the removed cluster's watch to end")
         with pytest.raises(client.ApiException) as gone:
