@@ -201,13 +201,16 @@ def heartbeat_period(name: str, interval: float) -> float:
     return interval * (1 + (zlib.crc32(name.encode()) % 25) / 100)
 
 
-def heartbeat_due(node: dict[str, Any], now: float, interval: float) -> bool:
-    """A status post is due when an order changed something, or the last heartbeat is old."""
-    if status_changed(node):
-        return True
+def heartbeat_due_at(node: dict[str, Any], interval: float) -> float:
+    """When the Node's next heartbeat is due (-inf: it has none yet): its last one plus its period."""
     last = parse_time(conditions_by_type(node).get("Ready", {}).get("lastHeartbeatTime"))
     period = heartbeat_period(str((node.get("metadata") or {}).get("name") or ""), interval)
-    return last is None or now - last >= period
+    return float("-inf") if last is None else last + period
+
+
+def heartbeat_due(node: dict[str, Any], now: float, interval: float) -> bool:
+    """A status post is due when an order changed something, or the last heartbeat is old."""
+    return status_changed(node) or now >= heartbeat_due_at(node, interval)
 
 
 def heartbeat_conditions(node: dict[str, Any], now: float) -> list[dict[str, str]]:

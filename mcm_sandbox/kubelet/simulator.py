@@ -239,9 +239,7 @@ class KubeletSimulator:
         known = self._node_facts.get(name)
         if version and known is not None and known[0] == version:
             return known[1], known[2]
-        changed = kn.status_changed(node)
-        last = kn.parse_time(kn.conditions_by_type(node).get("Ready", {}).get("lastHeartbeatTime"))
-        due_at = float("-inf") if last is None else last + kn.heartbeat_period(name, self.heartbeat_interval)
+        changed, due_at = kn.status_changed(node), kn.heartbeat_due_at(node, self.heartbeat_interval)
         if version:
             self._node_facts[name] = (version, changed, due_at)
         return changed, due_at
