@@ -33,7 +33,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from mcm_tasks.broker import SENTINEL_SCHEME
 from mcm_tasks.settings import Settings, get_settings
@@ -145,6 +145,21 @@ def _failover_retry(target: RedisTarget) -> Retry:
     return Retry(ExponentialBackoff(cap=_BACKOFF_CAP, base=_BACKOFF_BASE), retries)
 
 
+class _RetryingPool(SentinelConnectionPool):
+    """A Sentinel pool whose hand-out is retried as the command is. redis-py takes a connection
+    from the pool outside the command's retry, and the pool checks a pooled connection there: one
+    broken by the failover is reconnected once, and an error of that reconnect (the sentinels still
+    name the dead master) reached the caller instead of being retried through the failover."""
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        retry = self.connection_kwargs.get("retry")
+        if retry is None:
+            return SentinelConnectionPool.get_connection(self, *args, **kwargs)
+        return retry.call_with_retry(
+            lambda: SentinelConnectionPool.get_connection(self, *args, **kwargs), lambda _error: None
+        )
+
+
 def _connection_kwargs(target: RedisTarget, decode: bool) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "decode_responses": decode,
@@ -190,6 +205,7 @@ def connect(target: RedisTarget, *, decode: bool = True, timeout: float | None =
         retry = _failover_retry(target) if timeout is None else Retry(ExponentialBackoff(), 0)
         client: redis.Redis = sentinel.master_for(
             target.master,
+            connection_pool_class=_RetryingPool,
             db=target.db,
             retry=retry,
             retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.ReadOnlyError],
