@@ -109,6 +109,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-calibration", action="store_true", help="skip the host calibration (CPU per empty Celery task)"
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the seed's folder and logs")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="sample the workers with py-spy into DIR (scale-up)"
+    )
     args = parser.parse_args(argv)
     if args.quick:  # the sizes of --quick, unless given
         given = {
@@ -122,7 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.shoots < 2:
         parser.error("--shoots: at least 2 (one busy, one quiet for the fairness samples)")
     # what bench.common's helpers read from a benchmark's arguments
-    args.scale, args.profile, args.profile_idle, args.beat_in_informer = 1.0, None, False, True
+    args.scale, args.profile_idle, args.beat_in_informer = 1.0, False, True
     return args
 
 
@@ -273,7 +276,7 @@ def running_seed(args: argparse.Namespace, shoots: list[str]) -> Iterator[SeedBe
         control_only = {"control": tuple(r for r in WATCHED["control"] if r is not kinds.SECRET.resource)}
         tracker = Tracker(apis, control_only).start()
         try:
-            yield SeedBench(seed, apis, tracker, Profiler(None, seed.pids, False))
+            yield SeedBench(seed, apis, tracker, Profiler(args.profile, seed.pids, False))
         finally:
             tracker.close()
             for api in apis.values():
@@ -315,6 +318,12 @@ def scale_up(bench: SeedBench, args: argparse.Namespace) -> tuple[float, dict[st
     return seconds, report
 
 
+#: what the idle window reports beside its CPU and memory (``bench.figures.phase_report``'s keys)
+IDLE_REPORT = (
+    "cpu_seconds", "writes", "tasks", "queues", "redis_commands_per_machine", "redis_calls_per_machine",
+)  # fmt: skip
+
+
 def idle(bench: Bench, machines: int, minutes: float) -> dict[str, Any]:
     """Our CPU over a window in which nothing changes (a measurement window, not a wait), and our
     memory (PSS) at its end."""
@@ -328,7 +337,7 @@ def idle(bench: Bench, machines: int, minutes: float) -> dict[str, Any]:
         "idle_cpu_percent": round(our_cpu / seconds * 100, 2),
         "seconds": round(seconds, 1),
         "memory": bench.memory(),
-        **{k: report[k] for k in ("cpu_seconds", "writes", "tasks", "queues", "redis_commands_per_machine")},
+        **{k: report[k] for k in IDLE_REPORT},
     }
 
 
@@ -465,8 +474,9 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
 
-        up_s, up = scale_up(bench, args)
-        ctx["scale_up"] = up
+        with bench.profiler.phase("scale_up"):
+            up_s, up = scale_up(bench, args)
+        ctx["scale_up"] = {**up, "profile": bench.profiler.summaries.get("scale_up")}
         ctx["memory_full"] = {"rest_waited_seconds": bench.at_rest(), **bench.memory()}
         print(f"settle {args.settle_minutes} min, idle {args.idle_minutes} min", flush=True)
         time.sleep(args.settle_minutes * 60)  # a measurement window's lead-in, not a wait
