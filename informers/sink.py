@@ -64,14 +64,16 @@ class QueueSink:
         now, batched = routing.split()
         first = observed_calls(Counter(routing.creations_observed).items(), routing.deletions_observed)
         seconds = get_settings().machine_updates_batch_period
-        published = enqueue_together(now, batched, seconds, first, self.client, routing.background)
+        published = enqueue_together(
+            now, batched, seconds, first, self.client, routing.background, floored=True
+        )
         return published + (len(batched) if seconds > 0 else 0)
 
     def enqueue_batched(self, items: list[tuple[str, str]]) -> int:
         from mcm_tasks.queue.producer import enqueue_many_after
         from mcm_tasks.settings import get_settings
 
-        enqueue_many_after(items, get_settings().machine_updates_batch_period, self.client)
+        enqueue_many_after(items, get_settings().machine_updates_batch_period, self.client, floored=True)
         return len(items)
 
     def creation_observed(self, owner_key: str, count: int) -> None:

@@ -254,6 +254,14 @@ class Settings(BaseSettings):
         "recounting passes take at most 1/(k+1) of a worker whatever its size; a pass that "
         "created or deleted machines is not spaced (not in MCM; 0 = off)",
     )
+    machine_set_recount_interval: Duration = Field(
+        2.0,
+        ge=0,
+        description="a MachineSet pass that created or deleted no machine lets the next one woken by "
+        "its machines' changes start no sooner than this after it (they wait in the delayed set: "
+        "a burst of changes costs one pass per interval, not one per batch period); its own changes "
+        "wake it at once, and a pass that acted lifts the wait (not in MCM; 0 = off)",
+    )
     deletion_steps_per_pass: int = Field(
         7,
         ge=1,

@@ -54,6 +54,7 @@ class QueueKeys:
     background_list: str  # its background (resync) priority's list, served after every queue's first
     aging: str  # sorted set message id → when it went onto background_list (its age, for aging)
     history: str  # + key: list of the key's last runs (history.py)
+    floor: str  # + key: not before this time may a batched wake run the key (SCHEDULE_BATCHED)
     slots: str  # sorted set of the deliveries holding a --concurrent-syncs slot (concurrency.py)
     wake: str  # pub/sub channel: a due time earlier than its set's first (wake_channel)
     standby: str  # the standby marker (mcm_tasks.standby): a Go MCM holds upstream's Lease
@@ -114,6 +115,7 @@ def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
         background_list=broker_prefix(s) + s.queue_name(kind) + PRIORITY_SEP + str(BACKGROUND_PRIORITY),
         aging=base + "aging",
         history=base + "history:",
+        floor=base + "floor:",
         slots=f"{s.key_prefix}:syncs:{kind}",
         wake=wake_channel(s),
         standby=f"{s.key_prefix}:standby",

@@ -86,12 +86,14 @@ def _enqueue_calls(
 
 
 def _schedule_calls(
-    groups: dict[str, dict[str, None]], settings: Settings, seconds: float
+    groups: dict[str, dict[str, None]], settings: Settings, seconds: float, floored: bool = False
 ) -> list[scripts.Call]:
+    """SCHEDULE calls; ``floored``: SCHEDULE_BATCHED, each key not before its floor."""
     due = repr(time.time() + float(seconds))
     calls: list[scripts.Call] = []
     for kind, keys in groups.items():
-        script = scripts_for(kind, settings).schedule
+        found = scripts_for(kind, settings)
+        script = found.schedule_batched if floored else found.schedule
         ordered = list(keys)
         for start in range(0, len(ordered), CHUNK):
             args: list[object] = []
@@ -113,12 +115,15 @@ def enqueue_together(
     first: Iterable[scripts.Call] = (),
     client: redis.Redis | None = None,
     background: bool = False,
+    floored: bool = False,
 ) -> int:
     """``first`` (other script calls, e.g. expectations), then ``enqueue_many(now)`` and
     ``enqueue_many_after(later, seconds)``, in that order and in one round trip: what the informer
     does with each batch of events. The number of messages published. A key refused (``ValueError``)
     refuses every key, after ``first`` ran on its own. ``background`` (an informer's resync):
-    the messages wait behind every user-facing one, for at most ``--background-aging``."""
+    the messages wait behind every user-facing one, for at most ``--background-aging``.
+    ``floored`` (the informer's batched wakes): a key of ``later`` also waits for its floor, the
+    time its last pass asked the next one woken this way to wait for (``QueueKeys.floor``)."""
     settings = get_settings()
     client = client or get_redis()
     before = list(first)
@@ -133,7 +138,7 @@ def enqueue_together(
             groups.setdefault(kind, {}).update(keys)
         delayed = {}
     adds = _enqueue_calls(groups, settings, background)
-    calls = before + adds + (_schedule_calls(delayed, settings, seconds) if delayed else [])
+    calls = before + adds + (_schedule_calls(delayed, settings, seconds, floored) if delayed else [])
     if not calls:
         return 0
     replies = scripts.run_pipeline(client, calls)
@@ -147,11 +152,15 @@ def enqueue(kind: str, key: str, client: redis.Redis | None = None) -> bool:
 
 
 def enqueue_many_after(
-    items: Iterable[tuple[str, str]], seconds: float, client: redis.Redis | None = None
+    items: Iterable[tuple[str, str]],
+    seconds: float,
+    client: redis.Redis | None = None,
+    *,
+    floored: bool = False,
 ) -> None:
     """``enqueue_after`` for many (kind, key) at once, one round trip; a key with an earlier due
-    time keeps it (a batch never delays what is already due)."""
-    enqueue_together((), items, seconds, client=client)
+    time keeps it (a batch never delays what is already due). ``floored``: as ``enqueue_together``."""
+    enqueue_together((), items, seconds, client=client, floored=floored)
 
 
 def enqueue_after(kind: str, key: str, seconds: float, client: redis.Redis | None = None) -> None:

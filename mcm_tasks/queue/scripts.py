@@ -44,7 +44,7 @@ local FAILURES, FAILING, DEATHS, METRICS, LIST = @FAILURES@, @FAILING@, @DEATHS@
 local LOW_LIST, AGING = @LOW_LIST@, @AGING@
 local KIND, QUARANTINE = @KIND@, @QUARANTINE@
 local STALE, TTL, POISON_AFTER, LONG_RETRY = @STALE@, @TTL@, @POISON_AFTER@, @LONG_RETRY@
-local HISTORY, HISTORY_LENGTH, HISTORY_TTL = @HISTORY@, @HISTORY_LENGTH@, @HISTORY_TTL@
+local HISTORY, HISTORY_LENGTH, HISTORY_TTL, FLOOR = @HISTORY@, @HISTORY_LENGTH@, @HISTORY_TTL@, @FLOOR@
 local SLOTS, CAP, WAKE, STANDBY = @SLOTS@, @CAP@, @WAKE@, @STANDBY@
 local BUCKETS = {@BUCKETS@}
 local function split2(v)
@@ -214,6 +214,21 @@ return moved
 _SCHEDULE = """
 local moved = 0
 for i = 1, #ARGV, 2 do moved = moved + schedule(ARGV[i], tonumber(ARGV[i + 1]), false) end
+return moved
+"""
+
+# A child's change waking its owner (the informer's batched wakes): SCHEDULE, but not before the
+# key's floor (FLOOR .. key: a time, set with a TTL by the owner's last pass when it only recounted,
+# ``machineset/spacing_io``), so that a burst of its children's changes joins one pass per floor.
+# ARGV: (key, due) pairs. Returns how many keys got an earlier (or a first) due time.
+_SCHEDULE_BATCHED = """
+local moved = 0
+for i = 1, #ARGV, 2 do
+  local due = tonumber(ARGV[i + 1])
+  local floor = tonumber(redis.call('GET', FLOOR .. ARGV[i]) or '')
+  if floor and floor > due then due = floor end
+  moved = moved + schedule(ARGV[i], due, false)
+end
 return moved
 """
 
@@ -439,6 +454,7 @@ class KindScripts:
     end: LuaScript
     ghosts: LuaScript
     repair: LuaScript
+    schedule_batched: LuaScript
 
 
 @dataclass(frozen=True)
@@ -482,6 +498,7 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         "POISON_AFTER": str(int(limits.poison_after)),
         "LONG_RETRY": repr(float(limits.long_retry)),
         "HISTORY": lua_string(keys.history),
+        "FLOOR": lua_string(keys.floor),
         "HISTORY_LENGTH": str(int(limits.history_length)),
         "HISTORY_TTL": str(int(limits.history_ttl)),
         "SLOTS": lua_string(keys.slots),
@@ -497,7 +514,10 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         LuaScript(prelude + _ENQUEUE),
         LuaScript(background + _ENQUEUE_BACKGROUND),
         LuaScript(prelude + _AGE),
-        *(LuaScript(prelude + body) for body in (_SCHEDULE, _PROMOTE, _BEGIN, _END, _GHOSTS, _REPAIR)),
+        *(
+            LuaScript(prelude + body)
+            for body in (_SCHEDULE, _PROMOTE, _BEGIN, _END, _GHOSTS, _REPAIR, _SCHEDULE_BATCHED)
+        ),
     )
     _compiled[ident] = found
     return found

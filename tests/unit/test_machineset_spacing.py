@@ -1,5 +1,7 @@
-"""A MachineSet's passes spaced by their own cost (``--machine-set-pass-spacing``, issue 33):
-mcm_tasks/controllers/machineset/spacing.py decides, spacing_io.py keeps the spacing in a real Redis."""
+"""A MachineSet's passes spaced by their own cost (``--machine-set-pass-spacing``, issue 33), and its
+recounts by ``--machine-set-recount-interval``: mcm_tasks/controllers/machineset/spacing.py
+decides, spacing_io.py keeps the spacing and the floor in a real Redis, and the queue contract's
+SCHEDULE_BATCHED holds the batched wakes to the floor."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import pytest
 from mcm_sandbox.procs import wait_until
 from mcm_tasks.controllers.machineset.spacing import held_back, spacing
 from mcm_tasks.controllers.machineset.spacing_io import acted, spaced
+from mcm_tasks.kinds import Queue
 from mcm_tasks.queue import Requeue
+from mcm_tasks.queue.messages import queue_keys
+from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together
+from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import configure, get_settings, reset_settings
 
 
@@ -109,3 +115,68 @@ def test_a_pass_that_created_or_deleted_machines_is_not_spaced() -> None:
     assert recounting("ns/shrinking") is None
     held = recounting("ns/shrinking")
     assert held is not None and held.note.startswith("spaced") and costly.runs == 3
+
+
+# --- the recount floor (``--machine-set-recount-interval``) -------------------------------------------
+
+
+def _floor(key: str) -> float | None:
+    raw = get_redis().get(queue_keys(Queue.MACHINE_SET).floor + key)
+    return float(raw) if raw is not None else None
+
+
+def _due(key: str) -> float | None:
+    score = get_redis().zscore(queue_keys(Queue.MACHINE_SET).delayed, key)
+    return float(score) if score is not None else None
+
+
+def test_a_recount_raises_the_floor_and_a_pass_that_acted_lifts_it() -> None:
+    configure({"redis_url": get_settings().redis_url, "machine_set_recount_interval": 2.0})
+    before = time.time()
+    assert spaced(Pass(0.0))("ns/counted") is None
+    floor = _floor("ns/counted")
+    assert floor is not None and before + 1.9 < floor < time.time() + 2.1
+    assert 0 < get_redis().pttl(queue_keys(Queue.MACHINE_SET).floor + "ns/counted") <= 2000  # expires
+
+    def creating(key: str) -> Requeue | None:
+        acted()
+        return None
+
+    assert spaced(creating)("ns/counted") is None
+    assert _floor("ns/counted") is None
+
+
+def test_batched_wakes_wait_for_the_floor_and_others_do_not() -> None:
+    """A machine's change wakes its set no sooner than the set's floor; the set's own change (at
+    once), and an explicit requeue-after, are not held by it."""
+    configure({"redis_url": get_settings().redis_url, "machine_set_recount_interval": 3.0})
+    assert spaced(Pass(0.0))("ns/floored") is None  # a recount: floor in 3 s
+    floor = _floor("ns/floored")
+    assert floor is not None
+
+    enqueue_together((), [(Queue.MACHINE_SET, "ns/floored")], 0.5, floored=True)
+    assert _due("ns/floored") == pytest.approx(floor, abs=0.01)
+    # a second wake in the same burst joins it
+    enqueue_together((), [(Queue.MACHINE_SET, "ns/floored")], 0.5, floored=True)
+    assert _due("ns/floored") == pytest.approx(floor, abs=0.01)
+
+    # an explicit requeue-after keeps client-go's AddAfter: the earliest due time wins
+    enqueue_many_after([(Queue.MACHINE_SET, "ns/floored")], 0.5)
+    due = _due("ns/floored")
+    assert due is not None and due < floor - 2.0
+
+    # no floor (another set, or the floor expired): the batch period alone
+    now = time.time()
+    enqueue_together((), [(Queue.MACHINE_SET, "ns/free")], 0.5, floored=True)
+    due = _due("ns/free")
+    assert due is not None and now + 0.4 < due < now + 0.7
+
+    # the set's own change is published at once, floor or not
+    assert enqueue_together([(Queue.MACHINE_SET, "ns/floored")], (), 0.5, floored=True) == 1
+    assert get_redis().hget(queue_keys(Queue.MACHINE_SET).pending, "ns/floored") is not None
+
+
+def test_the_floor_off_writes_nothing() -> None:
+    configure({"redis_url": get_settings().redis_url, "machine_set_recount_interval": 0.0})
+    assert spaced(Pass(0.0))("ns/unfloored") is None
+    assert _floor("ns/unfloored") is None

@@ -37,7 +37,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
-from mcm_tasks.cache.layout import split_key
+from mcm_tasks.cache.layout import BY_OWNER, split_key
 from mcm_tasks.cache.models import Unreadable, get_parsed_cache, parse_object
 from mcm_tasks.controllers.common import context_io, preservation
 from mcm_tasks.controllers.common.claim_io import claim_children, recheck_owner
@@ -53,7 +53,7 @@ from mcm_tasks.controllers.common.finalizers import with_finalizer
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging, wake
 from mcm_tasks.controllers.common.owners import selects
 from mcm_tasks.controllers.common.registration import scoped
-from mcm_tasks.controllers.machineset import control_io, spacing_io, status, status_io
+from mcm_tasks.controllers.machineset import control_io, spacing, spacing_io, status, status_io
 from mcm_tasks.controllers.machineset.conditions import scaling_conditions
 from mcm_tasks.controllers.machineset.facts import (
     Census,
@@ -512,6 +512,14 @@ def manage_replicas(
     return failure, plan.recheck_in
 
 
+def _deployment_rolls(scope: MachineSetScope) -> bool:
+    """Whether the set's deployment rolls (``spacing.rolling``), from the mirror's sets by owner."""
+    ref = scope.machine_set.metadata.controller_ref()
+    if ref is None or not ref.uid:
+        return False
+    return spacing.rolling(scope.machine_set, scope.listers.machine_sets.shared.by_index(BY_OWNER, ref.uid))
+
+
 def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailure | None:
     machine_set, key = scope.machine_set, scope.key
     if plan.skipped:
@@ -522,6 +530,8 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
         return None
     if plan.create or plan.delete:
         spacing_io.acted()  # the next pass is not held back (spacing_io)
+    elif _deployment_rolls(scope):
+        spacing_io.deployment_rolls()  # its recounts are not floored (spacing)
     if plan.create:
         log.info("MachineSet %s: too few replicas (need %d), creating %d",
                  key, machine_set.spec.replicas, plan.create)  # fmt: skip

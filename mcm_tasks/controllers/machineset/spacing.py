@@ -13,6 +13,15 @@ Only the passes that recount are spaced: a pass that created or deleted machines
 come as soon as before (``spacing_io.acted``), since a scale-down deletes a batch a pass and spacing
 those passes halved its rate at 10 000 machines.
 
+**The recount floor** (``--machine-set-recount-interval``, 2 s): a pass that only recounted lets
+the next pass woken by its machines' changes start no sooner than the interval after it. The wakes
+wait in the delayed set (the queue contract's SCHEDULE_BATCHED), so they cost no task. Fifty sets
+of twenty machines scaled at once ran a recount per set every 1.2 s, each with a status write and a
+MachineDeployment pass after it: a third of the tasks of a seed's scale-up. A set whose deployment
+rolls (another set of the deployment has replicas, ``rolling``) is not floored: each surge step of
+a rollout waits on its counts, and a longer wait per step slowed the rollout of 300 from 15.5 s to
+20.3 s. A pass that acted lifts the floor; the set's own changes wake it at once.
+
 Below the batch period nothing changes: a pass of a thousand machines (4-70 ms) spaced by k = 3
 still waits for ``--machine-updates-batch-period`` (0.5 s) first, so rollouts and scale-ups of
 ordinary sets run as before. What a pass held back costs: the change it would have acted on waits
@@ -20,6 +29,10 @@ up to k·d (at 10 000 machines about two seconds), and one short task that hands
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mcm_tasks.api import MachineSet
 
 
 def spacing(took: float, factor: float, batch_period: float) -> float:
@@ -32,3 +45,13 @@ def spacing(took: float, factor: float, batch_period: float) -> float:
 def held_back(not_before: float | None, now: float) -> float:
     """Seconds a pass starting ``now`` still has to wait for ``not_before``; 0: it may run."""
     return 0.0 if not_before is None or not_before <= now else not_before - now
+
+
+def rolling(machine_set: MachineSet, siblings: Iterable[MachineSet]) -> bool:
+    """Whether another set of the set's deployment (``siblings``: every set the deployment owns)
+    holds replicas, in its spec or its status: a rollout or a rollback in flight."""
+    uid = machine_set.metadata.uid
+    return any(
+        other.metadata.uid != uid and (other.spec.replicas > 0 or other.status.replicas > 0)
+        for other in siblings
+    )
