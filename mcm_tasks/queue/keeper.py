@@ -43,7 +43,8 @@ Five duties, each leader-free and idempotent (any number of workers run them at 
    behind every user-facing message (``messages.BACKGROUND_PRIORITY``); one keeper of the fleet per
    ``--background-aging`` / 2 moves those that waited ``--background-aging`` to the front of the
    user-facing list, so a steady stream of user-facing work cannot starve them
-   (controller-runtime's priority queue starved them: #3496).
+   (controller-runtime's priority queue starved them: #3496). A turn looks only at the queues the
+   aging index names (``messages.aging_index_key``), and at every queue once a minute.
 
 A Redis outage only pauses the keeper (logged once per outage); it never stops.
 """
@@ -59,7 +60,14 @@ import redis
 
 from mcm_tasks import standby, tenancy_io
 from mcm_tasks.broker import held_delivery_tags
-from mcm_tasks.queue.messages import broker_prefix, build_message, new_id, wake_channel, workers_key
+from mcm_tasks.queue.messages import (
+    aging_index_key,
+    broker_prefix,
+    build_message,
+    new_id,
+    wake_channel,
+    workers_key,
+)
 from mcm_tasks.queue.producer import age_background, publish_due_many, publish_due_views, scripts_for
 from mcm_tasks.queue.scripts import LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
@@ -69,6 +77,9 @@ from mcm_tasks.tenancy import tenant_settings
 
 log = logging.getLogger(__name__)
 
+#: the aging turn in the first ``every`` of each such period looks at every queue, the others at
+#: those of the aging index only (``age_all``)
+FULL_AGING_EVERY = 60.0
 #: most messages one sweep call restores (more come on the next tick)
 SWEEP_BATCH = 200
 #: a dead worker's heartbeat entry is forgotten after this
@@ -158,10 +169,21 @@ def aging_turn_key(settings: Settings) -> str:
 def age_all(client: redis.Redis, worker: str, now: float, every: float, settings: Settings) -> int:
     """Duty 5, aging: one keeper of the fleet per period of ``every`` (``--background-aging`` / 2)
     promotes the background messages (a resync's) that waited ``--background-aging`` behind
-    user-facing work, of every kind and namespace (``producer.age_background``). How many moved."""
+    user-facing work, of every kind and namespace (``producer.age_background``). It looks only at
+    the queues the aging index names (a seed at rest: none, where every kind of fifty namespaces
+    cost 300 script calls a turn), and at all of them in the turn that falls in the first
+    ``every`` of each ``FULL_AGING_EVERY`` (a message put back by a sweep has no index entry).
+    How many moved."""
     if not client.set(aging_turn_key(settings), worker, nx=True, px=max(1, int(every * 1000))):
         return 0
-    return age_background(client, now, tenant_views(client, settings))
+    if now % FULL_AGING_EVERY < every:
+        return age_background(client, now, tenant_views(client, settings))
+    waiting = {
+        m.decode() if isinstance(m, bytes) else str(m) for m in client.smembers(aging_index_key(settings))
+    }
+    if not waiting:
+        return 0
+    return age_background(client, now, tenant_views(client, settings), only=waiting)
 
 
 def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:

@@ -53,6 +53,7 @@ class QueueKeys:
     broker_list: str  # the Celery queue (a Redis list)
     background_list: str  # its background (resync) priority's list, served after every queue's first
     aging: str  # sorted set message id → when it went onto background_list (its age, for aging)
+    aging_index: str  # the installation's set of the aging sets that hold something (keeper duty 5)
     history: str  # + key: list of the key's last runs (history.py)
     floor: str  # + key: not before this time may a batched wake run the key (SCHEDULE_BATCHED)
     slots: str  # sorted set of the deliveries holding a --concurrent-syncs slot (concurrency.py)
@@ -85,6 +86,13 @@ def wake_channel(settings: Settings | None = None) -> str:
     return f"{(settings or get_settings()).install_prefix}:q:wake"
 
 
+def aging_index_key(settings: Settings | None = None) -> str:
+    """Set (all kinds, every namespace of a seed): the aging sets that hold a background message.
+    ENQUEUE_BACKGROUND adds its set, AGE removes it once empty, so a keeper's aging turn reads only
+    the queues that have background work, not every kind of every namespace."""
+    return f"{(settings or get_settings()).install_prefix}:q:aging-index"
+
+
 def workers_key(settings: Settings | None = None) -> str:
     """Sorted set worker name → time of its last heartbeat."""
     return f"{(settings or get_settings()).install_prefix}:q:workers"
@@ -114,6 +122,7 @@ def queue_keys(kind: str, settings: Settings | None = None) -> QueueKeys:
         broker_list=broker_prefix(s) + s.queue_name(kind),
         background_list=broker_prefix(s) + s.queue_name(kind) + PRIORITY_SEP + str(BACKGROUND_PRIORITY),
         aging=base + "aging",
+        aging_index=aging_index_key(s),
         history=base + "history:",
         floor=base + "floor:",
         slots=f"{s.key_prefix}:syncs:{kind}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import redis
 
@@ -257,13 +257,17 @@ def publish_due_views(
     return published, firsts
 
 
-def age_background(client: redis.Redis, now: float, views: Sequence[Settings]) -> int:
+def age_background(
+    client: redis.Redis, now: float, views: Sequence[Settings], only: Collection[str] | None = None
+) -> int:
     """Promote the background messages of every kind that waited ``--background-aging``, in each
-    settings view (seed mode: every served namespace's queues): they are taken next. One round
-    trip; any number of keepers may run it. How many moved."""
+    settings view (seed mode: every served namespace's queues): they are taken next. ``only``: the
+    kinds whose aging set is named there (the aging index), the others left alone. One round trip
+    (none when nothing is left to look at); any number of keepers may run it. How many moved."""
     calls: list[scripts.Call] = [
         (scripts_for(kind, view).age, [now - view.background_aging, CHUNK])
         for view in views
         for kind in QUEUES
+        if only is None or queue_keys(kind, view).aging in only
     ]
-    return sum(int(n) for n in scripts.run_pipeline(client, calls))
+    return sum(int(n) for n in scripts.run_pipeline(client, calls)) if calls else 0

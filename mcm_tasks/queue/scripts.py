@@ -41,7 +41,7 @@ end
 _PRELUDE = """
 local PENDING, LOCKS, DIRTY, DELAYED = @PENDING@, @LOCKS@, @DIRTY@, @DELAYED@
 local FAILURES, FAILING, DEATHS, METRICS, LIST = @FAILURES@, @FAILING@, @DEATHS@, @METRICS@, @LIST@
-local LOW_LIST, AGING = @LOW_LIST@, @AGING@
+local LOW_LIST, AGING, AGING_INDEX = @LOW_LIST@, @AGING@, @AGING_INDEX@
 local KIND, QUARANTINE = @KIND@, @QUARANTINE@
 local STALE, TTL, POISON_AFTER, LONG_RETRY = @STALE@, @TTL@, @POISON_AFTER@, @LONG_RETRY@
 local HISTORY, HISTORY_LENGTH, HISTORY_TTL, FLOOR = @HISTORY@, @HISTORY_LENGTH@, @HISTORY_TTL@, @FLOOR@
@@ -183,6 +183,7 @@ for i = 2, #ARGV, 3 do
   if r > 0 then adds = adds + 1 end
 end
 if adds > 0 then redis.call('HINCRBY', METRICS, 'adds', adds) end
+if published > 0 then redis.call('SADD', AGING_INDEX, AGING) end
 return published
 """
 
@@ -190,8 +191,8 @@ return published
 # ARGV[1] (now - --background-aging) move to the right end of the user-facing list, where the next
 # BRPOP takes them. The background list is first in, first out from its right end, so the old
 # messages are a run at that end; the first younger one ends the move. Ids in AGING that are gone
-# from the list (taken by a worker) and older than the cutoff are dropped. ARGV: cutoff, at most
-# how many to move. Returns how many moved.
+# from the list (taken by a worker) and older than the cutoff are dropped; a set left empty leaves
+# the aging index. ARGV: cutoff, at most how many to move. Returns how many moved.
 _AGE = """
 local cutoff, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local moved = 0
@@ -206,6 +207,7 @@ while moved < limit do
   moved = moved + 1
 end
 redis.call('ZREMRANGEBYSCORE', AGING, '-inf', cutoff)
+if redis.call('ZCARD', AGING) == 0 then redis.call('SREM', AGING_INDEX, AGING) end
 if moved > 0 then redis.call('HINCRBY', METRICS, 'aged', moved) end
 return moved
 """
@@ -491,6 +493,7 @@ def kind_scripts(keys: QueueKeys, limits: Limits) -> KindScripts:
         "LIST": lua_string(keys.broker_list),
         "LOW_LIST": lua_string(keys.background_list),
         "AGING": lua_string(keys.aging),
+        "AGING_INDEX": lua_string(keys.aging_index),
         "KIND": lua_string(keys.kind),
         "QUARANTINE": lua_string(QUARANTINE),
         "STALE": repr(float(limits.stale)),

@@ -11,8 +11,17 @@ import pytest
 import redis
 
 from mcm_sandbox.procs import wait_until
-from mcm_tasks.queue.keeper import Keeper, Wake, age_all, aging_turn_key, publish_due_all, tenant_views
-from mcm_tasks.queue.messages import queue_keys, wake_channel
+from mcm_tasks.kinds import QUEUES
+from mcm_tasks.queue.keeper import (
+    FULL_AGING_EVERY,
+    Keeper,
+    Wake,
+    age_all,
+    aging_turn_key,
+    publish_due_all,
+    tenant_views,
+)
+from mcm_tasks.queue.messages import aging_index_key, queue_keys, wake_channel
 from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together
 from mcm_tasks.settings import Settings, configure, reset_settings
 from mcm_tasks.tenancy import serving
@@ -104,3 +113,38 @@ def test_aging_promotes_each_namespaces_background_work_once_per_turn(
     with serving("a", seed) as view:
         keys = queue_keys("machine", view)
         assert redis_client.llen(keys.broker_list) == 1 and redis_client.llen(keys.background_list) == 0
+
+
+def test_an_aging_turn_looks_only_at_the_queues_with_background_work(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    """The aging index: a background message's queue joins it, a drained one leaves it, a turn
+    with nothing indexed runs no script (a seed at rest ran one per kind and namespace per turn),
+    and the turn at the start of each minute looks at every queue."""
+    publish(redis_client, seed, {"a": {}, "b": {}})
+    index = aging_index_key(seed)
+    with serving("a", seed) as view:
+        enqueue_together([("machine", "a/m")], (), 0.0, background=True)
+        aging = queue_keys("machine", view).aging
+    assert redis_client.smembers(index) == {aging}
+
+    def evalsha_calls() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    def next_turn() -> None:
+        wait_until(lambda: not redis_client.exists(aging_turn_key(seed)), 2, what="the turn to end")
+
+    minute = (time.time() // FULL_AGING_EVERY) * FULL_AGING_EVERY
+    before = evalsha_calls()
+    assert age_all(redis_client, "w1", minute, 0.5, seed) == 0  # full, and the message is young
+    assert evalsha_calls() - before >= 2 * len(QUEUES)  # every queue of both namespaces
+    assert redis_client.smembers(index) == {aging}
+    next_turn()
+    before = evalsha_calls()
+    assert age_all(redis_client, "w1", minute + 100.25, 0.5, seed) == 1  # a's machine queue alone
+    assert evalsha_calls() - before == 1
+    assert redis_client.smembers(index) == set()  # drained: it left the index
+    next_turn()
+    before = evalsha_calls()
+    assert age_all(redis_client, "w1", minute + 110.25, 0.5, seed) == 0
+    assert evalsha_calls() == before  # nothing indexed: no script
