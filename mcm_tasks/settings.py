@@ -260,7 +260,8 @@ class Settings(BaseSettings):
         description="a MachineSet pass that created or deleted no machine lets the next one woken by "
         "its machines' changes start no sooner than this after it (they wait in the delayed set: "
         "a burst of changes costs one pass per interval, not one per batch period); its own changes "
-        "wake it at once, and a pass that acted lifts the wait (not in MCM; 0 = off)",
+        "wake it at once, a pass that acted lifts the wait, and a set whose deployment rolls is not "
+        "held (not in MCM; 0 = off, as is a batch period of 0)",
     )
     deletion_steps_per_pass: int = Field(
         7,
