@@ -77,8 +77,8 @@ from mcm_tasks.tenancy import tenant_settings
 
 log = logging.getLogger(__name__)
 
-#: the aging turn in the first ``every`` of each such period looks at every queue, the others at
-#: those of the aging index only (``age_all``)
+#: one aging turn of the fleet per this period looks at every queue, the others at those of the
+#: aging index only (``age_all``)
 FULL_AGING_EVERY = 60.0
 #: most messages one sweep call restores (more come on the next tick)
 SWEEP_BATCH = 200
@@ -166,17 +166,20 @@ def aging_turn_key(settings: Settings) -> str:
     return f"{settings.install_prefix}:q:keeper:aging"
 
 
+def full_aging_turn_key(settings: Settings) -> str:
+    return f"{settings.install_prefix}:q:keeper:aging-full"
+
+
 def age_all(client: redis.Redis, worker: str, now: float, every: float, settings: Settings) -> int:
     """Duty 5, aging: one keeper of the fleet per period of ``every`` (``--background-aging`` / 2)
     promotes the background messages (a resync's) that waited ``--background-aging`` behind
     user-facing work, of every kind and namespace (``producer.age_background``). It looks only at
     the queues the aging index names (a seed at rest: none, where every kind of fifty namespaces
-    cost 300 script calls a turn), and at all of them in the turn that falls in the first
-    ``every`` of each ``FULL_AGING_EVERY`` (a message put back by a sweep has no index entry).
-    How many moved."""
+    cost 300 script calls a turn), and at all of them in one turn of the fleet per
+    ``FULL_AGING_EVERY`` (a message put back by a sweep has no index entry). How many moved."""
     if not client.set(aging_turn_key(settings), worker, nx=True, px=max(1, int(every * 1000))):
         return 0
-    if now % FULL_AGING_EVERY < every:
+    if client.set(full_aging_turn_key(settings), worker, nx=True, px=int(FULL_AGING_EVERY * 1000)):
         return age_background(client, now, tenant_views(client, settings))
     waiting = {
         m.decode() if isinstance(m, bytes) else str(m) for m in client.smembers(aging_index_key(settings))

@@ -120,7 +120,7 @@ def test_an_aging_turn_looks_only_at_the_queues_with_background_work(
 ) -> None:
     """The aging index: a background message's queue joins it, a drained one leaves it, a turn
     with nothing indexed runs no script (a seed at rest ran one per kind and namespace per turn),
-    and the turn at the start of each minute looks at every queue."""
+    and one turn of the fleet a minute looks at every queue."""
     publish(redis_client, seed, {"a": {}, "b": {}})
     index = aging_index_key(seed)
     with serving("a", seed) as view:
