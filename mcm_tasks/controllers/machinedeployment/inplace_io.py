@@ -228,7 +228,7 @@ def _shrink_to_members(ctx: Context, old_sets: Sequence[MachineSet]) -> bool:
     replaced, a machine deleted) cannot replace them (scale-up disabled): its replicas follow."""
     scaled = False
     for ms in old_sets:
-        members = sum(1 for m in ctx.machines_of(ms) if not _meta(m).get("deletionTimestamp"))
+        members = len(_staying(ctx.machines_of(ms)))
         if members < ms.spec.replicas:
             current = sets_io.current(ctx, ms) or ms
             scaled = sets_io.scale_set(ctx, current, members) or scaled

@@ -513,9 +513,10 @@ def manage_replicas(
 
 
 def _deployment_rolls(scope: MachineSetScope) -> bool:
-    """Whether the set's deployment rolls (``spacing.rolling``), from the mirror's sets by owner."""
+    """Whether the set's deployment rolls (``spacing.rolling``), from the mirror's sets by owner;
+    not read while no floor is raised (``--machine-set-recount-interval`` 0)."""
     ref = scope.machine_set.metadata.controller_ref()
-    if ref is None or not ref.uid:
+    if ref is None or not ref.uid or scope.settings.machine_set_recount_interval <= 0:
         return False
     return spacing.rolling(scope.machine_set, scope.listers.machine_sets.shared.by_index(BY_OWNER, ref.uid))
 
