@@ -88,17 +88,21 @@ class Profiler:
     def __init__(self, directory: Path | None, pids: dict[str, int], idle: bool = False) -> None:
         self.directory, self.idle = directory, idle
         self.workers = {name: pid for name, pid in pids.items() if name.startswith("worker")}
+        self.pids = dict(pids)
         self.summaries: dict[str, Any] = {}
         if directory is not None and not Path(PY_SPY).exists():
             raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
+    def phase(self, name: str, also: tuple[str, ...] = ()) -> Iterator[None]:
+        """``also``: more processes by role (``informer``), sampled into files of their own and left
+        out of the summary (it counts task samples, which only the workers have)."""
         if self.directory is None:
             yield
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        files = [self.directory / f"{name}-{worker}.txt" for worker in self.workers]
+        targets = {**self.workers, **{role: self.pids[role] for role in also if role in self.pids}}
+        files = [self.directory / f"{name}-{role}.txt" for role in targets]
         options = ["--subprocesses", "--nonblocking", "--rate", str(RATE), "--format", "raw"]
         options += ["--idle"] if self.idle else []
         procs = [
@@ -107,7 +111,7 @@ class Profiler:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            for pid, out in zip(self.workers.values(), files, strict=True)
+            for pid, out in zip(targets.values(), files, strict=True)
         ]
         try:
             yield
@@ -119,7 +123,7 @@ class Profiler:
                     proc.wait(30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-            self.summaries[name] = summarize([f for f in files if f.exists()])
+            self.summaries[name] = summarize([f for f in files[: len(self.workers)] if f.exists()])
 
 
 if __name__ == "__main__":

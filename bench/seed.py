@@ -110,7 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the seed's folder and logs")
     parser.add_argument(
-        "--profile", type=Path, default=None, help="sample the workers with py-spy into DIR (scale-up)"
+        "--profile",
+        type=Path,
+        default=None,
+        help="sample the workers with py-spy into DIR (scale-up; idle with the informer)",
     )
     args = parser.parse_args(argv)
     if args.quick:  # the sizes of --quick, unless given
@@ -480,7 +483,9 @@ def main(argv: list[str] | None = None) -> None:
         ctx["memory_full"] = {"rest_waited_seconds": bench.at_rest(), **bench.memory()}
         print(f"settle {args.settle_minutes} min, idle {args.idle_minutes} min", flush=True)
         time.sleep(args.settle_minutes * 60)  # a measurement window's lead-in, not a wait
-        ctx["idle"] = idle(bench, total, args.idle_minutes)
+        with bench.profiler.phase("idle", also=("informer",)):
+            ctx["idle"] = idle(bench, total, args.idle_minutes)
+        ctx["idle"]["profile"] = bench.profiler.summaries.get("idle")
         cpu, rest = ctx["idle"]["idle_cpu_percent"], ctx["idle"]["memory"]
         print(f"  idle: {cpu} % of a core, {rest['total_mb']} MB PSS {rest['roles']}", flush=True)
         ctx["fairness"] = fairness(bench, args)
