@@ -34,7 +34,8 @@ RETRY = 0.25
 ENV = {
     "MCM_LEADER_ELECT_LEASE_DURATION": f"{LEASE}s",
     "MCM_LEADER_ELECT_RETRY_PERIOD": f"{RETRY}s",
-    "MCM_MACHINE_SAFETY_APISERVER_STATUSCHECK_PERIOD": f"{PERIOD}s",
+    # a period of its own, so that it has an entry (at the overshooting check's, it rides on that job)
+    "MCM_MACHINE_SAFETY_APISERVER_STATUSCHECK_PERIOD": f"{1.5 * PERIOD}s",
     "MCM_MACHINE_SAFETY_APISERVER_STATUSCHECK_TIMEOUT": f"{PERIOD}s",
 }
 #: the rest through MCM flags, as an operator would pass them

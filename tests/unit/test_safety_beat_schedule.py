@@ -34,12 +34,20 @@ def test_one_entry_per_job_with_its_period_from_the_settings() -> None:
 
 
 def test_mcm_defaults() -> None:
+    """MCM's periods: the API-server check's equals the overshooting check's, so it rides on that
+    job (``apiserver_rides``) and has no entry: one task per minute instead of two."""
     periods = {name: e["schedule"] for name, e in beat_schedule(load_settings()).items()}
     assert periods == {
         "safety-orphan-vms": timedelta(minutes=15),
-        "safety-apiserver": timedelta(minutes=1),
         "safety-overshooting": timedelta(minutes=1),
     }
+
+
+def test_the_apiserver_check_has_its_own_entry_when_its_period_differs_or_overshooting_is_off() -> None:
+    differs = load_settings({"machine_safety_apiserver_statuscheck_period": "2m"})
+    assert beat_schedule(differs)["safety-apiserver"]["schedule"] == timedelta(minutes=2)
+    off = load_settings({"machine_safety_overshooting_period": "0s"})
+    assert beat_schedule(off)["safety-apiserver"]["schedule"] == timedelta(minutes=1)
 
 
 def test_a_zero_period_turns_a_job_off() -> None:

@@ -22,6 +22,7 @@ from mcm_tasks.controllers.safety.apiserver import RESET_DESCRIPTION
 from mcm_tasks.controllers.safety.apiserver_io import down_since_key
 from mcm_tasks.controllers.safety.debounce_io import window_key as debounce_key
 from mcm_tasks.controllers.safety.register import reconcile_safety
+from mcm_tasks.queue.state import due_of
 from mcm_tasks.redisdb import get_redis, rkey
 from mcm_tasks.settings import configure, get_settings, reset_settings
 from providers.local import LocalCloud
@@ -124,6 +125,45 @@ def test_the_apiserver_job_freezes_the_machine_controller_once_the_target_is_dow
     assert is_frozen()
     assert first is not None and timeout <= first.after <= timeout + 1  # looks again at the deadline
     assert not control.writes()  # the freeze is a flag in Redis; no machine is touched
+
+
+def test_the_overshooting_job_probes_the_api_servers_once_per_period_and_hands_the_recheck_over() -> None:
+    """At MCM's default periods the API-server check rides on the overshooting job (beat fires no
+    ``apiserver`` entry): its first run of a period probes before anything else, later runs within
+    the period (the informer's bursts) do not, and the re-check a failed probe asks for waits under
+    the ``apiserver`` key, which freezes on time."""
+    control, target = FakeKube([unknown_machine()]), FakeKube()
+    target.unavailable = True
+
+    with control.installed(target):
+        reconcile_safety(OVERSHOOTING)
+
+    assert get_redis().get(down_since_key()) is not None  # probed: the timer runs
+    timeout = get_settings().machine_safety_apiserver_statuscheck_timeout
+    recheck = due_of("safety", APISERVER)
+    assert recheck is not None and timeout <= recheck - time.time() <= timeout + 1
+    get_redis().delete(down_since_key(), debounce_key(OVERSHOOTING))
+    with control.installed(target):
+        reconcile_safety(OVERSHOOTING)  # within the period: no probe, no timer started again
+    assert get_redis().get(down_since_key()) is None
+
+    get_redis().set(down_since_key(), repr(time.time() - timeout - 1))
+    with control.installed(target):
+        reconcile_safety(APISERVER)  # the re-check
+    assert is_frozen()
+
+
+def test_the_overshooting_job_does_not_probe_when_the_apiserver_check_has_a_period_of_its_own(
+    redis_url: str,
+) -> None:
+    configure({"redis_url": redis_url, "namespace": NS, "machine_safety_apiserver_statuscheck_period": "2m"})
+    control, target = FakeKube(), FakeKube()
+    target.unavailable = True
+
+    with control.installed(target):
+        reconcile_safety(OVERSHOOTING)
+
+    assert get_redis().get(down_since_key()) is None and due_of("safety", APISERVER) is None
 
 
 def test_the_apiserver_job_unfreezes_and_gives_unknown_machines_their_health_timeout_back() -> None:

@@ -8,7 +8,10 @@ and by the informer on the events that make a check urgent:
   marked not managed by MCM (``orphans`` decides, ``orphans_io`` acts);
 - ``apiserver``: the control and target API servers are probed; unreachable for longer than the
   status-check timeout freezes the machine controller, reachable again unfreezes it (``apiserver``
-  decides, ``apiserver_io`` acts);
+  decides, ``apiserver_io`` acts). While its period equals the overshooting check's (MCM's defaults:
+  a minute each, ``apiserver_rides``), beat fires no entry of its own either: every ``overshooting``
+  run probes first, once per period, and only the re-check a failed probe asks for (timed to land
+  just after the freeze timeout) runs under this key. Another task per namespace and minute fewer;
 - ``overshooting``: a MachineSet with far more machines than its deployment allows is frozen (no
   scale-up) together with its deployment, and unfrozen once back under the lower threshold
   (``overshooting`` decides, ``overshooting_io`` acts);
@@ -24,7 +27,10 @@ requests for one job into at most one full run per ``safety_event_min_interval``
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from mcm_tasks.settings import Settings
 
 #: the keys of the ``safety`` queue (the informer routes the first two on Machine events)
 ORPHAN_VMS: Final = "orphan-vms"
@@ -40,3 +46,10 @@ JOB_PERIODS: Final[dict[str, str]] = {
     APISERVER: "machine_safety_apiserver_statuscheck_period",
     OVERSHOOTING: "machine_safety_overshooting_period",
 }
+
+
+def apiserver_rides(settings: Settings) -> bool:
+    """Whether the ``overshooting`` job runs the API-server check (the two periods are equal and on)
+    instead of beat firing an ``apiserver`` entry: one task per period instead of two, the same checks."""
+    period = float(settings.machine_safety_apiserver_statuscheck_period)
+    return period > 0 and period == float(settings.machine_safety_overshooting_period)

@@ -80,11 +80,21 @@ def close_window(job: str, interval: float, elapsed: float) -> None:
         get_redis().set(window_key(job), "1", px=left)
 
 
-def drain_rules_due(period: float) -> bool:
-    """Whether an ``overshooting`` run should also judge the drain rules: at most once per ``period``
-    (SET NX PX), so that the informer's bursts of overshooting requests during a scale-up do not list
-    the rules at each run; beat's run once a period does."""
+def rider_due(mark: str, period: float) -> bool:
+    """Whether an ``overshooting`` run should also do a job that rides on it (``mark`` names it): at
+    most once per ``period`` (SET NX PX, 0.9 of it so that beat's next run finds it due), so that the
+    informer's bursts of overshooting requests during a scale-up do not repeat it at each run."""
     if period <= 0:
         return True
-    key = rkey("safety", "drain-rules-judged")
+    key = rkey("safety", mark)
     return bool(get_redis().set(key, "1", nx=True, px=max(1, int(period * 900))))
+
+
+def drain_rules_due(period: float) -> bool:
+    """Whether an ``overshooting`` run should also judge the drain rules (once per ``period``)."""
+    return rider_due("drain-rules-judged", period)
+
+
+def apiserver_due(period: float) -> bool:
+    """Whether an ``overshooting`` run should also probe the API servers (once per ``period``)."""
+    return rider_due("apiserver-checked", period)

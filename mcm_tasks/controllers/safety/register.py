@@ -13,13 +13,20 @@ from collections.abc import Callable
 from mcm_tasks.controllers.common.drainrules_io import validate_rules
 from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.common.registration import scoped
-from mcm_tasks.controllers.safety import APISERVER, DRAIN_RULES, ORPHAN_VMS, OVERSHOOTING, debounce_io
+from mcm_tasks.controllers.safety import (
+    APISERVER,
+    DRAIN_RULES,
+    ORPHAN_VMS,
+    OVERSHOOTING,
+    apiserver_rides,
+    debounce_io,
+)
 from mcm_tasks.controllers.safety.apiserver_io import check_apiservers
 from mcm_tasks.controllers.safety.orphans_io import collect_orphans
 from mcm_tasks.controllers.safety.overshooting_io import check_overshooting
 from mcm_tasks.controllers.safety.scope import SafetyScope
 from mcm_tasks.kinds import Queue
-from mcm_tasks.queue import Requeue
+from mcm_tasks.queue import Requeue, enqueue_after
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +37,23 @@ def _orphan_vms(scope: SafetyScope) -> Requeue | None:
 
 
 def _overshooting(scope: SafetyScope) -> Requeue | None:
-    """The overshooting check, then the drain rules' ``Valid`` conditions: the rules ride on this
-    job's period instead of a beat entry of their own (one task fewer per namespace and minute)."""
+    """The API-server check while it rides on this job (``apiserver_rides``), the overshooting check,
+    then the drain rules' ``Valid`` conditions; the riders once per period, instead of beat entries of
+    their own (two tasks fewer per namespace and minute).
+
+    The probe goes first: with the control API server down, the overshooting check or the rules'
+    LIST fail, and the freeze must not wait on them. The re-check a failed probe asks for (just after
+    the freeze timeout) runs under the ``apiserver`` key, which does no overshooting check; the
+    periodic checks that follow, frozen or not, are this job's."""
+    settings = scope.settings
+    period = settings.machine_safety_overshooting_period
+    if apiserver_rides(settings) and debounce_io.apiserver_due(period):
+        recheck = check_apiservers(scope)
+        if recheck is not None:
+            enqueue_after(Queue.SAFETY, APISERVER, recheck.after)
     check_overshooting(scope)
-    if debounce_io.drain_rules_due(scope.settings.machine_safety_overshooting_period):
-        validate_rules(scope, scope.settings.namespace)
+    if debounce_io.drain_rules_due(period):
+        validate_rules(scope, settings.namespace)
     return None
 
 
