@@ -218,8 +218,8 @@ class FakeKube(ApiClient):
     ) -> Iterator[FakeKube]:
         """This fake as the process's control cluster (and ``target``, itself by default, as the
         target), for code that reads the process's clients rather than its scope's. The API-server
-        check's probes, which build their own client of a cluster's host (``probe_client``), reach
-        the same fakes. ``mirror`` (``mirror()``, a snapshot) is what this thread's reader of the
+        check's probes, which build their own client per cluster configuration (``probe_client``),
+        reach the same fakes. ``mirror`` (``mirror()``, a snapshot) is what this thread's reader of the
         informers' mirror holds, synced, for code that reads the process's listers: without it they
         find the mirror unsynced, and read the fake instead."""
         from mcm_tasks.cache import reader
@@ -233,7 +233,7 @@ class FakeKube(ApiClient):
 
         before = clients._current
         clusters = [self, target or self]
-        probes = {(os.getpid(), id(c)): (c, c) for c in clusters}
+        probes = {(os.getpid(), id(c.configuration)): (c.configuration, c) for c in clusters}
         probes_before = {k: apiserver_io._probe_clients.get(k) for k in probes}
         clients._current = clients.Clusters(
             clients.Cluster("control", self), clients.Cluster("target", clusters[1])

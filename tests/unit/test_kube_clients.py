@@ -106,3 +106,21 @@ def test_every_request_takes_a_token_before_it_is_sent() -> None:
     with pytest.raises(LookupError):
         CoreV1Api(api).list_node(watch=True, _preload_content=False)
     assert source.calls == 2
+
+
+def test_seed_namespaces_share_one_probe_client_of_the_control_cluster(tmp_path: Path) -> None:
+    """Each namespace's control client is its own (a budget of its own) over the process's one
+    configuration; the API-server check's probe client goes with the configuration, so the fifty
+    namespaces' probes a minute keep one connection warm instead of a TLS handshake each."""
+    from mcm_tasks.controllers.safety.apiserver_io import probe_client
+
+    path = str(kubeconfig(tmp_path, "https://10.0.0.1:6443"))
+    a = clients.tenant_control(load_settings({"control_kubeconfig": path, "namespace": "shoot--a"}))
+    b = clients.tenant_control(load_settings({"control_kubeconfig": path, "namespace": "shoot--b"}))
+    target = ApiClient(Configuration(host="https://10.0.0.2:6443"))
+
+    assert a.api is not b.api
+    assert probe_client(a.api) is probe_client(b.api)
+    assert probe_client(target) is not probe_client(a.api)
+    assert probe_client(a.api).configuration.retries is False  # one attempt: the probe is the answer
+    assert a.api.configuration.retries is not False

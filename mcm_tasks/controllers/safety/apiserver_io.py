@@ -44,21 +44,28 @@ def down_since_key() -> str:
     return rkey("safety", "apiserver-down-since")
 
 
-#: per process and client (a seed mode's namespaces each have their own target, maybe on one host);
-#: the client is kept beside its copy, so its id is not reused while the entry lives
-_probe_clients: dict[tuple[int, int], tuple[ApiClient, ApiClient]] = {}
+#: per process and client configuration (a server and its credentials); the configuration is kept
+#: beside the probe's client, so its id is not reused while the entry lives
+_probe_clients: dict[tuple[int, int], tuple[Any, ApiClient]] = {}
 
 
 def probe_client(api: ApiClient) -> ApiClient:
     """A client of the same server and credentials that neither retries nor waits for the shared rate
     limit: a probe measures the server, so one attempt within its timeout is the answer (the regular
-    client retries a 503 with Retry-After three times, and a throttled budget is not an outage)."""
-    ident = (os.getpid(), id(api))
+    client retries a 503 with Retry-After three times, and a throttled budget is not an outage).
+
+    One per configuration, not per client: in seed mode every namespace's control client is its own
+    (a budget of its own) over the process's one configuration, and a probe client per namespace
+    found its pooled connection closed by the server's idle timeout at most runs (each namespace
+    probes once a minute, on any worker): a TLS handshake per probe. Shared, the control server's
+    fifty probes a minute keep one connection warm. Each target has its own configuration."""
+    configuration = api.configuration
+    ident = (os.getpid(), id(configuration))
     found = _probe_clients.get(ident)
-    if found is None or found[0] is not api:
-        configuration = copy.deepcopy(api.configuration)
-        configuration.retries = False
-        found = _probe_clients[ident] = (api, ApiClient(configuration))
+    if found is None or found[0] is not configuration:
+        copied = copy.deepcopy(configuration)
+        copied.retries = False
+        found = _probe_clients[ident] = (configuration, ApiClient(copied))
     return found[1]
 
 
