@@ -11,7 +11,9 @@ and by the informer on the events that make a check urgent:
   decides, ``apiserver_io`` acts). While its period equals the overshooting check's (MCM's defaults:
   a minute each, ``apiserver_rides``), beat fires no entry of its own either: every ``overshooting``
   run probes first, once per period, and only the re-check a failed probe asks for (timed to land
-  just after the freeze timeout) runs under this key. Another task per namespace and minute fewer;
+  just after the freeze timeout) runs under this key. A probe may then come up to
+  ``safety_event_min_interval`` late (beat's run waits for the debounce window of an event-triggered
+  one), against a minute's period. Another task per namespace and minute fewer;
 - ``overshooting``: a MachineSet with far more machines than its deployment allows is frozen (no
   scale-up) together with its deployment, and unfrozen once back under the lower threshold
   (``overshooting`` decides, ``overshooting_io`` acts);

@@ -29,7 +29,8 @@ stretched to it.
 
 The ``apiserver`` job is left out: nothing but beat and its own requeues ask for it (no event
 routes to it), its requeue is timed to land just after the freeze timeout so a window would delay
-the freeze, and a run is two GETs.
+the freeze, and a run is two GETs. Where it rides on the overshooting job (equal periods), its
+periodic probe shares that job's window, at most one window late; its re-check does not.
 """
 
 from __future__ import annotations
