@@ -33,7 +33,12 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 
 from mcm_tasks.broker import SENTINEL_SCHEME
 from mcm_tasks.settings import Settings, get_settings
@@ -145,11 +150,36 @@ def _failover_retry(target: RedisTarget) -> Retry:
     return Retry(ExponentialBackoff(cap=_BACKOFF_CAP, base=_BACKOFF_BASE), retries)
 
 
+class _FollowingConnection(SentinelManagedConnection):
+    """A Sentinel-managed connection that asks the sentinels for the master whenever it reconnects.
+
+    redis-py (8.1) asks them only when the pool hands a connection out (``connect``). A command whose
+    connection broke under it (the master killed mid-command) reconnects in ``send_packed_command``
+    to the address it had: every retry of the command went to the dead master until the retries ran
+    out, and the failover reached the caller (``test_redis_sentinel``, about one CI run in ten). One
+    attempt here; the command's own retry (``--redis-failover-timeout``) repeats it."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self._sock:
+            self._connect_retry()
+        super().send_packed_command(command, check_health)
+
+
+class _FollowingSSLConnection(_FollowingConnection, SentinelManagedSSLConnection):
+    """``_FollowingConnection`` over TLS."""
+
+
 class _RetryingPool(SentinelConnectionPool):
-    """A Sentinel pool whose hand-out is retried as the command is. redis-py takes a connection
-    from the pool outside the command's retry, and the pool checks a pooled connection there: one
-    broken by the failover is reconnected once, and an error of that reconnect (the sentinels still
-    name the dead master) reached the caller instead of being retried through the failover."""
+    """A Sentinel pool whose hand-out is retried as the command is, of connections that follow the
+    master (``_FollowingConnection``). redis-py takes a connection from the pool outside the
+    command's retry, and the pool checks a pooled connection there: one broken by the failover is
+    reconnected once, and an error of that reconnect (the sentinels still name the dead master)
+    reached the caller instead of being retried through the failover."""
+
+    def __init__(self, service_name: str, sentinel_manager: Any, **kwargs: Any) -> None:
+        tls = bool(kwargs.pop("ssl", False))
+        kwargs.setdefault("connection_class", _FollowingSSLConnection if tls else _FollowingConnection)
+        super().__init__(service_name, sentinel_manager, **kwargs)
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         retry = self.connection_kwargs.get("retry")
