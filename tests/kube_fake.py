@@ -233,7 +233,7 @@ class FakeKube(ApiClient):
 
         before = clients._current
         clusters = [self, target or self]
-        probes = {(os.getpid(), id(c.configuration)): (c.configuration, c) for c in clusters}
+        probes = {c.configuration: (os.getpid(), c) for c in clusters}
         probes_before = {k: apiserver_io._probe_clients.get(k) for k in probes}
         clients._current = clients.Clusters(
             clients.Cluster("control", self), clients.Cluster("target", clusters[1])

@@ -124,3 +124,18 @@ def test_seed_namespaces_share_one_probe_client_of_the_control_cluster(tmp_path:
     assert probe_client(target) is not probe_client(a.api)
     assert probe_client(a.api).configuration.retries is False  # one attempt: the probe is the answer
     assert a.api.configuration.retries is not False
+
+
+def test_a_dropped_configuration_takes_its_probe_client_with_it() -> None:
+    """A tenant's target is rebuilt (a new configuration) whenever its Secrets rotate: the probe
+    client of the old one must not stay for the life of the worker, with its pool and sockets."""
+    import gc
+    import weakref
+
+    from mcm_tasks.controllers.safety.apiserver_io import probe_client
+
+    api = ApiClient(Configuration(host="https://10.0.0.3:6443"))
+    gone = weakref.ref(probe_client(api))
+    del api
+    gc.collect()
+    assert gone() is None

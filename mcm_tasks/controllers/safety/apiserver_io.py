@@ -14,9 +14,10 @@ import copy
 import logging
 import os
 import time
+import weakref
 from typing import Any
 
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks import kinds
@@ -44,9 +45,11 @@ def down_since_key() -> str:
     return rkey("safety", "apiserver-down-since")
 
 
-#: per process and client configuration (a server and its credentials); the configuration is kept
-#: beside the probe's client, so its id is not reused while the entry lives
-_probe_clients: dict[tuple[int, int], tuple[Any, ApiClient]] = {}
+#: client configuration (a server and its credentials) → (pid, the probe's client). Weak: a tenant's
+#: target rebuilt from rotated Secrets drops its configuration, and its probe client (a pool, maybe
+#: an open socket) goes with it instead of piling up for the life of the worker. The pid: a forked
+#: child builds its own rather than use its parent's sockets.
+_probe_clients: weakref.WeakKeyDictionary[Configuration, tuple[int, ApiClient]] = weakref.WeakKeyDictionary()
 
 
 def probe_client(api: ApiClient) -> ApiClient:
@@ -60,12 +63,11 @@ def probe_client(api: ApiClient) -> ApiClient:
     probes once a minute, on any worker): a TLS handshake per probe. Shared, the control server's
     fifty probes a minute keep one connection warm. Each target has its own configuration."""
     configuration = api.configuration
-    ident = (os.getpid(), id(configuration))
-    found = _probe_clients.get(ident)
-    if found is None or found[0] is not configuration:
+    found = _probe_clients.get(configuration)
+    if found is None or found[0] != os.getpid():
         copied = copy.deepcopy(configuration)
         copied.retries = False
-        found = _probe_clients[ident] = (configuration, ApiClient(copied))
+        found = _probe_clients[configuration] = (os.getpid(), ApiClient(copied))
     return found[1]
 
 
