@@ -11,10 +11,11 @@ Five duties, each leader-free and idempotent (any number of workers run them at 
    script per kind: a key moved by another worker first is no longer due here). A key due at once
    is published within ``delayed_publish_interval`` (a burst of notifications costs one read per
    interval); as a backstop (a notification missed while reconnecting) the keeper that repairs
-   (duty 4) also reads the delayed sets, not every keeper at every sweep: at rest that read (one
-   ZRANGE per kind) was most of a worker's Redis commands. (A keeper that resubscribes reads them
-   at once itself.) In seed mode it keeps each namespace's next due time (a wake message names its
-   set) and reads only the namespaces whose time came. While upstream's MCM holds its Lease
+   (duty 4) also learns every view's first due time, from the repair's survey, and reads the
+   views whose time came; not every keeper at every sweep: at rest that read (one ZRANGE per kind)
+   was most of a worker's Redis commands. (A keeper that resubscribes reads them at once itself.)
+   In seed mode it keeps each namespace's next due time (a wake message names its set) and reads
+   only the namespaces whose time came. While upstream's MCM holds its Lease
    (``mcm_tasks.standby``) nothing is published: the keeper looks again every
    ``UPSTREAM_RETRY_PERIOD``.
 2. **Heartbeat and lease renewal**: kombu's Redis transport keeps each delivered, unacknowledged
@@ -37,7 +38,9 @@ Five duties, each leader-free and idempotent (any number of workers run them at 
    ``visibility_timeout``; every ``worker_lost_timeout / 2`` the keeper finds markers older than
    ``worker_lost_timeout`` whose message is neither queued nor held, and publishes them again.
    The repair (and the backstop read of duty 1) looks at shared state, so one keeper of the fleet
-   runs it per period, whichever takes the turn first (``take_repair_turn``).
+   runs it per period, whichever takes the turn first (``take_repair_turn``). A turn first surveys
+   every queue of every view in one script call (``survey``: each pending hash's size, each delayed
+   set's head) and searches only the queues holding markers: a seed at rest has none.
 
 5. **Age background messages**: an informer resync's messages wait on each queue's background list,
    behind every user-facing message (``messages.BACKGROUND_PRIORITY``); one keeper of the fleet per
@@ -55,6 +58,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 import redis
 
@@ -65,11 +69,12 @@ from mcm_tasks.queue.messages import (
     broker_prefix,
     build_message,
     new_id,
+    queue_keys,
     wake_channel,
     workers_key,
 )
 from mcm_tasks.queue.producer import age_background, publish_due_many, publish_due_views, scripts_for
-from mcm_tasks.queue.scripts import LuaScript, run_pipeline
+from mcm_tasks.queue.scripts import Call, LuaScript, run_pipeline
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import QUEUES, Settings, get_settings
 from mcm_tasks.standby import UPSTREAM_RETRY_PERIOD, Standby
@@ -198,23 +203,66 @@ def repair_lost(client: redis.Redis, now: float, settings: Settings) -> int:
     return repair_lost_many(client, now, [settings])
 
 
+#: The repair turn's first look, one call for every view (seed mode: every served namespace) and
+#: kind. KEYS: the queues' pending hashes, then their delayed sets, in the same order. Returns each
+#: hash's marker count, then each set's first due time ('' when it is empty). A seed at rest has no
+#: marker anywhere: the turn used to run a ghost search per queue and a due read per namespace
+#: (350 script calls every worker_lost_timeout / 2 with fifty namespaces) to learn that.
+_SURVEY = LuaScript(
+    r"""
+local n = #KEYS / 2
+local out = {}
+for i = 1, n do
+  out[i] = redis.call('HLEN', KEYS[i])
+  local head = redis.call('ZRANGE', KEYS[n + i], 0, 0, 'WITHSCORES')
+  out[n + i] = head[2] or ''
+end
+return out
+"""
+)
+
+
+def survey(client: redis.Redis, views: Sequence[Settings]) -> tuple[list[bool], list[float | None]]:
+    """For every view and kind (views outer, ``QUEUES`` inner): whether its pending hash holds a
+    marker; and for every view, the first due time of its delayed sets (None: nothing waits)."""
+    keys = [queue_keys(kind, view) for view in views for kind in QUEUES]
+    if not keys:
+        return [], []
+    reply = _SURVEY(client, [k.pending for k in keys] + [k.delayed for k in keys], ())
+    busy = [int(count) > 0 for count in reply[: len(keys)]]
+    firsts: list[float | None] = []
+    for v in range(len(views)):
+        dues = [float(raw) for raw in reply[len(keys) + v * len(QUEUES) :][: len(QUEUES)] if raw]
+        firsts.append(min(dues) if dues else None)
+    return busy, firsts
+
+
 def repair_lost_many(client: redis.Redis, now: float, views: list[Settings]) -> int:
-    """``repair_lost`` for several settings views (seed mode: every served namespace's queues); the
-    search is one round trip whatever their number."""
-    calls = [
+    """``repair_lost`` for several settings views (seed mode: every served namespace's queues)."""
+    return repair_and_survey(client, now, views)[0]
+
+
+def repair_and_survey(
+    client: redis.Redis, now: float, views: list[Settings]
+) -> tuple[int, list[float | None]]:
+    """The repair turn: ``repair_lost`` for every view, searching only the queues the survey found
+    markers in, and each view's first due time from the same survey (the keeper's backstop against
+    a missed wake notification: ``Keeper.due_at``). How many were published, and the due times."""
+    busy, firsts = survey(client, views)
+    pairs = [(view, kind) for view in views for kind in QUEUES]
+    searched = [pair for pair, has_markers in zip(pairs, busy, strict=True) if has_markers]
+    calls: list[Call] = [
         (
             scripts_for(kind, view).ghosts,
             [now, now - view.worker_lost_timeout, broker_prefix(view) + "unacked"],
         )
-        for view in views
-        for kind in QUEUES
+        for view, kind in searched
     ]
-    found_all = run_pipeline(client, calls)
+    found_all = run_pipeline(client, calls) if calls else []
     published = 0
-    for i, found in enumerate(found_all):
+    for (settings, kind), found in zip(searched, found_all, strict=True):
         if not found:
             continue
-        settings, kind = views[i // len(QUEUES)], QUEUES[i % len(QUEUES)]
         queue = settings.queue_name(kind)
         args: list[object] = [now]
         for n in range(0, len(found), 2):
@@ -225,7 +273,7 @@ def repair_lost_many(client: redis.Redis, now: float, views: list[Settings]) -> 
         if repaired:
             log.warning("%s: published again for %d keys whose message was lost", kind, repaired)
         published += repaired
-    return published
+    return published, firsts
 
 
 def tenant_views(client: redis.Redis, settings: Settings) -> list[Settings]:
@@ -239,10 +287,6 @@ def tenant_views(client: redis.Redis, settings: Settings) -> list[Settings]:
 def publish_due_all(client: redis.Redis, now: float, settings: Settings) -> tuple[int, float | None]:
     """``publish_due`` for every view of ``tenant_views``: the messages published, the first due time."""
     return publish_due_many(client, now, tenant_views(client, settings))
-
-
-def repair_lost_all(client: redis.Redis, now: float, settings: Settings) -> int:
-    return repair_lost_many(client, now, tenant_views(client, settings))
 
 
 def sweep(client: redis.Redis, now: float, settings: Settings) -> int:
@@ -397,9 +441,14 @@ class Keeper(threading.Thread):
                 if now >= next_repair:
                     if take_repair_turn(client, self.worker, repair_every, s):
                         self.repairs += 1
-                        self.repaired += repair_lost_all(client, now, s)
-                        next_due = min(next_due, now)  # the backstop of a missed notification
-                        self.due_at.clear()
+                        tenants = tenant_views(client, s)
+                        repaired, firsts = repair_and_survey(client, now, tenants)
+                        self.repaired += repaired
+                        # the backstop of a missed notification: every view's first due time, as
+                        # the survey read it; the views whose time came are read at once
+                        for tenant, first in zip(tenants, firsts, strict=True):
+                            self.due_at[tenant.key_prefix] = float("inf") if first is None else first
+                        next_due = min(next_due, min(self.due_at.values(), default=float("inf")))
                     next_repair = now + repair_every
                 if now >= next_aging:
                     self.aged += age_all(client, self.worker, now, aging_every, s)

@@ -19,10 +19,11 @@ from mcm_tasks.queue.keeper import (
     age_all,
     aging_turn_key,
     publish_due_all,
+    repair_and_survey,
     tenant_views,
 )
 from mcm_tasks.queue.messages import aging_index_key, queue_keys, wake_channel
-from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together
+from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together, scripts_for
 from mcm_tasks.settings import Settings, configure, reset_settings
 from mcm_tasks.tenancy import serving
 from mcm_tasks.tenancy_io import entries, publish, served
@@ -148,3 +149,57 @@ def test_an_aging_turn_looks_only_at_the_queues_with_background_work(
     before = evalsha_calls()
     assert age_all(redis_client, "w1", minute + 110.25, 0.5, seed) == 0
     assert evalsha_calls() == before  # nothing indexed: no script
+
+
+def test_a_repair_turn_over_fifty_resting_namespaces_is_one_script_call(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    """The repair turn surveys every namespace's queues in one call and searches only those holding
+    markers: a seed at rest ran a ghost search per queue and a due read per namespace (350 script
+    calls a turn with fifty). The survey also gives each namespace's first due time (the backstop)."""
+    namespaces = [f"ns-{i:02d}" for i in range(50)]
+    publish(redis_client, seed, {ns: {} for ns in namespaces})
+    views = tenant_views(redis_client, seed)
+    with serving("ns-07", seed):
+        enqueue_many_after([("machineset", "ns-07/s")], 30)
+
+    def evalsha_calls() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    repair_and_survey(redis_client, time.time(), views)  # the script loaded (a first EVALSHA fails)
+    before = evalsha_calls()
+    repaired, firsts = repair_and_survey(redis_client, time.time(), views)
+    assert (repaired, evalsha_calls() - before) == (0, 1)
+    due = {view.namespace: first for view, first in zip(views, firsts, strict=True)}
+    assert due.pop("ns-07") == pytest.approx(time.time() + 30, abs=5)
+    assert set(due.values()) == {None}
+
+    # a marker whose message was lost (older than worker_lost_timeout, neither queued nor held)
+    with serving("ns-31", seed) as view:
+        old = time.time() - seed.worker_lost_timeout - 5
+        redis_client.hset(queue_keys("machine", view).pending, "ns-31/m", f"{old}|lost-id")
+        for script in (scripts_for("machine", view).ghosts, scripts_for("machine", view).repair):
+            redis_client.script_load(script.source)
+        before = evalsha_calls()
+        repaired, _ = repair_and_survey(redis_client, time.time(), views)
+        assert (repaired, evalsha_calls() - before) == (1, 3)  # the survey, one search, the repair
+        assert redis_client.llen(queue_keys("machine", view).broker_list) == 1
+
+
+def test_a_due_key_whose_wake_was_missed_is_published_at_the_next_repair_turn(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    """The backstop: a due time the keepers never heard of (the wake message lost) is found by the
+    repair turn's survey and published."""
+    publish(redis_client, seed, {"a": {}, "b": {}})
+    keeper = Keeper("w1", seed.model_copy(update={"worker_lost_timeout": 2.0}))
+    keeper.start()
+    try:
+        wait_until(lambda: keeper.repairs >= 1, timeout=10, interval=0.02, what="the first repair turn")
+        with serving("b", seed) as view:
+            keys = queue_keys("machine", view)
+        redis_client.zadd(keys.delayed, {"b/m": time.time()})  # due now; no wake message
+        wait_until(lambda: redis_client.llen(keys.broker_list) == 1, timeout=10, interval=0.05,
+                   what="b/m published by the backstop")  # fmt: skip
+    finally:
+        keeper.stop()
