@@ -1,8 +1,8 @@
 """List and watch one resource (client-go's reflector), feeding events to the single writer.
 
 A watch can go quiet without closing (the most reported bug of Python operators), so every watch
-has two clocks: ``timeoutSeconds`` asks the server to end it (settings.watch_timeout, jittered
-down), and the socket read timeout (settings.watch_client_timeout, longer, reset by each byte or
+has two clocks: ``timeoutSeconds`` asks the server to end it (between settings.watch_timeout and
+twice it, as client-go's ``minWatchTimeout``), and the socket read timeout (settings.watch_client_timeout, longer, reset by each byte or
 bookmark) ends it from our side if the server never does. Either way the loop watches again from
 the last resourceVersion seen; only a 410 Gone (the version left the server's history) costs a
 re-list. Connection errors back off exponentially with jitter, reset by a successful list or watch.
@@ -250,7 +250,9 @@ class Reflector:
             "watch": "true",
             "resourceVersion": self.stats.resource_version,
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": max(1, int(self.server_timeout * random.uniform(0.9, 1.0))),
+            # client-go's reflector: between minWatchTimeout and twice it, so that a process's many
+            # watches do not end (and are opened again) together; each reopening is a request
+            "timeoutSeconds": max(1, int(self.server_timeout * random.uniform(1.0, 2.0))),
         }
         try:
             resp = rest.open_request(

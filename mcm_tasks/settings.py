@@ -408,7 +408,11 @@ class Settings(BaseSettings):
         description="while the mirror lags, a Pending machine reads its Node from the API server this "
         "often instead of waiting for the Node's late events",
     )
-    watch_timeout: Duration = Field(5 * 60.0, description="watch timeoutSeconds asked of the API server")
+    watch_timeout: Duration = Field(
+        5 * 60.0,
+        description="a watch asks the API server to end it after between this and twice this "
+        "(timeoutSeconds; client-go's minWatchTimeout)",
+    )
     watch_client_timeout: Duration = Field(
         6 * 60.0, description="client-side read timeout of a watch stream, so a silent stream cannot stall"
     )
