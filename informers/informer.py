@@ -2,8 +2,9 @@
 
 A watch can go quiet without closing (the most reported bug of Python operators), so every watch
 has two clocks: ``timeoutSeconds`` asks the server to end it (between settings.watch_timeout and
-twice it, as client-go's ``minWatchTimeout``), and the socket read timeout (settings.watch_client_timeout, longer, reset by each byte or
-bookmark) ends it from our side if the server never does. Either way the loop watches again from
+twice it, as client-go's ``minWatchTimeout``), and the socket read timeout
+(settings.watch_client_timeout, reset by each byte or bookmark) ends it from our side if the server
+goes silent. Either way the loop watches again from
 the last resourceVersion seen; only a 410 Gone (the version left the server's history) costs a
 re-list. Connection errors back off exponentially with jitter, reset by a successful list or watch.
 """

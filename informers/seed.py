@@ -38,9 +38,10 @@ log = logging.getLogger(__name__)
 #: how long a stopping namespace's informer is given to close its watches
 STOP_TIMEOUT = 5.0
 #: a namespace's informer's idle timers run this much slower than a single-namespace informer's
-#: (``Informer.pace``): a wake-up every 5 s, a sentinel check every 20 s, a status every 10 s (its
-#: TTL is 60 s). At 5 the fifty writer threads of a seed still woke 20 times a second at rest, and
-#: their status writes and sentinel checks were a third of the informer's idle CPU. Events are
+#: (``Informer.pace``): a sentinel check every 20 s, a status every 10 s when it has news (its TTL
+#: is 60 s), and the writer wakes only for those (``Informer.woken``: ``_stop`` wakes it). At 5
+#: the fifty writer threads of a seed still woke 20 times a second at rest, and their status
+#: writes and sentinel checks were a third of the informer's idle CPU. Events are
 #: written as they come whatever the pace; a lost mirror is found, and a Node's bare heartbeat (a
 #: lazy change) written, up to 20 s late.
 IDLE_PACE = 10.0
@@ -185,6 +186,7 @@ class SeedInformer:
                 f"{self.identity}/{tenant.namespace}",
                 trimmer=self.trimmer,
                 pace=IDLE_PACE,
+                woken=True,  # ``_stop`` wakes it
             )
             tenant.runner = runner
             if tenant.stop.is_set():  # stopped while it was being built
@@ -201,7 +203,7 @@ class SeedInformer:
             return
         tenant.stop.set()
         if tenant.runner is not None:
-            tenant.runner.wake()  # its writer's idle wait is IDLE_PACE times a single informer's
+            tenant.runner.wake()  # its writer sleeps until its next timer (``Informer.woken``)
         if tenant.thread is not None:
             tenant.thread.join(STOP_TIMEOUT)
             log.info("namespace %s: informer stopped", namespace)

@@ -4,8 +4,10 @@ over."""
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,11 +35,14 @@ READY = [{"type": "Ready", "status": "True"}]
 class Writer:
     """The informer's writer loop in a thread, fed through its inbox (no API server)."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, pace: float = 1.0, woken: bool = False) -> None:
         settings = load_settings({"redis_url": redis_url, "namespace": NS, "leader_elect": False})
         self.redis = redis.Redis.from_url(redis_url)
-        self.informer = Informer(settings, {}, self.redis, MemorySink(), "test", resources=[])
+        self.informer = Informer(
+            settings, {}, self.redis, MemorySink(), "test", resources=[], pace=pace, woken=woken
+        )
         self.inbox: queue.Queue[Item] = queue.Queue()
+        self.informer._inbox = self.inbox  # as ``lead`` sets it: ``wake`` puts its marker there
         self.stop = threading.Event()
         self.processor = Processor(Store(NS))
         self.thread = threading.Thread(
@@ -53,6 +58,7 @@ class Writer:
 
     def close(self) -> None:
         self.stop.set()
+        self.informer.wake()
         self.thread.join(TIMEOUT)
         self.redis.close()
 
@@ -166,3 +172,45 @@ def test_an_idle_sentinel_check_is_no_transaction(writer: Writer, monkeypatch: p
     wait_until(lambda: writer.commits() >= commits + 10, TIMEOUT, what="10 sentinel checks")
     stats = writer.redis.info("commandstats")
     assert int(stats.get("cmdstat_multi", {}).get("calls", 0)) - multi <= 1  # type: ignore[union-attr]
+
+
+def idle_wakeups_over_four_checks(redis_url: str, woken: bool) -> int:
+    """A writer at rest: its idle wake-ups while it makes four sentinel checks; then a lone heartbeat
+    is written by the next check, and closing it (a wake) ends it at once."""
+    writer = Writer(redis_url, woken=woken).start((kinds.NODE.mirror, [fx.node("n", rv="10")]))
+    try:
+        wait_until(lambda: writer.commits() >= 2, TIMEOUT, what="two sentinel checks")
+        wakeups, commits = writer.informer.counters["idle_wakeups"], writer.commits()
+        wait_until(lambda: writer.commits() >= commits + 4, TIMEOUT, what="four more checks")
+        counted = writer.informer.counters["idle_wakeups"] - wakeups
+        writer.feed(kinds.NODE.mirror, fx.node("n", rv="11"))
+        wait_until(lambda: writer.mirrored_rv(kinds.NODE.mirror, "n") == "11", TIMEOUT,
+                   what="the heartbeat written by the next check")  # fmt: skip
+    finally:
+        started = time.monotonic()
+        writer.close()
+    took = time.monotonic() - started
+    assert not writer.thread.is_alive() and took < 0.4, f"woken to stop, took {took:.2f} s"
+    return counted
+
+
+def test_a_woken_writer_at_rest_wakes_only_for_its_timers(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed mode's writers (``woken``: their owner wakes them to stop) sleep until their next timer
+    (here the sentinel check, every 0.5 s) instead of every ``IDLE_CHECK * pace`` (0.05 s)."""
+    monkeypatch.setattr(runner, "IDLE_CHECK", 0.05)
+    monkeypatch.setattr(runner, "SENTINEL_EVERY", 0.5)
+    polling, woken = (
+        idle_wakeups_over_four_checks(redis_url, False),
+        idle_wakeups_over_four_checks(redis_url, True),
+    )
+    assert polling >= 20, polling  # every 0.05 s for 2 s
+    assert woken <= 8, woken  # for the four checks (and the status, once)
+
+
+def test_the_idle_wait_is_the_first_timer_within_the_ceiling() -> None:
+    assert runner.idle_wait(10.0, 20.0, [13.0, 30.0, math.inf]) == 3.0
+    assert runner.idle_wait(10.0, 2.0, [13.0]) == 2.0
+    assert runner.idle_wait(10.0, 2.0, [9.0]) == 0.0
+    assert runner.idle_wait(10.0, 2.0, []) == 2.0
