@@ -1,7 +1,8 @@
 """Seed mode's informer: one ``Informer`` per served namespace, each in its tenant's context.
 
 Every ``--seed-refresh-period`` the seed informer resolves the namespaces to serve
-(``tenancy_io.wanted``), narrows them to those this process owns (``own``: all of them while it
+(``tenancy_io.wanted``; with a selector, listed again only when a watch on them saw a change, or
+every minute: ``namespace_watch``), narrows them to those this process owns (``own``: all of them while it
 leads, or its shard's), publishes the served set in the registry the workers follow, and starts or
 stops the namespaces' informers: a namespace added is watched within a period, a namespace removed
 has its watches closed. A namespace's informer is the single-namespace informer itself, run on a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +26,7 @@ import redis
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from informers.namespace_watch import RELIST_EVERY, NamespaceWatch
 from informers.runner import Informer
 from informers.sink import make_sink
 from mcm_tasks import tenancy_io
@@ -91,24 +94,58 @@ class SeedInformer:
         self._published: tuple[dict[str, dict[str, Any]], frozenset[str]] | None = None
         self.rounds = 0
         self._seen: dict[str, dict[str, Any]] = {}
+        #: with a selector, the namespaces are listed when the watch saw a change (or every
+        #: RELIST_EVERY), not every round; None: every round (no watch running, or a static list)
+        self.watch: NamespaceWatch | None = None
+        self.lists = 0
+        self._wanted: set[str] | None = None
+        self._listed_at = 0.0
 
     def lead(self, stop: threading.Event) -> None:
         """Serve until ``stop``; every namespace's informer is stopped on the way out."""
         self.trimmer.start()
+        if not self.settings.namespace_list:
+            self.watch = NamespaceWatch(self.control, self.settings).start()
         try:
             while True:
                 self.refresh()
                 if stop.wait(self.settings.seed_refresh_period):
                     break
         finally:
+            if self.watch is not None:
+                self.watch.stop()
+                self.watch = None
             for namespace in list(self.tenants):
                 self._stop(namespace)
             self.trimmer.stop()
 
+    def _list(self) -> set[str]:
+        """The namespaces to serve: listed again when the watch saw a change, when none runs, and
+        every RELIST_EVERY; else as last listed."""
+        now = time.monotonic()
+        watch = self.watch
+        if (
+            watch is None
+            or watch.stale.is_set()
+            or self._wanted is None
+            or now - self._listed_at >= RELIST_EVERY
+        ):
+            if watch is not None:
+                watch.stale.clear()  # before the LIST: a change during it lists again next round
+            try:
+                self._wanted = set(tenancy_io.wanted(self.control, self.settings))
+            except Exception:
+                if watch is not None:
+                    watch.stale.set()
+                raise
+            self._listed_at = now
+            self.lists += 1
+        return set(self._wanted)
+
     def refresh(self) -> None:
         """One round: resolve, narrow, publish, start and stop."""
         try:
-            wanted = set(tenancy_io.wanted(self.control, self.settings))
+            wanted = self._list()
         except (ApiException, OSError) as err:  # the control cluster blinked: keep what runs
             log.warning("seed mode: namespaces not listed, keeping %d: %s", len(self.tenants), err)
             return
