@@ -41,8 +41,9 @@ from mcm_sandbox.fleet import Fleet, machine_class, machine_deployment
 from mcm_sandbox.procs import ManagedProcess, RedisServer, free_port, wait_until
 from mcm_sandbox.runner import register_crds
 from mcm_tasks import standby
+from mcm_tasks.queue.messages import queue_keys
 from mcm_tasks.queue.stats import read_stats
-from mcm_tasks.settings import configure, reset_settings
+from mcm_tasks.settings import QUEUES, configure, reset_settings
 from tests.chart_support import ROOT, by_kind, render
 from tests.credentials_support import (
     ProjectedServiceAccount,
@@ -273,7 +274,9 @@ def test_gardeners_command_lines_in_cluster_and_rotating_tokens(tmp_path: Path) 
         assert all(p.alive() for p in world.processes.values()), world.logs()
         configure({"redis_url": world.redis_url})
         try:
-            assert sum(s.failing for s in read_stats()) == 0, "a key left failing"
+            with redis.Redis.from_url(world.redis_url, decode_responses=True) as client:
+                failing = {kind: client.hgetall(queue_keys(kind).failing) for kind in QUEUES}
+            assert sum(s.failing for s in read_stats()) == 0, f"a key left failing: {failing}"
         finally:
             reset_settings()
 
