@@ -234,11 +234,14 @@ class Informer:
                 PROGRESS.beat("writer")
                 wait = IDLE_CHECK * self.pace
                 if self.woken:
-                    dues = [next_sentinel, self._status_refresh, next_resync if epoch is not None else inf]
-                    if status_due:
-                        dues.append(next_status)
-                    if self._lag:
-                        dues.append(self._lag_due)
+                    dues = writer_dues(
+                        next_sentinel=next_sentinel,
+                        next_status=next_status,
+                        status_refresh=self._status_refresh,
+                        status_due=status_due,
+                        next_resync=next_resync if epoch is not None else inf,
+                        lag_due=self._lag_due if self._lag else inf,
+                    )
                     wait = idle_wait(time.monotonic(), SENTINEL_EVERY * self.pace, dues)
                 batch = _take_batch(inbox, wait, linger=0.0)
                 status_due = status_due or bool(batch)
@@ -366,6 +369,7 @@ class Informer:
             self.redis.hset(lag_key(), mapping=mapping)  # type: ignore[arg-type]
         except (redis.RedisError, OSError):
             log.debug("lag not published", exc_info=True)
+            self._lag_due = now + LAG_EVERY  # tried again then (a woken writer sleeps until it)
             return
         self._lag, self._lag_due = {}, now + LAG_EVERY
 
@@ -423,6 +427,24 @@ def sentinel_due(changes: bool, now: float, due: float) -> bool:
     ``SENTINEL_EVERY`` old, so Redis losing its data is still noticed within seconds when no event
     arrives, and a held-back heartbeat is mirrored within as long."""
     return changes or now >= due
+
+
+def writer_dues(
+    *,
+    next_sentinel: float,
+    next_status: float,
+    status_refresh: float,
+    status_due: bool,
+    next_resync: float,
+    lag_due: float,
+) -> list[float]:
+    """When the writer's timers next have work (monotonic times): each is a time at which the loop
+    does that work and moves the timer on, so a writer that sleeps until the first never spins. The
+    status is written when it has news (``status_due``) at ``next_status``, and whole at
+    ``status_refresh``, but no sooner than ``next_status`` either way: the loop looks at the status
+    only then (a refresh due before it would end every wait at once until it came)."""
+    status = next_status if status_due else max(next_status, status_refresh)
+    return [next_sentinel, status, next_resync, lag_due]
 
 
 def idle_wait(now: float, ceiling: float, dues: Sequence[float]) -> float:

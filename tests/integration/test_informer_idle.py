@@ -201,12 +201,16 @@ def test_a_woken_writer_at_rest_wakes_only_for_its_timers(
     (here the sentinel check, every 0.5 s) instead of every ``IDLE_CHECK * pace`` (0.05 s)."""
     monkeypatch.setattr(runner, "IDLE_CHECK", 0.05)
     monkeypatch.setattr(runner, "SENTINEL_EVERY", 0.5)
+    # the whole status is due between two looks at the status: a writer that slept until it would
+    # find nothing to do there and spin until the next look
+    monkeypatch.setattr(runner, "STATUS_EVERY", 0.25)
+    monkeypatch.setattr(runner, "STATUS_REFRESH", 0.3)
     polling, woken = (
         idle_wakeups_over_four_checks(redis_url, False),
         idle_wakeups_over_four_checks(redis_url, True),
     )
     assert polling >= 20, polling  # every 0.05 s for 2 s
-    assert woken <= 8, woken  # for the four checks (and the status, once)
+    assert woken <= 16, woken  # for the four checks and the statuses
 
 
 def test_the_idle_wait_is_the_first_timer_within_the_ceiling() -> None:
@@ -214,3 +218,15 @@ def test_the_idle_wait_is_the_first_timer_within_the_ceiling() -> None:
     assert runner.idle_wait(10.0, 2.0, [13.0]) == 2.0
     assert runner.idle_wait(10.0, 2.0, [9.0]) == 0.0
     assert runner.idle_wait(10.0, 2.0, []) == 2.0
+
+
+def test_the_writers_timers_never_ask_it_to_wake_before_it_looks_at_the_status() -> None:
+    dues = runner.writer_dues(next_sentinel=30.0, next_status=15.0, status_refresh=12.0, status_due=False,
+                              next_resync=math.inf, lag_due=math.inf)  # fmt: skip
+    assert min(dues) == 15.0
+    dues = runner.writer_dues(next_sentinel=30.0, next_status=15.0, status_refresh=40.0, status_due=False,
+                              next_resync=math.inf, lag_due=math.inf)  # fmt: skip
+    assert min(dues) == 30.0, "no news: the status waits for its whole rewrite"
+    dues = runner.writer_dues(next_sentinel=30.0, next_status=15.0, status_refresh=40.0, status_due=True,
+                              next_resync=math.inf, lag_due=20.0)  # fmt: skip
+    assert sorted(dues)[:2] == [15.0, 20.0]
