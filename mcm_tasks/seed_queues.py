@@ -85,12 +85,13 @@ class SeedQueues(bootsteps.StartStopStep):
 
     def _follow(self, settings: Settings) -> None:
         down = False
+        registry = tenancy_io.RegistryFollower()  # read again only when it moved on
         while not self.stopped.wait(settings.seed_refresh_period):
             try:
                 consumed = self._consumed()
                 kinds = consumed_kinds(settings, sorted(consumed))
                 client = get_redis()
-                published = tenancy_io.entries(client, settings)
+                published = registry.read(client, settings)
                 served = tenancy_io.served(client, settings, published)  # the same read
             except redis.RedisError as err:
                 if not down:

@@ -26,7 +26,7 @@ from mcm_tasks.queue.messages import aging_index_key, queue_keys, wake_channel
 from mcm_tasks.queue.producer import enqueue_many_after, enqueue_together, scripts_for
 from mcm_tasks.settings import Settings, configure, reset_settings
 from mcm_tasks.tenancy import serving
-from mcm_tasks.tenancy_io import entries, publish, served
+from mcm_tasks.tenancy_io import RegistryFollower, entries, generation_key, publish, served
 
 pytestmark = pytest.mark.integration
 
@@ -203,3 +203,26 @@ def test_a_due_key_whose_wake_was_missed_is_published_at_the_next_repair_turn(
                    what="b/m published by the backstop")  # fmt: skip
     finally:
         keeper.stop()
+
+
+def test_a_follower_reads_the_registry_again_only_when_it_was_published(
+    seed: Settings, redis_client: redis.Redis
+) -> None:
+    """Every publish moves the registry's generation on; a worker's seed-queues thread reads the
+    fifty entries only then (it read and parsed them every --seed-refresh-period)."""
+    follower = RegistryFollower()
+    assert follower.read(redis_client, seed) == {} and follower.reads == 1  # no generation kept yet
+    assert follower.read(redis_client, seed) == {} and follower.reads == 2
+    publish(redis_client, seed, {"a": {"since": 1}})
+    assert follower.read(redis_client, seed) == {"a": {"since": 1}}
+    reads = follower.reads
+    for _ in range(5):
+        assert follower.read(redis_client, seed) == {"a": {"since": 1}}
+    assert follower.reads == reads
+    publish(redis_client, seed, {"a": {"since": 1}, "b": {"since": 2}}, mine={"b"})
+    assert follower.read(redis_client, seed) == {"a": {"since": 1}, "b": {"since": 2}}
+    assert follower.reads == reads + 1
+    redis_client.delete(generation_key(seed))  # a Redis that lost it: read every time again
+    follower.read(redis_client, seed)
+    follower.read(redis_client, seed)
+    assert follower.reads == reads + 3
