@@ -186,15 +186,24 @@ class Watcher:
 def machine_sets_paused(sandbox: Sandbox) -> Iterator[None]:
     """The workers stop taking MachineSet reconciles (Celery's ``cancel_consumer``) until the block
     ends; their messages wait in Redis meanwhile."""
+    settings = get_settings().model_copy(update={"redis_url": sandbox.redis_url})
+    queue = settings.queue_name(kinds.Queue.MACHINE_SET)
     app = Celery("remediation-e2e", set_as_current=False)
-    app.conf.update(celery_config(get_settings().model_copy(update={"redis_url": sandbox.redis_url})))
+    app.conf.update(celery_config(settings))
+
+    def consumers() -> int:
+        active = app.control.inspect(timeout=1.0).active_queues() or {}
+        return sum(1 for queues in active.values() for q in queues if q["name"] == queue)
+
     try:
-        replies = app.control.cancel_consumer(kinds.Queue.MACHINE_SET.value, reply=True, timeout=2.0)
+        assert consumers() == 2, f"both workers consume {queue}"
+        replies = app.control.cancel_consumer(queue, reply=True, timeout=2.0)
         assert len(replies) >= 2, f"cancel_consumer: {replies}"
+        wait_until(lambda: consumers() == 0, 10, interval=0.2, what=f"nobody consuming {queue}")
         try:
             yield
         finally:
-            replies = app.control.add_consumer(kinds.Queue.MACHINE_SET.value, reply=True, timeout=2.0)
+            replies = app.control.add_consumer(queue, reply=True, timeout=2.0)
             assert len(replies) >= 2, f"add_consumer: {replies}"
     finally:
         app.close()
