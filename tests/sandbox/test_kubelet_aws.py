@@ -111,10 +111,10 @@ def ready(core: Any, name: str) -> Any:
     return conds.get("Ready")
 
 
-def wait_ready(core: Any, name: str, status: str = "True") -> Any:
+def wait_ready(core: Any, name: str, status: str = "True", timeout: float = WAIT) -> Any:
     wait_until(
         lambda: (cond := ready(core, name)) is not None and cond.status == status,
-        WAIT,
+        timeout,
         what=f"{name} Ready={status}",
     )
     return core.read_node(name)
@@ -182,9 +182,11 @@ def test_regions_are_discovered_and_rescanned(
 ) -> None:
     here = run_instance(aws_world)
     start_kubelet(regions=(), rescan=0.5)
-    wait_ready(core, here["PrivateDnsName"])
+    # no region named: every scan asks moto about each of its regions, which on a loaded host (CI's
+    # four test processes) took longer than the module's 20 s once
+    wait_ready(core, here["PrivateDnsName"], timeout=3 * WAIT)
     there = run_instance(aws_world, OTHER_REGION, "t3.micro")  # in a region nobody named
-    node = wait_ready(core, there["PrivateDnsName"])
+    node = wait_ready(core, there["PrivateDnsName"], timeout=3 * WAIT)
     assert node.spec.provider_id == f"aws:///{OTHER_REGION}/{there['InstanceId']}"
     assert node.metadata.labels["topology.kubernetes.io/region"] == OTHER_REGION
     assert node.status.capacity["cpu"] == "2" and node.status.capacity["memory"] == "1024Mi"
