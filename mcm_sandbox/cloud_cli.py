@@ -8,6 +8,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,10 @@ cloud_app = typer.Typer(
     help="The local cloud's VMs (kept in Redis).",
     epilog="Example: mcm-tasks sandbox cloud ls --json",
 )
+
+
+#: seconds a stopping kubelet simulator gives its rounds and watches before it exits anyway
+STOP_GRACE = 5.0
 
 
 @cloud_app.callback()
@@ -175,7 +180,24 @@ def kubelet_command(
         interval,
         f", EC2 at {aws_endpoint}" if aws_endpoint else "",
     )
-    try:
-        kubelets.run(stop, interval, Path(clusters_dir) if clusters_dir else None)
-    finally:
-        kubelets.close()
+    # The rounds run in a daemon thread so that a stop is served within STOP_GRACE even when a round
+    # is blocked on a slow cloud or API server (a loaded host): the main thread closes what it can in
+    # that time and exits 0, as a process told to stop should, instead of being SIGKILLed.
+    failed: list[BaseException] = []
+
+    def rounds_until_stop() -> None:
+        try:
+            kubelets.run(stop, interval, Path(clusters_dir) if clusters_dir else None)
+        except BaseException as err:  # raised again below: the process fails as it did in one thread
+            failed.append(err)
+
+    rounds = threading.Thread(target=rounds_until_stop, name="kubelet-rounds", daemon=True)
+    rounds.start()
+    while not stop.wait(1.0) and rounds.is_alive():
+        pass
+    deadline = time.monotonic() + STOP_GRACE
+    rounds.join(max(deadline - time.monotonic(), 0.0))
+    kubelets.close(deadline)
+    if failed:
+        raise failed[0]
+    logging.getLogger(__name__).info("kubelet simulator stopped")

@@ -168,12 +168,15 @@ class ClusterKubelet:
         self.thread = threading.Thread(target=loop, name=f"kubelet-{self.key or 'default'}", daemon=True)
         self.thread.start()
 
-    def stop(self) -> None:
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop ticking and watching; waits for the tick thread until ``deadline`` (monotonic; default
+        10 s from now): a tick blocked on a slow API server is left to its daemon thread."""
         self.stopping.set()
+        deadline = time.monotonic() + 10.0 if deadline is None else deadline
         if self.thread is not None:
-            self.thread.join(10.0)
+            self.thread.join(max(deadline - time.monotonic(), 0.0))
         if self.watched is not None:
-            self.watched.stop()
+            self.watched.stop(deadline)
         self.api.close()
 
 
@@ -274,9 +277,15 @@ class MultiClusterKubelet:
                 log.warning("kubelet round failed: %s: %s", type(err).__name__, err)
             stop.wait(max(interval - (time.monotonic() - started), 0.01))
 
-    def close(self) -> None:
+    def close(self, deadline: float | None = None) -> None:
+        """Stop every cluster: all are told first, then each is waited for until ``deadline``
+        (monotonic), so N clusters stop in the time of the slowest, not of their sum."""
+        for cluster in self.clusters.values():
+            cluster.stopping.set()
         for key in list(self.clusters):
-            self.remove(key)
+            cluster = self.clusters.pop(key)
+            cluster.stop(deadline)
+            log.info("kubelets of namespace %s: stopped", key)
 
 
 def _mtime(path: Path) -> int | None:

@@ -14,6 +14,7 @@ assert right after their own writes keep the simulator's default, a list per tic
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -57,11 +58,13 @@ class WatchedLists:
         for reflector in self._reflectors:
             reflector.start()
 
-    def stop(self) -> None:
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop every reflector, then wait for them until ``deadline`` (monotonic; default 5 s)."""
+        deadline = time.monotonic() + 5.0 if deadline is None else deadline
         for reflector in self._reflectors:
             reflector.stop()
         for reflector in self._reflectors:
-            reflector.join(5.0)
+            reflector.join(max(deadline - time.monotonic(), 0.0))
 
     def synced(self) -> bool:
         """Every kind listed once: before that, a tick would see an empty cluster."""

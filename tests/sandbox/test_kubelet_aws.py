@@ -3,8 +3,10 @@ endpoint on a free port), against the sandbox API server and a real Redis."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -274,3 +276,43 @@ def test_kubelet_command_with_aws_endpoint(
     assert proc.proc is not None and proc.proc.returncode == 0, proc.log_tail()
     assert node.spec.provider_id == f"aws:///{REGION}/{inst['InstanceId']}"
     assert ACCESS_KEY_ID not in proc.log_tail(200)
+
+
+def test_kubelet_command_stops_in_time_while_the_cloud_hangs(
+    target: ApiServer, redis_url: str, tmp_path: Path
+) -> None:
+    """A stop is served within the simulator's grace even while a round is blocked on an EC2
+    endpoint that accepts and never answers (a loaded host's moto): exit 0, not a SIGKILL after
+    the owner's patience runs out. Fails when the rounds run in the main thread (boto3's 15 s read
+    timeout, then closing the clusters one after another)."""
+    from mcm_sandbox.cloud_cli import STOP_GRACE
+
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # connections complete in the kernel and are never read or answered
+        endpoint = f"http://127.0.0.1:{hole.getsockname()[1]}"
+        script = "import typer; from mcm_sandbox.cloud_cli import kubelet_command; typer.run(kubelet_command)"
+        args = ["--target-kubeconfig", str(target.kubeconfig), "--redis-url", redis_url, "--interval", "0.2"]
+        proc = ManagedProcess(
+            [sys.executable, "-c", script, *args, "--aws-endpoint", endpoint, "--aws-region", REGION],
+            tmp_path / "kubelet.log",
+        )
+        proc.start()
+        try:
+            wait_until(lambda: "kubelet simulator started" in proc.log_tail(), WAIT, what="simulator started")
+            wait_until(lambda: len(established_to(hole)) > 0, WAIT, what="a request to the hung cloud")
+            started = time.monotonic()
+            proc.stop(timeout=STOP_GRACE + 4.0)
+            took = time.monotonic() - started
+        finally:
+            proc.kill()
+    assert proc.proc is not None and proc.proc.returncode == 0, (took, proc.log_tail())
+    assert "kubelet simulator stopped" in proc.log_tail()
+
+
+def established_to(server: socket.socket) -> list[str]:
+    """Connections the kernel completed to ``server``'s port (from /proc/net/tcp): the simulator's
+    request is in flight and unanswered."""
+    port = f"{server.getsockname()[1]:04X}"
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return [line for line in lines if line.split()[1].endswith(f":{port}") and line.split()[3] == "01"]
