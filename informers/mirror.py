@@ -42,6 +42,9 @@ class Commit:
     sentinel: str | None = None
     #: (kind, key) → its change's place in ``changes`` (what ``add`` merged so far)
     _at: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
+    #: how many of ``changes`` are not lazy (kept by ``add``): the writer asks ``urgent`` after
+    #: every batch while heartbeats pile up for a sentinel period, so it must not scan them
+    _eager: int = field(default=0, repr=False, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.changes or self.synced or self.sentinel)
@@ -49,7 +52,7 @@ class Commit:
     @property
     def urgent(self) -> bool:
         """Whether it must be written now; lazy changes alone may wait for the next commit."""
-        return bool(self.synced or self.sentinel or any(not c.lazy for c in self.changes))
+        return bool(self.synced or self.sentinel or self._eager)
 
     def absorb(self, later: Commit) -> None:
         """Take a later batch's commit in: the changes held back here are written with it."""
@@ -69,9 +72,11 @@ class Commit:
         if at is None:
             self._at[ident] = len(self.changes)
             self.changes.append(change)
+            self._eager += not change.lazy
             return
         first = self.changes[at]
         stored, lazy = change.stored, first.lazy and change.lazy
+        self._eager += first.lazy and not lazy
         self.changes[at] = Change(change.kind, change.key, stored, first.old_index, change.new_index, lazy)
 
 

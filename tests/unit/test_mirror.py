@@ -8,7 +8,7 @@ from typing import Any, cast
 import orjson
 
 from informers.events import ADDED, DELETED, MODIFIED
-from informers.mirror import Change
+from informers.mirror import Change, Commit
 from informers.processor import Outcome, Processor, Relisted, WatchEvent
 from informers.store import Store
 from mcm_sandbox.testing import fixtures as fx
@@ -261,3 +261,26 @@ def test_held_back_changes_join_a_later_commit_and_an_urgent_change_of_the_same_
     )
     (change,) = held.changes
     assert not change.lazy and stored(change)["metadata"]["resourceVersion"] == "13"
+
+
+def test_a_commit_is_urgent_exactly_while_one_of_its_changes_is_not_lazy() -> None:
+    """``urgent`` is kept as changes are added and merged (the writer asks it after every batch
+    while heartbeats pile up): lazy ones alone wait; an eager change, or a lazy change merged
+    with an eager one of the same object, makes the commit urgent, and stays so."""
+    commit = Commit()
+    for i in range(50):
+        commit.add(Change("node", f"n{i}", b"{}", lazy=True))
+    assert not commit.urgent
+    commit.add(Change("node", "n7", b"{}", lazy=True))
+    assert not commit.urgent and len(commit.changes) == 50
+    commit.add(Change("node", "n7", b"{}", lazy=False))
+    assert commit.urgent and len(commit.changes) == 50
+    commit.add(Change("node", "n7", b"{}", lazy=True))  # an eager change merged stays eager
+    assert commit.urgent and not commit.changes[7].lazy
+    held = Commit()
+    held.add(Change("pod", "p", None, lazy=False))
+    later = Commit()
+    later.add(Change("pod", "p", b"{}", lazy=True))
+    held.absorb(later)
+    assert held.urgent and [c.key for c in held.changes] == ["p"]
+    assert not Commit().urgent and Commit(sentinel="e").urgent and Commit(synced={"node": "1"}).urgent
