@@ -218,10 +218,10 @@ class MultiClusterKubelet:
         log.info("kubelets of %s: cluster %s", f"namespace {key}" if key else "other namespaces", kubeconfig)
         return cluster
 
-    def remove(self, key: str) -> None:
+    def remove(self, key: str, deadline: float | None = None) -> None:
         cluster = self.clusters.pop(key, None)
         if cluster is not None:
-            cluster.stop()
+            cluster.stop(deadline)
             log.info("kubelets of namespace %s: stopped", key)
 
     def sync_folder(self, folder: Path) -> None:
@@ -283,9 +283,7 @@ class MultiClusterKubelet:
         for cluster in self.clusters.values():
             cluster.stopping.set()
         for key in list(self.clusters):
-            cluster = self.clusters.pop(key)
-            cluster.stop(deadline)
-            log.info("kubelets of namespace %s: stopped", key)
+            self.remove(key, deadline)
 
 
 def _mtime(path: Path) -> int | None:
