@@ -1,8 +1,10 @@
 """Where the workers' time goes during a benchmark phase: py-spy samples every worker process (pool
 children included) and the samples taken inside a task (below ``mcm_tasks.queue.processing.process``)
 are summarised per reconciler and per function. Used by the benchmarks' ``--profile DIR`` option
-(CPU time; ``--profile-idle`` counts waits on the API servers and Redis too, i.e. the wall time a
-task holds a worker slot); needs ``py-spy`` (dev extra).
+(CPU time: only the thread holding the GIL is sampled, ``py-spy --gil``, since on the threads pool a
+thread blocked in a socket read or waiting for the GIL otherwise counts as busy; ``--profile-idle``
+counts waits on the API servers and Redis too, i.e. the wall time a task holds a worker slot); needs
+``py-spy`` (dev extra).
 
 ``python bench/profiling.py DIR/*.txt`` prints the summary of saved samples again.
 """
@@ -26,7 +28,7 @@ FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*)(?::\d+)?\)$")
 #: the contract's entry frame of a task (``process`` was renamed ``deliver``): read either
 ENTRIES = ("deliver (mcm_tasks/queue/processing.py)", "process (mcm_tasks/queue/processing.py)")
 OWN_CODE = ("mcm_tasks/", "informers/", "providers/")
-RATE = 50
+RATE = 100
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 
 
@@ -104,7 +106,9 @@ class Profiler:
         targets = {**self.workers, **{role: self.pids[role] for role in also if role in self.pids}}
         files = [self.directory / f"{name}-{role}.txt" for role in targets]
         options = ["--subprocesses", "--nonblocking", "--rate", str(RATE), "--format", "raw"]
-        options += ["--idle"] if self.idle else []
+        # without --idle, only the thread holding the GIL: on the threads pool a thread blocked in
+        # a socket read or waiting for the GIL would otherwise count as busy
+        options += ["--idle"] if self.idle else ["--gil"]
         procs = [
             subprocess.Popen(
                 [PY_SPY, "record", "--pid", str(pid), *options, "--output", str(out)],

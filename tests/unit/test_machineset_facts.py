@@ -243,3 +243,46 @@ def test_a_pass_decides_each_machine_once_per_version_of_it(
     assert decided == ["web-07"]
     written = kube.get_object(kinds.MACHINE_SET.resource.plural, "web", namespace)
     assert written is not None and written["status"]["readyReplicas"] == 19
+
+
+def test_a_pass_over_unchanged_machines_leaves_the_garbage_collector_alone(namespace: str) -> None:
+    """A pass that finds nothing changed allocates nothing per machine that the cyclic garbage
+    collector tracks: at 10 000 machines a (machine, facts) pair per machine and reader kept it
+    collecting 22 times a pass, the full collections walking every parsed machine (a steady pass
+    119 ms against 31 ms without them, ``bench/machineset_pass.py``). The count of young
+    collections during a steady pass over 3000 machines stays below what one tracked object per
+    machine would cause (3000 / 700 per collection)."""
+    import gc
+
+    kube = FakeKube()
+    body = dump(a_set())
+    body["metadata"] = {"name": "web", "namespace": namespace, "finalizers": [MCM_FINALIZER]}
+    body["spec"]["replicas"] = 3000
+    uid = kube.add(body)["metadata"]["uid"]
+    for i in range(3000):
+        kube.add(raw_machine(f"web-{i:04d}", owner=uid, namespace=namespace,
+                             labels={"app": "web", "tier": "t", NODE_LABEL_KEY: f"web-{i:04d}"}))  # fmt: skip
+
+    def scope() -> MachineSetScope:
+        raw = kube.get_object(kinds.MACHINE_SET.resource.plural, "web", namespace)
+        assert raw is not None
+        return MachineSetScope(key=f"{namespace}/web", obj=MachineSet.model_validate(raw),
+                               settings=get_settings(), listers=kube.listers(namespace),
+                               clients=(kube, kube), now=NOW, clock=lambda: NOW)  # fmt: skip
+
+    machine_set_pass(scope())  # parses and decides every machine
+    machine_set_pass(scope())  # the status settled
+    collections = [0]
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections[0] += 1
+
+    ready = scope()
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        machine_set_pass(ready)
+    finally:
+        gc.callbacks.remove(count)
+    assert collections[0] <= 2, f"{collections[0]} collections in a pass over 3000 unchanged machines"
