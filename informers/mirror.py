@@ -31,6 +31,8 @@ class Change:
     #: may wait for the writer's next commit (at most ``SENTINEL_EVERY``): nothing was routed on it
     #: and nothing routing or the indexes read moved (a Node's status heartbeat)
     lazy: bool = False
+    #: the object's resourceVersion (kept beside it for ``layout.VERSIONED_KINDS``)
+    version: str = ""
 
 
 @dataclass
@@ -77,7 +79,9 @@ class Commit:
         first = self.changes[at]
         stored, lazy = change.stored, first.lazy and change.lazy
         self._eager += first.lazy and not lazy
-        self.changes[at] = Change(change.kind, change.key, stored, first.old_index, change.new_index, lazy)
+        self.changes[at] = Change(
+            change.kind, change.key, stored, first.old_index, change.new_index, lazy, change.version
+        )
 
 
 class Mirror:
@@ -109,6 +113,10 @@ class Mirror:
                     pipe.hset(layout.synced_key(), mapping=cast(Any, dict(commit.synced)))
                 if commit.sentinel is not None:
                     pipe.set(layout.sentinel_key(), commit.sentinel)
+                    # the versions hashes are complete under this sentinel (``rebuild_versions`` at the
+                    # start of the leadership, every change since beside its object)
+                    for kind in layout.VERSIONED_KINDS:
+                        pipe.hset(layout.versions_key(kind), layout.VERSIONS_EPOCH, commit.sentinel)
                 pipe.get(layout.sentinel_key())
                 pipe.incr(layout.sentinel_key() + ":commits")
             results = pipe.execute()
@@ -129,16 +137,34 @@ class Mirror:
             name = key.decode() if isinstance(key, bytes) else str(key)
             yield name, orjson.loads(cast(bytes, raw))
 
+    def rebuild_versions(self, kind: str, versions: list[tuple[str, str]]) -> None:
+        """A new leader's versions hash of ``kind``, from the objects it found mirrored: what an
+        earlier leader left may be missing or stale (a release that kept none), and readers trust the
+        hash only once this leader's sentinel marks it. Its epoch is dropped until then."""
+        if kind not in layout.VERSIONED_KINDS:
+            return
+        key = layout.versions_key(kind)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(key)
+        for i in range(0, len(versions), CHUNK * 10):
+            pipe.hset(key, mapping=dict(versions[i : i + CHUNK * 10]))
+        pipe.execute()
+
     def forget_synced(self) -> None:
         self.redis.delete(layout.synced_key())
 
 
 def _queue_change(pipe: Any, change: Change) -> None:
     objects = layout.objects_key(change.kind)
+    versioned = change.kind in layout.VERSIONED_KINDS
     if change.stored is None:
         pipe.hdel(objects, change.key)
+        if versioned:
+            pipe.hdel(layout.versions_key(change.kind), change.key)
     else:
         pipe.hset(objects, change.key, change.stored)
+        if versioned:
+            pipe.hset(layout.versions_key(change.kind), change.key, change.version)
     for index in change.old_index.keys() | change.new_index.keys():
         before, after = change.old_index.get(index, []), change.new_index.get(index, [])
         if before == after:

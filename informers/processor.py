@@ -193,7 +193,7 @@ class Processor:
             if _heartbeat(kind, old, new, old_index == new_index) and not announce_added:
                 beat = self._route(Event(kind, MODIFIED, old, new), key, raw, Routing(), out)
             lazy = beat is not None and not beat
-            out.commit.add(Change(kind, key, encoded, old_index, new_index, lazy))
+            out.commit.add(Change(kind, key, encoded, old_index, new_index, lazy, resource_version(new)))
             self._check(res, key, raw, index_problems, out)
             if beat is not None:
                 out.routing.merge(beat)

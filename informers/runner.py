@@ -24,7 +24,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from math import inf
 from typing import Any, TypeVar
@@ -37,7 +37,7 @@ from informers.informer import Backoff, Reflector
 from informers.mirror import Commit, Mirror
 from informers.problems import ProblemReporter
 from informers.processor import Item, Outcome, Processor, WatchEvent
-from informers.resources import BY_KIND, WatchedResource, watch_namespace, watched_resources
+from informers.resources import BY_KIND, WatchedResource, resource_version, watch_namespace, watched_resources
 from informers.routing import full_resync
 from informers.sink import Sink, send_routing
 from informers.store import Store
@@ -168,7 +168,7 @@ class Informer:
         self._inbox = inbox
         expected = self._retry(self.mirror.sentinel, stop)
         for res in self.resources:
-            self._retry(lambda res=res: processor.seed(res.kind, self.mirror.scan(res.kind)), stop)  # type: ignore[misc]
+            self._retry(lambda res=res: self._seed(processor, res.kind), stop)  # type: ignore[misc]
         log.info("leading as %s: %d objects already mirrored", self.identity, len(store))
 
         def emit(item: Item) -> None:
@@ -203,6 +203,20 @@ class Informer:
                 reflector.join(5.0)
             self.problems.close()
             self._publish_status(reflectors, leading=False, whole=True)
+
+    def _seed(self, processor: Processor, kind: str) -> int:
+        """Take in what the mirror holds of a kind, and rebuild its versions hash from it (what an
+        earlier leader kept may be stale: ``Mirror.rebuild_versions``)."""
+        versions: list[tuple[str, str]] = []
+
+        def noted(found: Iterable[tuple[str, Obj]]) -> Iterator[tuple[str, Obj]]:
+            for key, obj in found:
+                versions.append((key, resource_version(obj)))
+                yield key, obj
+
+        count = processor.seed(kind, noted(self.mirror.scan(kind)))
+        self.mirror.rebuild_versions(kind, versions)
+        return count
 
     def wake(self) -> None:
         """End the writer's idle wait at once (after ``stop`` is set: it stops now, not after up to

@@ -46,7 +46,7 @@ from kubernetes.client import ApiClient, Configuration
 from mcm_sandbox.patch import json_patch, merge_patch, strategic_merge_patch
 from mcm_tasks.cache import Listers, new_listers
 from mcm_tasks.cache.layout import object_key
-from mcm_tasks.cache.reader import CacheReader
+from mcm_tasks.cache.reader import UNKEPT, CacheReader, Unkept
 from mcm_tasks.kube import clients
 from mcm_tasks.kube.ops import PatchType
 
@@ -441,6 +441,10 @@ class MemoryReader(CacheReader):
 
     def list_stored_if_synced(self, kind: str) -> dict[str, bytes] | None:
         return self.list_stored(kind)
+
+    def versions_if_synced(self, kind: str) -> dict[str, str] | Unkept | None:
+        """No versions kept: lists read the stored objects (the Redis reader's path is tested on Redis)."""
+        return UNKEPT
 
     def keys(self, kind: str) -> builtins.list[str]:
         return sorted(self.stored.get(kind, {}))

@@ -12,6 +12,14 @@ The informer is the only writer; workers only read. Per kind (``<kind>`` is its 
   that is absent has not been listed yet (client-go's ``HasSynced``).
 - ``<prefix>:cache:sentinel``: set once a full list has been written. When it is gone, Redis lost
   its data (restart, flush) and the informer re-lists everything.
+- ``<prefix>:cache:<kind>:versions`` (``VERSIONED_KINDS``): a hash, field = the object's key, value =
+  its resourceVersion, written in the same MULTI as the object; the field ``""`` holds the sentinel
+  the hash was kept complete under (``VERSIONS_EPOCH``). A reader that holds parsed objects lists
+  the versions (tens of bytes an object) and fetches only the objects whose version it has not
+  parsed: a MachineSet pass over 10 000 machines read 23 MB with HGETALL, 36 ms of Redis's one
+  thread. The hash is trusted only while its epoch is the current sentinel and it has as many
+  entries as the objects hash, so a mirror written by an informer that keeps no versions (an older
+  release, a rollback) is read whole as before.
 """
 
 from __future__ import annotations
@@ -65,6 +73,17 @@ DATA_DIGEST_ANNOTATION: Final = "mcm-tasks.gardener.cloud/cache-data-digest"
 
 def objects_key(kind: str) -> str:
     return rkey("cache", kind)
+
+
+#: the kinds whose versions are kept beside their objects (see the module docstring): the ones a
+#: pass lists whole through the parsed-object cache (a MachineSet's machines)
+VERSIONED_KINDS: Final = frozenset({_kinds.MACHINE.mirror})
+#: the field of a versions hash that holds the sentinel the hash is complete under
+VERSIONS_EPOCH: Final = ""
+
+
+def versions_key(kind: str) -> str:
+    return rkey("cache", kind, "versions")
 
 
 def index_key(kind: str, index: str, value: str) -> str:

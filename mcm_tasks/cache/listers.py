@@ -19,7 +19,7 @@ from mcm_tasks import kinds
 from mcm_tasks.api import Machine, MachineClass, MachineDeployment, MachineSet
 from mcm_tasks.cache import layout
 from mcm_tasks.cache.models import ParsedCache, Unreadable, get_parsed_cache, parser
-from mcm_tasks.cache.reader import CacheReader, Obj, get_reader
+from mcm_tasks.cache.reader import UNKEPT, CacheReader, Obj, get_reader
 
 T = TypeVar("T")
 
@@ -75,7 +75,19 @@ class Lister(Generic[T]):
         return out
 
     def list_if_synced(self) -> builtins.list[T] | None:
-        """``list``, or None when the kind is not synced, read together (see ``list_stored_if_synced``)."""
+        """``list``, or None when the kind is not synced, read together (see ``list_stored_if_synced``).
+        Through the parsed-object cache, a kind whose versions the mirror keeps is listed by version:
+        only the objects changed since this process parsed them are read (``every_versioned``)."""
+        if self.parsed is not None:
+            versions = self.reader.versions_if_synced(self.kind)
+            if versions is None:
+                return None
+            if versions is not UNKEPT:
+                listed = self.parsed.every_versioned(
+                    self.kind, self.parse, versions, lambda keys: self.reader.get_many_stored(self.kind, keys)
+                )
+                if listed is not None:
+                    return listed
         stored = self.reader.list_stored_if_synced(self.kind)
         if stored is None:
             return None

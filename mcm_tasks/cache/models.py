@@ -176,6 +176,44 @@ class ParsedCache:
             self.forget(kind, parse, key)
         return out
 
+    def every_versioned(
+        self,
+        kind: str,
+        parse: Parse,
+        versions: Mapping[str, str],
+        fetch: Callable[[list[str]], list[tuple[str, bytes]]],
+    ) -> list[Any] | None:
+        """``every`` from the objects' versions (key → resourceVersion, as the mirror keeps them):
+        an entry whose parsed object has that version is taken as it is, the others are fetched
+        (``fetch``: key → stored JSON of those that exist) and parsed. None when an object listed was
+        gone by the fetch: the caller reads the whole kind instead, since a list from two instants
+        must not lose an object. In the versions' order."""
+        table = self._table(kind, parse)
+        out: list[Any] = []
+        wanted: list[str] = []
+        at: list[int] = []
+        for key, version in versions.items():
+            hit = table.get(key)
+            if hit is not None and version and _version_of(hit[1]) == version:
+                self._note_read(kind, parse, key)
+                out.append(hit[1])
+                continue
+            wanted.append(key)
+            at.append(len(out))
+            out.append(None)
+        if wanted:
+            found = fetch(wanted)
+            if len(found) != len(wanted):
+                return None
+            self.some(kind, parse, found)  # parsed into the table; an unreadable one is forgotten
+            for i, key in zip(at, wanted, strict=True):
+                hit = table.get(key)
+                out[i] = hit[1] if hit is not None else None
+            out = [obj for obj in out if obj is not None]
+        for key in [k for k in list(table) if k not in versions]:
+            self.forget(kind, parse, key)
+        return out
+
     def _note_read(self, kind: str, parse: Parse, key: str) -> None:
         read = self._read.get((kind, parse))
         if read is None:
@@ -223,6 +261,14 @@ class ParsedCache:
 
     def size(self, kind: str, parse: Parse) -> int:
         return len(self._table(kind, parse))
+
+
+def _version_of(obj: Any) -> str:
+    """The resourceVersion of a parsed object (a model with ``metadata``, or a dict); "" without one."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
+    if isinstance(meta, dict):
+        return str(meta.get("resourceVersion") or "")
+    return str(getattr(meta, "resource_version", None) or "")
 
 
 def _spec_version(obj: Any) -> tuple[str, int] | None:

@@ -8,9 +8,10 @@ an object under an index value it no longer has.
 from __future__ import annotations
 
 import builtins
+import enum
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import cast
+from typing import Final, cast
 
 import orjson
 import redis
@@ -49,6 +50,15 @@ for i = 1, #keys, 1000 do
 end
 return out
 """
+
+
+class Unkept(enum.Enum):
+    """``CacheReader.versions_if_synced``'s answer when there are no versions to trust."""
+
+    UNKEPT = "unkept"
+
+
+UNKEPT: Final = Unkept.UNKEPT
 
 
 class CacheReader:
@@ -143,6 +153,28 @@ class CacheReader:
             self._synced_seen.discard(kind)
             return None
         return {k.decode(): v for k, v in cast(dict[bytes, bytes], raws).items()}
+
+    def versions_if_synced(self, kind: str) -> dict[str, str] | Unkept | None:
+        """Each object's resourceVersion (key → version), or None when the kind is not synced, both
+        from one instant; ``UNKEPT`` when the mirror keeps no versions this reader may trust for the
+        kind (not a ``layout.VERSIONED_KINDS``, a hash not marked with the current sentinel, or one
+        whose entries do not match the objects one by count): list the stored objects then."""
+        if kind not in layout.VERSIONED_KINDS:
+            return UNKEPT
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hexists(layout.synced_key(), kind)
+        pipe.get(layout.sentinel_key())
+        pipe.hlen(layout.objects_key(kind))
+        pipe.hgetall(layout.versions_key(kind))
+        synced, sentinel, count, found = pipe.execute()
+        if not synced:
+            self._synced_seen.discard(kind)
+            return None
+        versions = cast(dict[bytes, bytes], found)
+        epoch = versions.pop(layout.VERSIONS_EPOCH.encode(), None)
+        if epoch is None or epoch != sentinel or len(versions) != count:
+            return UNKEPT
+        return {k.decode(): v.decode() for k, v in versions.items()}
 
     def keys(self, kind: str) -> builtins.list[str]:
         return [k.decode() for k in cast(list[bytes], self.redis.hkeys(layout.objects_key(kind)))]

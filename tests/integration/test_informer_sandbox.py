@@ -222,6 +222,8 @@ def test_expired_resource_version_is_re_listed_and_what_vanished_is_routed(
             )
             assert running.stat("machines.gone") >= 1
             assert running.stat("machines.lists") >= 2
+            # the versions kept beside the machines followed the re-list, and a reader trusts them
+            assert reader.versions_if_synced(kinds.MACHINE.mirror) == listed
             # a deletion missed by the watch is routed
             running.wait_routed(
                 [f"machine-termination {ns}/doomed", *(f"machine {ns}/m{i}" for i in range(12))], TIMEOUT
@@ -253,6 +255,10 @@ def test_redis_restarted_empty_is_noticed_and_every_key_is_enqueued_again(
             reader = CacheReader(running.redis)
             listed = listed_versions(kube_api, kinds.MACHINE.resource, namespace)
             assert mirrored_versions(reader, kinds.MACHINE.mirror, namespace) == listed
+            # the versions were lost with the rest and kept again, under the new sentinel
+            wait_until(
+                lambda: reader.versions_if_synced(kinds.MACHINE.mirror) == listed, TIMEOUT, what="versions"
+            )
             expected = {f"machine {namespace}/m{i}" for i in range(5)} | {
                 f"machineset {namespace}/set",
                 f"machineclass {namespace}/cls",
