@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
 
-        with bench.profiler.phase("scale_up"):
+        with bench.profiler.phase("scale_up", also=("informer",)):
             up_s, up = scale_up(bench, args)
         ctx["scale_up"] = {**up, "profile": bench.profiler.summaries.get("scale_up")}
         ctx["memory_full"] = {"rest_waited_seconds": bench.at_rest(), **bench.memory()}
