@@ -442,7 +442,7 @@ class MemoryReader(CacheReader):
     def list_stored_if_synced(self, kind: str) -> dict[str, bytes] | None:
         return self.list_stored(kind)
 
-    def versions_if_synced(self, kind: str) -> dict[str, str] | Unkept | None:
+    def versions_if_synced(self, kind: str) -> dict[bytes, bytes] | Unkept | None:
         """No versions kept: lists read the stored objects (the Redis reader's path is tested on Redis)."""
         return UNKEPT
 

@@ -116,6 +116,9 @@ class ParsedCache:
         self._tables: dict[tuple[str, Parse], dict[str, tuple[bytes, Any]]] = {}
         #: per table: the keys read since its last sweep, and how many reads that was
         self._read: dict[tuple[str, Parse], tuple[set[str], list[int]]] = {}
+        #: per table, the version index of ``every_versioned``: stored key (bytes) → (resourceVersion
+        #: bytes, the object parsed from that version)
+        self._versions: dict[tuple[str, Parse], dict[bytes, tuple[bytes, Any]]] = {}
         #: id of a cached object → (the object, name → value derived from it); see ``derived``
         self._derived: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -180,39 +183,68 @@ class ParsedCache:
         self,
         kind: str,
         parse: Parse,
-        versions: Mapping[str, str],
+        versions: Mapping[bytes, bytes],
         fetch: Callable[[list[str]], list[tuple[str, bytes]]],
     ) -> list[Any] | None:
-        """``every`` from the objects' versions (key → resourceVersion, as the mirror keeps them):
-        an entry whose parsed object has that version is taken as it is, the others are fetched
-        (``fetch``: key → stored JSON of those that exist) and parsed. None when an object listed was
-        gone by the fetch: the caller reads the whole kind instead, since a list from two instants
-        must not lose an object. In the versions' order."""
+        """``every`` from the objects' versions (key → resourceVersion, as the mirror keeps them,
+        undecoded): an object this table parsed at that version is taken as it is, the others are
+        fetched (``fetch``: key → stored JSON of those that exist) and parsed. None when an object
+        listed was gone by the fetch: the caller reads the whole kind instead, since a list from two
+        instants must not lose an object. In the versions' order.
+
+        A resourceVersion names one content of an object, so the version index (undecoded key →
+        (version, parsed)) answers without decoding or comparing anything but the version's bytes:
+        at 10 000 machines a list that found nothing changed cost the reader 24 ms with a Python
+        call per machine, the same as comparing every object's stored JSON."""
         table = self._table(kind, parse)
+        index = self._versions.get((kind, parse))
+        if index is None:
+            index = self._versions.setdefault((kind, parse), {})
         out: list[Any] = []
-        wanted: list[str] = []
+        wanted: list[bytes] = []
         at: list[int] = []
         for key, version in versions.items():
-            hit = table.get(key)
-            if hit is not None and version and _version_of(hit[1]) == version:
-                self._note_read(kind, parse, key)
+            hit = index.get(key)
+            if hit is not None and hit[0] == version:
                 out.append(hit[1])
                 continue
             wanted.append(key)
             at.append(len(out))
             out.append(None)
+        self._note_reads(kind, parse, len(versions) - len(wanted), (k.decode() for k in versions))
         if wanted:
-            found = fetch(wanted)
+            names = [k.decode() for k in wanted]
+            found = fetch(names)
             if len(found) != len(wanted):
                 return None
             self.some(kind, parse, found)  # parsed into the table; an unreadable one is forgotten
-            for i, key in zip(at, wanted, strict=True):
-                hit = table.get(key)
-                out[i] = hit[1] if hit is not None else None
+            for i, key, name in zip(at, wanted, names, strict=True):
+                entry = table.get(name)
+                if entry is None:
+                    index.pop(key, None)
+                    continue
+                out[i] = entry[1]
+                if _version_of(entry[1]).encode() == versions[key]:
+                    index[key] = (versions[key], entry[1])
             out = [obj for obj in out if obj is not None]
-        for key in [k for k in list(table) if k not in versions]:
-            self.forget(kind, parse, key)
+        if len(index) > len(versions):
+            for key in [k for k in index if k not in versions]:
+                del index[key]
+        if len(table) > len(versions):
+            listed = {k.decode() for k in versions}
+            for name in [k for k in table if k not in listed]:
+                self.forget(kind, parse, name)
         return out
+
+    def _note_reads(self, kind: str, parse: Parse, count: int, keys: Iterable[str]) -> None:
+        """``_note_read`` of many keys at once (a list's unchanged entries)."""
+        if count <= 0:
+            return
+        read = self._read.get((kind, parse))
+        if read is None:
+            read = self._read.setdefault((kind, parse), (set(), [0]))
+        read[0].update(keys)
+        read[1][0] += count
 
     def _note_read(self, kind: str, parse: Parse, key: str) -> None:
         read = self._read.get((kind, parse))

@@ -154,8 +154,8 @@ class CacheReader:
             return None
         return {k.decode(): v for k, v in cast(dict[bytes, bytes], raws).items()}
 
-    def versions_if_synced(self, kind: str) -> dict[str, str] | Unkept | None:
-        """Each object's resourceVersion (key → version), or None when the kind is not synced, both
+    def versions_if_synced(self, kind: str) -> dict[bytes, bytes] | Unkept | None:
+        """Each object's resourceVersion (key → version, undecoded), or None when the kind is not synced, both
         from one instant; ``UNKEPT`` when the mirror keeps no versions this reader may trust for the
         kind (not a ``layout.VERSIONED_KINDS``, a hash not marked with the current sentinel, or one
         whose entries do not match the objects one by count): list the stored objects then."""
@@ -174,7 +174,7 @@ class CacheReader:
         epoch = versions.pop(layout.VERSIONS_EPOCH.encode(), None)
         if epoch is None or epoch != sentinel or len(versions) != count:
             return UNKEPT
-        return {k.decode(): v.decode() for k, v in versions.items()}
+        return versions
 
     def keys(self, kind: str) -> builtins.list[str]:
         return [k.decode() for k in cast(list[bytes], self.redis.hkeys(layout.objects_key(kind)))]
