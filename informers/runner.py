@@ -84,6 +84,12 @@ def lag_key() -> str:
 
 #: the lag hash is written at most this often
 LAG_EVERY = 1.0
+#: a kind's lag is written again when it moved this much (the lag's resolution: managedFields times
+#: are whole seconds)
+LAG_RESOLUTION = 1.0
+#: a lag at or over the threshold is written again at least this often, well inside the readers'
+#: ``lagging.SIGNAL_WINDOW`` (30 s)
+LAG_REFRESH = 10.0
 
 
 def status_key(identity: str) -> str:
@@ -129,6 +135,8 @@ class Informer:
         #: the largest watch lag per kind since the lag hash was last written
         self._lag: dict[str, float] = {}
         self._lag_due = 0.0
+        #: kind → (seconds, epoch seconds) as last written to the lag hash (``lag_update``)
+        self._lag_published: dict[str, tuple[float, float]] = {}
         self.problems = ProblemReporter(self._record_problem)
         #: gives back the heap a burst of events left (mcm_tasks/memory.py); started when leading
         #: how much slower the idle timers run (the wake-up, the sentinel check, the status hash):
@@ -164,6 +172,7 @@ class Informer:
             self.trimmer.start()
             self._trimming = True
         self._status_refresh = 0.0  # the hash may have expired while this process stood by
+        self._lag_published = {}  # and the lag hash been written by another leader
         inbox: queue.Queue[Item] = queue.Queue(QUEUE_MAX)
         self._inbox = inbox
         expected = self._retry(self.mirror.sentinel, stop)
@@ -258,13 +267,13 @@ class Informer:
                     )
                     wait = idle_wait(time.monotonic(), SENTINEL_EVERY * self.pace, dues)
                 batch = _take_batch(inbox, wait, linger=0.0)
-                status_due = status_due or bool(batch)
                 outcome = processor.process(batch) if batch else Outcome()
                 if outcome.commit.urgent or outcome.routing:
                     # worth waiting for company: what arrives within the linger shares the write
                     more = _take_more(inbox, BATCH_MAX - len(batch), BATCH_LINGER)
                     processor.process(more, outcome)
                     batch += more
+                status_due = status_due or news(outcome)
                 unlisted.difference_update(outcome.listed)
                 if outcome.problems:
                     self.counters["object_problems"] += len(outcome.problems)
@@ -289,6 +298,7 @@ class Informer:
                         expected,
                     )
                     self.counters["redis_lost"] += 1
+                    self._lag_published.clear()  # the lag hash went with the rest
                     processor.store.clear()
                     unlisted, epoch, expected = {r.kind for r in self.resources}, None, None
                     for reflector in reflectors:
@@ -309,7 +319,7 @@ class Informer:
                     self.counters["resyncs"] += 1
                     self._deliver(full_resync(processor.store), stop)
                     next_resync = now + self._resync_period()
-                if now >= next_status:
+                if now >= next_status and (status_due or now >= self._status_refresh):
                     self._publish_status(reflectors, leading=True, epoch=epoch)
                     next_status = now + STATUS_EVERY * self.pace
                     status_due = False
@@ -370,21 +380,27 @@ class Informer:
                 stop.wait(delay)
 
     def _note_lag(self, lag: Mapping[str, float]) -> None:
-        """Keep the largest lag per kind; write them at most every ``LAG_EVERY`` (one command)."""
+        """Keep the largest lag per kind; write what a reader would see differently (``lag_update``)
+        at most every ``LAG_EVERY`` (one command)."""
         for kind, seconds in lag.items():
             self._lag[kind] = max(seconds, self._lag.get(kind, 0.0))
-        now = time.monotonic()
-        if not self._lag or now < self._lag_due:
+        now, wall = time.monotonic(), time.time()
+        changed = lag_update(self._lag_published, self._lag, wall, self.settings.mirror_lag_threshold)
+        if not changed:  # nothing a reader would see: no write, and no wake-up for one
+            self._lag = {}
             return
-        at = repr(time.time())
-        mapping = {kind: f"{seconds:.3f}" for kind, seconds in self._lag.items()}
-        mapping.update({f"{kind}:at": at for kind in self._lag})
+        if now < self._lag_due:
+            return
+        at = repr(wall)
+        mapping = {kind: f"{seconds:.3f}" for kind, seconds in changed.items()}
+        mapping.update({f"{kind}:at": at for kind in changed})
         try:
             self.redis.hset(lag_key(), mapping=mapping)  # type: ignore[arg-type]
         except (redis.RedisError, OSError):
             log.debug("lag not published", exc_info=True)
             self._lag_due = now + LAG_EVERY  # tried again then (a woken writer sleeps until it)
             return
+        self._lag_published.update({kind: (seconds, wall) for kind, seconds in changed.items()})
         self._lag, self._lag_due = {}, now + LAG_EVERY
 
     def _publish_status(
@@ -413,6 +429,40 @@ class Informer:
         self._published = fields if whole else {**self._published, **update}
         if whole:
             self._status_refresh = now + STATUS_REFRESH
+
+
+def news(outcome: Outcome) -> bool:
+    """Whether a batch is news for the status hash: it wrote or routed something, listed a kind or
+    found a problem. A batch of Node status heartbeats alone (lazy changes) is not: its counters
+    wait for the next whole rewrite. At rest a fleet's Nodes report every few seconds, and each
+    report made a status write of its own (a single installation's every second, each of a seed's
+    namespaces' every ten)."""
+    return bool(outcome.commit.urgent or outcome.routing or outcome.listed or outcome.problems)
+
+
+def lag_update(
+    published: Mapping[str, tuple[float, float]],
+    lag: Mapping[str, float],
+    now: float,
+    threshold: float,
+) -> dict[str, float]:
+    """Which kinds' lags to write (kind → seconds), given what was last written (kind → (seconds,
+    at)): a kind not written yet, one whose lag moved by the lag's resolution (``LAG_RESOLUTION``) or
+    crossed ``threshold`` either way, and one at or over the threshold whose last report is getting
+    old for the readers' ``lagging.SIGNAL_WINDOW``. A mirror that keeps up reports lags under a
+    second for every event it mirrors (a Node's heartbeat among them); writing each of those changed
+    nothing a reader decides on, and the gauge shows the last one to its resolution."""
+    out = {}
+    for kind, seconds in lag.items():
+        last = published.get(kind)
+        if (
+            last is None
+            or abs(seconds - last[0]) >= LAG_RESOLUTION
+            or (threshold > 0 and (seconds >= threshold) != (last[0] >= threshold))
+            or (threshold > 0 and seconds >= threshold and now - last[1] >= LAG_REFRESH)
+        ):
+            out[kind] = seconds
+    return out
 
 
 def machine_events(batch: list[Item]) -> list[tuple[str, str, str, str]]:

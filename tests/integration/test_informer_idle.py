@@ -154,12 +154,60 @@ def test_at_rest_the_status_hash_is_not_rewritten_every_status_period(
     wait_until(lambda: counters["idle_wakeups"] >= wakeups + 100, TIMEOUT, what="100 idle wakeups")
     assert hset_calls(writer.redis) - hsets <= 1, "nothing changed but the idle wakeups"
 
-    writer.feed(kinds.NODE.mirror, fx.node("n", rv="11"))
+    writer.feed(kinds.MACHINE.mirror, fx.machine("m", rv="2", node="n", phase="Running", conditions=READY))
     wait_until(
         lambda: writer.redis.hget(runner.status_key("test"), "events") == str(writer.events()).encode(),
         TIMEOUT,
         what="a change published",
     )
+
+
+def test_a_heartbeat_alone_is_no_news_for_the_status_hash(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node heartbeats (lazy changes) change the counters but are not news: they wait for the whole
+    rewrite (``STATUS_REFRESH``) instead of a status write each; a Machine's change is news."""
+    monkeypatch.setattr(runner, "IDLE_CHECK", 0.02)
+    monkeypatch.setattr(runner, "STATUS_EVERY", 0.02)
+    monkeypatch.setattr(runner, "SENTINEL_EVERY", 3600.0)
+    counters = writer.informer.counters
+    wait_until(
+        lambda: writer.redis.hget(runner.status_key("test"), "leading") == b"1", TIMEOUT, what="status"
+    )
+    wakeups = counters["idle_wakeups"]
+    wait_until(lambda: counters["idle_wakeups"] >= wakeups + 5, TIMEOUT, what="the first rewrite behind")
+    hsets = hset_calls(writer.redis)
+    for rv in range(11, 21):
+        writer.feed(kinds.NODE.mirror, fx.node("n", rv=str(rv)))
+    wakeups = counters["idle_wakeups"]
+    wait_until(lambda: counters["idle_wakeups"] >= wakeups + 20, TIMEOUT, what="20 looks at the status")
+    assert hset_calls(writer.redis) - hsets == 0, "ten heartbeats, no write"
+    writer.feed(kinds.MACHINE.mirror, fx.machine("m", rv="2", node="n", phase="Running", conditions=READY))
+    wait_until(
+        lambda: writer.redis.hget(runner.status_key("test"), "events") == str(writer.events()).encode(),
+        TIMEOUT,
+        what="the machine's change published, the heartbeats' count with it",
+    )
+
+
+def test_only_a_lag_a_reader_would_see_differently_is_written() -> None:
+    """``lag_update``: a kind's first lag, a move by the resolution, a crossing of the threshold, and
+    a lag over it that is getting old for the readers; not the sub-second jitter of a mirror that
+    keeps up."""
+    threshold = 2.0
+    assert runner.lag_update({}, {"nodes": 0.4}, 100.0, threshold) == {"nodes": 0.4}
+    published = {"nodes": (0.4, 100.0), "machines": (3.0, 100.0)}
+    assert runner.lag_update(published, {"nodes": 0.9}, 200.0, threshold) == {}
+    assert runner.lag_update(published, {"nodes": 1.5}, 101.0, threshold) == {"nodes": 1.5}
+    assert runner.lag_update({"nodes": (1.5, 100.0)}, {"nodes": 2.1}, 101.0, threshold) == {"nodes": 2.1}
+    assert runner.lag_update(published, {"machines": 2.5}, 101.0, threshold) == {}
+    assert runner.lag_update(published, {"machines": 2.5}, 100.0 + runner.LAG_REFRESH, threshold) == {
+        "machines": 2.5
+    }
+    assert runner.lag_update({"machines": (2.1, 100.0)}, {"machines": 1.6}, 101.0, threshold) == {
+        "machines": 1.6
+    }, "back under the threshold: said at once"
+    assert runner.lag_update(published, {"machines": 3.5}, 101.0, 0.0) == {}, "lag mode off: jitter only"
 
 
 def test_an_idle_sentinel_check_is_no_transaction(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> None:
