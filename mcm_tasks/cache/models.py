@@ -227,12 +227,13 @@ class ParsedCache:
                 if _version_of(entry[1]).encode() == versions[key]:
                     index[key] = (versions[key], entry[1])
             out = [obj for obj in out if obj is not None]
+        # snapshots (``list``), since another pool thread may list the same kind meanwhile
         if len(index) > len(versions):
-            for key in [k for k in index if k not in versions]:
-                del index[key]
+            for key in [k for k in list(index) if k not in versions]:
+                index.pop(key, None)
         if len(table) > len(versions):
             listed = {k.decode() for k in versions}
-            for name in [k for k in table if k not in listed]:
+            for name in [k for k in list(table) if k not in listed]:
                 self.forget(kind, parse, name)
         return out
 
@@ -263,6 +264,9 @@ class ParsedCache:
         hit = self._table(kind, parse).pop(key, None)
         if hit is not None:
             self._derived.pop(id(hit[1]), None)
+        index = self._versions.get((kind, parse))
+        if index is not None:
+            index.pop(key.encode(), None)
 
     def derived(self, obj: Any, name: str, compute: Callable[[Any], Any]) -> Any:
         """``compute(obj)``, remembered with ``obj`` while it is the cached version of its object.
