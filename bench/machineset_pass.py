@@ -21,7 +21,11 @@ part, with the mirror's snapshot); the CPU of the pass alone (``time.process_tim
   (Running → Pending and back, as in a scale-up, where each pass finds the machines that moved
   since the last one: a 0 → 1000 scale-up, each machine changing a few times over ~43 passes,
   sees on the order of a hundred a pass): the status is written;
-- ``first``: the first pass of a fresh worker process (nothing parsed yet), once per size.
+- ``first``: the first pass of a fresh worker process (nothing parsed yet), once per size;
+- ``steady_run``: ``--repeats`` steady passes back to back as a worker runs them, with no
+  ``gc.collect()`` between them (the other scenarios collect before each timed pass, which hides
+  the collections a pass's allocations set off in the passes after it), and ``collections_per_pass``
+  during them (``gc.callbacks``).
 
 The timed part is the pass itself and the fake's handling of its writes (the status update, a
 dict copy), not the snapshot. CPU time, not wall time: a busy host moves it less than a wall time,
@@ -188,6 +192,22 @@ def measure(n: int, repeats: int, profile: cProfile.Profile | None) -> dict[str,
         out[name] = round(statistics.median(samples), 2)
         out[f"{name}_min"] = round(min(samples), 2)
         out[f"{name}_max"] = round(max(samples), 2)
+    timed(fleet.prepare(), None)
+    collections = [0]
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        collections[0] += phase == "start"
+
+    scopes = [fleet.prepare() for _ in range(repeats)]  # prepared first: their garbage is not the pass's
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        run = [timed(scope, None) for scope in scopes]
+    finally:
+        gc.callbacks.remove(count)
+    out["steady_run"] = round(statistics.median(run), 2)
+    out["steady_run_mean"] = round(statistics.mean(run), 2)
+    out["collections_per_pass"] = round(collections[0] / repeats, 1)
     writes = fleet.kube.writes(SETS, MACHINES)
     out["writes"] = sorted(
         {f"{a.verb} {a.resource}{'/' + a.subresource if a.subresource else ''}" for a in writes}
