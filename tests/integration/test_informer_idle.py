@@ -140,16 +140,22 @@ def hset_calls(client: redis.Redis) -> int:
     return int(client.info("commandstats").get("cmdstat_hset", {}).get("calls", 0))  # type: ignore[union-attr]
 
 
-def test_at_rest_the_status_hash_is_not_rewritten_every_status_period(
-    writer: Writer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def looking_at_the_status_often(writer: Writer, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The writer looks at its status every 0.02 s and checks no sentinel; its counters, once its
+    status says it leads."""
     monkeypatch.setattr(runner, "IDLE_CHECK", 0.02)
     monkeypatch.setattr(runner, "STATUS_EVERY", 0.02)
     monkeypatch.setattr(runner, "SENTINEL_EVERY", 3600.0)
-    counters = writer.informer.counters
     wait_until(
         lambda: writer.redis.hget(runner.status_key("test"), "leading") == b"1", TIMEOUT, what="status"
     )
+    return writer.informer.counters
+
+
+def test_at_rest_the_status_hash_is_not_rewritten_every_status_period(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counters = looking_at_the_status_often(writer, monkeypatch)
     hsets, wakeups = hset_calls(writer.redis), counters["idle_wakeups"]
     wait_until(lambda: counters["idle_wakeups"] >= wakeups + 100, TIMEOUT, what="100 idle wakeups")
     assert hset_calls(writer.redis) - hsets <= 1, "nothing changed but the idle wakeups"
@@ -167,13 +173,7 @@ def test_a_heartbeat_alone_is_no_news_for_the_status_hash(
 ) -> None:
     """Node heartbeats (lazy changes) change the counters but are not news: they wait for the whole
     rewrite (``STATUS_REFRESH``) instead of a status write each; a Machine's change is news."""
-    monkeypatch.setattr(runner, "IDLE_CHECK", 0.02)
-    monkeypatch.setattr(runner, "STATUS_EVERY", 0.02)
-    monkeypatch.setattr(runner, "SENTINEL_EVERY", 3600.0)
-    counters = writer.informer.counters
-    wait_until(
-        lambda: writer.redis.hget(runner.status_key("test"), "leading") == b"1", TIMEOUT, what="status"
-    )
+    counters = looking_at_the_status_often(writer, monkeypatch)
     wakeups = counters["idle_wakeups"]
     wait_until(lambda: counters["idle_wakeups"] >= wakeups + 5, TIMEOUT, what="the first rewrite behind")
     hsets = hset_calls(writer.redis)

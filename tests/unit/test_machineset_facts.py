@@ -201,6 +201,31 @@ def namespace(redis_url: str) -> Iterator[str]:
     reset_settings()
 
 
+def set_with_machines(namespace: str, count: int, *, labelled: bool = False) -> FakeKube:
+    """A fake holding the set ``web`` and ``count`` Running machines of it (``labelled``: each with
+    its Node's label, as a machine that joined)."""
+    kube = FakeKube()
+    body = dump(a_set())
+    body["metadata"] = {"name": "web", "namespace": namespace, "finalizers": [MCM_FINALIZER]}
+    body["spec"]["replicas"] = count
+    uid = kube.add(body)["metadata"]["uid"]
+    width = len(str(count - 1))
+    for i in range(count):
+        name = f"web-{i:0{max(width, 2)}d}"
+        labels = {"app": "web", "tier": "t", NODE_LABEL_KEY: name} if labelled else None
+        kube.add(raw_machine(name, owner=uid, namespace=namespace, labels=labels))
+    return kube
+
+
+def pass_scope(kube: FakeKube, namespace: str) -> MachineSetScope:
+    """The scope of the next pass over ``web``, read from the fake."""
+    raw = kube.get_object(kinds.MACHINE_SET.resource.plural, "web", namespace)
+    assert raw is not None
+    return MachineSetScope(key=f"{namespace}/web", obj=MachineSet.model_validate(raw),
+                           settings=get_settings(), listers=kube.listers(namespace),
+                           clients=(kube, kube), now=NOW, clock=lambda: NOW)  # fmt: skip
+
+
 def test_a_pass_decides_each_machine_once_per_version_of_it(
     namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -213,21 +238,10 @@ def test_a_pass_decides_each_machine_once_per_version_of_it(
         return facts_of(machine, machine_set)
 
     monkeypatch.setattr(reconcile, "facts_of", counting)
-    kube = FakeKube()
-    body = dump(a_set())
-    body["metadata"] = {"name": "web", "namespace": namespace, "finalizers": [MCM_FINALIZER]}
-    body["spec"]["replicas"] = 20
-    uid = kube.add(body)["metadata"]["uid"]
-    for i in range(20):
-        kube.add(raw_machine(f"web-{i:02d}", owner=uid, namespace=namespace))
+    kube = set_with_machines(namespace, 20)
 
     def run() -> None:
-        raw = kube.get_object(kinds.MACHINE_SET.resource.plural, "web", namespace)
-        assert raw is not None
-        scope = MachineSetScope(key=f"{namespace}/web", obj=MachineSet.model_validate(raw),
-                                settings=get_settings(), listers=kube.listers(namespace),
-                                clients=(kube, kube), now=NOW, clock=lambda: NOW)  # fmt: skip
-        machine_set_pass(scope)
+        machine_set_pass(pass_scope(kube, namespace))
 
     run()
     assert sorted(decided) == [f"web-{i:02d}" for i in range(20)]
@@ -254,21 +268,10 @@ def test_a_pass_over_unchanged_machines_leaves_the_garbage_collector_alone(names
     machine would cause (3000 / 700 per collection)."""
     import gc
 
-    kube = FakeKube()
-    body = dump(a_set())
-    body["metadata"] = {"name": "web", "namespace": namespace, "finalizers": [MCM_FINALIZER]}
-    body["spec"]["replicas"] = 3000
-    uid = kube.add(body)["metadata"]["uid"]
-    for i in range(3000):
-        kube.add(raw_machine(f"web-{i:04d}", owner=uid, namespace=namespace,
-                             labels={"app": "web", "tier": "t", NODE_LABEL_KEY: f"web-{i:04d}"}))  # fmt: skip
+    kube = set_with_machines(namespace, 3000, labelled=True)
 
     def scope() -> MachineSetScope:
-        raw = kube.get_object(kinds.MACHINE_SET.resource.plural, "web", namespace)
-        assert raw is not None
-        return MachineSetScope(key=f"{namespace}/web", obj=MachineSet.model_validate(raw),
-                               settings=get_settings(), listers=kube.listers(namespace),
-                               clients=(kube, kube), now=NOW, clock=lambda: NOW)  # fmt: skip
+        return pass_scope(kube, namespace)
 
     machine_set_pass(scope())  # parses and decides every machine
     machine_set_pass(scope())  # the status settled
