@@ -164,7 +164,8 @@ class Processor:
         new = res.remember(stored)
         old = self.store.get(kind, key)
         old_index = self.store.index_values(kind, key)
-        unchanged = old is not None and resource_version(old) == resource_version(new)
+        version = resource_version(new)
+        unchanged = old is not None and resource_version(old) == version
         if unchanged and not announce_added:
             return
         if not unchanged and not announce_added:
@@ -193,7 +194,7 @@ class Processor:
             if _heartbeat(kind, old, new, old_index == new_index) and not announce_added:
                 beat = self._route(Event(kind, MODIFIED, old, new), key, raw, Routing(), out)
             lazy = beat is not None and not beat
-            out.commit.add(Change(kind, key, encoded, old_index, new_index, lazy, resource_version(new)))
+            out.commit.add(Change(kind, key, encoded, old_index, new_index, lazy, version))
             self._check(res, key, raw, index_problems, out)
             if beat is not None:
                 out.routing.merge(beat)

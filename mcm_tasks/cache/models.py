@@ -299,34 +299,32 @@ class ParsedCache:
         return len(self._table(kind, parse))
 
 
-def _version_of(obj: Any) -> str:
-    """The resourceVersion of a parsed object (a model with ``metadata``, or a dict); "" without one."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
-    if isinstance(meta, dict):
-        return str(meta.get("resourceVersion") or "")
-    return str(getattr(meta, "resource_version", None) or "")
-
-
-def _spec_version(obj: Any) -> tuple[str, int] | None:
-    """(uid, generation) of a parsed object (a model with ``metadata``, or a dict); None without both."""
+def _meta_field(obj: Any, field: str, attribute: str) -> Any:
+    """A metadata field of a parsed object (a model with ``metadata``, or a dict: ``field`` is the
+    API name, ``attribute`` the model's); None without it."""
     meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
     if meta is None:
         return None
-    uid = meta.get("uid") if isinstance(meta, dict) else getattr(meta, "uid", None)
-    generation = meta.get("generation") if isinstance(meta, dict) else getattr(meta, "generation", None)
+    return meta.get(field) if isinstance(meta, dict) else getattr(meta, attribute, None)
+
+
+def _version_of(obj: Any) -> str:
+    """The resourceVersion of a parsed object; "" without one."""
+    return str(_meta_field(obj, "resourceVersion", "resource_version") or "")
+
+
+def _spec_version(obj: Any) -> tuple[str, int] | None:
+    """(uid, generation) of a parsed object; None without both."""
+    uid, generation = _meta_field(obj, "uid", "uid"), _meta_field(obj, "generation", "generation")
     if not uid or not isinstance(generation, int) or isinstance(generation, bool) or generation <= 0:
         return None
     return str(uid), generation
 
 
 def _key_of(obj: Any) -> str | None:
-    """The mirror's key of a parsed object (a model with ``metadata``, or a dict), if it has one."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
-    if meta is None:
-        return None
-    name = meta.get("name") if isinstance(meta, dict) else getattr(meta, "name", None)
-    namespace = meta.get("namespace") if isinstance(meta, dict) else getattr(meta, "namespace", None)
-    return None if not name else layout.object_key(namespace, name)
+    """The mirror's key of a parsed object, if it has one."""
+    name = _meta_field(obj, "name", "name")
+    return None if not name else layout.object_key(_meta_field(obj, "namespace", "namespace"), name)
 
 
 _caches: dict[int, ParsedCache] = {}

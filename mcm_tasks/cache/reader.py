@@ -155,10 +155,11 @@ class CacheReader:
         return {k.decode(): v for k, v in cast(dict[bytes, bytes], raws).items()}
 
     def versions_if_synced(self, kind: str) -> dict[bytes, bytes] | Unkept | None:
-        """Each object's resourceVersion (key → version, undecoded), or None when the kind is not synced, both
-        from one instant; ``UNKEPT`` when the mirror keeps no versions this reader may trust for the
-        kind (not a ``layout.VERSIONED_KINDS``, a hash not marked with the current sentinel, or one
-        whose entries do not match the objects one by count): list the stored objects then."""
+        """Each object's resourceVersion (key → version, undecoded), or None when the kind is not
+        synced, both from one instant; ``UNKEPT`` when the mirror keeps no versions this reader may
+        trust for the kind (not a ``layout.VERSIONED_KINDS``, a hash not marked with the current
+        sentinel, or one whose entries do not match the objects one by count): list the stored
+        objects then."""
         if kind not in layout.VERSIONED_KINDS:
             return UNKEPT
         pipe = self.redis.pipeline(transaction=True)
