@@ -3,6 +3,7 @@ pure report (``admin/why.py`` ``explain``)."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,7 +12,14 @@ import pytest
 from mcm_tasks.admin.keys import KeyState, NotFound
 from mcm_tasks.admin.why import QueueFacts, Target, explain, parse_target
 from mcm_tasks.api import Machine
-from mcm_tasks.controllers.common.holdup import holding, holdup_message, machine_wait
+from mcm_tasks.controllers.common.holdup import (
+    Wait,
+    holding,
+    holding_waits,
+    holdup_message,
+    machine_wait,
+    waits_message,
+)
 from mcm_tasks.queue.state import Failing
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -63,6 +71,22 @@ def test_the_message_counts_what_it_does_not_name() -> None:
         holdup_message(waits, limit=2)
         == "4 machines Pending: m3 (creating VM, 13 s), m2 (creating VM, 12 s), 2 more"
     )
+
+
+def test_the_set_conditions_message_is_the_sorted_one_to_the_letter() -> None:
+    """``waits_message`` (a set's scaling conditions, every pass) names the machines the full sort
+    would, ties, starts in the future, no start, limits 0 and over the count included."""
+    rnd = random.Random(33)
+    offsets = (-0.5, -1, -3, -59, -60, -61, -119, -200, -7300, 0, 5)
+    for _ in range(2000):
+        waits = [
+            Wait(f"m{rnd.randint(0, 6)}", rnd.choice(("Pending", "Available", "Failed")), "x",
+                 None if rnd.random() < 0.1 else NOW + timedelta(seconds=rnd.choice(offsets)), "")
+            for _ in range(rnd.randint(0, 25))
+        ]  # fmt: skip
+        limit, coarse = rnd.randint(0, 8), rnd.random() < 0.5
+        expected = holdup_message(holding_waits(waits, NOW), limit, coarse=coarse)
+        assert waits_message(waits, NOW, limit, coarse=coarse) == expected
 
 
 def test_targets_parse_and_refuse() -> None:

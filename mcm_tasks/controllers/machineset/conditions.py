@@ -26,7 +26,7 @@ from mcm_tasks.controllers.common.conditions import (
     drop,
     put,
 )
-from mcm_tasks.controllers.common.holdup import holding_waits, holdup_message
+from mcm_tasks.controllers.common.holdup import waits_message
 from mcm_tasks.controllers.machineset.facts import Census, census_of, direct
 
 
@@ -53,7 +53,7 @@ def scaling_conditions(
         missing = desired - counted.live
         if missing > 0:
             parts.append(f"{missing} to be created")
-        waits = holdup_message(holding_waits(counted.waiting, now), coarse=True)
+        waits = waits_message(counted.waiting, now, coarse=True)
         if waits:
             parts.append(waits)
         up = MachineSetCondition(type=SCALING_UP, status=ConditionStatus.TRUE, reason=SCALING_UP,
@@ -62,7 +62,7 @@ def scaling_conditions(
         up = None
     if len(machines) > desired:
         parts = [f"Scaling down from {len(machines)} to {desired} machines"]
-        waits = holdup_message(holding_waits(counted.deleting_waits, now), coarse=True)
+        waits = waits_message(counted.deleting_waits, now, coarse=True)
         if waits:
             parts.append(waits)
         down = MachineSetCondition(type=SCALING_DOWN, status=ConditionStatus.TRUE, reason=SCALING_DOWN,
