@@ -168,6 +168,39 @@ def test_at_rest_the_status_hash_is_not_rewritten_every_status_period(
     )
 
 
+def test_a_refresh_renews_the_status_hash_and_writes_it_whole_only_when_it_is_gone(
+    writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ``STATUS_REFRESH`` the hash's TTL is renewed with what changed (the idle wakeups), not
+    rewritten whole: a field nobody changed stays as found. A hash gone (expired, Redis lost it) is
+    written whole by the next refresh."""
+    counters = looking_at_the_status_often(writer, monkeypatch)
+    monkeypatch.setattr(runner, "STATUS_REFRESH", 0.2)
+    key = runner.status_key("test")
+    writer.redis.hset(key, "leading", "left alone")
+    writer.redis.expire(key, 5)
+    writer.informer._status_refresh = 0.0  # the refresh the writer had planned was 20 s away
+    wakeups = counters["idle_wakeups"]
+    wait_until(
+        lambda: (
+            writer.redis.hget(key, "idle_wakeups") not in (None, str(wakeups).encode())
+            and writer.redis.ttl(key) > 5
+        ),
+        TIMEOUT,
+        what="a refresh: the TTL renewed, the wakeups written",
+    )
+    assert writer.redis.hget(key, "leading") == b"left alone", "refreshed, not rewritten whole"
+    writer.redis.delete(key)
+    wait_until(lambda: writer.redis.hget(key, "leading") == b"1", TIMEOUT, what="the hash written whole")
+    assert writer.redis.hget(key, "events") == str(writer.events()).encode()
+    assert writer.redis.ttl(key) > 5
+    monkeypatch.setattr(runner, "STATUS_REFRESH", 3600.0)
+    writer.informer._status_refresh = time.monotonic() + 3600.0
+    writer.redis.delete(key)
+    writer.feed(kinds.MACHINE.mirror, fx.machine("m", rv="3", node="n", phase="Running", conditions=READY))
+    wait_until(lambda: writer.redis.hget(key, "leading") == b"1", TIMEOUT, what="gone: written whole")
+
+
 def test_a_heartbeat_alone_is_no_news_for_the_status_hash(
     writer: Writer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

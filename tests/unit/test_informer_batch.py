@@ -50,16 +50,17 @@ def test_a_full_inbox_is_taken_at_once_up_to_the_batch_maximum() -> None:
     assert inbox.qsize() == 3
 
 
-def test_the_status_hash_is_written_when_something_in_it_changed_whole_when_due() -> None:
+def test_the_status_hash_is_written_when_something_in_it_changed_the_restless_with_a_refresh() -> None:
     published = {"leading": "1", "events": "5", "idle_wakeups": "7"}
-    assert status_update(published, {**published, "idle_wakeups": "9"}, whole=False) == {}, (
+    assert status_update(published, {**published, "idle_wakeups": "9"}, refresh=False) == {}, (
         "idle wakeups alone are no reason to write"
     )
-    assert status_update(published, {**published, "events": "6", "idle_wakeups": "9"}, whole=False) == {
+    assert status_update(published, {**published, "events": "6", "idle_wakeups": "9"}, refresh=False) == {
         "events": "6",
         "idle_wakeups": "9",
     }
-    assert status_update(published, published, whole=True) == published
+    assert status_update(published, {**published, "idle_wakeups": "9"}, refresh=True) == {"idle_wakeups": "9"}
+    assert status_update(published, published, refresh=True) == {}, "a refresh renews the TTL alone"
 
 
 def test_a_wake_ends_the_writers_idle_wait_at_once_and_is_no_event() -> None:
