@@ -10,9 +10,10 @@ the message (``holdup_message``), so the object and the CLI say the same thing.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from mcm_tasks.api import Machine, MachinePhase
 
@@ -39,6 +40,15 @@ def _seconds(since: datetime | None, now: datetime) -> float:
     return 0.0 if since is None else max((now - since).total_seconds(), 0.0)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _micros(when: datetime) -> int:
+    """Microseconds since the epoch, exactly (a time without a zone is taken as UTC)."""
+    return (when - (_EPOCH if when.tzinfo is not None else _EPOCH.replace(tzinfo=None))) // _MICROSECOND
+
+
 @dataclass(frozen=True, slots=True)
 class Wait:
     """What a machine waits for, without the clock: ``machine_wait`` is ``wait_of(machine).at(now)``.
@@ -51,6 +61,13 @@ class Wait:
     #: when the wait began (``MachineWait.seconds`` counts from it)
     since: datetime | None
     description: str
+    #: ``since`` in microseconds since the epoch: a set's scaling condition compares thousands of
+    #: starts with the pass's time on every pass, and a parsed time's zone (pydantic's) made each
+    #: comparison of datetimes a call into it; decided once per machine version with the rest
+    since_us: int | None = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "since_us", None if self.since is None else _micros(self.since))
 
     def at(self, now: datetime) -> MachineWait:
         return MachineWait(self.name, self.phase, self.waits_for, _seconds(self.since, now), self.description)
@@ -151,27 +168,44 @@ def waits_message(
     """``holdup_message(holding_waits(waits, now), limit, coarse=coarse)``, to the letter, without a
     ``MachineWait`` per machine and without sorting them all: a MachineSet's scaling condition asks
     it on every pass, and at 10 000 machines coming up that was a sort of thousands of new objects
-    (17 ms a pass) to name five of them. Longest-waiting first is earliest start first (a start in
-    the future, or none, waits 0 s), ties by name; each phase keeps its ``limit`` first members,
-    and the phases go in order of their first (ties as given, as ``sorted`` keeps them)."""
-    groups: dict[str, list[tuple[datetime, str, int, Wait]]] = {}
-    for index, w in enumerate(waits):
-        since = w.since
-        start = since if since is not None and since < now else now
-        groups.setdefault(w.phase, []).append((start, w.name, index, w))
-    ordered = []
-    for phase, members in groups.items():
-        first = heapq.nsmallest(max(limit, 1), members, key=_order)
-        ordered.append((_order(first[0]), phase, len(members), first))
+    (17 ms a pass, more with parsed times) to name five of them. Longest-waiting first is earliest
+    start first, ties by name, then as given (``sorted`` is stable, and so is ``heapq.nsmallest``);
+    a start in the future, or none, waits 0 s, after every start in the past. Each phase keeps its
+    ``limit`` first members, and the phases go in order of their first."""
+    now_us = _micros(now)
+    waits = waits if isinstance(waits, Sequence) else list(waits)
+    #: phase → (its waits that started before now, the others), each in the order given
+    groups: dict[str, tuple[list[Wait], list[Wait]]] = {}
+    for w in waits:
+        group = groups.get(w.phase)
+        if group is None:
+            group = groups[w.phase] = ([], [])
+        since = w.since_us
+        group[0 if since is not None and since < now_us else 1].append(w)
+    ordered: list[tuple[tuple[int | str, ...], str, int, list[Wait]]] = []
+    for phase, (past, rest) in groups.items():
+        first = heapq.nsmallest(max(limit, 1), past, key=_SINCE_AND_NAME)
+        if len(first) < max(limit, 1):
+            first += heapq.nsmallest(max(limit, 1) - len(first), rest, key=_NAME)
+        head = first[0]
+        since = head.since_us if head.since_us is not None and head.since_us < now_us else now_us
+        # the phase's place: its first member's start and name (and, below, place among the waits)
+        ordered.append(((since, head.name), phase, len(past) + len(rest), first))
+    if len({group[0] for group in ordered}) < len(ordered):  # equal names in two phases: rare
+        ordered = [
+            ((*key, next(i for i, w in enumerate(waits) if w is first[0])), phase, count, first)
+            for key, phase, count, first in ordered
+        ]
     ordered.sort(key=lambda group: group[0])
     named = 0
     parts = []
     for _first, phase, count, first in ordered:
         shown = []
-        for start, _name, _index, w in first:
+        for w in first:
             if named >= limit:
                 break
-            seconds = _seconds(start, now)
+            since = w.since_us if w.since_us is not None and w.since_us < now_us else now_us
+            seconds = (now_us - since) / 1_000_000  # what timedelta.total_seconds gives, exactly
             shown.append(f"{w.name} ({w.waits_for}, {_duration(seconds, coarse)})")
             named += 1
         noun = "machine" if count == 1 else "machines"
@@ -181,6 +215,5 @@ def waits_message(
     return "; ".join(parts)
 
 
-def _order(member: tuple[datetime, str, int, Wait]) -> tuple[datetime, str, int]:
-    """Longest-waiting first, then by name, then as given (``holding_waits`` sorts stably)."""
-    return member[0], member[1], member[2]
+_SINCE_AND_NAME = operator.attrgetter("since_us", "name")
+_NAME = operator.attrgetter("name")
