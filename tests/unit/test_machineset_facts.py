@@ -22,11 +22,12 @@ from mcm_tasks.api.constants import (
     PRESERVE_ANNOTATION,
     UPDATE_RESULT_LABEL_KEY,
 )
+from mcm_tasks.cache.models import get_parsed_cache
 from mcm_tasks.controllers.common import preservation
 from mcm_tasks.controllers.common.holdup import machine_wait, wait_of
 from mcm_tasks.controllers.common.owners import claim_action
 from mcm_tasks.controllers.machineset import reconcile
-from mcm_tasks.controllers.machineset.facts import census_of, direct, facts_of, set_identity
+from mcm_tasks.controllers.machineset.facts import FACTS, census_of, direct, facts_of, set_identity
 from mcm_tasks.controllers.machineset.reconcile import _is_candidate_raw, machine_set_pass
 from mcm_tasks.controllers.machineset.replicas import is_failed, is_terminating
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
@@ -289,3 +290,25 @@ def test_a_pass_over_unchanged_machines_leaves_the_garbage_collector_alone(names
     finally:
         gc.callbacks.remove(count)
     assert collections[0] <= 2, f"{collections[0]} collections in a pass over 3000 unchanged machines"
+
+
+def test_a_pass_looks_each_machines_facts_up_in_the_cache_once(
+    namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The candidate filter hands its facts reader to the rest of the pass: the claim and the census
+    find each machine's facts there, not through another lookup in the parsed-object cache (at
+    10 000 machines a lookup per machine and reader, on every pass)."""
+    kube = set_with_machines(namespace, 30, labelled=True)
+    machine_set_pass(pass_scope(kube, namespace))
+    cache = get_parsed_cache()
+    looked: list[str] = []
+    derived = cache.derived
+
+    def counting(obj: Any, name: str, compute: Any) -> Any:
+        if name.startswith(FACTS):
+            looked.append(obj.metadata.name)
+        return derived(obj, name, compute)
+
+    monkeypatch.setattr(cache, "derived", counting)
+    machine_set_pass(pass_scope(kube, namespace))
+    assert sorted(looked) == sorted(set(looked)) and len(looked) == 30, looked

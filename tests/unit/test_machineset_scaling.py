@@ -19,6 +19,7 @@ from mcm_tasks.api.constants import (
     MCM_FINALIZER,
 )
 from mcm_tasks.controllers.machineset import control_io, reconcile
+from mcm_tasks.controllers.machineset.facts import FactsOf
 from mcm_tasks.controllers.machineset.metrics_io import stale_machines_key
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
 from mcm_tasks.kube import ops
@@ -122,8 +123,10 @@ def test_expectations_are_read_before_the_machines(harness: Harness, monkeypatch
     assert len(harness.machines("race")) == 3
     listed = reconcile.candidate_machines
 
-    def list_then_the_informer_catches_up(scope: MachineSetScope, *, live: bool = False) -> list[Machine]:
-        stale = listed(scope, live=live)
+    def list_then_the_informer_catches_up(
+        scope: MachineSetScope, *, live: bool = False, read: FactsOf | None = None
+    ) -> list[Machine]:
+        stale = listed(scope, live=live, read=read)
         harness.sync()  # the creations show up, and their expectations are met, after the list
         return stale
 

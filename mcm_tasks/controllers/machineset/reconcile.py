@@ -163,7 +163,9 @@ def facts_reader(machine_set: MachineSet) -> FactsOf:
     return read
 
 
-def candidate_machines(scope: MachineSetScope, *, live: bool = False) -> list[Machine]:
+def candidate_machines(
+    scope: MachineSetScope, *, live: bool = False, read: FactsOf | None = None
+) -> list[Machine]:
     """The machines the set controls, and the orphans its selector picks (adoption candidates), read
     through the pass's listers and client (so a test hands it in-memory ones).
 
@@ -174,14 +176,16 @@ def candidate_machines(scope: MachineSetScope, *, live: bool = False) -> list[Ma
     everywhere in this controller (writes build patches; what the API server returns is parsed
     afresh). The synced check and the list are one read, so an emptied mirror never reads as "no
     machines". Without the mirror, or ``live`` (the evidence that ends a dead pass's expectations),
-    a list from the API server.
+    a list from the API server. ``read``: the pass's facts reader (``facts_reader``), so that the
+    claim and the census that follow find each machine's facts in it instead of looking them up in
+    the cache again (a dict lookup less per machine and use, at 10 000 machines a pass).
     """
     machine_set = scope.machine_set
     listed = None if live else replace(scope.listers.machines.shared, parse=set_view).list_if_synced()
     if listed is None:
         raws = ops.list_(scope.api, kinds.MACHINE.resource, machine_set.metadata.namespace)["items"]
         listed = [Machine.model_validate(raw) for raw in raws if _is_candidate_raw(raw, machine_set)]
-    read = facts_reader(machine_set)
+    read = read or facts_reader(machine_set)
     return [m for m in listed if read(m).candidate]
 
 
@@ -268,7 +272,7 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     facts = facts_reader(machine_set)
     claim = claim_children(
         api, kinds.MACHINE.resource, Machine, machine_set, machine_set.spec.selector,
-        candidate_machines(scope, live=live),
+        candidate_machines(scope, live=live, read=facts),
         recheck_owner(api, kinds.MACHINE_SET.resource, machine_set),
         decide=lambda m: facts(m).claim,
     )  # fmt: skip
