@@ -35,6 +35,16 @@ class Lister(Generic[T]):
     #: set on the ``shared`` view: results come from (and go into) this cache
     parsed: ParsedCache | None = None
 
+    @property
+    def table(self) -> str:
+        """The parsed-object cache's table of this kind in this mirror: the objects hash's key, which
+        names the installation's (or in seed mode the namespace's) prefix. A worker of a seed serves
+        every namespace's mirror from one process cache; keyed by the kind alone, one namespace's
+        whole list dropped every other namespace's parsed objects as gone (each of the fifty sets
+        parsed its machines afresh on every pass), and a list by version running beside it in
+        another pool thread could lose a machine it had just parsed (``every_versioned``)."""
+        return layout.objects_key(self.kind)
+
     def key(self, name: str, namespace: str | None = None) -> str:
         return layout.object_key(namespace if namespace is not None else self.namespace, name)
 
@@ -45,21 +55,21 @@ class Lister(Generic[T]):
         if self.parsed is not None:
             stored = self.reader.get_stored(self.kind, key)
             if stored is None:
-                self.parsed.forget(self.kind, self.parse, key)
+                self.parsed.forget(self.table, self.parse, key)
                 return None
-            return self.parsed.one(self.kind, self.parse, key, stored)  # type: ignore[no-any-return]
+            return self.parsed.one(self.table, self.parse, key, stored)  # type: ignore[no-any-return]
         found = self.reader.get(self.kind, key)
         return None if found is None else self.parse(found)
 
     def get_many(self, keys: Iterable[str]) -> builtins.list[T]:
         """The readable objects that exist among ``keys``, in the order asked (one round trip)."""
         if self.parsed is not None:
-            return self.parsed.some(self.kind, self.parse, self.reader.get_many_stored(self.kind, keys))
+            return self.parsed.some(self.table, self.parse, self.reader.get_many_stored(self.kind, keys))
         return self._readable(self.reader.get_many(self.kind, keys))
 
     def list(self) -> builtins.list[T]:
         if self.parsed is not None:
-            return self.parsed.every(self.kind, self.parse, self.reader.list_stored(self.kind))
+            return self.parsed.every(self.table, self.parse, self.reader.list_stored(self.kind))
         return self._readable(self.reader.list(self.kind))
 
     def _readable(self, objs: Iterable[Obj]) -> builtins.list[T]:
@@ -84,7 +94,10 @@ class Lister(Generic[T]):
                 return None
             if versions is not UNKEPT:
                 listed = self.parsed.every_versioned(
-                    self.kind, self.parse, versions, lambda keys: self.reader.get_many_stored(self.kind, keys)
+                    self.table,
+                    self.parse,
+                    versions,
+                    lambda keys: self.reader.get_many_stored(self.kind, keys),
                 )
                 if listed is not None:
                     return listed
@@ -92,13 +105,13 @@ class Lister(Generic[T]):
         if stored is None:
             return None
         if self.parsed is not None:
-            return self.parsed.every(self.kind, self.parse, stored)
+            return self.parsed.every(self.table, self.parse, stored)
         return self._readable(orjson.loads(raw) for raw in stored.values())
 
     def by_index(self, index: str, value: str) -> builtins.list[T]:
         if self.parsed is not None:
             stored = self.reader.by_index_stored(self.kind, index, value)
-            return self.parsed.some(self.kind, self.parse, stored)
+            return self.parsed.some(self.table, self.parse, stored)
         return self._readable(self.reader.by_index(self.kind, index, value))
 
     def keys(self) -> builtins.list[str]:

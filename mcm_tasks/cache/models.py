@@ -217,15 +217,22 @@ class ParsedCache:
             found = fetch(names)
             if len(found) != len(wanted):
                 return None
-            self.some(kind, parse, found)  # parsed into the table; an unreadable one is forgotten
+            # each object as parsed here, not read back from the table: another pool thread's list
+            # of the same table may drop an entry meanwhile, and a list must not lose an object
+            parsed: dict[str, Any] = {}
+            for name, raw in found:
+                try:
+                    parsed[name] = self.one(kind, parse, name, raw)
+                except Unreadable:
+                    self.forget(kind, parse, name)
             for i, key, name in zip(at, wanted, names, strict=True):
-                entry = table.get(name)
-                if entry is None:
+                obj = parsed.get(name)
+                if obj is None:  # unreadable: left out, as ``some`` leaves it
                     index.pop(key, None)
                     continue
-                out[i] = entry[1]
-                if _version_of(entry[1]).encode() == versions[key]:
-                    index[key] = (versions[key], entry[1])
+                out[i] = obj
+                if _version_of(obj).encode() == versions[key]:
+                    index[key] = (versions[key], obj)
             out = [obj for obj in out if obj is not None]
         # snapshots (``list``), since another pool thread may list the same kind meanwhile
         if len(index) > len(versions):

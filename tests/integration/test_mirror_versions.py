@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from informers.events import DELETED, MODIFIED
+from informers.events import ADDED, DELETED, MODIFIED
 from informers.mirror import Commit, Mirror, encode
 from informers.processor import Processor, Relisted, WatchEvent
 from informers.resources import BY_KIND
@@ -25,6 +25,7 @@ from mcm_tasks.cache import layout, models
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import UNKEPT, CacheReader
 from mcm_tasks.settings import Settings
+from mcm_tasks.tenancy import serving
 from tests.integration.informer_support import Writer
 
 pytestmark = pytest.mark.integration
@@ -177,3 +178,51 @@ def test_a_new_leader_rebuilds_the_versions_from_what_it_finds(client: redis.Red
     assert reader.versions_if_synced(MACHINES) is UNKEPT, "trusted only under the new leader's sentinel"
     Mirror(client).write(Commit(sentinel="leader-2:epoch"))
     assert versions_of(reader) == {f"{NS}/a": "40", f"{NS}/b": "12"}
+
+
+def test_a_list_by_version_keeps_what_it_parsed_when_another_list_drops_it(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two pool threads list the same machines from versions read at two instants: the list that
+    read them before ``x`` was created drops ``x`` from the process's table as gone, right after
+    the other list parsed it. The later list still holds ``x``: it takes each object as it parsed
+    it, not as the table holds it afterwards (a set that lost a machine so created one too many)."""
+    writer = Writer(client)
+    _leading(client, writer, fx.machine("a", rv="11"))
+    listers, _ = _listers(client)
+    shared = listers.machines.shared
+    assert names(shared.list_if_synced()) == ["a"]
+    earlier = shared.reader.versions_if_synced(MACHINES)
+    assert isinstance(earlier, dict)
+    writer.apply(WatchEvent(MACHINES, ADDED, fx.machine("x", rv="12")))
+    cache = models.get_parsed_cache()
+    one = cache.one
+
+    def parsed_then_dropped(kind: str, parse: Any, key: str, raw: bytes) -> Any:
+        obj = one(kind, parse, key, raw)
+        if key == f"{NS}/x":
+            monkeypatch.setattr(cache, "one", one)
+            cache.every_versioned(kind, parse, earlier, lambda keys: [])  # the other thread's list
+        return obj
+
+    monkeypatch.setattr(cache, "one", parsed_then_dropped)
+    assert names(shared.list_if_synced()) == ["a", "x"]
+
+
+def test_each_namespace_of_a_seed_keeps_its_own_parsed_machines(client: redis.Redis) -> None:
+    """A seed's worker lists every namespace's machines through one process cache: listing one
+    namespace must not drop another's parsed machines as gone (each set pass would parse its
+    machines afresh, and a list by version beside it could lose one)."""
+    for tenant, machines in (("ns-a", ("a1", "a2")), ("ns-b", ("b1", "b2"))):
+        with serving(tenant):
+            _leading(client, Writer(client), *(fx.machine(name, rv="11") for name in machines))
+    listers, fetches = _listers(client)
+    shared = listers.machines.shared
+    with serving("ns-a"):
+        first = {m.metadata.name: m for m in shared.list_if_synced() or []}
+    with serving("ns-b"):
+        assert names(shared.list_if_synced()) == ["b1", "b2"]
+    with serving("ns-a"):
+        again = {m.metadata.name: m for m in shared.list_if_synced() or []}
+    assert sorted(again) == ["a1", "a2"] and all(again[n] is first[n] for n in first)
+    assert fetches.calls == [[f"{NS}/a1", f"{NS}/a2"], [f"{NS}/b1", f"{NS}/b2"]], "ns-a parsed once"
