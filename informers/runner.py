@@ -428,9 +428,10 @@ class Informer:
             pipe.expire(key, STATUS_TTL)  # before the fields: 0 says the hash is gone
             if update:
                 pipe.hset(key, mapping=update)  # type: ignore[arg-type]
-            if not pipe.execute()[0] and update is not fields:
-                update = fields
-                pipe.hset(key, mapping=update)  # type: ignore[arg-type]
+            if not pipe.execute()[0]:  # gone: written whole, and its TTL set (the EXPIRE found none)
+                if update is not fields:
+                    update = fields
+                    pipe.hset(key, mapping=update)  # type: ignore[arg-type]
                 pipe.expire(key, STATUS_TTL)
                 pipe.execute()
         except (redis.RedisError, OSError):

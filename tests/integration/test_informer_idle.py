@@ -199,6 +199,10 @@ def test_a_refresh_renews_the_status_hash_and_writes_it_whole_only_when_it_is_go
     writer.redis.delete(key)
     writer.feed(kinds.MACHINE.mirror, fx.machine("m", rv="3", node="n", phase="Running", conditions=READY))
     wait_until(lambda: writer.redis.hget(key, "leading") == b"1", TIMEOUT, what="gone: written whole")
+    assert writer.redis.ttl(key) > 5
+    writer.redis.delete(key)
+    writer.informer._publish_status([], leading=False, whole=True)  # a whole write (standing by)
+    assert writer.redis.hget(key, "leading") == b"0" and writer.redis.ttl(key) > 5, "whole, with its TTL"
 
 
 def test_a_heartbeat_alone_is_no_news_for_the_status_hash(
