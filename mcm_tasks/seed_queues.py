@@ -22,12 +22,13 @@ import redis
 from celery import bootsteps
 
 from mcm_tasks import tenancy_io
+from mcm_tasks.cache.models import get_parsed_cache
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.kube.clients import forget_tenant, note_published_versions
 from mcm_tasks.redisdb import get_redis
 from mcm_tasks.settings import Settings, get_settings
 from mcm_tasks.tenancy import queue_names as tenant_queue_names
-from mcm_tasks.tenancy import tenant_of_queue
+from mcm_tasks.tenancy import tenant_of_queue, tenant_prefix
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ def consumed_kinds(settings: Settings, queues: list[str]) -> list[str]:
     """The kinds of the installation's queues among ``queues`` (what ``--queues`` asked for)."""
     own = {settings.queue_name(kind): kind for kind in QUEUES}
     return [own[q] for q in queues if q in own]
+
+
+def forget_namespaces(settings: Settings, cancelled: list[str]) -> set[str]:
+    """What this process holds for the namespaces whose queues it stopped consuming: their clients
+    (they go with the last pass using them) and their parsed mirror objects. The namespaces."""
+    gone = {t[0] for q in cancelled if (t := tenant_of_queue(q, settings.install_prefix))}
+    for namespace in gone:
+        forget_tenant(namespace)
+        get_parsed_cache().drop_tables(tenant_prefix(settings.install_prefix, namespace))
+    return gone
 
 
 def queue_changes(current: set[str], wanted: set[str]) -> tuple[list[str], list[str]]:
@@ -110,7 +121,6 @@ class SeedQueues(bootsteps.StartStopStep):
                 c.call_soon(c.add_task_queue, queue, routing_key=queue)
             for queue in cancel:
                 c.call_soon(c.cancel_task_queue, queue)
-            for namespace in {t[0] for q in cancel if (t := tenant_of_queue(q, settings.install_prefix))}:
-                forget_tenant(namespace)  # its clients go with the last pass using them
+            forget_namespaces(settings, cancel)
             if add or cancel:
                 log.info("seed mode: consuming %d more queues, %d fewer", len(add), len(cancel))

@@ -275,6 +275,22 @@ class ParsedCache:
         if index is not None:
             index.pop(key.encode(), None)
 
+    def drop_tables(self, prefix: str) -> int:
+        """Forget every table named under ``prefix`` (a mirror's key prefix: in seed mode, a
+        namespace the installation no longer serves), with what was derived from its objects; how
+        many objects went. Without it a worker kept a departed namespace's parsed objects for life."""
+        with self._lock:
+            names = [name for name in list(self._tables) if name[0].startswith(prefix + ":")]
+        gone = 0
+        for name in names:
+            table = self._tables.pop(name, None) or {}
+            for _raw, obj in list(table.values()):
+                self._derived.pop(id(obj), None)
+            gone += len(table)
+            self._read.pop(name, None)
+            self._versions.pop(name, None)
+        return gone
+
     def derived(self, obj: Any, name: str, compute: Callable[[Any], Any]) -> Any:
         """``compute(obj)``, remembered with ``obj`` while it is the cached version of its object.
 

@@ -24,8 +24,9 @@ from mcm_tasks import kinds
 from mcm_tasks.cache import layout, models
 from mcm_tasks.cache.listers import Listers, new_listers
 from mcm_tasks.cache.reader import UNKEPT, CacheReader
-from mcm_tasks.settings import Settings
-from mcm_tasks.tenancy import serving
+from mcm_tasks.seed_queues import forget_namespaces
+from mcm_tasks.settings import Settings, get_settings
+from mcm_tasks.tenancy import queue_names, serving
 from tests.integration.informer_support import Writer
 
 pytestmark = pytest.mark.integration
@@ -226,3 +227,27 @@ def test_each_namespace_of_a_seed_keeps_its_own_parsed_machines(client: redis.Re
         again = {m.metadata.name: m for m in shared.list_if_synced() or []}
     assert sorted(again) == ["a1", "a2"] and all(again[n] is first[n] for n in first)
     assert fetches.calls == [[f"{NS}/a1", f"{NS}/a2"], [f"{NS}/b1", f"{NS}/b2"]], "ns-a parsed once"
+
+
+def test_a_namespace_the_seed_no_longer_serves_leaves_no_parsed_machine(client: redis.Redis) -> None:
+    """A worker that stops consuming a namespace's queues (removed from the seed) drops what it
+    parsed of that namespace's mirror; the other namespaces' parsed machines stay."""
+    for tenant, machines in (("ns-a", ("a1", "a2")), ("ns-b", ("b1", "b2"))):
+        with serving(tenant):
+            _leading(client, Writer(client), *(fx.machine(name, rv="11") for name in machines))
+    listers, fetches = _listers(client)
+    shared = listers.machines.shared
+    cache = models.get_parsed_cache()
+    sizes: dict[str, int] = {}
+    for tenant in ("ns-a", "ns-b"):
+        with serving(tenant):
+            assert len(shared.list_if_synced() or []) == 2
+    settings = get_settings()
+    assert forget_namespaces(settings, queue_names(settings, ["ns-a"], ["machine", "machineset"])) == {"ns-a"}
+    for tenant in ("ns-a", "ns-b"):
+        with serving(tenant):
+            sizes[tenant] = cache.size(shared.table, shared.parse)
+    assert sizes == {"ns-a": 0, "ns-b": 2}
+    with serving("ns-b"):
+        assert names(shared.list_if_synced()) == ["b1", "b2"]
+    assert len(fetches.calls) == 2, "ns-b's machines were still parsed"
