@@ -68,7 +68,7 @@ WAKE: Any = object()
 SENTINEL_EVERY = 2.0
 STATUS_EVERY = 1.0
 STATUS_TTL = 60
-#: how often the status hash is written whole (and its TTL renewed) when nothing in it changed
+#: how often the status hash's TTL is renewed (with whatever changed in it, the restless counters too)
 STATUS_REFRESH = STATUS_TTL / 3
 #: status fields that change at every wakeup: written with the others, never a reason to write
 _RESTLESS = frozenset({"idle_wakeups"})
@@ -129,7 +129,7 @@ class Informer:
         }  # fmt: skip
         #: the Redis master this writer last wrote to (Sentinel only)
         self._master: Any = None
-        #: the status hash as last written, and when it is next written whole
+        #: the status hash as last written, and when its TTL is next renewed
         self._published: dict[str, str] = {}
         self._status_refresh = 0.0
         #: the largest watch lag per kind since the lag hash was last written
@@ -445,7 +445,7 @@ class Informer:
 def news(outcome: Outcome) -> bool:
     """Whether a batch is news for the status hash: it wrote or routed something, listed a kind or
     found a problem. A batch of Node status heartbeats alone (lazy changes) is not: its counters
-    wait for the next whole rewrite. At rest a fleet's Nodes report every few seconds, and each
+    wait for the next refresh (``STATUS_REFRESH``). At rest a fleet's Nodes report every few seconds, and each
     report made a status write of its own (a single installation's every second, each of a seed's
     namespaces' every ten)."""
     return bool(outcome.commit.urgent or outcome.routing or outcome.listed or outcome.problems)
@@ -514,7 +514,7 @@ def writer_dues(
 ) -> list[float]:
     """When the writer's timers next have work (monotonic times): each is a time at which the loop
     does that work and moves the timer on, so a writer that sleeps until the first never spins. The
-    status is written when it has news (``status_due``) at ``next_status``, and whole at
+    status is written when it has news (``status_due``) at ``next_status``, and refreshed at
     ``status_refresh``, but no sooner than ``next_status`` either way: the loop looks at the status
     only then (a refresh due before it would end every wait at once until it came)."""
     status = next_status if status_due else max(next_status, status_refresh)

@@ -208,11 +208,11 @@ def test_a_refresh_renews_the_status_hash_and_writes_it_whole_only_when_it_is_go
 def test_a_heartbeat_alone_is_no_news_for_the_status_hash(
     writer: Writer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Node heartbeats (lazy changes) change the counters but are not news: they wait for the whole
-    rewrite (``STATUS_REFRESH``) instead of a status write each; a Machine's change is news."""
+    """Node heartbeats (lazy changes) change the counters but are not news: they wait for the next
+    refresh (``STATUS_REFRESH``) instead of a status write each; a Machine's change is news."""
     counters = looking_at_the_status_often(writer, monkeypatch)
     wakeups = counters["idle_wakeups"]
-    wait_until(lambda: counters["idle_wakeups"] >= wakeups + 5, TIMEOUT, what="the first rewrite behind")
+    wait_until(lambda: counters["idle_wakeups"] >= wakeups + 5, TIMEOUT, what="the first refresh behind")
     hsets = hset_calls(writer.redis)
     for rv in range(11, 21):
         writer.feed(kinds.NODE.mirror, fx.node("n", rv=str(rv)))
@@ -311,7 +311,7 @@ def test_the_writers_timers_never_ask_it_to_wake_before_it_looks_at_the_status()
     assert min(dues) == 15.0
     dues = runner.writer_dues(next_sentinel=30.0, next_status=15.0, status_refresh=40.0, status_due=False,
                               next_resync=math.inf, lag_due=math.inf)  # fmt: skip
-    assert min(dues) == 30.0, "no news: the status waits for its whole rewrite"
+    assert min(dues) == 30.0, "no news: the status waits for its refresh"
     dues = runner.writer_dues(next_sentinel=30.0, next_status=15.0, status_refresh=40.0, status_due=True,
                               next_resync=math.inf, lag_due=20.0)  # fmt: skip
     assert sorted(dues)[:2] == [15.0, 20.0]
