@@ -146,19 +146,25 @@ def holdup_message(
     groups: dict[str, list[MachineWait]] = {}
     for w in waits:
         groups.setdefault(w.phase, []).append(w)
+    return _message(((phase, len(members), members) for phase, members in groups.items()), limit, coarse)
+
+
+def _message(groups: Iterable[tuple[str, int, Sequence[MachineWait]]], limit: int, coarse: bool) -> str:
+    """The message of phases in order, each with its count and its first members (longest-waiting
+    first): at most ``limit`` machines named in all, the rest counted."""
     named = 0
     parts = []
-    for phase, members in groups.items():
+    for phase, count, members in groups:
         shown = []
         for w in members:
             if named >= limit:
                 break
             shown.append(f"{w.name} ({w.waits_for}, {_duration(w.seconds, coarse)})")
             named += 1
-        noun = "machine" if len(members) == 1 else "machines"
-        more = len(members) - len(shown)
+        noun = "machine" if count == 1 else "machines"
+        more = count - len(shown)
         tail = (", " if shown else "") + f"{more} more" if more else ""
-        parts.append(f"{len(members)} {noun} {phase}: " + ", ".join(shown) + tail)
+        parts.append(f"{count} {noun} {phase}: " + ", ".join(shown) + tail)
     return "; ".join(parts)
 
 
@@ -197,22 +203,15 @@ def waits_message(
             for key, phase, count, first in ordered
         ]
     ordered.sort(key=lambda group: group[0])
-    named = 0
-    parts = []
-    for _first, phase, count, first in ordered:
-        shown = []
-        for w in first:
-            if named >= limit:
-                break
-            since = w.since_us if w.since_us is not None and w.since_us < now_us else now_us
-            seconds = (now_us - since) / 1_000_000  # what timedelta.total_seconds gives, exactly
-            shown.append(f"{w.name} ({w.waits_for}, {_duration(seconds, coarse)})")
-            named += 1
-        noun = "machine" if count == 1 else "machines"
-        more = count - len(shown)
-        tail = (", " if shown else "") + f"{more} more" if more else ""
-        parts.append(f"{count} {noun} {phase}: " + ", ".join(shown) + tail)
-    return "; ".join(parts)
+
+    def at(w: Wait) -> MachineWait:  # ``w.at(now)``, from the integer start
+        since = w.since_us if w.since_us is not None and w.since_us < now_us else now_us
+        seconds = (now_us - since) / 1_000_000  # what timedelta.total_seconds gives, exactly
+        return MachineWait(w.name, w.phase, w.waits_for, seconds, w.description)
+
+    return _message(
+        ((phase, count, [at(w) for w in first]) for _, phase, count, first in ordered), limit, coarse
+    )
 
 
 _SINCE_AND_NAME = operator.attrgetter("since_us", "name")
