@@ -133,3 +133,31 @@ def test_a_scale_down_deletes_the_machine_that_is_not_running_first() -> None:
     assert writes(kube) == [("delete", MACHINES, "web-pending", None), ("update", SETS, "web", "status")]
     assert kube.get_object(MACHINES, "web-pending", NS) is None
     assert kube.get_object(MACHINES, "web-running", NS) is not None
+
+
+def test_a_scale_down_read_before_a_machine_moved_away_leaves_that_machine() -> None:
+    """An in-place update's deployment moves a machine to the new set and scales its old set down
+    in the same breath; the old set's pass is woken by its own change before the machines' watch
+    shows the move. The DELETE is conditional on what the pass read: the moved machine, no longer
+    this set's, stays, and the pass comes back soon to decide on a fresh read."""
+    kube = FakeKube([machine_class()])
+    ms = kube.add(
+        {**machine_set(0), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
+    )
+    kube.add(machine("web-moved", owner=ms))
+    lagging = kube.listers(NS)  # the mirror before the move
+    new_owner = {"apiVersion": API_VERSION, "kind": "MachineSet", "name": "web-new", "uid": "uid-of-web-new",
+                 "controller": True}  # fmt: skip
+    kube.change(MACHINES, "web-moved", NS, lambda o: o["metadata"].update(ownerReferences=[new_owner]))
+
+    requeue = run_pass(kube, lagging)
+
+    assert kube.get_object(MACHINES, "web-moved", NS) is not None, "a machine of another set now"
+    assert [w[0] for w in writes(kube)].count("delete") == 1  # tried, refused by its precondition
+    assert requeue is not None and requeue.after <= get_settings().conflict_retry + 0.1
+    kube.clear()
+
+    run_pass(kube)  # the mirror caught up: not this set's machine
+
+    assert not [w for w in writes(kube) if w[0] == "delete"]
+    assert kube.get_object(MACHINES, "web-moved", NS) is not None

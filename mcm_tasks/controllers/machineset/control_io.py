@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Final
 
 from mcm_tasks import kinds
@@ -157,19 +158,36 @@ def create_machines(
 # --- termination -----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Terminated:
+    """What ``terminate_machines`` did: the first error, and how many machines it left because
+    they changed since the pass read them (their DELETE's resourceVersion precondition failed)."""
+
+    error: Exception | None = None
+    changed: int = 0
+
+
 def terminate_machines(
     scope: MachineSetScope, machine_set: MachineSet, machines: Sequence[Machine], *, expect: bool = True
-) -> Exception | None:
-    """DELETE each machine (those not already deleting) and mark it Terminating; the first error.
+) -> Terminated:
+    """DELETE each machine (those not already deleting) and mark it Terminating.
+
+    Each DELETE is conditional on the machine's uid and on the resourceVersion the pass read:
+    another controller may have taken the machine meanwhile (an in-place update's deployment moves
+    it to the new set, and its old set, scaled down in the same breath, is woken by that write
+    through the sets' watch before the machines' watch shows the move). Deleting on a stale read
+    would destroy a machine that is no longer this set's; the Conflict leaves it, and the pass
+    comes back soon to decide again on a fresh read (``Terminated.changed``).
 
     ``expect``: record deletion expectations (manageReplicas); a set being deleted does not wait
     on them.
-    Upstream: ``terminateMachines``.
+    Upstream: ``terminateMachines`` (unconditional there).
     """
     api, key = scope.api, scope.key
     targets = [m for m in machines if not m.metadata.is_deleting]
     if not targets:
-        return None
+        return Terminated()
+    changed: list[str] = []
     if expect:
         expectations.expect_deletions(key, [m.metadata.name or "" for m in targets])
     events = recorder(api)
@@ -178,14 +196,23 @@ def terminate_machines(
         name = machine.metadata.name or ""
         try:
             answer = ops.delete(
-                api, kinds.MACHINE.resource, name, machine.metadata.namespace, uid=machine.metadata.uid
+                api,
+                kinds.MACHINE.resource,
+                name,
+                machine.metadata.namespace,
+                uid=machine.metadata.uid,
+                resource_version=machine.metadata.resource_version,
             )
         except Exception as err:
             if expect:
                 # idempotent per name: lowering it here is safe even if the informer saw it go
                 expectations.deletion_observed(key, name)
-            if is_not_found(err) or is_conflict(err):
-                # gone already, or a namesake with another uid that is not ours to delete
+            if is_not_found(err):
+                return  # gone already
+            if is_conflict(err):
+                # changed since read (moved to another set?), or a namesake with another uid
+                log.info("MachineSet %s: machine %s changed since read; not deleted", key, name)
+                changed.append(name)
                 return
             message = f"Error deleting: {describe(err)}"
             events.event(machine_set, WARNING, FAILED_DELETE, message, action="Delete", related=machine)
@@ -201,7 +228,7 @@ def terminate_machines(
     if expect:
         expectations.issued(key)
     wake(scope.settings, ((Queue.MACHINE_TERMINATION, m.key) for m in targets))  # while the mirror lags
-    return next((r for r in results if r is not None), None)
+    return Terminated(next((r for r in results if r is not None), None), len(changed))
 
 
 def mark_terminating(scope: MachineSetScope, machine: Machine) -> None:

@@ -312,9 +312,11 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
     elif not machines:
         machine_set = set_finalizer(scope, False)
     elif machine_set.metadata.has_finalizer(MCM_FINALIZER):
-        error = control_io.terminate_machines(scope, machine_set, machines, expect=False)
-        if error is not None:
-            log.warning("MachineSet %s: deleting its machines: %s", key, describe(error))
+        done = control_io.terminate_machines(scope, machine_set, machines, expect=False)
+        if done.error is not None:
+            log.warning("MachineSet %s: deleting its machines: %s", key, describe(done.error))
+        if done.changed:  # decided again on a fresh read
+            requeue = Requeue(settings.conflict_retry)
 
     now = scope.clock()
 
@@ -516,7 +518,10 @@ def manage_replicas(
         marked_grace=scope.settings.short_retry,
         census=census,
     )
-    failure = _carry_out(scope, plan)
+    failure, changed = _carry_out(scope, plan)
+    if changed:  # machines that changed since read were left: decided again on a fresh read
+        retry = scope.settings.conflict_retry
+        return failure, retry if plan.recheck_in is None else min(plan.recheck_in, retry)
     return failure, plan.recheck_in
 
 
@@ -529,14 +534,16 @@ def _deployment_rolls(scope: MachineSetScope) -> bool:
     return spacing.rolling(scope.machine_set, scope.listers.machine_sets.shared.by_index(BY_OWNER, ref.uid))
 
 
-def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailure | None:
+def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> tuple[status.ReplicaFailure | None, bool]:
+    """The plan carried out: the failure to report, and whether a machine to delete was left
+    because it changed since the pass read it (``control_io.terminate_machines``)."""
     machine_set, key = scope.machine_set, scope.key
     if plan.skipped:
         level = logging.INFO if plan.skipped == SKIP_FROZEN else logging.DEBUG
         log.log(
             level, "MachineSet %s: %d machines missing, scale-up blocked (%s)", key, -plan.diff, plan.skipped
         )
-        return None
+        return None, False
     if plan.create or plan.delete:
         spacing_io.acted()  # the next pass is not held back (spacing_io)
     elif _deployment_rolls(scope):
@@ -545,7 +552,9 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
         log.info("MachineSet %s: too few replicas (need %d), creating %d",
                  key, machine_set.spec.replicas, plan.create)  # fmt: skip
         _, error = control_io.create_machines(scope, machine_set, plan.create)
-        return None if error is None else status.ReplicaFailure(status.FAILED_CREATE, describe(error))
+        if error is not None:
+            return status.ReplicaFailure(status.FAILED_CREATE, describe(error)), False
+        return None, False
     for machine in plan.replacing:
         marked = machine.metadata.annotations.get(MARKED_FOR_DELETION_TIME_ANNOTATION, "")
         message = (
@@ -556,6 +565,8 @@ def _carry_out(scope: MachineSetScope, plan: ReplicaPlan) -> status.ReplicaFailu
     if plan.delete:
         log.info("MachineSet %s: deleting %d machines (replicas %d): %s", key, len(plan.delete),
                  machine_set.spec.replicas, [m.metadata.name for m in plan.delete])  # fmt: skip
-        error = control_io.terminate_machines(scope, machine_set, plan.delete)
-        return None if error is None else status.ReplicaFailure(status.FAILED_DELETE, describe(error))
-    return None
+        done = control_io.terminate_machines(scope, machine_set, plan.delete)
+        if done.error is not None:
+            return status.ReplicaFailure(status.FAILED_DELETE, describe(done.error)), done.changed > 0
+        return None, done.changed > 0
+    return None, False
