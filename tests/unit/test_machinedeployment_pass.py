@@ -176,10 +176,10 @@ def test_a_recreate_scales_every_old_machine_away_before_making_a_new_set() -> N
     assert replicas(kube) == {"cls": 0, "cls-v2": 3}  # the new set at full size at once
 
 
-def in_place_deployment() -> tuple[FakeKube, Obj]:
+def in_place_deployment(machines: int = 3) -> tuple[FakeKube, Obj]:
     """An InPlaceUpdate (Auto, maxSurge 0, maxUnavailable 1) deployment of 3 machines with their
     Nodes, whose template the user has just changed; and its old set."""
-    kube = FakeKube([machine_deployment(3, strategy="InPlaceUpdate", surge=0, unavailable=1)])
+    kube = FakeKube([machine_deployment(machines, strategy="InPlaceUpdate", surge=0, unavailable=1)])
     old = first_set(kube)
     for m in kube.list_objects(MACHINES, NS):
         name = m["metadata"]["name"]
@@ -269,6 +269,36 @@ def test_a_move_the_mirror_has_not_shown_yet_is_not_made_up_for_with_a_new_machi
     run_pass(kube)
 
     assert replicas(kube) == {"cls": 2, "cls-v2": 1}
+    assert not [w for w in kube.writes(MACHINES) if w.verb in ("create", "delete")]
+
+
+def test_the_last_move_the_mirror_has_not_shown_yet_is_not_made_up_for_either() -> None:
+    """The same race on the old sets' last machine: its move scales the old set to zero, and a pass
+    that sees the old sets empty before the machine's move must not fill the new set to the
+    deployment's replicas: its MachineSet would create a machine for a place the moved machine
+    takes, and delete one of them once it arrives (the in-place e2e lost its updated machine so)."""
+    kube, _ = in_place_deployment(machines=1)
+    (selected,) = [m["metadata"]["name"] for m in kube.list_objects(MACHINES, NS)]
+    run_pass(kube)  # selects the only Node
+    kube.change("nodes", selected, None, lambda o: (
+        o["metadata"]["labels"].update({UPDATE_RESULT_LABEL_KEY: UPDATE_RESULT_SUCCESSFUL}),
+        o["status"]["conditions"].append(
+            {"type": NODE_IN_PLACE_UPDATE_CONDITION, "status": "True", "reason": UPDATE_SUCCESSFUL_REASON}),
+    ))  # fmt: skip
+    before_move = kube.objects[(MACHINES, NS, selected)]
+    run_pass(kube)  # the move, and the old set scaled to zero
+    assert replicas(kube) == {"cls": 0, "cls-v2": 0}
+    moved = kube.objects[(MACHINES, NS, selected)]
+    kube.objects[(MACHINES, NS, selected)] = before_move  # the set's write mirrored, the machine's not
+
+    run_pass(kube)
+
+    assert replicas(kube) == {"cls": 0, "cls-v2": 0}
+    kube.objects[(MACHINES, NS, selected)] = moved  # the machine's watch catches up
+
+    run_pass(kube)
+
+    assert replicas(kube) == {"cls": 0, "cls-v2": 1}
     assert not [w for w in kube.writes(MACHINES) if w.verb in ("create", "delete")]
 
 

@@ -204,6 +204,9 @@ def test_scale_down_old_trusts_spec_over_stale_available() -> None:
         (7, [("old", 3, None)], None, False),
         # nothing active, replicas > 0 and a new set to take them: scale from zero
         (3, [("old", 0, 0)], ("new", 0, 0), True),
+        # nothing active, but the new set was sized for these replicas: a rollout's moment (an
+        # in-place update's last machine in flight to the new set), left to the strategy
+        (1, [("old", 0, 1)], ("new", 0, 1), False),
         # nothing active and no new set: the strategy creates one
         (3, [("old", 0, 0)], None, False),
         (0, [], ("new", 0, 0), False),

@@ -157,16 +157,17 @@ def _reconcile_new_set(ctx: Context, new_set: MachineSet, old_sets: Sequence[Mac
     if new_set.spec.replicas > replicas:
         return sets_io.scale_set(ctx, new_set, replicas)
     old_total = sum(ms.spec.replicas for ms in old_sets)
-    if old_total == 0:
-        return sets_io.scale_set(ctx, new_set, replicas)
-    if _transfer(ctx, new_set, old_sets) > 0:
-        return True
-    # an old set lost a machine it may not replace (a failed update): the new set makes up for it
-    # with a machine of the new template (upstream waits here; its budget can then never open).
     # A machine an old set still shows beyond its replicas is not lost but in flight: moved by an
     # earlier pass that also scaled its old set down, the set's write already mirrored and the
-    # machine's not (two watches); made up for, it would be replaced by a new VM.
+    # machine's not (two watches); made up for, it would be replaced by a new VM. That holds for
+    # the last one too, when the old sets read as empty.
     in_flight = sum(max(0, len(_staying(ctx.machines_of(ms))) - ms.spec.replicas) for ms in old_sets)
+    if old_total == 0 and in_flight == 0:
+        return sets_io.scale_set(ctx, new_set, replicas)
+    if old_total > 0 and _transfer(ctx, new_set, old_sets) > 0:
+        return True
+    # an old set lost a machine it may not replace (a failed update): the new set makes up for it
+    # with a machine of the new template (upstream waits here; its budget can then never open)
     shortfall = replicas - old_total - new_set.spec.replicas - in_flight
     if shortfall > 0:
         return sets_io.scale_set(ctx, new_set, new_set.spec.replicas + shortfall)

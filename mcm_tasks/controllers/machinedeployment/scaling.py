@@ -110,11 +110,17 @@ def is_scaling_event(
 ) -> bool:
     """The deployment's replicas changed since its sets were sized: an active set's desired-replicas
     annotation differs from replicas, or nothing is active, replicas > 0 and a new set exists to take
-    them (without a new set the strategy creates one, already sized)."""
+    them (without a new set the strategy creates one, already sized) that was not sized for these
+    replicas. A new set at zero whose annotation already says these replicas is a rollout's moment,
+    not a scale from zero: an in-place update's last move, the old set scaled to zero before the
+    machines' watch shows the machine in the new set; the strategy counts it there, and filling the
+    new set here would make its MachineSet create a machine for the one in flight."""
     replicas = deployment.spec.replicas
     sets = active([*old_sets, new_set])
     if not sets:
-        return replicas > 0 and new_set is not None
+        if replicas <= 0 or new_set is None:
+            return False
+        return int_annotation(new_set.metadata.annotations, DESIRED_REPLICAS_ANNOTATION) != replicas
     for ms in sets:
         desired = int_annotation(ms.metadata.annotations, DESIRED_REPLICAS_ANNOTATION)
         if desired is not None and desired != replicas:
