@@ -224,6 +224,24 @@ def _transfer(ctx: Context, new_set: MachineSet, old_sets: Sequence[MachineSet])
     return moved_total
 
 
+def _selected_live(ctx: Context) -> set[str] | None:
+    """The target's Nodes labelled ``selected-for-update`` now, from the API server (one LIST,
+    filtered there by the label; only on a pass about to select); None when it cannot be read (the
+    mirror's count stands, as before)."""
+    if ctx.target is None:
+        return None
+    try:
+        found = ops.list_(ctx.target, kinds.NODE.resource, None, label_selector=SELECTED_FOR_UPDATE_LABEL_KEY)
+    except Exception as err:
+        log.warning("MachineDeployment %s: selected Nodes not read: %s", ctx.key, describe(err))
+        return None
+    return {
+        str(_meta(n).get("name"))
+        for n in found.get("items") or ()
+        if SELECTED_FOR_UPDATE_LABEL_KEY in ip.labels_of(n)
+    }
+
+
 def _shrink_to_members(ctx: Context, old_sets: Sequence[MachineSet]) -> bool:
     """Upstream ``syncMachineSets``' last part: an old set that lost machines (a failed update
     replaced, a machine deleted) cannot replace them (scale-up disabled): its replicas follow."""
@@ -251,10 +269,13 @@ def _reconcile_old_sets(ctx: Context, new_set: MachineSet, old_sets: Sequence[Ma
     if strategy is None or strategy.orchestration_type != OrchestrationType.AUTO:
         return False  # Manual: an operator selects the Nodes
     candidates: list[str] = []
+    old_nodes: list[str] = []
     undergoing = 0
     for ms in sorted(olds, key=lambda s: s.metadata.creation_timestamp or ctx.now):
         machines = ctx.machines_of(ms)
-        nodes = ctx.get_nodes([_node_of(m) for m in machines if _node_of(m)])
+        names = [_node_of(m) for m in machines if _node_of(m)]
+        old_nodes.extend(names)
+        nodes = ctx.get_nodes(names)
         for machine in machines:
             node = nodes.get(_node_of(machine))
             if node is None:
@@ -264,7 +285,16 @@ def _reconcile_old_sets(ctx: Context, new_set: MachineSet, old_sets: Sequence[Ma
                 undergoing += 1
             elif CANDIDATE_FOR_UPDATE_LABEL_KEY in labels:
                 candidates.append(_node_of(machine))
-    budget = selection_budget(ctx.deployment, [*old_sets, new_set], new_set, undergoing)
+    all_sets = [*old_sets, new_set]
+    budget = selection_budget(ctx.deployment, all_sets, new_set, undergoing)
+    if budget > 0 and candidates:
+        # the mirror may not show a selection this deployment's previous pass made moments ago:
+        # counted from it alone, a second pass would select again and exceed maxUnavailable
+        selected = _selected_live(ctx)
+        if selected is not None:
+            candidates = [name for name in candidates if name not in selected]
+            undergoing = max(undergoing, len(selected & set(old_nodes)))
+            budget = selection_budget(ctx.deployment, all_sets, new_set, undergoing)
     chosen = candidates[:budget]
     for name in chosen:
         _patch_node(ctx, name, {"metadata": {"labels": {SELECTED_FOR_UPDATE_LABEL_KEY: "true"}}})

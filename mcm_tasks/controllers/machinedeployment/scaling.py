@@ -114,7 +114,9 @@ def is_scaling_event(
     replicas. A new set at zero whose annotation already says these replicas is a rollout's moment,
     not a scale from zero: an in-place update's last move, the old set scaled to zero before the
     machines' watch shows the machine in the new set; the strategy counts it there, and filling the
-    new set here would make its MachineSet create a machine for the one in flight."""
+    new set here would make its MachineSet create a machine for the one in flight.
+
+    Upstream: ``isScalingEvent`` (active sets only)."""
     replicas = deployment.spec.replicas
     sets = active([*old_sets, new_set])
     if not sets:
