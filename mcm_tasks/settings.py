@@ -255,7 +255,7 @@ class Settings(BaseSettings):
         "created or deleted machines is not spaced (not in MCM; 0 = off)",
     )
     machine_set_recount_interval: Duration = Field(
-        2.0,
+        5.0,
         ge=0,
         description="a MachineSet pass that created or deleted no machine lets the next one woken by "
         "its machines' changes start no sooner than this after it (they wait in the delayed set: "

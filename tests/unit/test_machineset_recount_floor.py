@@ -60,3 +60,16 @@ def test_a_set_alone_is_floored_and_one_beside_an_active_sibling_is_not(harness:
     harness.sync()
     harness.reconcile("new")  # a recount, its deployment no longer rolling
     assert _floored(harness, "new")
+
+
+def test_a_recount_holds_the_next_machine_woken_pass_for_five_seconds_by_default(harness: Harness) -> None:
+    """The default interval: fifty sets of twenty scaled at once recount, status write and
+    deployment pass included, once per interval each; at 2 s those passes took a quarter of the
+    seed's scale-up CPU, at 5 s they take a tenth and the scale-up ends sooner, its statuses
+    settled sooner too (docs/performance.md, "A longer recount floor")."""
+    harness.create_set("alone", 2)
+    harness.settle("alone")
+    harness.sync()
+    harness.reconcile("alone")
+    left = get_redis().pttl(queue_keys(Queue.MACHINE_SET).floor + harness.key("alone"))
+    assert 4000 < left <= 5000
