@@ -124,13 +124,23 @@ def test_a_held_up_set_names_its_machines_and_a_freeze(sandbox: Sandbox, control
         assert found["Creating"]["status"] == "True" and found["Creating"]["reason"] == "WaitingForNode", (
             found
         )
-    stuck = ops.get(control, kinds.MACHINE_SET.resource, "why-stuck", NS) or {}
-    up = {c["type"]: c for c in stuck["status"]["machineSetCondition"]}["ScalingUp"]
-    assert (
-        up["status"] == "True"
-        and "2 machines Pending" in up["message"]
-        and "waiting for Node" in up["message"]
+
+    def scaling_up() -> dict[str, Any]:
+        stuck = ops.get(control, kinds.MACHINE_SET.resource, "why-stuck", NS) or {}
+        found = {c["type"]: c for c in (stuck.get("status") or {}).get("machineSetCondition") or []}
+        return dict(found.get("ScalingUp") or {})
+
+    # The set recounts its machines at most once per --machine-set-recount-interval (5 s) while
+    # nothing changes its counts, so its condition may still say "creating VM" for a few seconds
+    # after the machines themselves say they wait for their Nodes.
+    wait_until(
+        lambda: "waiting for Node" in scaling_up().get("message", ""),
+        30,
+        interval=0.5,
+        what="the set's ScalingUp condition to name the Nodes its machines wait for",
     )
+    up = scaling_up()
+    assert up["status"] == "True" and "2 machines Pending" in up["message"]
     table = admin(sandbox, "why", f"machineset/{NS}/why-stuck")
     assert "machines holding it up:" in table.stdout and "waiting for Node" in table.stdout
     assert "2 machine(s) not serving" in table.stdout
