@@ -77,6 +77,24 @@ def test_a_new_machine_gets_its_finalizer_a_vm_and_goes_pending() -> None:
     assert requeue is not None
 
 
+def test_a_status_write_sends_the_machines_identity_and_status_only() -> None:
+    """The status subresource keeps everything but status from the stored object, so the body
+    carries no spec, labels or managedFields; the object keeps them all."""
+    fields = [{"manager": "gardener", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {}}]
+    kube = FakeKube([secret(), machine_class(), machine("m1", labels={"pool": "a"}, managedFields=fields)])
+
+    with kube.installed():
+        reconcile_machine(KEY)
+
+    (put,) = [a for a in kube.writes(MACHINES) if a.subresource == "status"]
+    assert set(put.body) == {"apiVersion", "kind", "metadata", "status"}
+    assert set(put.body["metadata"]) == {"name", "namespace", "uid", "resourceVersion"}
+    assert put.body["status"]["currentStatus"]["phase"] == "Pending"
+    m1 = kube.get_object(MACHINES, "m1", NS)
+    assert m1 is not None and m1["metadata"]["labels"]["pool"] == "a" and m1["spec"]["providerID"]
+    assert m1["metadata"]["managedFields"] == fields
+
+
 def running(phase: str = "Running", since: str = "2026-01-01T00:00:00Z", ready: str = "True") -> Obj:
     """A machine past its creation: finalizer, VM, node label, the node's conditions copied."""
     return machine("m1", labels={NODE_LABEL_KEY: "n1"}, finalizers=True, spec={"providerID": "local:///n1"},

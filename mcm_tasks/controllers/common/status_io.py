@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus, dump
+from mcm_tasks.api import Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus
 from mcm_tasks.controllers.common import events
 from mcm_tasks.controllers.common.creating import with_creating_condition
 from mcm_tasks.controllers.common.lagging_io import wake
@@ -62,7 +62,7 @@ def update_machine_status(
         log.debug("machine %s: status similar to the current one, not written", machine.key)
         return None
     body = machine.model_copy(update={"status": status})
-    written = Machine.model_validate(ops.update_status(scope.api, kinds.MACHINE.resource, dump(body)))
+    written = Machine.model_validate(ops.update_status(scope.api, kinds.MACHINE.resource, body.status_body()))
     observe_status_write(machine.status, status)
     if status.current_status.phase != machine.status.current_status.phase:
         wake(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mcm_tasks import kinds
-from mcm_tasks.api import Machine, MachineDeployment, MachineDeploymentCondition, dump
+from mcm_tasks.api import Machine, MachineDeployment, MachineDeploymentCondition
 from mcm_tasks.api.constants import MACHINE_DEPLOYMENT_NAME_LABEL_KEY, NODE_LABEL_KEY
 from mcm_tasks.api.meta import get_condition
 from mcm_tasks.controllers.common import context_io
@@ -192,7 +192,7 @@ def report(scope: PassScope[Any], view: RemediationView) -> None:
         deployment = MachineDeployment.model_validate(live)
         conditions = [c for c in deployment.status.conditions if c.type != REMEDIATION_ALLOWED] + [condition]
         deployment.status = deployment.status.model_copy(update={"conditions": conditions})
-        ops.update_status(scope.api, kinds.MACHINE_DEPLOYMENT.resource, dump(deployment))
+        ops.update_status(scope.api, kinds.MACHINE_DEPLOYMENT.resource, deployment.status_body())
     except Exception as err:  # the next pass that holds the permit tries again
         log.info("MachineDeployment %s/%s: condition %s not written: %s", view.namespace, view.name,
                  REMEDIATION_ALLOWED, describe(err))  # fmt: skip

@@ -238,7 +238,8 @@ class Context(PassScope[MachineDeployment]):
         self.deployment = self.deployment.model_copy(update={"status": explained})
         if status_key(self.deployment.status) == status_key(self.observed):
             return False
-        written = ops.update_status(self.api, kinds.MACHINE_DEPLOYMENT.resource, dump(self.deployment))
+        body = self.deployment.status_body()
+        written = ops.update_status(self.api, kinds.MACHINE_DEPLOYMENT.resource, body)
         fresh = MachineDeployment.model_validate(written)
         self.deployment = fresh
         self.observed = fresh.status.model_copy(deep=True)

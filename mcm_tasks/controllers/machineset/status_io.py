@@ -9,7 +9,7 @@ from collections.abc import Callable
 from kubernetes.client import ApiClient
 
 from mcm_tasks import kinds
-from mcm_tasks.api import MachineSet, MachineSetStatus, dump
+from mcm_tasks.api import MachineSet, MachineSetStatus
 from mcm_tasks.controllers.machineset.status import status_changed
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict, is_not_found
@@ -41,7 +41,8 @@ def update_machine_set_status(
             return obj
         body = obj.model_copy(update={"status": new})
         try:
-            return MachineSet.model_validate(ops.update_status(api, kinds.MACHINE_SET.resource, dump(body)))
+            written = ops.update_status(api, kinds.MACHINE_SET.resource, body.status_body())
+            return MachineSet.model_validate(written)
         except Exception as err:
             reread_on_conflict(api, current, err)
             raise

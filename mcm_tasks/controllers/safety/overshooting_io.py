@@ -167,7 +167,7 @@ def _write_status(
             return o
         body = o.model_copy(update={"status": status})
         try:
-            return model.model_validate(ops.update_status(api, res, dump(body)))
+            return model.model_validate(ops.update_status(api, res, body.status_body()))
         except Exception as err:
             if is_conflict(err):
                 current[0] = model.model_validate(
