@@ -23,9 +23,11 @@ work (JSON of 4 Machines) with no I/O, to compare runs on a host whose speed var
 in interleaved rounds, so the load of a shared host weighs on each alike.
 
 Verbs: ``get`` (a Machine), ``patch_merge`` (a Machine's annotation), ``patch_status`` (a
-Machine's status, merge patch on the subresource), ``post_event`` (a new Event), ``list`` (a
-labelled list of 20 Machines), ``record_event`` (``EventRecorder.event``: its Redis scripts and the
-POST or PATCH of the Event).
+Machine's status, merge patch on the subresource), ``update_status_whole`` and
+``update_status_slim`` (a status write as the controller makes it: model in, PUT to the
+subresource, model out; with the whole object in the body, or only its identity and status),
+``post_event`` (a new Event), ``list`` (a labelled list of 20 Machines), ``record_event``
+(``EventRecorder.event``: its Redis scripts and the POST or PATCH of the Event).
 
 ``--profile DIR`` also writes a cProfile of each verb (``DIR/<setup>-<verb>.prof``) and puts the
 functions with the most own time in the JSON (``context.profile``).
@@ -60,7 +62,7 @@ from bench.common import BENCH_ENV, RESULTS, context, save  # noqa: E402
 from mcm_sandbox.crds import install_crds  # noqa: E402
 from mcm_sandbox.procs import ApiServer, RedisServer, scratch_dir  # noqa: E402
 from mcm_tasks import kinds  # noqa: E402
-from mcm_tasks.api import API_VERSION  # noqa: E402
+from mcm_tasks.api import API_VERSION, Machine, MachineStatus, dump  # noqa: E402
 from mcm_tasks.kube import clients, ops  # noqa: E402
 from mcm_tasks.kube.events import EventRecorder  # noqa: E402
 from mcm_tasks.kube.ratelimit import limiter_of  # noqa: E402
@@ -136,6 +138,24 @@ def event(i: int) -> dict[str, Any]:
     }
 
 
+def status_writer(api: ApiClient, name: str, slim: bool) -> Callable[[int], Any]:
+    """A machine's status write as the controller makes it (``status_io.update_machine_status``):
+    the model it holds, a new status, a PUT to the status subresource carrying its resourceVersion,
+    the answer parsed into the machine it goes on with. ``slim``: the body is the object's identity
+    and status only (``K8sObject.status_body``); else the whole object dumped, as before 30 Nov."""
+    res = kinds.MACHINE.resource
+    held = [Machine.model_validate(ops.create(api, res, machine(name, "status"), NS))]
+
+    def write(i: int) -> Any:
+        status = MachineStatus.model_validate(status_patch(i)["status"])
+        body = held[0].model_copy(update={"status": status})
+        sent = body.status_body() if slim else dump(body)
+        held[0] = Machine.model_validate(ops.update_status(api, res, sent, NS))
+        return held[0]
+
+    return write
+
+
 def verbs(api: ApiClient, recorder: EventRecorder, tag: str) -> dict[str, Callable[[int], Any]]:
     res, target = kinds.MACHINE.resource, "bench-target"
     names = itertools.count()  # every POST a new Event, however many passes
@@ -151,6 +171,8 @@ def verbs(api: ApiClient, recorder: EventRecorder, tag: str) -> dict[str, Callab
             api, res, target, {"metadata": {"annotations": {"seq": f"{tag}{i}"}}}, NS
         ),
         "patch_status": lambda i: ops.patch(api, res, target, status_patch(i), NS, subresource="status"),
+        "update_status_whole": status_writer(api, f"bench-status-whole-{tag}", slim=False),
+        "update_status_slim": status_writer(api, f"bench-status-slim-{tag}", slim=True),
         "post_event": lambda i: ops.create(
             api, kinds.EVENT.resource, _named(event(i), f"{tag}{next(names)}"), NS
         ),
