@@ -184,3 +184,42 @@ def against_baseline(figures: dict[str, Any], baseline: dict[str, Any], machines
         big, small = figures.get(f"{key}_{machines}"), baseline.get(key)
         ratios[f"{name}_ratio_{machines}_to_1000"] = round(big / small, 2) if big and small else None
     return ratios
+
+
+def calibration_figures(
+    figures: dict[str, Any], before: dict[str, Any], after: dict[str, Any]
+) -> dict[str, Any]:
+    """The calibration taken after the run, the mean of both, and the CPU figures per mean c.
+
+    A figure divided by a calibration taken minutes before it can be off by as much as the host
+    drifts in that time; the mean of one taken before and one after bounds that drift from both
+    sides, and their ratio says how far it went."""
+    c0, c1 = before.get("cpu_ms_per_empty_task"), after.get("cpu_ms_per_empty_task")
+    if not c1:
+        return {}
+    out: dict[str, Any] = {"calibration_cpu_ms_per_empty_task_after": c1}
+    if not c0:
+        return out
+    mean = (c0 + c1) / 2
+    out["calibration_cpu_ms_mean"] = round(mean, 3)
+    out["calibration_drift"] = round(c1 / c0, 2)
+    for key, value in figures.items():
+        cpu = key.startswith(("cpu_ms_per_machine_up", "cpu_ms_per_machine_down")) and "_per_c" not in key
+        if cpu and isinstance(value, int | float):
+            out[f"{key}_per_c_mean"] = round(value / mean, 1)
+    return out
+
+
+def ratios_per_c(figures: dict[str, Any], saved: dict[str, Any], machines: int) -> dict[str, Any]:
+    """``cpu_up_ratio_per_c_10000_to_1000`` (and down): the ratio of CPU per machine, each run's
+    divided by its own mean calibration (before and after it), when both runs have one (``saved``:
+    the 1000-machine run's figures); a pair
+    whose host moved between them then still compares like with like."""
+    small_c = saved.get("calibration_cpu_ms_mean")
+    big_c = figures.get("calibration_cpu_ms_mean")
+    out: dict[str, Any] = {}
+    for name, key in (("cpu_up", "cpu_ms_per_machine_up"), ("cpu_down", "cpu_ms_per_machine_down")):
+        big, small = figures.get(f"{key}_{machines}"), saved.get(key)
+        ratio = (big / big_c) / (small / small_c) if big and small and big_c and small_c else None
+        out[f"{name}_ratio_per_c_{machines}_to_1000"] = None if ratio is None else round(ratio, 2)
+    return out

@@ -21,7 +21,11 @@ two API servers, Redis); MachineClasses with zero boot delay. Targets: 60 s, 60 
   the 25 Nov evening run they lived in ours, and Redis's figure held the cloud's commands and the
   kubelet simulator's reads of them. ``context.phases.*.cpu_seconds`` has every role.
 - calibration: the host's CPU per empty Celery task (``bench/queue.py --calibration``, run before the
-  sandbox starts): CPU figures from different hosts compare after dividing by it.
+  sandbox starts): CPU figures from different hosts compare after dividing by it. It runs again
+  once the sandbox has stopped (``calibration_cpu_ms_per_empty_task_after``): a host whose speed
+  moved during the run (by a quarter within the hour on these hosts) shows it, and
+  ``calibration_cpu_ms_mean`` (the two's mean) is what the ``*_per_c_mean`` figures and the
+  ``--baseline`` ratios per c divide by.
 - scale_up_surplus_created: Machines created during the scale-up beyond its replicas (0 when the
   MachineSet's expectations hold: a surplus is created, then deleted again within the phase, as a
   stale list of machines trusted once did on a loaded host).
@@ -80,7 +84,13 @@ from bench.common import (  # noqa: E402
     save,
     scaled,
 )
-from bench.figures import Snapshot, against_baseline, named_by_count  # noqa: E402
+from bench.figures import (  # noqa: E402
+    Snapshot,
+    against_baseline,
+    calibration_figures,
+    named_by_count,
+    ratios_per_c,
+)
 from bench.watch import machine_summary, phase_of  # noqa: E402
 from mcm_sandbox.procs import wait_until  # noqa: E402
 from mcm_tasks import kinds  # noqa: E402
@@ -287,6 +297,11 @@ def main() -> None:
             "informer_rss_mb_10000_nodes_100000_pods": 1024,
         }  # fmt: skip
     ctx["calibration"] = host
+    after = calibration(args.no_calibration)
+    ctx["calibration_after"] = after
+    figures.update(calibration_figures(figures, host, after))
+    if args.ten_thousand and args.baseline is not None:
+        figures.update(ratios_per_c(figures, json.loads(args.baseline.read_text()), big))
     ctx["targets_seconds"] = {"scale_up_1000": 60, "scale_down_1000": 60, "rolling_300": 120}
     ctx["targets_issue_19"] = {  # on a quiet 2-core host
         "scale_up_1000_seconds": 15, "scale_down_1000_seconds": 15, "rolling_300_seconds": 15,

@@ -8,7 +8,16 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from bench.figures import TICK, Snapshot, against_baseline, named_by_count, ours, phase_report
+from bench.figures import (
+    TICK,
+    Snapshot,
+    against_baseline,
+    calibration_figures,
+    named_by_count,
+    ours,
+    phase_report,
+    ratios_per_c,
+)
 from bench.profiling import summarize
 from mcm_tasks.logs import TEXT_FORMAT
 
@@ -89,6 +98,34 @@ def test_ratios_to_the_1000_machine_baseline_say_whether_cost_stays_linear() -> 
     assert ratios["cpu_up_ratio_10000_to_1000"] == 1.2
     assert ratios["writes_up_ratio_10000_to_1000"] == 1.0
     assert ratios["writes_ratio_10000_to_1000"] is None  # the big run lacks it: no ratio, no error
+
+
+def test_a_calibration_before_and_after_gives_a_mean_and_a_drift() -> None:
+    figures = {"cpu_ms_per_machine_up_10000": 20.0, "cpu_ms_per_machine_up_per_c_10000": 11.1}
+    out = calibration_figures(figures, {"cpu_ms_per_empty_task": 1.8}, {"cpu_ms_per_empty_task": 2.2})
+    assert out == {
+        "calibration_cpu_ms_per_empty_task_after": 2.2,
+        "calibration_cpu_ms_mean": 2.0,
+        "calibration_drift": 1.22,
+        "cpu_ms_per_machine_up_10000_per_c_mean": 10.0,
+    }
+    assert calibration_figures(figures, {}, {"cpu_ms_per_empty_task": 2.2}) == {
+        "calibration_cpu_ms_per_empty_task_after": 2.2
+    }
+    assert calibration_figures(figures, {"cpu_ms_per_empty_task": 1.8}, {}) == {}
+
+
+def test_ratios_per_c_divide_each_run_by_its_own_mean_calibration() -> None:
+    """A host twice as slow during the big run doubles its ms, not its ratio per c."""
+    big = {"cpu_ms_per_machine_up_10000": 40.0, "cpu_ms_per_machine_down_10000": 33.0,
+           "calibration_cpu_ms_mean": 2.0}  # fmt: skip
+    small = {"cpu_ms_per_machine_up": 18.0, "cpu_ms_per_machine_down": 15.0, "calibration_cpu_ms_mean": 1.0}
+    assert ratios_per_c(big, small, 10000) == {
+        "cpu_up_ratio_per_c_10000_to_1000": 1.11,
+        "cpu_down_ratio_per_c_10000_to_1000": 1.1,
+    }
+    no_mean = {k: v for k, v in small.items() if k != "calibration_cpu_ms_mean"}
+    assert set(ratios_per_c(big, no_mean, 10000).values()) == {None}
 
 
 def test_a_figure_merged_into_a_results_file_keeps_the_files_own_figures(tmp_path: Path) -> None:
