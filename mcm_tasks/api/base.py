@@ -73,7 +73,7 @@ _FIELD_KEYS: dict[type[BaseModel], tuple[frozenset[str], dict[str, str]]] = {}
 
 def _field_keys(cls: type[BaseModel]) -> tuple[frozenset[str], dict[str, str]]:
     """The field names and each one's wire name, computed once per class: dumping is on the hot path
-    (every status write dumps its whole object, a model per nested struct), and the fields never set
+    (every status write dumps the status, a model per nested struct), and the fields never set
     are then one set difference instead of a test per field."""
     keys = _FIELD_KEYS.get(cls)
     if keys is None:

@@ -234,7 +234,9 @@ def update(api: ApiClient, res: Resource, obj: Body, namespace: str | None = Non
 
 
 def update_status(api: ApiClient, res: Resource, obj: Body, namespace: str | None = None) -> dict[str, Any]:
-    """PUT to the status subresource: only ``.status`` changes, the rest of the body is ignored."""
+    """PUT to the status subresource: only ``.status`` changes, the rest of the body is ignored, so
+    the controllers send only the object's identity, resourceVersion and status
+    (``K8sObject.status_body``)."""
     return _put(api, res, obj, namespace, "status")
 
 
