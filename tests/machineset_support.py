@@ -198,9 +198,14 @@ class Harness:
 def harness(redis_url: str) -> Iterator[Harness]:
     """A Harness on a ``FakeKube`` installed as the process's clusters, in a namespace of its own
     (the Redis, and so the mirror and the expectations, is shared with the session's other tests).
-    Its clock ticks a second a create, so that the deletion orders by age have ages to tell apart."""
+    Its clock ticks a second a create, so that the deletion orders by age have ages to tell apart.
+
+    Passes are not spaced by their cost (``machine_set_pass_spacing`` 0): the harness runs them back
+    to back as decisions, and a pass's CPU on a loaded host (a fresh process's first pass pays its
+    lazy imports) would otherwise hand the next one back unrun. The spacing has tests of its own
+    (test_machineset_spacing.py)."""
     ns = f"ms-{uuid.uuid4().hex[:8]}"
-    configure({"redis_url": redis_url, "namespace": ns})
+    configure({"redis_url": redis_url, "namespace": ns, "machine_set_pass_spacing": 0.0})
     client = redis.Redis.from_url(redis_url)
     try:
         with FakeKube(tick=timedelta(seconds=1)).installed() as kube:
