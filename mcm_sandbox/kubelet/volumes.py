@@ -1,7 +1,8 @@
 """Attach/detach planning for the kubelet simulator: pure, one plan per node per tick.
 
 A volume is attached where a pod on a live node uses it, unless it is still attached to another
-node (the other node must detach first, as for a ReadWriteOnce disk). It is detached ``delay``
+node, by a VolumeAttachment or in that Node's ``status.volumesAttached`` (the other node must
+detach first, as for a ReadWriteOnce disk). It is detached ``delay``
 seconds after nothing on the node uses it any more, or its node's VM is gone, or the Node itself
 is gone (its VolumeAttachments are then cleaned up). The "unused since" clock is the one piece of
 state carried between ticks; the caller owns the dict and passes it in each time.
@@ -84,6 +85,13 @@ def plan_volumes(
     for va in vas:
         vas_by_node.setdefault(_va_node(va), {})[_va_pv(va)] = va
         nodes_of_pv.setdefault(_va_pv(va), set()).add(_va_node(va))
+    # A node's status lists what is attached to it; the simulator's watches of Nodes and of
+    # VolumeAttachments arrive in any order, and a pod ran on the strength of its node's list, so
+    # that list counts as "attached elsewhere" too (the VolumeAttachment may not be seen yet).
+    listed_on: dict[str, set[str]] = {}
+    for node_name, listed in nodes.items():
+        for entry in ((listed or {}).get("status") or {}).get("volumesAttached") or []:
+            listed_on.setdefault(str(entry.get("name")), set()).add(node_name)
     seen: set[tuple[str, str]] = set()
     plans = []
     for name in sorted(set(nodes) | set(vas_by_node)):
@@ -96,7 +104,7 @@ def plan_volumes(
         plan = VolumePlan(name)
         new_entries = {str(e.get("name")): e for e in entries}
         for pv, vol in sorted(node_wants.items()):
-            if nodes_of_pv.get(pv, set()) - {name}:
+            if (nodes_of_pv.get(pv, set()) | listed_on.get(vol.attached_name, set())) - {name}:
                 continue  # still attached elsewhere: wait for that node to detach it
             current = node_vas.get(pv)
             if current is None:

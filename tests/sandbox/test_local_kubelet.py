@@ -236,6 +236,16 @@ def test_attached_elsewhere_waits() -> None:
     assert plans == []  # n1 keeps it (its pod still runs), n2 waits
 
 
+def test_attached_elsewhere_by_the_nodes_own_list_waits_too() -> None:
+    """The simulator's VolumeAttachment watch may lag its Node watch: n1's status lists the volume
+    (its pod runs on it) before the attachment is seen; n2 must still wait."""
+    pvcs, pvs = storage("a")
+    nodes = {"n1": node("n1", NAME_A), "n2": node("n2")}
+    pods = [pod("old", "n1", ("a",)), pod("new", "n2", ("a",))]
+    plans = plan_volumes(nodes, pods, pvcs, pvs, [], lambda n: True, {}, T0, 1.0)
+    assert [p.node for p in plans] == ["n1"]  # n1 writes its attachment again (a 409); n2 waits
+
+
 def test_detach_waits_for_the_delay() -> None:
     unused: dict[tuple[str, str], float] = {}
     nodes = {"n1": node("n1", NAME_A)}
