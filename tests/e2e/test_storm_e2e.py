@@ -117,9 +117,16 @@ def test_delete_nodes_all_holds_all_but_the_threshold_and_loses_no_vm(sandbox: S
             ops.delete(target, kinds.NODE.resource, node["metadata"]["name"], missing_ok=True)
 
         def settled() -> bool:
+            """Every original deleted, or held and saying so: a hold is two writes (the annotation,
+            then the status with its condition), and a read between them is not settled."""
             present = machines()
             gone_or_going = {n for n in originals if n not in present or present[n].metadata.is_deleting}
-            return len(gone_or_going) + len(held() & set(originals)) == 20
+            said = {
+                n
+                for n in held() & set(originals)
+                if n in present and any(c.type == HELD_CONDITION for c in present[n].status.conditions)
+            }
+            return len(gone_or_going) + len(said) == 20
 
         wait(settled, "every original machine either deleted or held")
         present = machines()
