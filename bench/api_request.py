@@ -148,8 +148,7 @@ def status_writer(api: ApiClient, name: str, slim: bool) -> Callable[[int], Any]
 
     def write(i: int) -> Any:
         status = MachineStatus.model_validate(status_patch(i)["status"])
-        body = held[0].model_copy(update={"status": status})
-        sent = body.status_body() if slim else dump(body)
+        sent = held[0].status_body(status) if slim else dump(held[0].model_copy(update={"status": status}))
         held[0] = Machine.model_validate(ops.update_status(api, res, sent, NS))
         return held[0]
 

@@ -213,8 +213,8 @@ def calibration_figures(
 def ratios_per_c(figures: dict[str, Any], saved: dict[str, Any], machines: int) -> dict[str, Any]:
     """``cpu_up_ratio_per_c_10000_to_1000`` (and down): the ratio of CPU per machine, each run's
     divided by its own mean calibration (before and after it), when both runs have one (``saved``:
-    the 1000-machine run's figures); a pair
-    whose host moved between them then still compares like with like."""
+    the 1000-machine run's figures); a pair whose host moved between them then still compares
+    like with like."""
     small_c = saved.get("calibration_cpu_ms_mean")
     big_c = figures.get("calibration_cpu_ms_mean")
     out: dict[str, Any] = {}

@@ -175,9 +175,9 @@ class K8sObject(K8sModel):
     def to_api(self) -> dict[str, Any]:
         return dump(self)
 
-    def status_body(self) -> dict[str, Any]:
+    def status_body(self, status: K8sModel | None = None) -> dict[str, Any]:
         """The body of a write to the status subresource: who the object is, the version read (the
-        write is conditional on it), and the status.
+        write is conditional on it), and ``status`` (by default the object's own).
 
         On such a write the API server keeps everything but ``status`` from the stored object (the
         CRD status strategy copies the old object and sets the new status), so the rest is not
@@ -187,7 +187,8 @@ class K8sObject(K8sModel):
         meta = self.metadata
         identity = {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid,
                     "resourceVersion": meta.resource_version}  # fmt: skip
-        status = getattr(self, "status", None)
+        if status is None:
+            status = getattr(self, "status", None)
         body: dict[str, Any] = {
             "apiVersion": self.api_version,
             "kind": self.kind,

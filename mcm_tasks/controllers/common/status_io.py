@@ -61,8 +61,8 @@ def update_machine_status(
     if dedup and is_status_similar(status, machine.status, now):
         log.debug("machine %s: status similar to the current one, not written", machine.key)
         return None
-    body = machine.model_copy(update={"status": status})
-    written = Machine.model_validate(ops.update_status(scope.api, kinds.MACHINE.resource, body.status_body()))
+    body = machine.status_body(status)
+    written = Machine.model_validate(ops.update_status(scope.api, kinds.MACHINE.resource, body))
     observe_status_write(machine.status, status)
     if status.current_status.phase != machine.status.current_status.phase:
         wake(

@@ -39,9 +39,8 @@ def update_machine_set_status(
         new = compute(obj)
         if not status_changed(obj, new):
             return obj
-        body = obj.model_copy(update={"status": new})
         try:
-            written = ops.update_status(api, kinds.MACHINE_SET.resource, body.status_body())
+            written = ops.update_status(api, kinds.MACHINE_SET.resource, obj.status_body(new))
             return MachineSet.model_validate(written)
         except Exception as err:
             reread_on_conflict(api, current, err)

@@ -165,9 +165,8 @@ def _write_status(
         status = compute(o)
         if status is None:
             return o
-        body = o.model_copy(update={"status": status})
         try:
-            return model.model_validate(ops.update_status(api, res, body.status_body()))
+            return model.model_validate(ops.update_status(api, res, o.status_body(status)))
         except Exception as err:
             if is_conflict(err):
                 current[0] = model.model_validate(
