@@ -123,8 +123,10 @@ def test_delete_nodes_all_holds_all_but_the_threshold_and_loses_no_vm(sandbox: S
             gone_or_going = {n for n in originals if n not in present or present[n].metadata.is_deleting}
             said = {
                 n
-                for n in held() & set(originals)
-                if n in present and any(c.type == HELD_CONDITION for c in present[n].status.conditions)
+                for n in originals
+                if n in present
+                and present[n].metadata.annotations.get(HELD_ANNOTATION)
+                and any(c.type == HELD_CONDITION for c in present[n].status.conditions)
             }
             return len(gone_or_going) + len(said) == 20
 
