@@ -126,6 +126,42 @@ def test_seed_namespaces_share_one_probe_client_of_the_control_cluster(tmp_path:
     assert a.api.configuration.retries is not False
 
 
+def test_seed_namespaces_take_one_good_answer_of_the_control_server_for_a_few_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beat fires every namespace's API-server check of a period together: within a few seconds of
+    one namespace's good answer, the others take it instead of fifty GETs that all say the same. A
+    namespace's own next check asks again, a failed probe is never shared, and the answer ages."""
+    from mcm_tasks.controllers.safety import apiserver_io
+
+    path = str(kubeconfig(tmp_path, "https://10.0.0.4:6443"))
+    a = clients.tenant_control(load_settings({"control_kubeconfig": path, "namespace": "shoot--a"}))
+    b = clients.tenant_control(load_settings({"control_kubeconfig": path, "namespace": "shoot--b"}))
+    c = clients.tenant_control(load_settings({"control_kubeconfig": path, "namespace": "shoot--c"}))
+    asked: list[str] = []
+    answer = {"up": True}
+
+    def probe(api: ApiClient, res: object, namespace: str, timeout: float) -> bool:
+        asked.append(namespace)
+        return answer["up"]
+
+    monkeypatch.setattr(apiserver_io, "probe", probe)
+    clock = [1000.0]
+    monkeypatch.setattr(apiserver_io, "_now", lambda: clock[0])
+
+    assert apiserver_io.probe_control(a.api, "shoot--a", 1.0)
+    assert apiserver_io.probe_control(b.api, "shoot--b", 1.0)  # a's answer, a second old
+    assert asked == ["shoot--a"]
+    assert apiserver_io.probe_control(a.api, "shoot--a", 1.0)  # its own answer: asks again
+    assert asked == ["shoot--a", "shoot--a"]
+
+    answer["up"] = False
+    clock[0] += apiserver_io.CONTROL_ANSWER_SHARED  # aged out
+    assert not apiserver_io.probe_control(b.api, "shoot--b", 1.0)
+    assert not apiserver_io.probe_control(c.api, "shoot--c", 1.0)  # a failure is not shared
+    assert asked == ["shoot--a", "shoot--a", "shoot--b", "shoot--c"]
+
+
 def test_a_dropped_configuration_takes_its_probe_client_with_it() -> None:
     """A tenant's target is rebuilt (a new configuration) whenever its Secrets rotate: the probe
     client of the old one must not stay for the life of the worker, with its pool and sockets."""

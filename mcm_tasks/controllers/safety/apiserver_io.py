@@ -52,6 +52,15 @@ def down_since_key() -> str:
 _probe_clients: weakref.WeakKeyDictionary[Configuration, tuple[int, ApiClient]] = weakref.WeakKeyDictionary()
 
 
+#: how long a good answer of the control API server to one namespace's check stands for another's
+#: (``probe_control``)
+CONTROL_ANSWER_SHARED = 5.0
+#: client configuration of the control cluster → (pid, when, namespace) of its last good answer
+_control_up: weakref.WeakKeyDictionary[Configuration, tuple[int, float, str]] = weakref.WeakKeyDictionary()
+#: the clock of those answers (a test moves it)
+_now = time.monotonic
+
+
 def probe_client(api: ApiClient) -> ApiClient:
     """A client of the same server and credentials that neither retries nor waits for the shared rate
     limit: a probe measures the server, so one attempt within its timeout is the answer (the regular
@@ -89,11 +98,40 @@ def probe(api: ApiClient, res: Resource, namespace: str | None, timeout: float) 
     return True
 
 
+def probe_control(api: ApiClient, namespace: str, timeout: float) -> bool:
+    """Whether the control API server answers, for ``namespace``'s check: the probe, or another
+    namespace's good answer from this process within ``CONTROL_ANSWER_SHARED``.
+
+    In seed mode every namespace's check probes the one control server (each namespace's client
+    is its own, over the process's one configuration), and beat fires the fifty checks of a period
+    together: fifty GETs a minute that all say the same. A good answer stands for the other
+    namespaces' checks for a few seconds (the answer is a few seconds older than the check, against
+    a period of a minute between checks); a namespace's own earlier answer never stands for its next
+    check (its re-check asks the server again), and a failed probe is never shared: while the server
+    may be down every namespace asks for itself, so no freeze waits on another's answer. A
+    single-namespace installation probes at every check, as upstream."""
+    configuration = api.configuration
+    shared = _control_up.get(configuration)
+    if (
+        shared is not None
+        and shared[0] == os.getpid()
+        and shared[2] != namespace
+        and _now() - shared[1] < CONTROL_ANSWER_SHARED
+    ):
+        return True
+    up = probe(api, kinds.MACHINE.resource, namespace, timeout)
+    if up:
+        _control_up[configuration] = (os.getpid(), _now(), namespace)
+    else:
+        _control_up.pop(configuration, None)
+    return up
+
+
 def check_apiservers(scope: SafetyScope) -> Requeue | None:
     settings = scope.settings
     timeout = settings.machine_safety_apiserver_statuscheck_timeout
     probe_timeout = max(0.5, min(PROBE_TIMEOUT_MAX, timeout or PROBE_TIMEOUT_MAX))
-    control_up = probe(scope.api, kinds.MACHINE.resource, settings.namespace, probe_timeout)
+    control_up = probe_control(scope.api, settings.namespace, probe_timeout)
     target = scope.target
     target_up = True if target is None else probe(target, kinds.NODE.resource, None, probe_timeout)
     client = get_redis()
