@@ -150,7 +150,7 @@ def test_seed_namespaces_take_one_good_answer_of_the_control_server_for_a_few_se
     monkeypatch.setattr(apiserver_io, "_now", lambda: clock[0])
 
     assert apiserver_io.probe_control(a.api, "shoot--a", 1.0)
-    assert apiserver_io.probe_control(b.api, "shoot--b", 1.0)  # a's answer, a second old
+    assert apiserver_io.probe_control(b.api, "shoot--b", 1.0)  # a's answer, just given
     assert asked == ["shoot--a"]
     assert apiserver_io.probe_control(a.api, "shoot--a", 1.0)  # its own answer: asks again
     assert asked == ["shoot--a", "shoot--a"]
