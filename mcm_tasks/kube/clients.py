@@ -278,12 +278,15 @@ _seed_control: tuple[int, str, Configuration] | None = None
 
 def tenant_control(settings: Settings) -> Cluster:
     """A tenant's client of the control cluster: the process's one configuration (its credentials
-    re-read once for all tenants, not once per tenant), a pool and a rate-limit bucket of its own."""
+    re-read once for all tenants, not once per tenant) and its one connection pool
+    (``rest.share_pool``), with a rate-limit bucket of its own."""
     global _seed_control
     if _seed_control is None or _seed_control[:2] != (os.getpid(), settings.control_kubeconfig):
         configuration = load_configuration(settings.control_kubeconfig, "control_kubeconfig")
         _seed_control = (os.getpid(), settings.control_kubeconfig, configuration)
-    return cluster_of(CONTROL, _seed_control[2], settings)
+    cluster = cluster_of(CONTROL, _seed_control[2], settings)
+    rest.share_pool(cluster.api)
+    return cluster
 
 
 def tenant_clusters(settings: Settings) -> Clusters:

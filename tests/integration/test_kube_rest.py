@@ -38,6 +38,8 @@ class Seen:
     target: str
     headers: dict[str, str]
     body: bytes
+    #: the client's (address, port): one per connection
+    peer: tuple[str, int] = ("", 0)
 
 
 @dataclass
@@ -61,7 +63,13 @@ def wire() -> Iterator[Wire]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             state.seen.append(
-                Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                Seen(
+                    self.command,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    (str(self.client_address[0]), int(self.client_address[1])),
+                )
             )
             if state.hold is not None:
                 state.hold.wait(5)
@@ -257,6 +265,39 @@ def secure_server(workdir: Path) -> Iterator[ApiServer]:
     server = ApiServer(workdir / "apiserver-edge-tls", extra_args=["--authorization-mode", "RBAC"]).start()
     yield server
     server.stop()
+
+
+def test_seed_namespaces_send_through_one_connection_each_with_its_own_budget(
+    wire: Wire, redis_url: str, tmp_path: Path
+) -> None:
+    """Each namespace's control client keeps its budget, and they share the connection: a
+    namespace's next request a minute later finds it warm (its own pool had gone cold)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": wire.url}}],
+                "users": [{"name": "u", "user": {"token": "t0ken"}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    tenants = [
+        clients.tenant_control(
+            load_settings({"control_kubeconfig": str(kubeconfig), "redis_url": redis_url,
+                           "namespace": f"shoot--{name}"})
+        )
+        for name in "abc"
+    ]  # fmt: skip
+    for cluster in tenants:
+        rest.request(cluster.api, "GET", "/api/v1/namespaces/default/pods/p")
+    assert len(wire.seen) == 3
+    assert len({seen.peer for seen in wire.seen}) == 1, wire.seen
+    limiters = [limiter_of(cluster.api) for cluster in tenants]
+    assert all(limiters) and len({id(limiter) for limiter in limiters}) == 3
 
 
 def test_the_controller_clients_work_over_tls_with_a_token(secure_server: ApiServer, redis_url: str) -> None:

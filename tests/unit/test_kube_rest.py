@@ -177,3 +177,33 @@ def test_a_proxy_from_the_environment_still_applies(monkeypatch: pytest.MonkeyPa
     assert not edge.direct
     client.configuration.host = "https://api.example:6443"  # as a refresh hook does
     assert client.configuration.proxy == "http://proxy.example:3128"
+
+
+def test_shared_clients_of_a_configuration_send_through_one_pool_and_move_together() -> None:
+    """``share_pool``: the clients of one configuration share a pool manager (each keeps its own
+    REST client, so its own rate limit); another configuration's do not; a rotation of the
+    credentials moves them all to one new manager, not one each."""
+    cfg = Configuration(host="https://10.0.0.1:6443")
+    a, b = rest.share_pool(ApiClient(cfg)), rest.share_pool(ApiClient(cfg))
+    other = rest.share_pool(ApiClient(Configuration(host="https://10.0.0.2:6443")))
+    ea, eb = a.rest_client, b.rest_client
+    assert isinstance(ea, rest.EdgeRESTClient) and isinstance(eb, rest.EdgeRESTClient)
+    assert ea is not eb
+    assert ea.pool_manager is eb.pool_manager
+    assert other.rest_client.pool_manager is not ea.pool_manager
+    assert ea.pool_manager.connection_pool_kw["maxsize"] >= rest.SHARED_POOL_MAXSIZE
+    before, rotated = ea.pool_manager, ea.generation + 1
+
+    class Rotated:
+        """The configuration's credentials after a rotation (a new client certificate)."""
+
+        generation = rotated
+
+        def apply_tls(self, configuration: Configuration) -> None:
+            pass
+
+    ea._follow_credentials(Rotated())  # type: ignore[arg-type]
+    eb._follow_credentials(Rotated())  # type: ignore[arg-type]
+    assert ea.pool_manager is eb.pool_manager
+    assert ea.pool_manager is not before
+    assert ea._pool is None and eb._pool is None  # the next request looks its pool up afresh
