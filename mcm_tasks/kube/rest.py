@@ -52,10 +52,11 @@ Timeout = float | tuple[float, float] | None
 JSON = "application/json"
 AUTH = ["BearerToken"]  # what every generated API method asks for
 
-#: idle connections a shared pool (``share_pool``) keeps per server: what the clients sharing it kept
-#: between them before (a seed informer's namespaces hold several watches each, and a watch that ends
-#: gives its connection back); the server closes idle ones after its own timeout all the same
-SHARED_POOL_MAXSIZE = 512
+#: idle connections a shared pool (``share_pool``) keeps per server. At least as many as its clients
+#: hold at once: a seed informer holds one per watch, five per namespace (a seed of 200 shoots: 1000),
+#: and a watch that ends gives its connection back; a pool found full closes the connection and
+#: urllib3 logs a warning, at every watch's end. The server closes idle ones after its own timeout.
+SHARED_POOL_MAXSIZE = 4096
 
 #: configuration → (pid, credentials generation, the pool manager its shared clients send through)
 _shared_pools: weakref.WeakKeyDictionary[Any, tuple[int, int, urllib3.PoolManager]] = (
