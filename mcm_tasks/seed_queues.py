@@ -15,7 +15,9 @@ Which kinds a worker consumes comes from its own installation queues (``--queues
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from typing import Any
 
 import redis
@@ -59,6 +61,26 @@ def forget_namespaces(settings: Settings, cancelled: list[str]) -> set[str]:
     return gone
 
 
+#: (the registry's generation as last read, the queues consumed): what a round of the seed-queues
+#: thread works from
+Round = tuple[str | None, frozenset[str]]
+
+#: while neither the registry's generation nor the consumed queues move, the queues to consume are
+#: worked out again only this often (and the published versions noted again, which tenants' clients
+#: follow while fresher than ``clients.PUBLISHED_FRESH``)
+RESTATE_EVERY = 10.0
+
+
+def quiet_round(state: Round, last: Round | None, now: float, last_at: float) -> bool:
+    """Whether a round of the seed-queues thread may stop after its read of the registry's generation.
+
+    A worker's thread looks every ``--seed-refresh-period`` (2 s), and working out the queues of
+    fifty namespaces (eight kinds each) against the four hundred it consumes, and noting their
+    published versions, was most of the thread's CPU at rest, every round, to find nothing to do.
+    Without a generation (an older informer's registry, or none yet) every round works it out."""
+    return bool(state[0]) and state == last and now - last_at < RESTATE_EVERY
+
+
 def queue_changes(current: set[str], wanted: set[str]) -> tuple[list[str], list[str]]:
     """(to add, to cancel) among the tenants' queues."""
     return sorted(wanted - current), sorted(current - wanted)
@@ -97,10 +119,11 @@ class SeedQueues(bootsteps.StartStopStep):
     def _follow(self, settings: Settings) -> None:
         down = False
         registry = tenancy_io.RegistryFollower()  # read again only when it moved on
+        last: Round | None = None
+        last_at = -math.inf
         while not self.stopped.wait(settings.seed_refresh_period):
             try:
                 consumed = self._consumed()
-                kinds = consumed_kinds(settings, sorted(consumed))
                 client = get_redis()
                 published = registry.read(client, settings)
                 served = tenancy_io.served(client, settings, published)  # the same read
@@ -110,6 +133,11 @@ class SeedQueues(bootsteps.StartStopStep):
                 down = True
                 continue
             down = False
+            now, state = time.monotonic(), (registry.generation, frozenset(consumed))
+            if quiet_round(state, last, now, last_at):
+                continue
+            last, last_at = state, now
+            kinds = consumed_kinds(settings, sorted(consumed))
             note_published_versions(
                 {ns: e["versions"] for ns, e in published.items() if isinstance(e.get("versions"), list)}
             )

@@ -3,12 +3,13 @@ that say whose a message is, and the worker's queue changes as namespaces come a
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
 
 from mcm_tasks.kinds import QUEUES
-from mcm_tasks.seed_queues import consumed_kinds, queue_changes
+from mcm_tasks.seed_queues import RESTATE_EVERY, consumed_kinds, queue_changes, quiet_round
 from mcm_tasks.settings import SettingsError, get_settings, load_settings
 from mcm_tasks.tenancy import (
     carried,
@@ -99,3 +100,18 @@ def test_seed_flags_are_checked() -> None:
         load_settings({"namespaces": "a", "target_kubeconfig_secret": "../etc"})
     assert not load_settings({}).seed_mode
     assert load_settings({"namespace_selector": "seed=true"}).seed_mode
+
+
+def test_a_seed_queues_round_stops_early_only_while_nothing_it_works_from_moved() -> None:
+    """The worker's seed-queues thread works out its queues again when the registry's generation or
+    the queues it consumes moved, at least every ``RESTATE_EVERY``, and at every round without a
+    generation to go by."""
+    queues = frozenset({"mcm:ns:a.machine", "mcm.machine"})
+    state = ("7", queues)
+    assert not quiet_round(state, None, 100.0, -math.inf)  # the first round
+    assert quiet_round(state, ("7", frozenset(queues)), 101.0, 100.0)
+    assert not quiet_round(("8", queues), state, 101.0, 100.0)  # a namespace published or gone
+    assert not quiet_round(("7", queues | {"mcm:ns:b.machine"}), state, 101.0, 100.0)  # a queue added
+    assert not quiet_round(state, state, 100.0 + RESTATE_EVERY, 100.0)  # the versions noted again
+    assert not quiet_round(("", queues), ("", queues), 101.0, 100.0)  # no generation kept
+    assert not quiet_round((None, queues), (None, queues), 101.0, 100.0)
