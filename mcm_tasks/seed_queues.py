@@ -126,7 +126,6 @@ class SeedQueues(bootsteps.StartStopStep):
                 consumed = self._consumed()
                 client = get_redis()
                 published = registry.read(client, settings)
-                served = tenancy_io.served(client, settings, published)  # the same read
             except redis.RedisError as err:
                 if not down:
                     log.warning("seed mode: served namespaces unreadable, keeping the queues: %s", err)
@@ -137,6 +136,7 @@ class SeedQueues(bootsteps.StartStopStep):
             if quiet_round(state, last, now, last_at):
                 continue
             last, last_at = state, now
+            served = tenancy_io.served(client, settings, published)  # from the entries read: no I/O
             kinds = consumed_kinds(settings, sorted(consumed))
             note_published_versions(
                 {ns: e["versions"] for ns, e in published.items() if isinstance(e.get("versions"), list)}
