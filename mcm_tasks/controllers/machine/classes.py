@@ -24,12 +24,12 @@ from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
 from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.finalizers_io import write_finalizers
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems_io import answers_unreadable, warn
 from mcm_tasks.kinds import machine_queue_items
-from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue, enqueue_many
 from mcm_tasks.settings import get_settings
 from providers import provider_names
@@ -81,7 +81,8 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
     if not meta.is_deleting and in_use:
         patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
         if patch is not None:
-            _patch(scope, patch)
+            if not _patch(scope, patch):
+                return Requeue.conflict()
             enqueue_many(machine_queue_items(context_io.machines_of_class(scope.api, name, namespace)))
         return resync
     if in_use:
@@ -91,8 +92,8 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
         enqueue_many(machine_queue_items(context_io.machines_of_class(scope.api, name, namespace)))
         return Requeue.short()
     patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
-    if patch is not None:
-        _patch(scope, patch)
+    if patch is not None and not _patch(scope, patch):
+        return Requeue.conflict()
     return None if meta.is_deleting else resync
 
 
@@ -100,12 +101,9 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
 reconcile_machine_class = answers_unreadable(scoped(_read, machine_class_pass, PassScope.begin))
 
 
-def _patch(scope: PassScope[MachineClass], patch: dict[str, Any]) -> None:
-    machine_class = scope.obj
-    ops.patch(
-        scope.api,
-        kinds.MACHINE_CLASS.resource,
-        machine_class.metadata.name or "",
-        patch,
-        machine_class.metadata.namespace,
-    )
+def _patch(scope: PassScope[MachineClass], patch: dict[str, Any]) -> bool:
+    """Write a finalizer change guarded by the version read; False on a Conflict (the class was
+    written since the mirror's version: the caller comes back soon on a fresh read, as every other
+    kind's pass does, rather than failing with a Warning on the class)."""
+    meta = scope.obj.metadata
+    return write_finalizers(scope.api, kinds.MACHINE_CLASS.resource, meta.name or "", meta.namespace, patch)

@@ -18,10 +18,10 @@ from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.finalizers_io import write_finalizers
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.problems_io import answers_unreadable
-from mcm_tasks.kube import ops
 from mcm_tasks.queue import Requeue
 from mcm_tasks.settings import get_settings
 
@@ -77,8 +77,8 @@ def secret_pass(scope: PassScope[dict[str, Any]]) -> Requeue | None:
         patch = finalizers_patch(finalizers, meta.get("resourceVersion"), add=MC_SECRET_FINALIZER)
     else:
         patch = finalizers_patch(finalizers, meta.get("resourceVersion"), remove=MC_SECRET_FINALIZER)
-    if patch is not None:
-        ops.patch(scope.api, kinds.SECRET.resource, name, patch, namespace)
+    if patch is not None and not write_finalizers(scope.api, kinds.SECRET.resource, name, namespace, patch):
+        return Requeue.conflict()
     return None if deleting else Requeue(scope.settings.class_resync_period)
 
 
