@@ -290,33 +290,37 @@ def test_a_bootstrap_token_expires_by_the_scopes_precise_clock() -> None:
     assert expiration.startswith("2026-03-01T"), expiration
 
 
-@pytest.mark.parametrize("resource", ["machineclasses", "secrets"])
+@pytest.mark.parametrize("resource", ["machineclasses", "secrets", "nodes"])
 def test_a_finalizer_write_on_a_version_written_since_is_decided_again_soon_not_failed(resource: str) -> None:
-    """A class or secret pass that adds its finalizer on a version someone has written since (a
-    Conflict) comes back soon on a fresh read, as every other kind's pass does: a conflict is
-    optimistic concurrency at work, not a failure with a Warning on the object."""
-    from mcm_tasks.api.constants import MC_SECRET_FINALIZER, MCM_FINALIZER
+    """A class, secret or node pass that adds its finalizer on a version someone has written since
+    (a Conflict: another pass, a user's edit, the kubelet's status) comes back soon on a fresh read,
+    as every other kind's pass does: a conflict is optimistic concurrency at work, not a failure with
+    a Warning on the object and a backoff."""
+    from mcm_tasks.api.constants import MC_SECRET_FINALIZER, MCM_FINALIZER, NODE_FINALIZER, NODE_LABEL_KEY
     from mcm_tasks.controllers.machine.classes import reconcile_machine_class
+    from mcm_tasks.controllers.machine.nodes import reconcile_node
     from mcm_tasks.controllers.machine.secrets import reconcile_secret
 
-    reconcile, name, finalizer = {
-        "machineclasses": (reconcile_machine_class, "cls", MCM_FINALIZER),
-        "secrets": (reconcile_secret, "cloud", MC_SECRET_FINALIZER),
+    reconcile, name, namespace, finalizer = {
+        "machineclasses": (reconcile_machine_class, "cls", NS, MCM_FINALIZER),
+        "secrets": (reconcile_secret, "cloud", NS, MC_SECRET_FINALIZER),
+        "nodes": (reconcile_node, "n1", None, NODE_FINALIZER),
     }[resource]
-    kube = FakeKube([secret(), machine_class(), machine("m1")])
-    kube.change(resource, name, NS, lambda o: o["metadata"].update(finalizers=[]))
+    kube = FakeKube([secret(), machine_class(), machine("m1", labels={NODE_LABEL_KEY: "n1"}), node("n1")])
+    kube.change(resource, name, namespace, lambda o: o["metadata"].update(finalizers=[]))
     stale = kube.mirror()
-    kube.change(resource, name, NS, lambda o: o["metadata"].update(labels={"edited": "yes"}))
+    kube.change(resource, name, namespace, lambda o: o["metadata"].update(labels={"edited": "yes"}))
 
     def finalizers() -> list[str]:
-        found = kube.get_object(resource, name, NS)
+        found = kube.get_object(resource, name, namespace)
         assert found is not None
         return list(found["metadata"].get("finalizers") or [])
 
+    key = f"{NS}/{name}" if namespace else name
     with kube.installed(mirror=stale):
-        requeue = reconcile(f"{NS}/{name}")
+        requeue = reconcile(key)
     assert requeue is not None and requeue.after == get_settings().conflict_retry
     assert finalizer not in finalizers()
     with kube.installed():
-        reconcile(f"{NS}/{name}")
+        reconcile(key)
     assert finalizer in finalizers()

@@ -1,12 +1,12 @@
 """Writing a finalizer change (``finalizers.finalizers_patch``) for the passes whose only write it is:
-the MachineClass and Secret passes (upstream ``addMachineClassFinalizers``, ``addSecretFinalizers``
-and their delete counterparts).
+the MachineClass, Secret and Node passes (upstream ``addMachineClassFinalizers``,
+``addSecretFinalizers``, ``addNodeFinalizers`` and their delete counterparts).
 
-The patch is guarded by the resourceVersion the pass read from the mirror, so a class or secret
-written since (another pass's finalizer, a user's edit) answers 409 Conflict. That is optimistic
-concurrency at work, not a failure: the pass comes back soon (``Requeue.conflict``) and decides again
-on a fresh read, as the Machine, MachineSet and MachineDeployment passes do, instead of raising into
-the queue's failure path (a ``ReconcileFailed`` Warning on the object and a backoff).
+The patch is guarded by the resourceVersion the pass read from the mirror, so an object written
+since (another pass's finalizer, a user's edit, a kubelet's status) answers 409 Conflict. That is
+optimistic concurrency at work, not a failure: the pass comes back soon (``Requeue.conflict``) and
+decides again on a fresh read, as the Machine, MachineSet and MachineDeployment passes do, instead of
+raising into the queue's failure path (a ``ReconcileFailed`` Warning on the object and a backoff).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from mcm_tasks.api.constants import (
 )
 from mcm_tasks.controllers.common import context_io
 from mcm_tasks.controllers.common.finalizers import finalizers_patch
+from mcm_tasks.controllers.common.finalizers_io import write_finalizers
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
 from mcm_tasks.controllers.machine import storm, storm_io
@@ -82,8 +83,8 @@ def node_pass(scope: PassScope[str]) -> Requeue | None:
         patch = finalizers_patch(
             list(meta.get("finalizers") or []), meta.get("resourceVersion"), add=NODE_FINALIZER
         )
-        if patch is not None:
-            ops.patch(target, kinds.NODE.resource, name, patch)
+        if patch is not None and not write_finalizers(target, kinds.NODE.resource, name, None, patch):
+            return Requeue.conflict()  # the kubelet wrote the Node since the mirror's version
     return None
 
 
