@@ -215,3 +215,23 @@ def test_the_new_set_follows_the_deployments_auto_preserve_maximum(
     ms = machine_set("new", 3, tmpl=d.spec.template.model_dump(by_alias=True, exclude_none=True))
     ms.spec.auto_preserve_failed_machine_max = on_set
     assert synced_new_set(d, ms, 2).spec.auto_preserve_failed_machine_max == on_deployment
+
+
+def test_a_templates_identity_is_dumped_once_per_object_and_a_copy_judged_on_its_own() -> None:
+    """``rollout_identity`` remembers its answer for the template object it was asked about (a
+    deployment pass compares the same templates several times), never for another object that
+    happens to have been given the same ``id``: a changed copy gets its own answer."""
+    from mcm_tasks.controllers.machinedeployment import hash as hashes
+
+    base = tmpl()
+    first = hashes.rollout_identity(base)
+    assert hashes.rollout_identity(base) is first  # remembered
+    renamed = base.spec.class_.model_copy(update={"name": "class-v2"})
+    changed = base.model_copy(update={"spec": base.spec.model_copy(update={"class_": renamed})})
+    assert not equal_ignore_hash(base, changed)
+    assert template_hash(base, None) != template_hash(changed, None)
+    hashes._IDENTITIES.clear()
+    assert hashes.rollout_identity(base) == first and hashes.rollout_identity(base) is not first
+    for _ in range(hashes._IDENTITIES_LIMIT + 1):  # bounded: a full table starts again
+        hashes.rollout_identity(tmpl())
+    assert len(hashes._IDENTITIES) <= hashes._IDENTITIES_LIMIT

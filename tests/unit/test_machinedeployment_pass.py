@@ -398,3 +398,39 @@ def test_the_pass_ending_a_rollouts_protection_keeps_no_machine_or_node_it_read(
     cache = get_parsed_cache()
     held = {table[0]: len(entries) for table, entries in cache._tables.items() if entries}
     assert kinds.NODE.mirror not in held and kinds.MACHINE.mirror not in held, held
+
+
+def test_a_pass_leaves_the_status_it_read_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Context.observed`` is the status object the pass read, not a copy (the deep copies cost a
+    fifth of a pass): so no pass may edit a status in place. Passes of a new deployment, a scale,
+    a rollout's steps, a pause and a deletion, each deployment read checked after its pass."""
+    from mcm_tasks.api import dump
+    from mcm_tasks.controllers.machinedeployment import scope
+
+    read: list[tuple[object, Obj]] = []
+    original = scope.get_deployment
+
+    def recording(*args: object, **kwargs: object) -> MachineDeployment | None:
+        found = original(*args, **kwargs)  # type: ignore[arg-type]
+        if found is not None:
+            read.append((found.status, copy.deepcopy(dump(found.status))))
+        return found
+
+    monkeypatch.setattr(scope, "get_deployment", recording)
+    kube = FakeKube([machine_deployment(3, surge=1, unavailable=0)])
+    old = first_set(kube)
+    kube.change(DEPLOYMENTS, "web", NS, lambda o: o["spec"].update(replicas=5))
+    run_pass(kube)
+    new_template(kube)
+    run_pass(kube)
+    set_status(kube, old["metadata"]["name"], 3, 2)
+    run_pass(kube)
+    kube.change(DEPLOYMENTS, "web", NS, lambda o: o["spec"].update(paused=True))
+    run_pass(kube)
+    kube.change(
+        DEPLOYMENTS, "web", NS, lambda o: o["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z")
+    )
+    run_pass(kube)
+    assert len(read) >= 5
+    for status, as_read in read:
+        assert dump(status) == as_read  # type: ignore[arg-type]

@@ -38,9 +38,31 @@ NAME_HASH_LENGTH: Final = 5
 _IN_PLACE_SPEC_KEYS: Final = frozenset({"nodeTemplate", *(wire for _, wire in CONFIGURATION_FIELDS)})
 
 
+#: rollout identities by template object (``id`` → the template and its identity), so that the
+#: several comparisons a MachineDeployment pass makes between its template and each set's (the new
+#: set's search, its conditions, the revision sync) dump each template once. Sound because no code
+#: edits a template in place (sets from the parsed-object cache are shared between passes, and a
+#: deployment's new set is built from copies); an entry is only used for the very object it holds.
+#: Small, as it keeps its templates alive (a deployment's is read afresh by every pass): a pass needs
+#: its deployment's and its sets' entries, and a full table starts again.
+_IDENTITIES: dict[int, tuple[MachineTemplateSpec, Any]] = {}
+_IDENTITIES_LIMIT: Final = 256
+
+
 def rollout_identity(template: MachineTemplateSpec) -> Any:
     """The part of a template whose change needs new machines (empty values dropped, so that ``{}``
-    and a missing field are the same template)."""
+    and a missing field are the same template). The value is shared: read it, never edit it."""
+    hit = _IDENTITIES.get(id(template))
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    identity = _rollout_identity(template)
+    if len(_IDENTITIES) >= _IDENTITIES_LIMIT:
+        _IDENTITIES.clear()
+    _IDENTITIES[id(template)] = (template, identity)
+    return identity
+
+
+def _rollout_identity(template: MachineTemplateSpec) -> Any:
     data = dump(template)
     metadata = dict(data.get("metadata") or {})
     labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k != MACHINE_TEMPLATE_HASH_LABEL_KEY}
