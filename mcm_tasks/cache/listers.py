@@ -261,8 +261,25 @@ def new_listers(namespace: str, reader: CacheReader | None = None) -> Listers:
     )
 
 
+#: the listers ``get_listers`` built, by (namespace, reader): a pass asks for them several times
+#: (five times in a Running machine's recheck), and eleven listers built afresh each time were a
+#: tenth of that pass's CPU. An entry serves only the very reader it was built over (the thread's,
+#: or the one a test installed); bounded, for a seed's namespaces times pool threads
+_built: dict[tuple[str, int], tuple[CacheReader, Listers]] = {}
+_BUILT_LIMIT = 1024
+
+
 def get_listers() -> Listers:
-    """Listers for the settings' control namespace, over the process's reader."""
+    """Listers for the settings' control namespace, over the thread's reader (``get_reader``).
+    Shared by the calls of a thread: read through them, never change them."""
     from mcm_tasks.settings import get_settings
 
-    return new_listers(get_settings().namespace)
+    namespace, reader = get_settings().namespace, get_reader()
+    hit = _built.get((namespace, id(reader)))
+    if hit is not None and hit[0] is reader:
+        return hit[1]
+    listers = new_listers(namespace, reader)
+    if len(_built) >= _BUILT_LIMIT:
+        _built.clear()
+    _built[(namespace, id(reader))] = (reader, listers)
+    return listers

@@ -115,3 +115,29 @@ def test_each_thread_has_its_own_pass_scope() -> None:
     finally:
         leave.set()
         thread.join(5)
+
+
+def test_a_threads_listers_are_built_once_per_namespace_and_reader() -> None:
+    """``get_listers`` hands a thread the same listers while its namespace and reader stay (a pass
+    asks several times), and new ones over another reader (another thread's, or a test's mirror)
+    or for another namespace (a seed's)."""
+    import threading
+
+    from mcm_tasks.cache import get_listers
+    from mcm_tasks.settings import configure, get_settings, reset_settings
+
+    url = get_settings().redis_url
+    configure({"redis_url": url, "namespace": "shoot-a"})
+    try:
+        mine = get_listers()
+        assert get_listers() is mine and mine.machines.reader is get_reader()
+        other: list[object] = []
+        thread = threading.Thread(target=lambda: other.append(get_listers()))
+        thread.start()
+        thread.join(5)
+        assert other and other[0] is not mine
+        configure({"redis_url": url, "namespace": "shoot-b"})
+        theirs = get_listers()
+        assert theirs is not mine and theirs.machines.namespace == "shoot-b"
+    finally:
+        reset_settings()
