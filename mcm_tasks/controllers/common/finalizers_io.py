@@ -4,19 +4,23 @@ the MachineClass, Secret and Node passes (upstream ``addMachineClassFinalizers``
 
 The patch is guarded by the resourceVersion the pass read from the mirror, so an object written
 since (another pass's finalizer, a user's edit, a kubelet's status) answers 409 Conflict. That is
-optimistic concurrency at work, not a failure: the pass comes back soon (``Requeue.conflict``) and
-decides again on a fresh read, as the Machine, MachineSet and MachineDeployment passes do, instead of
-raising into the queue's failure path (a ``ReconcileFailed`` Warning on the object and a backoff).
+optimistic concurrency at work, not a failure: the object is read once from the API server and the
+same change tried again on that version, as upstream re-reads before it writes; a second Conflict
+brings the pass back soon (``Requeue.conflict``) instead of raising into the queue's failure path (a
+``ReconcileFailed`` Warning on the object and a backoff). Reading live only after a Conflict keeps
+a lagging mirror from turning into a write refused every ``--conflict-retry``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.kube import ops
 from mcm_tasks.kube.errors import is_conflict
 from mcm_tasks.kube.resources import Resource
@@ -25,15 +29,40 @@ log = logging.getLogger(__name__)
 
 
 def write_finalizers(
-    api: ApiClient, resource: Resource, name: str, namespace: str | None, patch: dict[str, Any]
+    api: ApiClient,
+    resource: Resource,
+    name: str,
+    namespace: str | None,
+    meta: Mapping[str, Any],
+    *,
+    add: str | None = None,
+    remove: str | None = None,
 ) -> bool:
-    """PATCH ``patch`` onto the object; False when it was written since the version the patch guards
-    on (a Conflict), True when written. Any other error is raised."""
-    try:
-        ops.patch(api, resource, name, patch, namespace)
-    except ApiException as err:
-        if not is_conflict(err):
-            raise
-        log.debug("%s %s/%s: written since it was read; deciding again soon", resource.kind, namespace, name)
-        return False
-    return True
+    """Add or remove one finalizer on the object whose metadata (API dict) the pass read; True when
+    written or nothing was to change (or the object is gone), False after a second Conflict. Any
+    other error is raised."""
+    for attempt in range(2):
+        patch = finalizers_patch(
+            list(meta.get("finalizers") or ()), meta.get("resourceVersion"), add=add, remove=remove
+        )
+        if patch is None:
+            return True
+        try:
+            ops.patch(api, resource, name, patch, namespace)
+            return True
+        except ApiException as err:
+            if not is_conflict(err):
+                raise
+        if attempt == 0:
+            log.debug(
+                "%s %s/%s: written since it was read; once more on a live read",
+                resource.kind,
+                namespace,
+                name,
+            )
+            live = ops.get(api, resource, name, namespace, missing_ok=True)
+            if live is None:
+                return True
+            meta = live.get("metadata") or {}
+    log.debug("%s %s/%s: written again meanwhile; deciding again soon", resource.kind, namespace, name)
+    return False

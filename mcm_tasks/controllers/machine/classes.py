@@ -16,14 +16,13 @@ answered even before a machine uses it (upstream says nothing until a machine fa
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Final
 
 from mcm_tasks import kinds
 from mcm_tasks.api import MachineClass
 from mcm_tasks.api.constants import MCM_FINALIZER
 from mcm_tasks.api.validation import validate_machine_class
 from mcm_tasks.controllers.common import context_io
-from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.finalizers_io import write_finalizers
 from mcm_tasks.controllers.common.lagging_io import mirror_lagging
 from mcm_tasks.controllers.common.registration import scoped
@@ -79,9 +78,8 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
     namespace, name = context_io.namespace_of(key, scope.settings.namespace)
     in_use = context_io.class_in_use(scope.api, name, namespace, lagging=mirror_lagging(scope.settings))
     if not meta.is_deleting and in_use:
-        patch = finalizers_patch(meta.finalizers, meta.resource_version, add=MCM_FINALIZER)
-        if patch is not None:
-            if not _patch(scope, patch):
+        if MCM_FINALIZER not in meta.finalizers:
+            if not _write_finalizer(scope, add=MCM_FINALIZER):
                 return Requeue.conflict()
             enqueue_many(machine_queue_items(context_io.machines_of_class(scope.api, name, namespace)))
         return resync
@@ -91,8 +89,7 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
         log.info("machine class %s: being deleted but still used by machines, keeping its finalizer", key)
         enqueue_many(machine_queue_items(context_io.machines_of_class(scope.api, name, namespace)))
         return Requeue.short()
-    patch = finalizers_patch(meta.finalizers, meta.resource_version, remove=MCM_FINALIZER)
-    if patch is not None and not _patch(scope, patch):
+    if MCM_FINALIZER in meta.finalizers and not _write_finalizer(scope, remove=MCM_FINALIZER):
         return Requeue.conflict()
     return None if meta.is_deleting else resync
 
@@ -101,9 +98,13 @@ def machine_class_pass(scope: PassScope[MachineClass]) -> Requeue | None:
 reconcile_machine_class = answers_unreadable(scoped(_read, machine_class_pass, PassScope.begin))
 
 
-def _patch(scope: PassScope[MachineClass], patch: dict[str, Any]) -> bool:
-    """Write a finalizer change guarded by the version read; False on a Conflict (the class was
-    written since the mirror's version: the caller comes back soon on a fresh read, as every other
-    kind's pass does, rather than failing with a Warning on the class)."""
+def _write_finalizer(
+    scope: PassScope[MachineClass], *, add: str | None = None, remove: str | None = None
+) -> bool:
+    """MCM's finalizer on or off the class, on the version read (once more on a live read after a
+    Conflict); False when the class keeps changing under the pass (``write_finalizers``)."""
     meta = scope.obj.metadata
-    return write_finalizers(scope.api, kinds.MACHINE_CLASS.resource, meta.name or "", meta.namespace, patch)
+    read = {"finalizers": meta.finalizers, "resourceVersion": meta.resource_version}
+    return write_finalizers(
+        scope.api, kinds.MACHINE_CLASS.resource, meta.name or "", meta.namespace, read, add=add, remove=remove
+    )

@@ -24,7 +24,6 @@ from mcm_tasks.api.constants import (
     TRIGGER_DELETION_BY_MCM_ANNOTATION,
 )
 from mcm_tasks.controllers.common import context_io
-from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.finalizers_io import write_finalizers
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
@@ -80,11 +79,10 @@ def node_pass(scope: PassScope[str]) -> Requeue | None:
     machine = storm_io.node_returned(scope, machine, name)
     if not machine.metadata.is_deleting:
         meta = node.get("metadata") or {}
-        patch = finalizers_patch(
-            list(meta.get("finalizers") or []), meta.get("resourceVersion"), add=NODE_FINALIZER
-        )
-        if patch is not None and not write_finalizers(target, kinds.NODE.resource, name, None, patch):
-            return Requeue.conflict()  # the kubelet wrote the Node since the mirror's version
+        if NODE_FINALIZER not in (meta.get("finalizers") or ()) and not write_finalizers(
+            target, kinds.NODE.resource, name, None, meta, add=NODE_FINALIZER
+        ):
+            return Requeue.conflict()  # the kubelet keeps writing the Node: decided again soon
     return None
 
 

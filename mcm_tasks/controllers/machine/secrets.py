@@ -17,7 +17,6 @@ from mcm_tasks.api.constants import MC_SECRET_FINALIZER
 from mcm_tasks.cache import get_listers
 from mcm_tasks.cache.layout import object_key
 from mcm_tasks.controllers.common import context_io
-from mcm_tasks.controllers.common.finalizers import finalizers_patch
 from mcm_tasks.controllers.common.finalizers_io import write_finalizers
 from mcm_tasks.controllers.common.registration import scoped
 from mcm_tasks.controllers.common.scope import PassScope
@@ -73,11 +72,10 @@ def secret_pass(scope: PassScope[dict[str, Any]]) -> Requeue | None:
     if referenced and deleting:
         log.info("secret %s: still referenced by a MachineClass, keeping its finalizer", secret_key)
         return Requeue.short()
-    if referenced:
-        patch = finalizers_patch(finalizers, meta.get("resourceVersion"), add=MC_SECRET_FINALIZER)
-    else:
-        patch = finalizers_patch(finalizers, meta.get("resourceVersion"), remove=MC_SECRET_FINALIZER)
-    if patch is not None and not write_finalizers(scope.api, kinds.SECRET.resource, name, namespace, patch):
+    change = {"add": MC_SECRET_FINALIZER} if referenced else {"remove": MC_SECRET_FINALIZER}
+    if (MC_SECRET_FINALIZER in finalizers) != referenced and not write_finalizers(
+        scope.api, kinds.SECRET.resource, name, namespace, meta, **change
+    ):
         return Requeue.conflict()
     return None if deleting else Requeue(scope.settings.class_resync_period)
 
