@@ -146,6 +146,29 @@ def phase_report(before: Snapshot, after: Snapshot, machines: int) -> dict[str, 
     }
 
 
+#: the Event reasons of a reconcile that failed (``mcm_tasks.queue.processing``)
+FAILURE_REASONS = ("ReconcileFailed", "ReconcileQuarantined")
+
+
+def failures(report: dict[str, Any]) -> str:
+    """A phase's failed reconciles, for the benchmarks to print after it: the retries per queue and
+    the failure Events written; "" when there were none. An ordinary scale or rollout should fail
+    nothing, and a failure otherwise hides in the results file (a class finalizer's Conflict did,
+    one to seven in every scale-up, until 1 Dec)."""
+    retried = {kind: int(q.get("retries", 0)) for kind, q in (report.get("queues") or {}).items()}
+    parts = [f"{kind} {n}" for kind, n in sorted(retried.items()) if n]
+    events = {
+        reason: n
+        for key, n in (report.get("updates_by_part") or {}).items()
+        for reason in FAILURE_REASONS
+        if key.endswith(f"ADDED {reason}") and n
+    }
+    if not parts and not events:
+        return ""
+    said = ", ".join(f"{n} {reason}" for reason, n in sorted(events.items()))
+    return f"failed reconciles, retried: {', '.join(parts) or 'none'}" + (f"; Events: {said}" if said else "")
+
+
 #: the scale cycle's per-machine figures; ``named_by_count`` puts the machine count in their keys
 PER_MACHINE_KEYS = (
     "cpu_ms_per_machine_up", "cpu_ms_per_machine_down", "writes_per_machine_up", "writes_per_machine_down",

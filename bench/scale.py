@@ -88,6 +88,7 @@ from bench.figures import (  # noqa: E402
     Snapshot,
     against_baseline,
     calibration_figures,
+    failures,
     named_by_count,
     ratios_per_c,
 )
@@ -250,6 +251,9 @@ def main() -> None:
         ctx["phases"] = {"scale_up": up, "scale_down": down, "cycle": cycle}
         if rolling is not None:
             ctx["phases"]["rolling"] = bench.report(rolling[1], rolling[2], rolled)
+        for name, report in ctx["phases"].items():
+            if name != "cycle" and failures(report):
+                print(f"  {name}: {failures(report)}", flush=True)
         ctx.update(machines=big, tracker_relists=bench.tracker.relists, profile=bench.profiler.summaries)
 
     figures = {

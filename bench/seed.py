@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 from bench.common import BENCH_ENV, RESULTS, Bench, calibration, context, running_sandbox  # noqa: E402
-from bench.figures import Snapshot, ours  # noqa: E402
+from bench.figures import Snapshot, failures, ours  # noqa: E402
 from bench.profiling import Profiler  # noqa: E402
 from bench.watch import WATCHED, Tracker, phase_of  # noqa: E402
 from mcm_sandbox.seed import Seed, machine_deployment  # noqa: E402
@@ -324,6 +324,8 @@ def scale_up(bench: SeedBench, args: argparse.Namespace) -> tuple[float, dict[st
     # (--machine-set-recount-interval) are part of the scale-up's cost
     report = {**bench.report(before, bench.snapshot(), total), "status_settled_seconds": settled}
     print(f"  every MachineDeployment's status counts them available after {settled:.1f}s", flush=True)
+    if failures(report):
+        print(f"  {failures(report)}", flush=True)
     return seconds, report
 
 

@@ -144,3 +144,17 @@ def test_a_figure_merged_into_a_results_file_keeps_the_files_own_figures(tmp_pat
     )
     assert saved["context"]["date"] == "d" and saved["context"]["informer_rss_10000"]["figures"] == figures
     assert list(saved)[-1] == "context"
+
+
+def test_a_phases_failed_reconciles_are_said_in_one_line_and_nothing_when_none() -> None:
+    """The benchmarks print what a phase retried and the failure Events written, so a failure in an
+    ordinary scale does not hide in the results file."""
+    from bench.figures import failures
+
+    quiet = {"queues": {"machine": {"reconciles": 9, "retries": 0}}, "updates_by_part": {
+        "control/events ADDED SuccessfulCreate": 25}}  # fmt: skip
+    assert failures(quiet) == ""
+    failed = {"queues": {"machine": {"retries": 0}, "node": {"retries": 3}, "machineclass": {"retries": 1}},
+              "updates_by_part": {"control/events ADDED ReconcileFailed": 1,
+                                  "control/events ADDED SuccessfulCreate": 25}}  # fmt: skip
+    assert failures(failed) == "failed reconciles, retried: machineclass 1, node 3; Events: 1 ReconcileFailed"
