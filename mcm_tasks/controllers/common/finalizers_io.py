@@ -38,31 +38,34 @@ def write_finalizers(
     add: str | None = None,
     remove: str | None = None,
 ) -> bool:
-    """Add or remove one finalizer on the object whose metadata (API dict) the pass read; True when
-    written or nothing was to change (or the object is gone), False after a second Conflict. Any
+    """Add or remove one finalizer on the object whose metadata (API dict) the pass read, through
+    ``ops.retry_on_conflict`` with two attempts: the version read, then a live read. True when
+    written or nothing was to change (or the object is gone), False after the second Conflict. Any
     other error is raised."""
-    for attempt in range(2):
+    read: list[Mapping[str, Any] | None] = [meta]
+
+    def attempt() -> None:
+        current = read[0]
+        if current is None:  # gone since: nothing to hold
+            return
         patch = finalizers_patch(
-            list(meta.get("finalizers") or ()), meta.get("resourceVersion"), add=add, remove=remove
+            list(current.get("finalizers") or ()), current.get("resourceVersion"), add=add, remove=remove
         )
         if patch is None:
-            return True
+            return
         try:
             ops.patch(api, resource, name, patch, namespace)
-            return True
         except ApiException as err:
-            if not is_conflict(err):
-                raise
-        if attempt == 0:
-            log.debug(
-                "%s %s/%s: written since it was read; once more on a live read",
-                resource.kind,
-                namespace,
-                name,
-            )
-            live = ops.get(api, resource, name, namespace, missing_ok=True)
-            if live is None:
-                return True
-            meta = live.get("metadata") or {}
-    log.debug("%s %s/%s: written again meanwhile; deciding again soon", resource.kind, namespace, name)
-    return False
+            if is_conflict(err):
+                live = ops.get(api, resource, name, namespace, missing_ok=True)
+                read[0] = None if live is None else (live.get("metadata") or {})
+            raise
+
+    try:
+        ops.retry_on_conflict(attempt, attempts=2)
+    except ApiException as err:
+        if not is_conflict(err):
+            raise
+        log.debug("%s %s/%s: written again meanwhile; deciding again soon", resource.kind, namespace, name)
+        return False
+    return True

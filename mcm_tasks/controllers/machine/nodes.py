@@ -79,9 +79,7 @@ def node_pass(scope: PassScope[str]) -> Requeue | None:
     machine = storm_io.node_returned(scope, machine, name)
     if not machine.metadata.is_deleting:
         meta = node.get("metadata") or {}
-        if NODE_FINALIZER not in (meta.get("finalizers") or ()) and not write_finalizers(
-            target, kinds.NODE.resource, name, None, meta, add=NODE_FINALIZER
-        ):
+        if not write_finalizers(target, kinds.NODE.resource, name, None, meta, add=NODE_FINALIZER):
             return Requeue.conflict()  # the kubelet keeps writing the Node: decided again soon
     return None
 

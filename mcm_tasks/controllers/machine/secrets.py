@@ -67,14 +67,13 @@ def secret_pass(scope: PassScope[dict[str, Any]]) -> Requeue | None:
     meta = scope.obj
     secret_key = object_key(namespace, name)
     referenced = bool(classes_referencing(scope.api, secret_key))
-    finalizers = list(meta.get("finalizers") or [])
     deleting = bool(meta.get("deletionTimestamp"))
     if referenced and deleting:
         log.info("secret %s: still referenced by a MachineClass, keeping its finalizer", secret_key)
         return Requeue.short()
-    change = {"add": MC_SECRET_FINALIZER} if referenced else {"remove": MC_SECRET_FINALIZER}
-    if (MC_SECRET_FINALIZER in finalizers) != referenced and not write_finalizers(
-        scope.api, kinds.SECRET.resource, name, namespace, meta, **change
+    wanted, unwanted = (MC_SECRET_FINALIZER, None) if referenced else (None, MC_SECRET_FINALIZER)
+    if not write_finalizers(
+        scope.api, kinds.SECRET.resource, name, namespace, meta, add=wanted, remove=unwanted
     ):
         return Requeue.conflict()
     return None if deleting else Requeue(scope.settings.class_resync_period)
