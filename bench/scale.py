@@ -252,8 +252,9 @@ def main() -> None:
         if rolling is not None:
             ctx["phases"]["rolling"] = bench.report(rolling[1], rolling[2], rolled)
         for name, report in ctx["phases"].items():
-            if name != "cycle" and failures(report):
-                print(f"  {name}: {failures(report)}", flush=True)
+            failed = failures(report) if name != "cycle" else ""
+            if failed:
+                print(f"  {name}: {failed}", flush=True)
         ctx.update(machines=big, tracker_relists=bench.tracker.relists, profile=bench.profiler.summaries)
 
     figures = {

@@ -324,8 +324,9 @@ def scale_up(bench: SeedBench, args: argparse.Namespace) -> tuple[float, dict[st
     # (--machine-set-recount-interval) are part of the scale-up's cost
     report = {**bench.report(before, bench.snapshot(), total), "status_settled_seconds": settled}
     print(f"  every MachineDeployment's status counts them available after {settled:.1f}s", flush=True)
-    if failures(report):
-        print(f"  {failures(report)}", flush=True)
+    failed = failures(report)
+    if failed:
+        print(f"  {failed}", flush=True)
     return seconds, report
 
 
