@@ -37,7 +37,7 @@ from kubernetes import config
 from kubernetes.client import ApiClient
 
 from bench.figures import Snapshot, cpu_seconds, kubelet_writes, memory_pss, phase_report
-from bench.profiling import Profiler
+from bench.profiling import PhaseCpu, Profiler
 from bench.watch import Tracker
 from mcm_sandbox.procs import wait_until
 from mcm_tasks import kinds
@@ -74,6 +74,9 @@ def parse_args(
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: see save())")
     parser.add_argument("--profile", type=Path, default=None, help="sample the workers with py-spy into DIR")
     parser.add_argument("--profile-idle", action="store_true", help="profile wall time, not only CPU")
+    parser.add_argument(
+        "--phase-cpu", action="store_true", help="the workers' own CPU by part, measured inside them"
+    )
     parser.add_argument(
         "--beat-in-informer", action="store_true", help="beat as a thread of the informer (informer --beat)"
     )
@@ -140,6 +143,7 @@ class Bench:
     apis: dict[str, ApiClient]
     tracker: Tracker
     profiler: Profiler
+    phase_cpu: PhaseCpu = field(default_factory=lambda: PhaseCpu(False))
     own: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -310,9 +314,11 @@ def running_sandbox(
     """The sandbox with BENCH_ENV (caller's own MCM_* settings win), stopped and cleaned afterwards;
     ``cloud_redis``: the local cloud in a Redis of its own (see ``bench.figures.OUR_ROLES``);
     ``informer_watch_delay``: the informer's watches that many seconds late (``mcm_sandbox.watchdelay``)."""
-    saved = {k: os.environ.get(k) for k in BENCH_ENV}
+    phase_cpu = PhaseCpu(getattr(args, "phase_cpu", False))
+    saved = {k: os.environ.get(k) for k in [*BENCH_ENV, *phase_cpu.environ()]}
     for key, value in BENCH_ENV.items():
         os.environ.setdefault(key, value)
+    os.environ.update(phase_cpu.environ())
     from mcm_sandbox.runner import down, up
     from mcm_tasks.settings import configure
 
@@ -331,7 +337,8 @@ def running_sandbox(
         }
         tracker = Tracker(apis).start()
         try:
-            yield Bench(sandbox, apis, tracker, Profiler(args.profile, sandbox.pids, args.profile_idle))
+            profiler = Profiler(args.profile, sandbox.pids, args.profile_idle)
+            yield Bench(sandbox, apis, tracker, profiler, phase_cpu)
         finally:
             tracker.close()
             for api in apis.values():
@@ -339,9 +346,12 @@ def running_sandbox(
         ok = True
     finally:
         down(directory, echo=lambda _: None)
+        phase_cpu.close()
         for name, was in saved.items():
             if was is None:
                 os.environ.pop(name, None)
+            else:
+                os.environ[name] = was
         if ok and not getattr(args, "keep_logs", False):
             shutil.rmtree(directory, ignore_errors=True)
         elif ok:

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +135,73 @@ class Profiler:
 
 if __name__ == "__main__":
     print(json.dumps(summarize([Path(a) for a in sys.argv[1:]]), indent=2))
+
+
+#: put first on the workers' PYTHONPATH by ``--phase-cpu``: its ``sitecustomize`` wraps the parts
+PHASE_CPU_PATH = Path(__file__).resolve().parent / "phase_cpu"
+#: the workers write their counters twice a second: a phase's end waits this long for the last
+FLUSH_SECONDS = 1.2
+
+
+class PhaseCpu:
+    """``--phase-cpu``: the workers' own CPU by part, inside the workers (``bench/phase_cpu``).
+
+    ``environ()`` is what the sandbox's processes must inherit; ``with phase_cpu.phase(name, per)``
+    records, for the phase, each part's calls, CPU seconds, µs per call and ms per ``per`` (a
+    machine) in ``figures[name]``. Unlike py-spy's samples these are each call's own thread CPU, so
+    a part's cost per call reads directly and compares across runs of the same host."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="mcm-phase-cpu-")) if enabled else None
+        self.figures: dict[str, Any] = {}
+
+    def environ(self) -> dict[str, str]:
+        if self.directory is None:
+            return {}
+        path = os.environ.get("PYTHONPATH", "")
+        return {
+            "MCM_BENCH_PHASE_CPU_DIR": str(self.directory),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(PHASE_CPU_PATH), path) if p),
+        }
+
+    def totals(self) -> dict[str, tuple[float, float]]:
+        """Calls and CPU seconds by part, summed over every worker process (and pool child)."""
+        summed: dict[str, tuple[float, float]] = {}
+        for file in self.directory.glob("*.json") if self.directory is not None else ():
+            try:
+                counts = json.loads(file.read_text())
+            except (OSError, ValueError):  # being replaced: the next phase reads it
+                continue
+            for name, (calls, cpu) in counts.items():
+                before = summed.get(name, (0.0, 0.0))
+                summed[name] = (before[0] + calls, before[1] + cpu)
+        return summed
+
+    @contextlib.contextmanager
+    def phase(self, name: str, per: int) -> Iterator[None]:
+        if self.directory is None:
+            yield
+            return
+        time.sleep(FLUSH_SECONDS)
+        before = self.totals()
+        yield
+        time.sleep(FLUSH_SECONDS)
+        after = self.totals()
+        parts: dict[str, Any] = {}
+        for part, (calls, cpu) in sorted(after.items(), key=lambda kv: -kv[1][1]):
+            calls -= before.get(part, (0.0, 0.0))[0]
+            cpu -= before.get(part, (0.0, 0.0))[1]
+            if calls <= 0:
+                continue
+            parts[part] = {
+                "calls": int(calls),
+                "cpu_s": round(cpu, 3),
+                "us_per_call": round(cpu / calls * 1e6, 1),
+                "ms_per_machine": round(cpu / max(per, 1) * 1e3, 3),
+                "calls_per_machine": round(calls / max(per, 1), 2),
+            }
+        self.figures[name] = parts
+
+    def close(self) -> None:
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)

@@ -216,9 +216,9 @@ def main() -> None:
         d = Driver(bench, args.timeout)
 
         @contextlib.contextmanager
-        def phase(name: str) -> Iterator[None]:
+        def phase(name: str, machines: int) -> Iterator[None]:
             loads[name] = {"start": os.getloadavg()}
-            with bench.profiler.phase(name):
+            with bench.profiler.phase(name, also=("informer",)), bench.phase_cpu.phase(name, machines):
                 yield
             loads[name]["end"] = os.getloadavg()
 
@@ -230,7 +230,7 @@ def main() -> None:
             a = b = c = bench.snapshot()
         else:
             print(f"scaling up 0 → {big}", flush=True)
-            with phase("scale_up"):
+            with phase("scale_up", big):
                 up_s, a, b = d.timed(
                     lambda: d.scale("big", big), lambda: d.wait(lambda: d.running(big, "class-a"), "up")
                 )
@@ -239,7 +239,7 @@ def main() -> None:
             ctx[f"memory_{big}"] = full
             print(f"  at rest: {full['total_mb']} MB PSS {full['roles']}", flush=True)
             print(f"scaling down {big} → 0", flush=True)
-            with phase("scale_down"):
+            with phase("scale_down", big):
                 down_s, _, c = d.timed(lambda: d.scale("big", 0), d.all_gone)
             print(f"  all gone in {down_s:.1f}s", flush=True)
 
@@ -256,6 +256,8 @@ def main() -> None:
             if failed:
                 print(f"  {name}: {failed}", flush=True)
         ctx.update(machines=big, tracker_relists=bench.tracker.relists, profile=bench.profiler.summaries)
+        if bench.phase_cpu.figures:
+            ctx["phase_cpu"] = outside_tasks(bench.phase_cpu.figures, ctx["phases"], big)
 
     figures = {
         "scale_up_1000_seconds": round(up_s, 1),
@@ -321,6 +323,24 @@ def main() -> None:
     save("scale", args, figures, ctx)
 
 
+def outside_tasks(parts: dict[str, Any], phases: dict[str, Any], machines: int) -> dict[str, Any]:
+    """``--phase-cpu``'s parts of each phase, with the workers' CPU outside every task (Celery's
+    consumer loop, acks, task events, the pool hand-off, the worker's own threads): the worker
+    processes' CPU less the tasks' own."""
+    out: dict[str, Any] = {}
+    for name, found in parts.items():
+        report = phases.get(name, {})
+        workers = sum(v for k, v in report.get("cpu_seconds", {}).items() if k.startswith("worker"))
+        task = found.get("task", {}).get("cpu_s")
+        if task is not None and workers:
+            per = report.get("machines") or machines
+            found = {**found, "workers_outside_tasks": {
+                "cpu_s": round(workers - task, 3), "ms_per_machine": round((workers - task) / per * 1e3, 3),
+            }}  # fmt: skip
+        out[name] = found
+    return out
+
+
 def roll(bench: Bench, d: Driver, phase: Any, rolled: int) -> tuple[float, Snapshot, Snapshot, int, int]:
     """The rollout: ``rolled`` Running machines get a new class; its seconds, snapshots and peaks."""
     surge = math.ceil(rolled * SURGE_PERCENT / 100)
@@ -330,7 +350,7 @@ def roll(bench: Bench, d: Driver, phase: Any, rolled: int) -> tuple[float, Snaps
     d.wait(lambda: d.running(rolled, "class-a"), f"{rolled} Running")
     bench.tracker.reset_peaks()
     new_class = {"spec": {"template": {"spec": {"class": class_ref("class-b")}}}}
-    with phase("rolling"):
+    with phase("rolling", rolled):
         seconds, r0, r1 = d.timed(
             lambda: bench.patch(kinds.MACHINE_DEPLOYMENT.resource, "roll", new_class),
             lambda: d.wait(lambda: d.running(rolled, "class-b"), "rolled"),
