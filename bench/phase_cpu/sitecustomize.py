@@ -16,7 +16,8 @@ each is a figure of its own, not a share of a sum.
 - ``api:<verb>``: one API request with its answer decoded (``kube.rest.request``);
 - ``driver:<call>``: the local cloud's driver calls;
 - ``redis:command``, ``redis:pipeline``: a Redis round trip (the queue's, the mirror's, the cloud's);
-  with ``MCM_BENCH_PHASE_CPU_CALLERS=1``, by the function that made it (``redis:command:<module.function>``);
+  with ``MCM_BENCH_PHASE_CPU_CALLERS=N``, by the N product functions nearest the call
+  (``redis:command:<module.function><-<module.function>``);
 - ``log:record``: one log record made and written (``Logger._log``).
 """
 
@@ -35,8 +36,8 @@ from types import ModuleType
 from typing import Any
 
 _DIR = os.environ.get("MCM_BENCH_PHASE_CPU_DIR", "")
-#: ``MCM_BENCH_PHASE_CPU_CALLERS=1``: Redis round trips by the product's function that made them
-_BY_CALLER = os.environ.get("MCM_BENCH_PHASE_CPU_CALLERS", "") == "1"
+#: ``MCM_BENCH_PHASE_CPU_CALLERS=N``: Redis round trips by the N nearest product functions that made them
+_BY_CALLER = int(os.environ.get("MCM_BENCH_PHASE_CPU_CALLERS", "0") or 0)
 OWN = ("mcm_tasks.", "providers.", "informers.", "celery.", "kombu.")
 _counts: dict[str, list[float]] = {}
 _lock = threading.Lock()
@@ -99,14 +100,15 @@ def _patch_driver(module: ModuleType) -> None:
 
 
 def _caller(*_: Any, **__: Any) -> str:
-    """The product's frame nearest the call: ``module.function``."""
+    """The product's frames nearest the call (``_BY_CALLER`` of them): ``module.function<-…``."""
+    found: list[str] = []
     frame = sys._getframe(2)
-    while frame is not None:
+    while frame is not None and len(found) < _BY_CALLER:
         name = frame.f_globals.get("__name__", "")
         if name.startswith(OWN) and not name.startswith("mcm_tasks.redisdb"):
-            return f"{name.rpartition('.')[2]}.{frame.f_code.co_name}"
+            found.append(f"{name.rpartition('.')[2]}.{frame.f_code.co_name}")
         frame = frame.f_back  # type: ignore[assignment]
-    return "other"
+    return "<-".join(found) or "other"
 
 
 def _patch_redis(module: ModuleType) -> None:

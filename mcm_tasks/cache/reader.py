@@ -97,7 +97,8 @@ class CacheReader:
         kinds (once per scope) and the single objects ``wanted`` (kind, key) not read yet in the
         scope, whose later ``get`` then costs nothing; and whether each Redis key of ``exists``
         exists (returned in order). A healthy machine's recheck reads its machine, class, node and
-        secret and the freeze flag: three round trips instead of six."""
+        secret and the freeze flag: two round trips instead of six (the secret comes with the class,
+        as the worker's last load of the class named it)."""
         listing = bool(self._scopes) and not self._scope_listed
         fetch = [i for i in dict.fromkeys(wanted) if i not in self._read] if self._scopes else []
         if not listing and not fetch and not exists:

@@ -32,7 +32,7 @@ from mcm_tasks.api import (
 )
 from mcm_tasks.api.constants import NODE_LABEL_KEY
 from mcm_tasks.cache import Listers, get_listers
-from mcm_tasks.cache.layout import BY_CLASS, split_key
+from mcm_tasks.cache.layout import BY_CLASS, object_key, split_key
 from mcm_tasks.cache.listers import Lister
 from mcm_tasks.cache.models import Unreadable, parse_object
 from mcm_tasks.cache.reader import get_reader
@@ -401,12 +401,35 @@ def secret_refs(machine_class: MachineClass) -> list[SecretReference]:
     return [r for r in (machine_class.secret_ref, machine_class.credentials_secret_ref) if r and r.name]
 
 
+#: class key (namespace/name) → the mirror keys of the secrets it named when last loaded here; a
+#: hint for the next pass's prefetch (``likely_class_secrets``), bounded as classes come and go
+_class_secrets: dict[str, list[tuple[str, str]]] = {}
+CLASS_SECRETS_KEPT = 10_000
+
+
+def likely_class_secrets(class_name: str, namespace: str) -> list[tuple[str, str]]:
+    """The mirror keys of the secrets a MachineClass named when this process last loaded it
+    (``load_class_context``): for a pass's prefetch of its class (``reconcile._ready``), so that the
+    secrets' existence (``secret_exists``) comes in the same round trip instead of one of its own
+    after the class is read. A guess only: a class whose refs changed since is read right (its new
+    secrets are read when asked), and one never loaded here adds nothing."""
+    return _class_secrets.get(object_key(namespace, class_name), [])
+
+
+def _remember_class_secrets(machine_class: MachineClass, namespace: str, refs: list[SecretReference]) -> None:
+    if len(_class_secrets) >= CLASS_SECRETS_KEPT:
+        _class_secrets.clear()
+    keys = [(kinds.SECRET.mirror, object_key(r.namespace or namespace, r.name)) for r in refs]
+    _class_secrets[object_key(namespace, machine_class.metadata.name or "")] = keys
+
+
 def load_class_context(api: ApiClient, machine_class: MachineClass, settings: Settings) -> ClassContext:
     """The class with its secrets (read through the control cluster ``api``): their existence from the
     mirror, their data on first use. Without a synced mirror, existence needs the data read, which
     then happens at once."""
     namespace = machine_class.metadata.namespace or settings.namespace
     refs = secret_refs(machine_class)
+    _remember_class_secrets(machine_class, namespace, refs)
     names = {id(ref): f"{ref.namespace or namespace}/{ref.name}" for ref in refs}
     known = {id(ref): secret_exists(ref, namespace) for ref in refs}
 

@@ -171,12 +171,15 @@ def _class_phase(scope: MachineScope) -> Requeue | None:
 
 def _ready(scope: MachineScope) -> Requeue | None:
     """Steps 3 to 5: None when the pass can go on with ``scope.class_context``, else when to come
-    back (the problem said on the machine's status). The freeze flag, the class and the node the
-    pass reads later come in one round trip (a healthy machine's LongRetry recheck is mostly reads)."""
+    back (the problem said on the machine's status). The freeze flag, the class, its secrets (as
+    the class last named them: ``likely_class_secrets``) and the node the pass reads later come in
+    one round trip (a healthy machine's LongRetry recheck is mostly reads)."""
     machine = scope.machine
     namespace = machine.metadata.namespace or ""
     node_name = machine.metadata.labels.get(NODE_LABEL_KEY, "")
-    wanted = [(kinds.MACHINE_CLASS.mirror, object_key(namespace, machine.spec.class_.name))]
+    class_name = machine.spec.class_.name
+    wanted = [(kinds.MACHINE_CLASS.mirror, object_key(namespace, class_name))]
+    wanted += context_io.likely_class_secrets(class_name, namespace)
     if node_name:
         wanted.append((kinds.NODE.mirror, object_key(None, node_name)))
     flags = context_io.prefetch(wanted, exists=[frozen_key()])
