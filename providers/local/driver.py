@@ -21,6 +21,7 @@ Decisions worth knowing when reading machine-controller behaviour against it:
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -126,6 +127,8 @@ class LocalDriver:
             if existing:
                 vm = min(existing, key=lambda v: (v.created, v.id))
             else:
+                if spec.create_delay_seconds:
+                    time.sleep(spec.create_delay_seconds)
                 new = self._new_vm(req, spec, cls)
                 vm = self._api("RunInstances", lambda: self.cloud.create_once(new)[0])
             return CreateMachineResponse(

@@ -78,6 +78,9 @@ class LocalProviderSpec(BaseModel):
     region: str = ""
     machine_type: str = Field("", alias="machineType")
     architecture: str = ""
+    #: CreateMachine answers this long after it is called, as a cloud's create call takes seconds
+    #: (a worker slot is held meanwhile: what a test needs to catch a creation mid-flight)
+    create_delay_seconds: float = Field(0.0, alias="createDelaySeconds", ge=0, le=60)
     #: the VM becomes running (and its kubelet registers the Node) this long after creation
     boot_delay_seconds: float = Field(0.0, alias="bootDelaySeconds", ge=0)
     #: a deleted VM stays "terminating" this long before it disappears

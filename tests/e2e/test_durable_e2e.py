@@ -49,6 +49,9 @@ WAIT = 240.0
 #: every key a dead worker held runs again within this (issue 13)
 RECOVERY = 30.0
 SHORT_RETRY = 5.0
+#: the class whose creates each hold a worker this long: the kill test's window to catch one
+SLOW_CREATE = "slow-create"
+CREATE_DELAY = 0.5
 ENV = {
     "MCM_SHORT_RETRY": f"{SHORT_RETRY:g}s",
     "MCM_LONG_RETRY": "20s",
@@ -152,6 +155,8 @@ def world(sandbox: Sandbox) -> Iterator[World]:
     with connected(sandbox) as clients:
         made = World(sandbox, clients)
         made.machine_class("durable", {"bootDelaySeconds": 0.5})
+        # a create call that takes a while, as a cloud's does: a worker is then seen holding one
+        made.machine_class(SLOW_CREATE, {"bootDelaySeconds": 0.5, "createDelaySeconds": CREATE_DELAY})
         try:
             yield made
         finally:
@@ -182,7 +187,7 @@ def ran_again_since(client: redis.Redis, kind: str, key: str, since: float) -> b
 # --- a whole worker killed during scales ----------------------------------------------------------
 
 
-def deployment(name: str, replicas: int) -> dict[str, Any]:
+def deployment(name: str, replicas: int, machine_class: str = "durable") -> dict[str, Any]:
     labels = {"pool": name}
     return {
         "apiVersion": API_VERSION, "kind": "MachineDeployment", "metadata": {"name": name, "namespace": NS},
@@ -190,7 +195,7 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
             "replicas": replicas, "selector": {"matchLabels": labels},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 2, "maxUnavailable": 1}},
             "template": {"metadata": {"labels": labels},
-                         "spec": {"class": {"kind": "MachineClass", "name": "durable"}}},
+                         "spec": {"class": {"kind": "MachineClass", "name": machine_class}}},
         },
     }  # fmt: skip
 
@@ -240,7 +245,9 @@ def pool_state(world: World, pool: str) -> dict[str, Any]:
 
 
 def test_a_whole_worker_killed_during_scales_of_30_machines(world: World) -> None:
-    """Three rounds: a fresh worker joins, a deployment scales 0 → 30, the worker is SIGKILLed
+    """Three rounds: a fresh worker joins, a deployment scales 0 → 30 (each create taking
+    ``CREATE_DELAY``, as a cloud's call does, so the worker is seen holding one: with instant creates
+    a busy CI host once let the scale pass between looks for a minute), the worker is SIGKILLed
     (main process and pool) while it holds messages; every key still waiting on a message it held
     (``owed``) runs again within 30 s and the scale completes with one VM per machine. Each
     round's deployment is deleted before the next (a scale-down beside it would trip the
@@ -250,7 +257,7 @@ def test_a_whole_worker_killed_during_scales_of_30_machines(world: World) -> Non
     for round_ in range(3):
         pool = f"big{round_}"
         node = world.start_worker(f"victim-{round_}")
-        ops.create(world.control, kinds.MACHINE_DEPLOYMENT.resource, deployment(pool, 0))
+        ops.create(world.control, kinds.MACHINE_DEPLOYMENT.resource, deployment(pool, 0, SLOW_CREATE))
         ops.patch(world.control, kinds.MACHINE_DEPLOYMENT.resource, pool, {"spec": {"replicas": 30}}, NS,
                   subresource="scale")  # fmt: skip
         found: list[list[tuple[str, str, str]]] = []

@@ -40,6 +40,7 @@ def make_class(
 def test_empty_spec_gives_the_defaults() -> None:
     spec = parse_class(make_class(), SECRET)
     assert (spec.boot_delay_seconds, spec.delete_delay_seconds, spec.never_join) == (0, 0, False)
+    assert spec.create_delay_seconds == 0
     assert spec.fail_creates is None
 
 
@@ -48,6 +49,7 @@ def test_fields_are_read_in_camel_case() -> None:
         make_class(
             {
                 "bootDelaySeconds": 2,
+                "createDelaySeconds": 0.25,
                 "deleteDelaySeconds": 1.5,
                 "neverJoin": True,
                 "failCreates": {"count": 2, "code": "ResourceExhausted"},
@@ -57,6 +59,7 @@ def test_fields_are_read_in_camel_case() -> None:
         SECRET,
     )
     assert spec.boot_delay_seconds == 2.0 and spec.delete_delay_seconds == 1.5 and spec.never_join
+    assert spec.create_delay_seconds == 0.25
     assert spec.fail_creates is not None
     assert (spec.fail_creates.count, spec.fail_creates.code) == (2, Code.ResourceExhausted)
     assert spec.labels == {"pool": "a"}
@@ -73,6 +76,7 @@ def test_fail_code_by_name_or_number(code: Any, expected: Code) -> None:
 def test_every_problem_is_listed_in_one_invalid_argument() -> None:
     bad = {
         "bootDelaySeconds": "soon",
+        "createDelaySeconds": 3600,
         "neverJoin": "yes",
         "failCreates": {"count": -1, "code": "Boom"},
         "neverjoin": True,
@@ -84,6 +88,7 @@ def test_every_problem_is_listed_in_one_invalid_argument() -> None:
     for needle in (
         "machineClass.provider",
         "providerSpec.bootDelaySeconds",
+        "providerSpec.createDelaySeconds",
         "providerSpec.neverJoin",
         "providerSpec.failCreates.count",
         "unknown machine error code 'Boom'",
