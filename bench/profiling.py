@@ -133,10 +133,6 @@ class Profiler:
             self.summaries[name] = summarize([f for f in files[: len(self.workers)] if f.exists()])
 
 
-if __name__ == "__main__":
-    print(json.dumps(summarize([Path(a) for a in sys.argv[1:]]), indent=2))
-
-
 #: put first on the workers' PYTHONPATH by ``--phase-cpu``: its ``sitecustomize`` wraps the parts
 PHASE_CPU_PATH = Path(__file__).resolve().parent / "phase_cpu"
 #: the workers write their counters twice a second: a phase's end waits this long for the last
@@ -205,3 +201,7 @@ class PhaseCpu:
     def close(self) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    print(json.dumps(summarize([Path(a) for a in sys.argv[1:]]), indent=2))

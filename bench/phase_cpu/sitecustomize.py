@@ -60,7 +60,8 @@ def _timed(name: str | Callable[..., str], func: Callable[..., Any]) -> Callable
         try:
             return func(*args, **kwargs)
         finally:
-            _add(name if isinstance(name, str) else name(*args, **kwargs), _clock() - started)
+            cpu = _clock() - started  # before naming the call: a caller's name walks the stack
+            _add(name if isinstance(name, str) else name(*args, **kwargs), cpu)
 
     wrapper.__wrapped__ = func  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(func, "__name__", "wrapped")

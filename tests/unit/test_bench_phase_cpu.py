@@ -41,8 +41,11 @@ PROGRAM = textwrap.dedent(
 
 
 def run(tmp_path: Path, *argv: str) -> dict[str, list[float]]:
-    env = {**os.environ, **PhaseCpu(False).environ()}
-    env.update(MCM_BENCH_PHASE_CPU_DIR=str(tmp_path), PYTHONPATH=f"{PHASE_CPU_PATH}{os.pathsep}{ROOT}")
+    env = {
+        **os.environ,
+        "MCM_BENCH_PHASE_CPU_DIR": str(tmp_path),
+        "PYTHONPATH": f"{PHASE_CPU_PATH}{os.pathsep}{ROOT}",
+    }
     subprocess.run([sys.executable, "-c", PROGRAM, *argv], env=env, check=True, cwd=ROOT, timeout=120)
     files = list(tmp_path.glob("*.json"))
     return json.loads(files[0].read_text()) if files else {}
