@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -270,6 +271,18 @@ def test_boot_delay_makes_the_vm_pending_first(driver: LocalDriver, clock: Clock
     [vm] = driver.cloud.all()
     assert vm.state(clock.now) is VMState.PENDING
     assert vm.state(clock.now + 5) is VMState.RUNNING
+
+
+def test_create_delay_holds_a_new_vms_create_call_only(driver: LocalDriver) -> None:
+    """``createDelaySeconds``: the call that launches a VM answers that long after it is made (as a
+    cloud's does); asking again for a machine that has its VM answers at once."""
+    cls = make_class(createDelaySeconds=0.3)
+    started = time.monotonic()
+    first = create(driver, "m1", cls)
+    assert time.monotonic() - started >= 0.3
+    started = time.monotonic()
+    assert create(driver, "m1", cls) == first
+    assert time.monotonic() - started < 0.3
 
 
 def test_list_machines_by_class(driver: LocalDriver) -> None:
