@@ -135,6 +135,47 @@ def test_a_scale_down_deletes_the_machine_that_is_not_running_first() -> None:
     assert kube.get_object(MACHINES, "web-running", NS) is not None
 
 
+def test_a_set_read_before_its_raise_deletes_nothing_the_raise_accounts_for() -> None:
+    """An in-place update's deployment raises the new set's replicas for a machine it moved in, then
+    takes the machine's ``update-result`` label off. A pass that reads the set before the raise and
+    the machine after the label went (two watches, either ahead) counts one machine too many: the
+    API server's set, read before deleting by count, holds the raise, and nothing is deleted."""
+    kube = FakeKube([machine_class()])
+    ms = kube.add(
+        {**machine_set(1), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
+    )
+    kube.add(machine("web-old", owner=ms))
+    stale = kube.get_object(SETS, "web", NS)  # the mirror's set, before the deployment's raise
+    assert stale is not None
+    kube.change(SETS, "web", NS, lambda o: o["spec"].update(replicas=2))
+    kube.add(machine("web-moved-in", owner=ms))
+    scope = MachineSetScope(key=f"{NS}/web", obj=MachineSet.model_validate(stale), settings=get_settings(),
+                            listers=kube.listers(NS), clients=(kube, kube))  # fmt: skip
+
+    machine_set_pass(scope)
+
+    assert not [w for w in writes(kube) if w[0] == "delete"], "both machines are the set's replicas"
+    assert kube.get_object(MACHINES, "web-moved-in", NS) is not None
+    assert scope.machine_set.spec.replicas == 2, "the pass goes on with the set it read live"
+
+
+def test_a_scale_down_reads_its_set_once_and_deletes_as_planned() -> None:
+    """A pass that deletes by count reads its set from the API server once; a set unchanged since
+    the mirror's read deletes as planned."""
+    kube = FakeKube([machine_class()])
+    ms = kube.add(
+        {**machine_set(1), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
+    )
+    kube.add(machine("web-a", owner=ms))
+    kube.add(machine("web-b", owner=ms, phase="Pending"))
+
+    run_pass(kube)
+
+    assert [w[:3] for w in writes(kube) if w[0] == "delete"] == [("delete", MACHINES, "web-b")]
+    gets = [a for a in kube.actions if a.verb == "get" and a.resource == SETS]
+    assert len(gets) == 1, gets
+
+
 def test_a_scale_down_read_before_a_machine_moved_away_leaves_that_machine() -> None:
     """An in-place update's deployment moves a machine to the new set and scales its old set down
     in the same breath; the old set's pass is woken by its own change before the machines' watch
