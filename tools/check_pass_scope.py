@@ -56,6 +56,9 @@ SCOPE_BUILDERS: frozenset[tuple[str, str]] = frozenset(
         ("machine/classes.py", "_read"),
         ("machine/secrets.py", "_read"),
         ("machineset/reconcile.py", "_read"),
+        # the same read, planned for the queue contract's BEGIN and handed to the pass
+        ("common/readahead_io.py", "MirrorReadAhead.plan"),
+        ("common/readahead_io.py", "MirrorReadAhead.seed"),
         ("machinedeployment/scope.py", "Context.read"),
         ("machinedeployment/reconcile.py", "reconcile_machine_deployment"),
         # before the scope is built: whether a costly set's next pass may start yet

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final, cast
 
@@ -117,6 +117,23 @@ class CacheReader:
         for ident, raw in zip(fetch, replies, strict=False):
             self._read[ident] = cast(bytes | None, raw) or None
         return [bool(found) for found in replies[len(fetch) :]]
+
+    def seed(
+        self, synced: Iterable[str | bytes], objects: Mapping[tuple[str, str], str | bytes | None]
+    ) -> bool:
+        """What was read for this scope elsewhere, in the same instant (the queue contract's BEGIN
+        read it ahead: ``registry.ReadAhead``): the synced kinds, and single objects (kind, key) →
+        stored JSON (None: absent), as ``prefetch`` would have read them. Outside a scope there is
+        nothing to remember them for (False)."""
+        if not self._scopes:
+            return False
+        if not self._scope_listed:
+            self._scope_listed = True
+            self._synced_seen.update(k.decode() if isinstance(k, bytes) else k for k in synced)
+        for ident, raw in objects.items():
+            if ident not in self._read:
+                self._read[ident] = (raw.encode() if isinstance(raw, str) else raw) or None
+        return True
 
     def get_many(self, kind: str, keys: Iterable[str]) -> builtins.list[Obj]:
         """The objects that exist among ``keys``, in the order asked."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import redis
@@ -82,9 +84,12 @@ def deliver(
     runner = history.worker_name(worker)
     # BEGIN also takes a --concurrent-syncs slot and adds the run's start to the key's history
     start = history.entry(message_id, started, runner) if settings.history_length else ""
-    reply = kind_scripts.begin(client, (), [key, message_id, started, start])
-    status, failures_text, recovered, previous_error, slot, seen_due, *rest = (_text(v) for v in reply)
-    standing_by = rest == ["1"]
+    ahead = registry.read_ahead(kind)
+    keys, fields = _plan(ahead, kind, key)
+    reply = kind_scripts.begin(client, keys, [key, message_id, started, start, *fields])
+    status, failures_text, recovered, previous_error, slot, seen_due = (_text(v) for v in reply[:6])
+    standing_by = len(reply) > 6 and _text(reply[6]) == "1"
+    found = reply[7] if len(reply) > 7 and keys else None
     failures_before = int(failures_text)
     if recovered == "1":
         _recovered(kind, key, status, failures_before, previous_error)
@@ -113,6 +118,8 @@ def deliver(
             if reconciler is None:
                 raise NoReconciler(f"no reconciler registered for {kind!r} in this worker")
             with registry.around_pass():
+                if ahead is not None and found:
+                    _seed(ahead, kind, key, found)
                 result = reconciler(key)
             outcome = outcome_of_result(result, settings)
         except Exception as exc:  # a reconciler's failure is data for the contract, not a task failure
@@ -129,6 +136,27 @@ def deliver(
         client, kind_scripts, kind, key, message_id, started, failures_before, outcome, entry, done, seen_due
     )
     return Delivery("run", outcome, error)
+
+
+def _plan(ahead: registry.ReadAhead | None, kind: str, key: str) -> tuple[Sequence[str], Sequence[str]]:
+    """BEGIN's read-ahead for this key (``registry.ReadAhead``); none when the kind has none or its
+    plan fails (a garbage key: the pass says so itself)."""
+    if ahead is None:
+        return (), ()
+    try:
+        return ahead.plan(key)
+    except Exception:
+        log.debug("%s %s: no read-ahead", kind, key, exc_info=True)
+        return (), ()
+
+
+def _seed(ahead: registry.ReadAhead, kind: str, key: str, found: Sequence[Any]) -> None:
+    """Hand the pass what BEGIN read; a read-ahead that cannot be handed over only costs the pass its
+    own read."""
+    try:
+        ahead.seed(key, found)
+    except Exception:
+        log.debug("%s %s: read-ahead not seeded", kind, key, exc_info=True)
 
 
 def _recovered(kind: str, key: str, status: str, failures: int, previous_error: str) -> None:

@@ -13,9 +13,9 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from mcm_tasks.kinds import QUEUES
 from mcm_tasks.queue.policy import Requeue
@@ -34,6 +34,22 @@ RecoveryHook = Callable[[str], None]
 #: state per pass); registered by whoever registers the reconcilers, so no reconciler has to remember it
 AroundPass = Callable[[], AbstractContextManager[Any]]
 
+
+class ReadAhead(Protocol):
+    """What a kind's pass reads first, read by the contract's BEGIN in the round trip that starts
+    the run (a machine pass's own machine and the mirror's synced kinds: one round trip of the few a
+    pass makes, on every creation and every idle recheck). Only reads: a pass that finds nothing
+    seeded reads for itself, as without it."""
+
+    def plan(self, key: str) -> tuple[Sequence[str], Sequence[str]]:
+        """(KEYS, fields): the field names of the hash ``KEYS[0]`` are read, and of each further
+        hash ``KEYS[i]`` the field ``fields[i - 1]``."""
+
+    def seed(self, key: str, found: Sequence[Any]) -> None:
+        """Hand the pass what BEGIN read (in ``plan``'s order; None: no such field), inside
+        ``around_pass`` and before the reconciler runs."""
+
+
 ENV = "MCM_RECONCILER_MODULES"
 DEFAULT_MODULES = ("mcm_tasks.controllers.reconcilers",)
 
@@ -41,6 +57,7 @@ _registry: dict[str, Reconciler] = {}
 _reporters: dict[str, FailureReporter] = {}
 _recovery_hooks: dict[str, list[RecoveryHook]] = {}
 _around_pass: list[AroundPass] = []
+_read_ahead: dict[str, ReadAhead] = {}
 _loaded = False
 _load_lock = threading.Lock()
 
@@ -66,6 +83,19 @@ def register_recovery_hook(kind: str, fn: RecoveryHook) -> RecoveryHook:
     if fn not in hooks:
         hooks.append(fn)
     return fn
+
+
+def register_read_ahead(kind: str, ahead: ReadAhead) -> ReadAhead:
+    """BEGIN reads what ``ahead`` plans before each pass of ``kind`` (``ReadAhead``)."""
+    _check_kind(kind)
+    _read_ahead[kind] = ahead
+    return ahead
+
+
+def read_ahead(kind: str) -> ReadAhead | None:
+    if not _loaded:
+        load_reconciler_modules()
+    return _read_ahead.get(kind)
 
 
 def register_around_pass(around: AroundPass) -> AroundPass:
@@ -108,6 +138,7 @@ def unregister_all() -> None:
     _reporters.clear()
     _recovery_hooks.clear()
     _around_pass.clear()
+    _read_ahead.clear()
     _loaded = False
 
 

@@ -316,9 +316,11 @@ return published
 # consecutive failures, recovered (1: the key's previous run died mid-reconcile), the
 # streak's error before, slot (1: a --concurrent-syncs slot taken, 0: every slot busy), the key's
 # due time in the delayed set as the run begins ('' none: END's ``stale``), standby (1: the
-# standby marker is set, a Go MCM holds upstream's Lease: the caller hands the key back unrun)};
-# status is run | busy | duplicate | quarantined. A run that got its slot is added to the key's
-# history.
+# standby marker is set, a Go MCM holds upstream's Lease: the caller hands the key back unrun),
+# read-ahead}; status is run | busy | duplicate | quarantined. A run that got its slot is added to
+# the key's history. Read-ahead (only on a run, only when KEYS are given: the reconciler's
+# ``registry.ReadAhead``): {the field names of the hash KEYS[1], then for each further KEYS[i] its
+# field ARGV[3 + i] (false: none)}, what the pass reads first, in the round trip that starts it.
 _BEGIN = """
 local key, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local queued_at = nil
@@ -368,8 +370,13 @@ redis.call('SREM', DIRTY, key)
 if queued_at then observe('queue', now - queued_at) end
 local slot = take_slot(SLOTS, id, now, TTL, CAP)
 if slot == 1 then history_start(key, ARGV[4]) end
+local ahead = {}
+if #KEYS > 0 then
+  ahead[1] = redis.call('HKEYS', KEYS[1])
+  for i = 2, #KEYS do ahead[i] = redis.call('HGET', KEYS[i], ARGV[3 + i]) end
+end
 return {'run', tostring(failures), recovered, prev_error, tostring(slot),
-  redis.call('ZSCORE', DELAYED, key) or '', tostring(redis.call('EXISTS', STANDBY))}
+  redis.call('ZSCORE', DELAYED, key) or '', tostring(redis.call('EXISTS', STANDBY)), ahead}
 """
 
 # A reconcile ended. ARGV: key, id, "now|started|action|due|immediate id|failures before|stale"

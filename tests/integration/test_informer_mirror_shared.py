@@ -131,3 +131,26 @@ def test_an_object_is_read_from_redis_once_per_scope(client: redis.Redis) -> Non
     node = listers.nodes.get("n1")
     assert node is not None and node["metadata"]["labels"].get("changed") == "yes", "a new pass reads afresh"
     assert listers.nodes.get("n2") is not None
+
+
+def test_what_begin_read_ahead_seeds_the_scope_and_costs_no_read(client: redis.Redis) -> None:
+    """``CacheReader.seed``: the synced kinds and an object read elsewhere for this pass (the queue
+    contract's BEGIN, as strings from a decoding client) answer the pass's questions without a
+    command; an object the pass already read keeps its first read; outside a scope nothing is kept."""
+    writer = Writer(client)
+    writer.apply(Relisted(kinds.NODE.mirror, [fx.node("n1")], "3", initial=True))
+    listers = new_listers(NS, CacheReader(client))
+    reader = listers.nodes.reader
+    seeded = {(kinds.NODE.mirror, "n1"): '{"metadata":{"name":"n1","labels":{"seeded":"yes"}}}'}
+    assert not reader.seed([kinds.NODE.mirror], seeded), "no scope: nothing kept"
+    before = {c: _calls(client, c) for c in ("hget", "hkeys", "hexists")}
+    with reader.remembering_synced():
+        assert reader.seed([kinds.NODE.mirror.encode()], {**seeded, (kinds.NODE.mirror, "n2"): None})
+        assert reader.synced(kinds.NODE.mirror)
+        node = listers.nodes.get("n1")
+        assert node is not None and node["metadata"]["labels"] == {"seeded": "yes"}
+        assert listers.nodes.get("n2") is None, "seeded as absent"
+        assert reader.seed([], {(kinds.NODE.mirror, "n1"): '{"metadata":{"name":"n1"}}'})
+        node = listers.nodes.get("n1")
+        assert node is not None and node["metadata"]["labels"] == {"seeded": "yes"}, "the first read stays"
+    assert {c: _calls(client, c) - before[c] for c in before} == {"hget": 0, "hkeys": 0, "hexists": 0}

@@ -1,8 +1,9 @@
 """What a healthy Running machine's LongRetry recheck costs: upstream MCM rechecks every machine
 every 10 minutes, so an idle fleet of 1000 runs 100 such passes a minute. With nothing to do the pass
-writes nothing, calls no API, and reads the mirror (machine, freeze flag, class, node, secret) in two
-Redis round trips, around the queue contract's two scripts: the class's secrets come with the class,
-as the worker's last load of the class named them."""
+writes nothing, calls no API, and the whole delivery is three Redis round trips: the queue contract's
+BEGIN, which reads the machine and the mirror's synced kinds ahead (``registry.ReadAhead``), one read
+of the freeze flag, class, node and secret (the class's secrets come with the class, as the worker's
+last load of the class named them), and END."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from tests.integration.queue_support import CountingConnection
 pytestmark = pytest.mark.integration
 
 
-def test_a_healthy_running_machine_s_recheck_reads_the_mirror_in_two_round_trips(
+def test_a_healthy_running_machine_s_recheck_is_three_round_trips(
     env: Env, apiserver: ApiServer, redis_url: str
 ) -> None:
     env.settings(long_retry="600s")
@@ -35,7 +36,7 @@ def test_a_healthy_running_machine_s_recheck_reads_the_mirror_in_two_round_trips
     cls = env.setup_class()
     name = running_machine(env, "idle", cls)
     registry.unregister_all()
-    register(Queue.MACHINE, reconcile_machine)
+    register(Queue.MACHINE, reconcile_machine, reads=kinds.MACHINE.mirror)
     mirrored = get_redis()
     with InformerThread(sandbox_settings(apiserver.kubeconfig, redis_url, env.namespace)) as informer:
         wait_until(informer.synced, 15, what="mirror synced")
@@ -47,16 +48,19 @@ def test_a_healthy_running_machine_s_recheck_reads_the_mirror_in_two_round_trips
             15, what="the mirror to hold the machine as written",
         )  # fmt: skip
         reader = get_reader()
-        counted = redis.Redis(
-            connection_pool=redis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
-        )
-        counted.ping()  # the connection's handshake
+        counted, queue_client = (
+            redis.Redis(connection_pool=redis.ConnectionPool.from_url(
+                redis_url, connection_class=CountingConnection, decode_responses=decode))
+            for decode in (False, True)
+        )  # fmt: skip
+        counted.ping(), queue_client.ping()  # the connections' handshakes
         plain, reader.redis = reader.redis, counted
         try:
             sent = CountingConnection.sent
-            assert deliver("machine", env.key(name), new_id()).describe() == "requeue in 600s"
-            reads = CountingConnection.sent - sent
+            delivered = deliver("machine", env.key(name), new_id(), client=queue_client)
+            round_trips = CountingConnection.sent - sent
         finally:
             reader.redis = plain
+    assert delivered.describe() == "requeue in 600s"
     assert env.get(name).metadata.resource_version == written, "the recheck wrote nothing"
-    assert reads == 2, "synced kinds + machine; freeze flag + class + its secrets + node"
+    assert round_trips == 3, "BEGIN with synced kinds + machine; freeze flag + class + secrets + node; END"

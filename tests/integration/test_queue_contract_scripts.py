@@ -700,3 +700,64 @@ def test_a_message_lost_in_the_fetch_window_is_published_again(client: redis.Red
     assert repair_lost(client, time.time(), settings) == 0, "a fresh marker now"
     assert sorted(take(client, "machine").key for _ in range(2)) == ["lost", "queued"]
     assert process("machine", "lost", str(client.hget(pending, "lost")).split("|")[1]) == "run"
+
+
+class Ahead:
+    """A ``registry.ReadAhead`` over plain Redis hashes: what BEGIN read is recorded, not seeded."""
+
+    def __init__(self, plan: Callable[[str], tuple[list[str], list[str]]]) -> None:
+        self._plan = plan
+        self.seeded: list[tuple[str, list[object]]] = []
+
+    def plan(self, key: str) -> tuple[list[str], list[str]]:
+        return self._plan(key)
+
+    def seed(self, key: str, found: list[object]) -> None:
+        self.seeded.append((key, list(found)))
+
+
+def test_begin_reads_ahead_what_the_pass_reads_first(client: redis.Redis) -> None:
+    """A kind with a ``ReadAhead``: BEGIN reads the field names of the first hash and one field of
+    each further hash, and the pass gets them before its reconciler runs; a field that is not there
+    reads as None. A delivery that does not run (busy, duplicate) reads nothing ahead."""
+    client.hset("t:synced", mapping={"machines": "1", "nodes": "1"})
+    client.hset("t:objects", "ns/a", '{"metadata":{"name":"a"}}')
+    seen_by_pass: list[int] = []
+    ahead = Ahead(lambda key: (["t:synced", "t:objects", "t:objects"], [key, "ns/none"]))
+    registry.register_read_ahead("machine", ahead)
+    register_reconciler("machine", lambda key: seen_by_pass.append(len(ahead.seeded)))  # type: ignore[func-returns-value]
+    enqueue("machine", "ns/a")
+    assert deliver(client, "machine") == "run"
+    assert seen_by_pass == [1], "seeded before the reconciler ran"
+    ((key, (synced, stored, missing)),) = ahead.seeded
+    assert key == "ns/a" and sorted(synced) == ["machines", "nodes"]  # type: ignore[arg-type]
+    assert (stored, missing) == ('{"metadata":{"name":"a"}}', None)
+
+    enqueue("machine", "ns/a")
+    first = take(client, "machine")
+    client.hset(queue_keys("machine").locks, "ns/a", f"{time.time() + 60}|{time.time()}|someone-else")
+    assert process("machine", first.key, first.id) == "busy"
+    assert len(ahead.seeded) == 1, "nothing read ahead for a delivery that does not run"
+
+
+def test_a_read_ahead_that_fails_costs_the_pass_nothing_but_its_own_read(client: redis.Redis) -> None:
+    """A plan that raises (a garbage key) or a seed that raises is logged and left: the pass runs
+    as it would without a read-ahead."""
+    calls: list[str] = []
+    register_reconciler("machine", recorder(calls))
+
+    def bad_plan(key: str) -> tuple[list[str], list[str]]:
+        raise ValueError(f"no plan for {key!r}")
+
+    registry.register_read_ahead("machine", Ahead(bad_plan))
+    enqueue("machine", "ns/garbage")
+    assert deliver(client, "machine") == "run"
+
+    class BadSeed(Ahead):
+        def seed(self, key: str, found: list[object]) -> None:
+            raise RuntimeError("cannot seed")
+
+    registry.register_read_ahead("machine", BadSeed(lambda key: (["t:synced"], [])))
+    enqueue("machine", "ns/b")
+    assert deliver(client, "machine") == "run"
+    assert calls == ["ns/garbage", "ns/b"]

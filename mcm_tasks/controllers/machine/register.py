@@ -4,6 +4,7 @@ a worker does to serve the ``machine``, ``machineclass``, ``secret`` and ``node`
 
 from __future__ import annotations
 
+from mcm_tasks import kinds
 from mcm_tasks.controllers.common.registration import register as register_reconciler
 from mcm_tasks.controllers.machine.classes import reconcile_machine_class
 from mcm_tasks.controllers.machine.nodes import reconcile_node
@@ -13,7 +14,7 @@ from mcm_tasks.kinds import Queue
 
 
 def register() -> None:
-    register_reconciler(Queue.MACHINE, reconcile_machine)
+    register_reconciler(Queue.MACHINE, reconcile_machine, reads=kinds.MACHINE.mirror)
     register_reconciler(Queue.MACHINE_CLASS, reconcile_machine_class)
     register_reconciler(Queue.SECRET, reconcile_secret)
     register_reconciler(Queue.NODE, reconcile_node)
