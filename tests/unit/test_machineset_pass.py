@@ -62,6 +62,13 @@ def machine(name: str, owner: dict[str, Any] | None = None, phase: str = "Runnin
             "status": {"currentStatus": {"phase": phase}}}  # fmt: skip
 
 
+def finalized_set(kube: FakeKube, replicas: int) -> dict[str, Any]:
+    """The set as an earlier pass left it (MCM's finalizer on), stored in the fake."""
+    return kube.add(
+        {**machine_set(replicas), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
+    )
+
+
 def run_pass(kube: FakeKube, listers: Listers | None = None) -> Requeue | None:
     """One pass over the set as the fake holds it now, with listers over a snapshot of the fake
     (``listers``: an older snapshot, a mirror that lags)."""
@@ -122,9 +129,7 @@ def test_a_pass_before_its_creations_are_observed_creates_nothing_more() -> None
 
 def test_a_scale_down_deletes_the_machine_that_is_not_running_first() -> None:
     kube = FakeKube([machine_class()])
-    ms = kube.add(
-        {**machine_set(1), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
-    )
+    ms = finalized_set(kube, 1)
     kube.add(machine("web-running", owner=ms))
     kube.add(machine("web-pending", owner=ms, phase="Pending"))
 
@@ -141,9 +146,7 @@ def test_a_set_read_before_its_raise_deletes_nothing_the_raise_accounts_for() ->
     the machine after the label went (two watches, either ahead) counts one machine too many: the
     API server's set, read before deleting by count, holds the raise, and nothing is deleted."""
     kube = FakeKube([machine_class()])
-    ms = kube.add(
-        {**machine_set(1), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
-    )
+    ms = finalized_set(kube, 1)
     kube.add(machine("web-old", owner=ms))
     stale = kube.get_object(SETS, "web", NS)  # the mirror's set, before the deployment's raise
     assert stale is not None
@@ -163,9 +166,7 @@ def test_a_scale_down_reads_its_set_once_and_deletes_as_planned() -> None:
     """A pass that deletes by count reads its set from the API server once; a set unchanged since
     the mirror's read deletes as planned."""
     kube = FakeKube([machine_class()])
-    ms = kube.add(
-        {**machine_set(1), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
-    )
+    ms = finalized_set(kube, 1)
     kube.add(machine("web-a", owner=ms))
     kube.add(machine("web-b", owner=ms, phase="Pending"))
 
@@ -182,9 +183,7 @@ def test_a_scale_down_read_before_a_machine_moved_away_leaves_that_machine() -> 
     shows the move. The DELETE is conditional on what the pass read: the moved machine, no longer
     this set's, stays, and the pass comes back soon to decide on a fresh read."""
     kube = FakeKube([machine_class()])
-    ms = kube.add(
-        {**machine_set(0), "metadata": {"name": "web", "namespace": NS, "finalizers": [MCM_FINALIZER]}}
-    )
+    ms = finalized_set(kube, 0)
     kube.add(machine("web-moved", owner=ms))
     lagging = kube.listers(NS)  # the mirror before the move
     new_owner = {"apiVersion": API_VERSION, "kind": "MachineSet", "name": "web-new", "uid": "uid-of-web-new",

@@ -507,31 +507,29 @@ def manage_replicas(
     """Upstream's ``manageReplicas``: carry out this pass's plan; the failure to report, if any, and
     when a machine marked for deletion comes of age (``replicas.marked_without_replica_change``).
     ``node_values`` and ``unread``: the preserve annotations of the Failed machines' Nodes, and the
-    Failed machines whose Node could not be read (``failed_machines_node_values``)."""
-    plan = plan_replicas(
-        scope.machine_set,
-        machines,
-        scope.clock(),
-        node_values,
-        unread or set(),
-        order=deletion_order(scope),
-        marked_grace=scope.settings.short_retry,
-        census=census,
-    )
+    Failed machines whose Node could not be read (``failed_machines_node_values``). A plan that
+    deletes machines as beyond the replicas is made again on the set read live if it changed since
+    the mirror's copy (``_live_set``)."""
+
+    def plan_on(machine_set: MachineSet, known: Census | None) -> ReplicaPlan:
+        return plan_replicas(
+            machine_set,
+            machines,
+            scope.clock(),
+            node_values,
+            unread or set(),
+            order=deletion_order(scope),
+            marked_grace=scope.settings.short_retry,
+            census=known,
+        )
+
+    plan = plan_on(scope.machine_set, census)
     if plan.diff > 0 and plan.delete:
         live = _live_set(scope)
         if live is not None and live.metadata.resource_version != scope.machine_set.metadata.resource_version:
             # the mirror's set is older than the machines it was read with: plan again on the live one
             scope.machine_set = live
-            plan = plan_replicas(
-                live,
-                machines,
-                scope.clock(),
-                node_values,
-                unread or set(),
-                order=deletion_order(scope),
-                marked_grace=scope.settings.short_retry,
-            )
+            plan = plan_on(live, None)
     failure, changed = _carry_out(scope, plan)
     if changed:  # machines that changed since read were left: decided again on a fresh read
         retry = scope.settings.conflict_retry
