@@ -5,13 +5,14 @@ expectations are kept in a real Redis, as in production."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from mcm_tasks import kinds
 from mcm_tasks.api import API_VERSION, MachineSet
-from mcm_tasks.api.constants import MCM_FINALIZER
+from mcm_tasks.api.constants import MCM_FINALIZER, SCALE_UP_DISABLED_LABEL_KEY
 from mcm_tasks.cache import Listers
 from mcm_tasks.controllers.machineset.reconcile import machine_set_pass
 from mcm_tasks.controllers.machineset.scope import MachineSetScope
@@ -175,6 +176,28 @@ def test_a_scale_down_reads_its_set_once_and_deletes_as_planned() -> None:
     assert [w[:3] for w in writes(kube) if w[0] == "delete"] == [("delete", MACHINES, "web-b")]
     gets = [a for a in kube.actions if a.verb == "get" and a.resource == SETS]
     assert len(gets) == 1, gets
+
+
+def test_an_old_set_that_read_a_move_late_deletes_none_of_its_own_machines() -> None:
+    """An in-place update moves a machine to the new set, then scales the old set down. A pass of
+    the old set that read the scale-down but not yet the move counts one machine too many; with the
+    moved machine the newest, the deletion order picks one of the set's own, which nothing guards.
+    The machines the set controls, listed live, hold no excess: nothing is deleted."""
+    kube = FakeKube([machine_class()])
+    ms = finalized_set(kube, 2)
+    kube.change(SETS, "web", NS, lambda o: o["metadata"].update(labels={SCALE_UP_DISABLED_LABEL_KEY: "true"}))
+    for name in ("web-oldest", "web-older", "web-moved"):
+        kube.add(machine(name, owner=ms))
+        kube.now += timedelta(minutes=1)
+    lagging = kube.listers(NS)  # the mirror before the move (the set's scale-down is the same)
+    new_owner = {"apiVersion": API_VERSION, "kind": "MachineSet", "name": "web-new", "uid": "uid-of-web-new",
+                 "controller": True}  # fmt: skip
+    kube.change(MACHINES, "web-moved", NS, lambda o: o["metadata"].update(ownerReferences=[new_owner]))
+
+    run_pass(kube, lagging)
+
+    assert not [w for w in writes(kube) if w[0] == "delete"], "two machines are the set's two replicas"
+    assert [a.verb for a in kube.actions if a.resource == MACHINES and a.verb == "list"] == ["list"]
 
 
 def test_a_scale_down_read_before_a_machine_moved_away_leaves_that_machine() -> None:

@@ -18,6 +18,7 @@ server (tests without an informer, a worker that started first). Writes go to th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
@@ -34,6 +35,7 @@ from mcm_tasks.api.constants import (
     NODE_LABEL_KEY,
     PRESERVE_ANNOTATION,
     PRESERVE_AUTO_PRESERVED,
+    SCALE_UP_DISABLED_LABEL_KEY,
 )
 from mcm_tasks.api.validation import validate_machine_set
 from mcm_tasks.cache import get_listers
@@ -508,13 +510,13 @@ def manage_replicas(
     when a machine marked for deletion comes of age (``replicas.marked_without_replica_change``).
     ``node_values`` and ``unread``: the preserve annotations of the Failed machines' Nodes, and the
     Failed machines whose Node could not be read (``failed_machines_node_values``). A plan that
-    deletes machines as beyond the replicas is made again on the set read live if it changed since
-    the mirror's copy (``_live_set``)."""
+    deletes machines as beyond the replicas is checked against the API server first
+    (``_confirm_excess``)."""
 
-    def plan_on(machine_set: MachineSet, known: Census | None) -> ReplicaPlan:
+    def plan_on(machine_set: MachineSet, these: list[Machine], known: Census | None) -> ReplicaPlan:
         return plan_replicas(
             machine_set,
-            machines,
+            these,
             scope.clock(),
             node_values,
             unread or set(),
@@ -523,18 +525,69 @@ def manage_replicas(
             census=known,
         )
 
-    plan = plan_on(scope.machine_set, census)
+    plan = plan_on(scope.machine_set, machines, census)
     if plan.diff > 0 and plan.delete:
-        live = _live_set(scope)
-        if live is not None and live.metadata.resource_version != scope.machine_set.metadata.resource_version:
-            # the mirror's set is older than the machines it was read with: plan again on the live one
-            scope.machine_set = live
-            plan = plan_on(live, None)
+        plan = _confirm_excess(scope, machines, plan, plan_on)
     failure, changed = _carry_out(scope, plan)
     if changed:  # machines that changed since read were left: decided again on a fresh read
         retry = scope.settings.conflict_retry
         return failure, retry if plan.recheck_in is None else min(plan.recheck_in, retry)
     return failure, plan.recheck_in
+
+
+def _confirm_excess(
+    scope: MachineSetScope,
+    machines: list[Machine],
+    plan: ReplicaPlan,
+    plan_on: Callable[[MachineSet, list[Machine], Census | None], ReplicaPlan],
+) -> ReplicaPlan:
+    """A plan that deletes machines as beyond the set's replicas, made again on what the API server
+    says when the mirror's may be behind it: the set read live (``_live_set``) and, for an old set of
+    an in-place update (scale-up disabled, its machines moving to the new set), the machines it still
+    controls listed live (``_controlled_live``)."""
+    live = _live_set(scope)
+    if live is not None and live.metadata.resource_version != scope.machine_set.metadata.resource_version:
+        # the mirror's set is older than the machines it was read with: plan again on the live one
+        scope.machine_set = live
+        plan = plan_on(live, machines, None)
+    moving = SCALE_UP_DISABLED_LABEL_KEY in scope.machine_set.metadata.labels
+    if not (moving and plan.diff > 0 and plan.delete):
+        return plan
+    controlled = _controlled_live(scope)
+    if controlled is None:
+        return plan
+    staying = [m for m in machines if (m.metadata.name or "") in controlled]
+    if len(staying) == len(machines):
+        return plan
+    log.info("MachineSet %s: %d machines moved to another set since the mirror's read; counted without them",
+             scope.key, len(machines) - len(staying))  # fmt: skip
+    return plan_on(scope.machine_set, staying, None)
+
+
+def _controlled_live(scope: MachineSetScope) -> set[str] | None:
+    """The names of the machines the set controls, from the API server (None: unreadable, and the
+    mirror's count stands).
+
+    An in-place update's deployment moves a machine to the new set, then scales its old set down.
+    A pass of the old set that reads the set after the scale-down and the machine before its move
+    (two watches) counts one machine too many; the moved one's DELETE would be refused (it is
+    guarded by the version the pass read), but the deletion order may pick one of the set's own
+    machines instead, which has not changed and would go. One LIST by the set's labels, on an old
+    set's passes that delete by count only."""
+    ms = scope.machine_set
+    labels = ms.spec.selector.match_labels if ms.spec.selector else {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
+    try:
+        raws = ops.list_(scope.api, kinds.MACHINE.resource, ms.metadata.namespace, label_selector=selector)
+    except Exception as err:
+        log.warning("MachineSet %s: machines not listed before a scale-down: %s", scope.key, describe(err))
+        return None
+    uid = ms.metadata.uid
+    return {
+        str(meta.get("name"))
+        for meta in (raw["metadata"] for raw in raws.get("items") or ())
+        if any(ref.get("controller") and ref.get("uid") == uid for ref in meta.get("ownerReferences") or ())
+    }
 
 
 def _live_set(scope: MachineSetScope) -> MachineSet | None:
