@@ -132,6 +132,7 @@ def up(
     cloud_redis: bool = False,
     informer_watch_delay: float = 0.0,
     beat_in_informer: bool = False,
+    informer_watch_delay_for: Mapping[str, float] | None = None,
 ) -> Sandbox:
     """Start everything, telling ``echo`` what starts and how long it took; on any failure stop
     what was started and re-raise. ``controller_args`` (flags, e.g. an upstream MCM command line)
@@ -144,9 +145,11 @@ def up(
     with a real cloud (the benchmarks' accounting). ``informer_watch_delay`` puts a proxy
     (``mcm_sandbox.watchdelay``) between the informer and each API server that delays every watch
     event by that many seconds, as a loaded API server's watches arrive late; the workers still
-    talk to the API servers directly. ``beat_in_informer`` (with ``with_beat``) runs beat as a
-    thread of the informer (``mcm-tasks informer --beat``) instead of a process of its own: the
-    smallest installation."""
+    talk to the API servers directly; ``informer_watch_delay_for`` (resource plural → seconds) holds
+    some resources' watches for another time (``watchdelay --delay-for``), so that two kinds' changes
+    reach the mirror out of the order they were written in. ``beat_in_informer`` (with
+    ``with_beat``) runs beat as a thread of the informer (``mcm-tasks informer --beat``) instead of a
+    process of its own: the smallest installation."""
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     alive = running_pids(directory)
@@ -188,8 +191,10 @@ def up(
             sandbox.pids[f"apiserver-{role}"] = api.process.pid if api.process else 0
             done(f"{role} API server on {api.url}")
         informer_env: dict[str, str] = {}
-        if informer_watch_delay > 0:
-            informer_env = _watch_delay_proxies(sandbox, logs, informer_watch_delay, timeout)
+        if informer_watch_delay > 0 or informer_watch_delay_for:
+            informer_env = _watch_delay_proxies(
+                sandbox, logs, informer_watch_delay, timeout, informer_watch_delay_for or {}
+            )
             done(f"watch-delay proxies ({informer_watch_delay:g}s) for the informer")
         sandbox.save()
         register_crds(sandbox.kubeconfig, timeout)
@@ -230,7 +235,9 @@ def up(
     return sandbox
 
 
-def _watch_delay_proxies(sandbox: Sandbox, logs: Path, delay: float, timeout: float) -> dict[str, str]:
+def _watch_delay_proxies(
+    sandbox: Sandbox, logs: Path, delay: float, timeout: float, delay_for: Mapping[str, float]
+) -> dict[str, str]:
     """Start a watch-delaying proxy per API server; the informer's kubeconfig settings pointing at
     them (copies of the sandbox's kubeconfigs with the proxy as server)."""
     import yaml
@@ -244,6 +251,8 @@ def _watch_delay_proxies(sandbox: Sandbox, logs: Path, delay: float, timeout: fl
         upstream = getattr(sandbox, f"{role}_url")
         args = [sys.executable, "-m", "mcm_sandbox.watchdelay", "--upstream", upstream, "--port", str(port),
                 "--delay", str(delay)]  # fmt: skip
+        for resource, seconds in sorted(delay_for.items()):
+            args += ["--delay-for", f"{resource}={seconds}"]
         proc = ManagedProcess(args, logs / f"watchdelay-{role}.log", env=dict(os.environ))
         proc.start()
         sandbox.pids[f"watchdelay-{role}"] = proc.pid
