@@ -178,6 +178,31 @@ def test_a_scale_down_reads_its_set_once_and_deletes_as_planned() -> None:
     assert len(gets) == 1, gets
 
 
+def test_an_old_set_read_before_its_scale_up_block_creates_nothing() -> None:
+    """An in-place update labels its old set ``scale-up-disabled``, moves a machine to the new set and
+    scales the old set down. A pass that reads the machine gone and the set as it was before (no label,
+    the old replicas) would create a machine of the old template in its place: the set read live
+    holds the label and the scale-down, and nothing is created."""
+    kube = FakeKube([machine_class()])
+    ms = finalized_set(kube, 3)
+    stale = kube.get_object(SETS, "web", NS)  # the mirror's set, before the rollout touched it
+    assert stale is not None
+    kube.add(machine("web-a", owner=ms))
+    kube.add(machine("web-b", owner=ms))  # the third has moved to the new set
+
+    def rolled(o: dict[str, Any]) -> None:
+        o["metadata"]["labels"] = {SCALE_UP_DISABLED_LABEL_KEY: "true"}
+        o["spec"]["replicas"] = 2
+
+    kube.change(SETS, "web", NS, rolled)
+    scope = MachineSetScope(key=f"{NS}/web", obj=MachineSet.model_validate(stale), settings=get_settings(),
+                            listers=kube.listers(NS), clients=(kube, kube))  # fmt: skip
+
+    machine_set_pass(scope)
+
+    assert not [w for w in writes(kube) if w[:2] == ("create", MACHINES)], "the old set may not replace it"
+
+
 def test_an_old_set_that_read_a_move_late_deletes_none_of_its_own_machines() -> None:
     """An in-place update moves a machine to the new set, then scales the old set down. A pass of
     the old set that read the scale-down but not yet the move counts one machine too many; with the

@@ -510,8 +510,8 @@ def manage_replicas(
     when a machine marked for deletion comes of age (``replicas.marked_without_replica_change``).
     ``node_values`` and ``unread``: the preserve annotations of the Failed machines' Nodes, and the
     Failed machines whose Node could not be read (``failed_machines_node_values``). A plan that
-    deletes machines as beyond the replicas is checked against the API server first
-    (``_confirm_excess``)."""
+    creates machines, or deletes them as beyond the replicas, is checked against the API server
+    first (``_confirm_live``)."""
 
     def plan_on(machine_set: MachineSet, these: list[Machine], known: Census | None) -> ReplicaPlan:
         return plan_replicas(
@@ -526,8 +526,8 @@ def manage_replicas(
         )
 
     plan = plan_on(scope.machine_set, machines, census)
-    if plan.diff > 0 and plan.delete:
-        plan = _confirm_excess(scope, machines, plan, plan_on)
+    if plan.create or (plan.diff > 0 and plan.delete):
+        plan = _confirm_live(scope, machines, plan, plan_on)
     failure, changed = _carry_out(scope, plan)
     if changed:  # machines that changed since read were left: decided again on a fresh read
         retry = scope.settings.conflict_retry
@@ -535,16 +535,16 @@ def manage_replicas(
     return failure, plan.recheck_in
 
 
-def _confirm_excess(
+def _confirm_live(
     scope: MachineSetScope,
     machines: list[Machine],
     plan: ReplicaPlan,
     plan_on: Callable[[MachineSet, list[Machine], Census | None], ReplicaPlan],
 ) -> ReplicaPlan:
-    """A plan that deletes machines as beyond the set's replicas, made again on what the API server
-    says when the mirror's may be behind it: the set read live (``_live_set``) and, for an old set of
-    an in-place update (scale-up disabled, its machines moving to the new set), the machines it still
-    controls listed live (``_controlled_live``)."""
+    """A plan that creates machines, or deletes them as beyond the set's replicas, made again on what
+    the API server says when the mirror's may be behind it: the set read live (``_live_set``) and,
+    for an old set of an in-place update (scale-up disabled, its machines moving to the new set)
+    about to delete, the machines it still controls listed live (``_controlled_live``)."""
     live = _live_set(scope)
     if live is not None and live.metadata.resource_version != scope.machine_set.metadata.resource_version:
         # the mirror's set is older than the machines it was read with: plan again on the live one
@@ -591,16 +591,18 @@ def _controlled_live(scope: MachineSetScope) -> set[str] | None:
 
 
 def _live_set(scope: MachineSetScope) -> MachineSet | None:
-    """The set from the API server, read before machines are deleted as beyond its replicas (None:
-    gone, or unreadable, and the pass's own read stands).
+    """The set from the API server, read before machines are created, or deleted as beyond its
+    replicas (None: gone, or unreadable, and the pass's own read stands).
 
     The set and its machines come through two watches, and either may be ahead in the mirror. An
     in-place update's deployment raises the new set's replicas for a machine it moved in, then
     takes the machine's ``update-result`` label off (the label holds the set still, ``plan_replicas``);
     a pass that reads the machine without the label and the set before its raise counts one machine
-    too many, and would delete a machine that was just updated in place. The API server's set holds
-    the raise (written first), so the excess is decided on it. One GET, on passes that delete by count
-    only (a scale-down's few), never on a creation or an idle recheck."""
+    too many, and would delete a machine that was just updated in place. Likewise an old set that
+    sees a machine gone to the new set before its own ``scale-up-disabled`` label and scale-down
+    would create a machine of the old template in its place. The API server's set holds both (they
+    were written first), so the plan is made on it. One GET, on passes that create or delete by count
+    only (a scale's few), never on an idle recheck."""
     ms = scope.machine_set
     try:
         raw = ops.get(scope.api, kinds.MACHINE_SET.resource, ms.metadata.name or "", ms.metadata.namespace,
