@@ -161,6 +161,8 @@ def test_a_set_read_before_its_raise_deletes_nothing_the_raise_accounts_for() ->
     assert not [w for w in writes(kube) if w[0] == "delete"], "both machines are the set's replicas"
     assert kube.get_object(MACHINES, "web-moved-in", NS) is not None
     assert scope.machine_set.spec.replicas == 2, "the pass goes on with the set it read live"
+    status_writes = [w for w in writes(kube) if w[1] == SETS and w[3] == "status"]
+    assert len(status_writes) == 1, f"the status written on the live set, no Conflict first: {status_writes}"
 
 
 def test_a_scale_down_reads_its_set_once_and_deletes_as_planned() -> None:

@@ -320,6 +320,8 @@ def machine_set_pass(scope: MachineSetScope) -> Requeue | None:
         if done.changed:  # decided again on a fresh read
             requeue = Requeue(settings.conflict_retry)
 
+    # as last read or written in the pass: a scale reads the set live first (``_confirm_live``)
+    machine_set = scope.machine_set
     now = scope.clock()
 
     def compute(ms: MachineSet) -> status.MachineSetStatus:
@@ -608,7 +610,7 @@ def _live_set(scope: MachineSetScope) -> MachineSet | None:
         raw = ops.get(scope.api, kinds.MACHINE_SET.resource, ms.metadata.name or "", ms.metadata.namespace,
                       missing_ok=True)  # fmt: skip
     except Exception as err:
-        log.warning("MachineSet %s: not read before a scale-down: %s", scope.key, describe(err))
+        log.warning("MachineSet %s: not read before a scale: %s", scope.key, describe(err))
         return None
     return MachineSet.model_validate(raw) if raw else None
 
