@@ -116,3 +116,19 @@ def test_the_drain_evicts_the_nodes_pods_and_the_flow_goes_on_once_they_are_gone
 
     assert not live_vms() and kube.get_object(MACHINES, "m1", NS) is None
     assert done is None
+
+
+def test_a_pass_over_a_machine_whose_deletion_completed_is_done_not_failed() -> None:
+    """An event during the pass that removed the finalizer runs the key once more, and the mirror may
+    still hold the machine then: the writes find it gone (NotFound). The API server no longer has
+    it, so the flow is over: the pass ends done, with no failure and no Warning."""
+    m1 = deleting()
+    kube = FakeKube([secret(), machine_class(), m1, node("m1", finalizers=[NODE_FINALIZER])])
+    mirror = kube.mirror()  # the informer has not seen the deletion complete
+    del kube.objects[(MACHINES, NS, "m1")]
+
+    with kube.installed(mirror=mirror):
+        requeue = reconcile_termination(KEY)
+
+    assert requeue is None
+    assert not [e for e in kube.writes("events") if e.body.get("type") == "Warning"]

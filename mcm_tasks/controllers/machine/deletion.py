@@ -43,6 +43,8 @@ that moved on comes back after ConflictRetry.
 
 from __future__ import annotations
 
+import logging
+
 from kubernetes.client.exceptions import ApiException
 
 from mcm_tasks.api import Machine, MachineStatus
@@ -53,14 +55,18 @@ from mcm_tasks.controllers.machine.deletion_io import Continue, Stop, step
 from mcm_tasks.controllers.machine.drain.state_io import DrainStore
 from mcm_tasks.controllers.machine.scope import MachineScope
 from mcm_tasks.controllers.problems_io import answers_unreadable
-from mcm_tasks.kube.errors import is_conflict
+from mcm_tasks.kube.errors import is_conflict, is_not_found
 from mcm_tasks.queue import Requeue
 from mcm_tasks.tracing import machine_span
+
+log = logging.getLogger(__name__)
 
 
 def termination_pass(scope: MachineScope) -> Requeue | None:
     """A pass of upstream ``triggerDeletionFlow`` over the machine its scope read, if it is being
-    deleted; a Conflict comes back soon to decide again on a fresh read."""
+    deleted; a Conflict comes back soon to decide again on a fresh read. A NotFound for a machine the
+    API server no longer has is the flow's end, not a failure: an event during the pass that removed
+    the finalizer runs the key once more, and the mirror may still hold the machine then."""
     if not scope.machine.metadata.is_deleting:
         return None
     try:
@@ -70,6 +76,11 @@ def termination_pass(scope: MachineScope) -> Requeue | None:
     except ApiException as err:
         if is_conflict(err):
             return Requeue.conflict()
+        machine = scope.machine
+        name, namespace = machine.metadata.name or "", machine.metadata.namespace or ""
+        if is_not_found(err) and context_io.get_machine_live(scope.api, name, namespace) is None:
+            log.info("machine %s: gone before its deletion pass ended (its deletion was complete)", scope.key)
+            return None
         raise
 
 
